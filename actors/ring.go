@@ -1,0 +1,204 @@
+// Package actors runs the ring of lock actors. Each resource belongs to one
+// actor, which owns its cached entry and serialises every request for it:
+// ephemeral locks are decided and answered in memory, persistent ones are
+// decided, handed to the durability backend, and answered when applied.
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/lease"
+)
+
+// ErrClosed is returned by calls made on, or in flight during, Close.
+var ErrClosed = errors.New("actors: ring closed")
+
+// Eviction rule (DESIGN §3): an actor collects every collectEvery messages,
+// and only when it caches at least collectMinEntries entries.
+const (
+	collectEvery      = 500
+	collectMinEntries = 200
+)
+
+// Config configures a Ring.
+type Config struct {
+	// Actors is the number of lock actors (≥ 1).
+	Actors int
+	// CacheEntryTTL is how long an entry must sit unused before it may be evicted.
+	CacheEntryTTL time.Duration
+	// CacheEntriesToRemove caps the evictions of one collection pass.
+	CacheEntriesToRemove int
+	// Backend commits persistent locks.
+	Backend durability.Backend
+	// Serving reports whether this node may serve partition p now. Actors
+	// check it for every request, so a deposed leader stops at once.
+	Serving func(p int) bool
+	// Now is the clock (default time.Now). Leases are measured on its
+	// monotonic reading.
+	Now func() time.Time
+	// Logger receives the few events worth logging (nil = discard).
+	Logger *slog.Logger
+
+	onQueued func(resource string) // test hook: a call waits behind a write
+}
+
+// Request is one lock operation on one resource. Partition is the
+// resource's partition, computed by the caller.
+type Request struct {
+	Op         lease.Op
+	Resource   string
+	Owner      []byte
+	TTL        time.Duration
+	Durability lease.Durability
+	Partition  int
+}
+
+// Response is the answer to a Request. For Got, Owner and Expires describe
+// the lock; Owner is shared with the actor's cache and must not be modified.
+type Response struct {
+	Status  lease.Status
+	Token   int64
+	Owner   []byte
+	Expires time.Time
+}
+
+// Ring is a fixed set of lock actors; a resource always goes to the same one.
+type Ring struct {
+	system *actor.ActorSystem
+	pids   []*actor.PID
+	actors []*lockActor
+	seed   maphash.Seed
+	calls  sync.Pool
+	done   chan struct{}
+	closed atomic.Bool
+	once   sync.Once
+}
+
+// NewRing spawns cfg.Actors lock actors.
+func NewRing(cfg Config) (*Ring, error) {
+	if cfg.Actors < 1 {
+		return nil, fmt.Errorf("actors: need at least 1 lock actor, got %d", cfg.Actors)
+	}
+	if cfg.Backend == nil || cfg.Serving == nil {
+		return nil, errors.New("actors: Backend and Serving are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Logger = logger
+	r := &Ring{
+		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return logger.With("lib", "protoactor")
+		})),
+		seed: maphash.MakeSeed(),
+		done: make(chan struct{}),
+	}
+	r.calls.New = func() any { return &call{reply: make(chan Response, 1)} }
+	// A panic while handling one message is recovered inside the actor
+	// (the caller gets Errored); resuming here is the backstop so the
+	// actor's cache is never thrown away by a restart.
+	resume := actor.NewOneForOneStrategy(10, time.Second, func(any) actor.Directive { return actor.ResumeDirective })
+	for i := 0; i < cfg.Actors; i++ {
+		a := newLockActor(cfg, r.system.Root)
+		props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithGuardian(resume))
+		pid, err := r.system.Root.SpawnNamed(props, fmt.Sprintf("lock-%d", i))
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("actors: spawn lock actor %d: %w", i, err)
+		}
+		a.self = pid
+		r.pids = append(r.pids, pid)
+		r.actors = append(r.actors, a)
+	}
+	return r, nil
+}
+
+// route picks the actor of a resource.
+func (r *Ring) route(resource string) *actor.PID {
+	return r.pids[maphash.String(r.seed, resource)%uint64(len(r.pids))]
+}
+
+// Do runs req on the resource's actor and waits for the answer, the end of
+// ctx (ctx.Err() is returned unchanged) or Close (ErrClosed).
+func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
+	if r.closed.Load() {
+		return Response{}, ErrClosed
+	}
+	c := r.calls.Get().(*call)
+	c.req = req
+	r.system.Root.Send(r.route(req.Resource), c)
+	select {
+	case resp := <-c.reply:
+		*c = call{reply: c.reply}
+		r.calls.Put(c)
+		return resp, nil
+	case <-ctx.Done():
+		// The actor still owns c and will answer into its buffered
+		// channel: never recycle it.
+		return Response{}, ctx.Err()
+	case <-r.done:
+		return Response{}, ErrClosed
+	}
+}
+
+// DropPartition makes every actor forget its cached entries of partition p
+// (ephemeral and persistent) and returns once all have done so. A new
+// leader calls it before serving p, so nothing stale is served.
+func (r *Ring) DropPartition(ctx context.Context, p int) error {
+	acks := make(chan struct{}, len(r.pids))
+	for _, pid := range r.pids {
+		r.system.Root.Send(pid, &dropPartition{partition: p, ack: acks})
+	}
+	for range r.pids {
+		select {
+		case <-acks:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+// Stats is a point-in-time view of the actors' caches.
+type Stats struct {
+	Entries   int    // cached entries over all actors
+	Evictions uint64 // entries evicted since start
+}
+
+// Stats sums the counters of every actor.
+func (r *Ring) Stats() Stats {
+	var s Stats
+	for _, a := range r.actors {
+		s.Entries += int(a.size.Load())
+		s.Evictions += a.evictions.Load()
+	}
+	return s
+}
+
+// Close stops the actors. Calls in flight return ErrClosed. Idempotent.
+func (r *Ring) Close() {
+	r.once.Do(func() {
+		r.closed.Store(true)
+		close(r.done)
+		for _, pid := range r.pids {
+			_ = r.system.Root.StopFuture(pid).Wait()
+		}
+		r.system.Shutdown()
+	})
+}

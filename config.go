@@ -1,0 +1,89 @@
+package kahuna
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of Config. A zero field takes its default.
+const (
+	DefaultPartitions           = 8
+	DefaultLockActors           = 4
+	DefaultCacheEntryTTL        = 30 * time.Minute
+	DefaultCacheEntriesToRemove = 100
+	DefaultStartTimeout         = 30 * time.Second
+)
+
+// Config configures a Node. The zero value is a single node with
+// everything in memory.
+type Config struct {
+	// DataDir holds the Raft log and the lock store. "" keeps everything in
+	// memory: nothing survives Close.
+	DataDir string
+	// WALDir optionally puts the Raft log's WAL on a separate device.
+	WALDir string
+	// Partitions is the number of Raft shards locks are spread over
+	// (default 8). It is fixed when DataDir is first used.
+	Partitions int
+	// LockActors is the number of lock actors (default 4, measured best on
+	// a 2-core machine; raise it on bigger ones). Any value ≥ 1 is honoured.
+	LockActors int
+	// CacheEntryTTL is how long a cached entry must sit unused before it
+	// may be evicted (default 30 min).
+	CacheEntryTTL time.Duration
+	// CacheEntriesToRemove caps the evictions of one collection pass
+	// (default 100).
+	CacheEntriesToRemove int
+	// StartTimeout bounds how long Open waits for every partition to be
+	// served (default 30 s).
+	StartTimeout time.Duration
+	// Logger receives the node's logs (nil = discard).
+	Logger *slog.Logger
+}
+
+// withDefaults validates c and fills in the defaults.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if c.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
+	}
+	if c.LockActors < 0 {
+		errs = append(errs, fmt.Errorf("LockActors must be ≥ 1, got %d", c.LockActors))
+	}
+	if c.CacheEntryTTL < 0 {
+		errs = append(errs, fmt.Errorf("CacheEntryTTL must not be negative, got %v", c.CacheEntryTTL))
+	}
+	if c.CacheEntriesToRemove < 0 {
+		errs = append(errs, fmt.Errorf("CacheEntriesToRemove must not be negative, got %d", c.CacheEntriesToRemove))
+	}
+	if c.StartTimeout < 0 {
+		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %v", c.StartTimeout))
+	}
+	if c.WALDir != "" && c.DataDir == "" {
+		errs = append(errs, errors.New("WALDir needs a DataDir"))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("kahuna: invalid config: %w", errors.Join(errs...))
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.LockActors == 0 {
+		c.LockActors = DefaultLockActors
+	}
+	if c.CacheEntryTTL == 0 {
+		c.CacheEntryTTL = DefaultCacheEntryTTL
+	}
+	if c.CacheEntriesToRemove == 0 {
+		c.CacheEntriesToRemove = DefaultCacheEntriesToRemove
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}

@@ -1,0 +1,75 @@
+// Package durability stores persistent locks. The lock actors decide every
+// grant, extend and unlock; a Backend only makes the resulting record durable
+// (replicated and applied) and reads it back.
+package durability
+
+import (
+	"context"
+	"errors"
+)
+
+// Record is the durable state of one persistent lock, exactly as the
+// partition leader decided it. Followers and replays never re-evaluate it.
+type Record struct {
+	Resource string
+	Owner    []byte // nil when Unlocked
+	// ExpiresMs is the lease end in wall-clock unix milliseconds.
+	ExpiresMs int64
+	Token     int64
+	// Revision increases by one on every write of the resource. Apply is
+	// advance-only on (Token, Revision): a record that does not move the
+	// pair strictly forward is ignored.
+	Revision       uint64
+	Locked         bool // false = Unlocked (owner cleared, token kept)
+	LastModifiedMs int64
+}
+
+// Completion receives the outcome of one proposed record.
+type Completion interface {
+	// Committed is called exactly once per Propose, from a backend goroutine.
+	// It must not block. err is nil when the record was applied, otherwise
+	// it matches one of ErrNotApplied, ErrUnknownOutcome or ErrRetry.
+	Committed(err error)
+}
+
+var (
+	// ErrRetry: the record was certainly not committed (no leader, queue
+	// full, shutting down before it was sent). Safe to retry.
+	ErrRetry = errors.New("durability: not committed, retry")
+	// ErrUnknownOutcome: the proposal was sent but timed out, was dropped or
+	// was aborted; it may still commit. The caller must treat its cached
+	// state as unknown and reload it from the store.
+	ErrUnknownOutcome = errors.New("durability: outcome unknown")
+	// ErrNotApplied: the record committed but the state machine ignored it
+	// because it did not advance (Token, Revision).
+	ErrNotApplied = errors.New("durability: record did not advance, not applied")
+	// ErrClosed: the backend is closed.
+	ErrClosed = errors.New("durability: closed")
+)
+
+// Backend makes lock records durable, partition by partition. Partitions
+// are numbered 0..n-1.
+type Backend interface {
+	// Propose queues rec for partition p and returns at once; c learns the
+	// outcome. Records of one partition commit in Propose order. rec is not
+	// retained after Propose returns.
+	Propose(p int, rec *Record, c Completion)
+	// Load returns the applied record of resource in partition p from local
+	// storage. The caller is responsible for having passed a Barrier since it
+	// became leader, so the local state is current.
+	Load(p int, resource string) (rec Record, found bool, err error)
+	// Barrier returns once every entry committed in partition p before the
+	// call has been applied locally (a Raft read index).
+	Barrier(ctx context.Context, p int) error
+	// Close stops the backend. In-flight proposals complete with an error.
+	Close() error
+}
+
+// LeaderEvent reports a change of leadership of a partition as seen by this
+// node. LeaderID 0 means no leader is known.
+type LeaderEvent struct {
+	Partition int
+	LeaderID  uint64
+	Term      uint64
+	IsSelf    bool
+}

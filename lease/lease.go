@@ -1,0 +1,225 @@
+// Package lease is the lock decision, with no actors, clocks or disks
+// inside: given the current entry of a resource, a request and "now", it
+// says what the answer is and what the entry becomes. Every row of the
+// semantics table (DESIGN §2) is a case of Decide.
+package lease
+
+import (
+	"strconv"
+	"time"
+)
+
+// Status is the outcome of a lock operation. The numbers are Kahuna's wire values.
+type Status int32
+
+const (
+	Locked                Status = 0
+	Busy                  Status = 1
+	Extended              Status = 2
+	Unlocked              Status = 3
+	Got                   Status = 4
+	WaitingForReplication Status = 10
+	Errored               Status = 99
+	InvalidInput          Status = 100
+	MustRetry             Status = 101
+	LockDoesNotExist      Status = 102
+	InvalidOwner          Status = 103
+	Aborted               Status = 104
+)
+
+func (s Status) String() string {
+	switch s {
+	case Locked:
+		return "Locked"
+	case Busy:
+		return "Busy"
+	case Extended:
+		return "Extended"
+	case Unlocked:
+		return "Unlocked"
+	case Got:
+		return "Got"
+	case WaitingForReplication:
+		return "WaitingForReplication"
+	case Errored:
+		return "Errored"
+	case InvalidInput:
+		return "InvalidInput"
+	case MustRetry:
+		return "MustRetry"
+	case LockDoesNotExist:
+		return "LockDoesNotExist"
+	case InvalidOwner:
+		return "InvalidOwner"
+	case Aborted:
+		return "Aborted"
+	}
+	return "Status(" + strconv.FormatInt(int64(s), 10) + ")"
+}
+
+// Durability says where a lock lives.
+type Durability int32
+
+const (
+	// Ephemeral locks live only in the partition leader's memory.
+	Ephemeral Durability = 0
+	// Persistent locks are committed through Raft and survive restarts.
+	Persistent Durability = 1
+)
+
+func (d Durability) String() string {
+	switch d {
+	case Ephemeral:
+		return "Ephemeral"
+	case Persistent:
+		return "Persistent"
+	}
+	return "Durability(" + strconv.FormatInt(int64(d), 10) + ")"
+}
+
+// Valid reports whether d is one of the known durabilities.
+func (d Durability) Valid() bool { return d == Ephemeral || d == Persistent }
+
+// Op is a lock operation.
+type Op uint8
+
+const (
+	TryLock Op = iota
+	Extend
+	Unlock
+	Get
+)
+
+func (o Op) String() string {
+	switch o {
+	case TryLock:
+		return "TryLock"
+	case Extend:
+		return "Extend"
+	case Unlock:
+		return "Unlock"
+	case Get:
+		return "Get"
+	}
+	return "Op(" + strconv.FormatInt(int64(o), 10) + ")"
+}
+
+// Limits on input, shared by every entry point (DESIGN §7).
+const (
+	MaxResourceBytes = 1024
+	MaxOwnerBytes    = 1024
+	// MaxTTL is the longest lease: the largest int32 of milliseconds, as
+	// Kahuna's wire carries it (about 24.8 days).
+	MaxTTL = time.Duration(1<<31-1) * time.Millisecond
+)
+
+// Valid reports whether a request is well formed. A request that is not
+// gets InvalidInput and changes nothing.
+func Valid(op Op, resource string, owner []byte, ttl time.Duration, d Durability) bool {
+	if resource == "" || len(resource) > MaxResourceBytes || !d.Valid() {
+		return false
+	}
+	switch op {
+	case TryLock, Extend:
+		return len(owner) > 0 && len(owner) <= MaxOwnerBytes && ttl > 0 && ttl <= MaxTTL
+	case Unlock:
+		return len(owner) > 0 && len(owner) <= MaxOwnerBytes
+	case Get:
+		return true
+	}
+	return false
+}
+
+// State of an entry.
+type State uint8
+
+const (
+	// Absent: the resource has never been locked (as far as this entry knows).
+	Absent State = iota
+	// Held: granted to Owner until Expires (the lease may have lapsed since).
+	Held
+	// Released: unlocked; the owner is cleared and the token kept.
+	Released
+)
+
+// Entry is the state of one resource.
+type Entry struct {
+	State State
+	Owner []byte
+	// Expires is the end of the lease. Where it was granted it carries
+	// Go's monotonic reading, so wall-clock jumps cannot move it.
+	Expires time.Time
+	// Token is the fencing token of the current or last grant.
+	Token int64
+	// Revision counts writes of the resource; it orders persistent records.
+	Revision uint64
+}
+
+// Live reports whether the entry is a lease that has not lapsed at now.
+// A lease is live up to and including its expiry instant.
+func (e *Entry) Live(now time.Time) bool {
+	return e.State == Held && !now.After(e.Expires)
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Status Status
+	Token  int64 // the fencing token to answer (0 unless Locked, Extended or Got)
+	// Write is true when Next must replace the entry (and, for persistent
+	// locks, be committed before the answer is given).
+	Write bool
+	Next  Entry
+}
+
+// Decide applies op to e at now. owner and ttl are ignored where the op
+// has none. Decide never retains owner: Next.Owner aliases either e.Owner
+// or owner, and the caller copies it if owner's buffer is reused.
+func Decide(e Entry, op Op, owner []byte, ttl time.Duration, now time.Time) Decision {
+	switch op {
+	case TryLock:
+		if e.Live(now) {
+			if string(e.Owner) == string(owner) {
+				// Same owner: the same grant again, expiry not refreshed.
+				return Decision{Status: Locked, Token: e.Token}
+			}
+			return Decision{Status: Busy}
+		}
+		token := e.Token + 1
+		if e.State == Absent {
+			token = 0
+		}
+		next := Entry{State: Held, Owner: owner, Expires: now.Add(ttl), Token: token, Revision: e.Revision + 1}
+		return Decision{Status: Locked, Token: token, Write: true, Next: next}
+
+	case Extend:
+		if !e.Live(now) {
+			return Decision{Status: LockDoesNotExist}
+		}
+		if string(e.Owner) != string(owner) {
+			return Decision{Status: InvalidOwner}
+		}
+		next := e
+		next.Expires = now.Add(ttl)
+		next.Revision++
+		return Decision{Status: Extended, Token: e.Token, Write: true, Next: next}
+
+	case Unlock:
+		if e.State != Held {
+			return Decision{Status: LockDoesNotExist}
+		}
+		if string(e.Owner) != string(owner) {
+			return Decision{Status: InvalidOwner}
+		}
+		// Expiry is not checked: the owner may release a lapsed lease that
+		// nobody has taken since.
+		next := Entry{State: Released, Expires: e.Expires, Token: e.Token, Revision: e.Revision + 1}
+		return Decision{Status: Unlocked, Write: true, Next: next}
+
+	case Get:
+		if !e.Live(now) {
+			return Decision{Status: LockDoesNotExist}
+		}
+		return Decision{Status: Got, Token: e.Token}
+	}
+	return Decision{Status: InvalidInput}
+}
