@@ -2,7 +2,7 @@ package kahuna
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
@@ -81,7 +81,7 @@ func WithOwner(owner []byte) AcquireOption {
 // Kahuna's clients mint.
 func NewOwner() []byte {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	_, _ = crand.Read(b[:])
 	return []byte(hex.EncodeToString(b[:]))
 }
 

@@ -65,6 +65,7 @@ func Open(cfg Config) (*Node, error) {
 		CacheEntriesToRemove: cfg.CacheEntriesToRemove,
 		Backend:              n.backend,
 		Serving:              n.leadership.Serving,
+		Now:                  cfg.Clock,
 		Logger:               cfg.Logger,
 	})
 	if err != nil {

@@ -64,6 +64,7 @@ type lockActor struct {
 	ephemeral map[string]*slot
 	durable   map[string]*slot
 	countdown int
+	oldestUse time.Time // lower bound of every entry's lastUsed (see collect)
 	size      atomic.Int64
 	evictions atomic.Uint64
 }

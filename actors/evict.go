@@ -1,5 +1,7 @@
 package actors
 
+import "time"
+
 // collect evicts idle entries (DESIGN §3). It runs every collectEvery
 // messages and only when the actor caches collectMinEntries or more. An
 // entry qualifies when unused for CacheEntryTTL; at most
@@ -7,21 +9,36 @@ package actors
 // with a write in flight (its completion needs it) nor an ephemeral lock
 // whose lease is live (that would free a held lock). An evicted persistent
 // entry is reloaded from the store on next use.
+//
+// A full scan records the oldest lastUsed it kept; lastUsed only moves
+// forward and new entries start at "now", so until that bound is
+// CacheEntryTTL old no entry can qualify and the scan is skipped.
 func (a *lockActor) collect() {
 	if len(a.ephemeral)+len(a.durable) < collectMinEntries {
 		return
 	}
 	now := a.cfg.Now()
+	if now.Sub(a.oldestUse) < a.cfg.CacheEntryTTL {
+		return // nothing can be idle long enough yet: skip the scan
+	}
 	budget := a.cfg.CacheEntriesToRemove
+	oldest := now
 	evict := func(t map[string]*slot, keepLive bool) {
 		for k, s := range t {
 			if budget <= 0 {
+				oldest = time.Time{} // scan cut short: the bound is unknown
 				return
 			}
 			if s.inflight != nil || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL {
+				if s.lastUsed.Before(oldest) {
+					oldest = s.lastUsed
+				}
 				continue
 			}
 			if keepLive && s.Live(now) {
+				if s.lastUsed.Before(oldest) {
+					oldest = s.lastUsed
+				}
 				continue
 			}
 			delete(t, k)
@@ -31,4 +48,5 @@ func (a *lockActor) collect() {
 	}
 	evict(a.ephemeral, true)
 	evict(a.durable, false)
+	a.oldestUse = oldest
 }

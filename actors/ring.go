@@ -141,12 +141,23 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	c := r.calls.Get().(*call)
 	c.req = req
 	r.system.Root.Send(r.route(req.Resource), c)
+	done := ctx.Done()
+	if done == nil { // context.Background and friends: a cheaper select
+		select {
+		case resp := <-c.reply:
+			*c = call{reply: c.reply}
+			r.calls.Put(c)
+			return resp, nil
+		case <-r.done:
+			return Response{}, ErrClosed
+		}
+	}
 	select {
 	case resp := <-c.reply:
 		*c = call{reply: c.reply}
 		r.calls.Put(c)
 		return resp, nil
-	case <-ctx.Done():
+	case <-done:
 		// The actor still owns c and will answer into its buffered
 		// channel: never recycle it.
 		return Response{}, ctx.Err()
