@@ -1,7 +1,8 @@
-// Package lease is the lock decision, with no actors, clocks or disks
-// inside: given the current entry of a resource, a request and "now", it
-// says what the answer is and what the entry becomes. Every row of the
-// semantics table (DESIGN §2) is a case of Decide.
+// Package lease is the vocabulary of locks (statuses, durabilities, the
+// Locker protocol) and the lock decision, with no actors, clocks or disks
+// inside: given the current entry of a resource, a request and "now",
+// Decide says what the answer is and what the entry becomes. Every row of
+// the semantics table (DESIGN §2) is a case of Decide.
 package lease
 
 import (
