@@ -1,0 +1,286 @@
+package durability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/raftio"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+// Raft is the dragonboat multi-Raft Backend: partition p is Raft shard p+1,
+// each with an on-disk state machine in one shared badger DB.
+type Raft struct {
+	cfg   *resolved
+	nh    *dragonboat.NodeHost
+	db    *badger.DB
+	lanes []*lane
+	// leaders holds the last LeaderEvent of each partition, so LeaderID
+	// agrees with OnLeaderChange (dragonboat's own GetLeaderID lags it).
+	leaders []atomic.Pointer[LeaderEvent]
+
+	stop    chan struct{}
+	closing atomic.Bool
+	closeMu sync.Mutex
+
+	dbMu     sync.RWMutex // Load holds it shared so Close never frees the DB under a read
+	dbClosed bool
+}
+
+var _ Backend = (*Raft)(nil)
+
+// OpenRaft opens (or creates) the data in cfg.Dir and starts every
+// partition. It returns before leaders are elected: watch OnLeaderChange or
+// LeaderID. Restarts must use the same Dir, ReplicaID, addresses, Members
+// and Partitions.
+func OpenRaft(cfg RaftConfig) (*Raft, error) {
+	rc, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	installRaftLogger(cfg.Logger)
+	log := cfg.Logger
+	if log == nil {
+		log = discard
+	}
+	db, err := openBadger(badgerOptions(rc))
+	if err != nil {
+		return nil, err
+	}
+	r := &Raft{
+		cfg:     rc,
+		db:      db,
+		leaders: make([]atomic.Pointer[LeaderEvent], rc.Partitions),
+		stop:    make(chan struct{}),
+	}
+	r.nh, err = dragonboat.NewNodeHost(rc.nodeHostConfig(&leaderEvents{r: r, fn: cfg.OnLeaderChange}))
+	if err != nil {
+		db.Close()
+		hint := ""
+		// dragonboat's sentinel is internal; its text is all we can test.
+		if strings.Contains(err.Error(), "not the owner") {
+			hint = fmt.Sprintf(" (the data was created with a RaftAddress other than %q)", rc.selfAddr)
+		}
+		return nil, fmt.Errorf("durability: start raft in %s%s: %w", rc.where(), hint, err)
+	}
+	create := func(shard, _ uint64) sm.IOnDiskStateMachine { return newStateMachine(db, shard, log) }
+	for p := range rc.Partitions {
+		if err := r.nh.StartOnDiskReplica(rc.members, false, create, rc.shardConfig(p)); err != nil {
+			r.nh.Close()
+			db.Close()
+			if errors.Is(err, dragonboat.ErrInvalidShardSettings) {
+				err = fmt.Errorf("members %v differ from those the data was created with: %w", rc.members, err)
+			}
+			return nil, fmt.Errorf("durability: start partition %d in %s: %w", p, rc.where(), err)
+		}
+	}
+	r.lanes = make([]*lane, rc.Partitions)
+	for p := range r.lanes {
+		r.lanes[p] = newLane(r.nh, shardID(p), rc, &r.closing, r.stop)
+		r.lanes[p].start()
+	}
+	return r, nil
+}
+
+func (r *resolved) where() string {
+	if r.Dir == "" {
+		return "memory"
+	}
+	return r.Dir
+}
+
+// leaderEvents records dragonboat's leader updates and forwards them; it
+// runs on a dragonboat goroutine.
+type leaderEvents struct {
+	r  *Raft
+	fn func(LeaderEvent) // may be nil
+}
+
+func (e *leaderEvents) LeaderUpdated(info raftio.LeaderInfo) {
+	if info.ShardID == 0 || info.ShardID > uint64(len(e.r.leaders)) {
+		return
+	}
+	ev := LeaderEvent{
+		Partition: int(info.ShardID - 1),
+		LeaderID:  info.LeaderID,
+		Term:      info.Term,
+		IsSelf:    info.LeaderID == e.r.cfg.ReplicaID,
+	}
+	e.r.leaders[ev.Partition].Store(&ev)
+	if e.fn != nil {
+		e.fn(ev)
+	}
+}
+
+// ReplicaID is this node's replica ID.
+func (r *Raft) ReplicaID() uint64 { return r.cfg.ReplicaID }
+
+// Partitions is the number of partitions.
+func (r *Raft) Partitions() int { return len(r.lanes) }
+
+func (r *Raft) checkPartition(p int) error {
+	if p < 0 || p >= len(r.lanes) {
+		return fmt.Errorf("%w: %d of %d", errPartition, p, len(r.lanes))
+	}
+	return nil
+}
+
+// Propose implements Backend.
+func (r *Raft) Propose(p int, rec *Record, c Completion) {
+	if err := r.checkPartition(p); err != nil {
+		c.Committed(fmt.Errorf("%w: %w", ErrRetry, err))
+		return
+	}
+	r.lanes[p].push(rec, c)
+}
+
+// Load implements Backend.
+func (r *Raft) Load(p int, resource string) (Record, bool, error) {
+	if err := r.checkPartition(p); err != nil {
+		return Record{}, false, err
+	}
+	r.dbMu.RLock()
+	defer r.dbMu.RUnlock()
+	if r.dbClosed {
+		return Record{}, false, ErrClosed
+	}
+	var (
+		rec   Record
+		found bool
+	)
+	err := r.db.View(func(txn *badger.Txn) error {
+		var err error
+		rec, found, err = loadRecord(txn, shardID(p), resource)
+		return err
+	})
+	if err != nil {
+		return Record{}, false, fmt.Errorf("durability: load %q from partition %d: %w", resource, p, err)
+	}
+	return rec, found, nil
+}
+
+// Barrier implements Backend with a Raft read index. Without a deadline in
+// ctx it gives up after ProposalTimeout. While the partition has no leader,
+// or a new leader has not yet committed in its term, read indexes are
+// dropped: Barrier retries every tick until ctx ends. Errors match ErrClosed,
+// or ErrRetry and the cause.
+func (r *Raft) Barrier(ctx context.Context, p int) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.cfg.ProposalTimeout)
+		defer cancel()
+	}
+	for {
+		err := r.readIndex(ctx, p)
+		switch {
+		case err == nil:
+			return nil
+		case r.closing.Load() || errors.Is(err, dragonboat.ErrClosed):
+			return fmt.Errorf("durability: barrier on partition %d: %w", p, ErrClosed)
+		case ctx.Err() != nil:
+			return fmt.Errorf("durability: barrier on partition %d: %w (%w)", p, ErrRetry, ctx.Err())
+		case errors.Is(err, dragonboat.ErrTimeoutTooSmall), errors.Is(err, dragonboat.ErrInvalidDeadline):
+			// Less than a tick left: as good as expired.
+			return fmt.Errorf("durability: barrier on partition %d: %w (%w)", p, ErrRetry, context.DeadlineExceeded)
+		case !errors.Is(err, dragonboat.ErrShardNotReady) && !errors.Is(err, dragonboat.ErrTimeout) &&
+			!errors.Is(err, dragonboat.ErrSystemBusy):
+			return fmt.Errorf("durability: barrier on partition %d: %w (%w)", p, ErrRetry, err)
+		}
+		if errors.Is(err, dragonboat.ErrShardNotReady) {
+			t := time.NewTimer(r.cfg.RTT)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+}
+
+// readIndex runs one read index. Each attempt is bounded, because a read
+// index sent to a leader that loses its term is dropped without an answer.
+func (r *Raft) readIndex(ctx context.Context, p int) error {
+	ctx, cancel := context.WithTimeout(ctx, readIndexAttempts*electionRTT*r.cfg.RTT)
+	defer cancel()
+	_, err := r.nh.SyncRead(ctx, shardID(p), nil)
+	return err
+}
+
+// LeaderID reports the leader of partition p as last announced to
+// OnLeaderChange; ok is false when none is known or the backend is closed.
+func (r *Raft) LeaderID(p int) (leader, term uint64, ok bool) {
+	if r.checkPartition(p) != nil || r.closing.Load() {
+		return 0, 0, false
+	}
+	ev := r.leaders[p].Load()
+	if ev == nil {
+		return 0, 0, false
+	}
+	return ev.LeaderID, ev.Term, ev.LeaderID != 0
+}
+
+// TransferLeadership asks the leader of partition p to hand over to replica
+// to. It returns once requested; watch OnLeaderChange or LeaderID.
+func (r *Raft) TransferLeadership(p int, to uint64) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if err := r.nh.RequestLeaderTransfer(shardID(p), to); err != nil {
+		return fmt.Errorf("durability: transfer leadership of partition %d to %d: %w", p, to, err)
+	}
+	return nil
+}
+
+// Close implements Backend. Unsent records complete with an error matching
+// ErrClosed and ErrRetry. Sent ones get a short grace to finish, then the
+// NodeHost stops and the rest complete with ErrClosed and ErrUnknownOutcome.
+// A second Close returns nil.
+func (r *Raft) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.closing.Load() {
+		return nil
+	}
+	r.closing.Store(true)
+	for _, l := range r.lanes {
+		l.shut()
+	}
+	close(r.stop)
+	r.awaitLanes(2 * electionRTT * r.cfg.RTT)
+	r.nh.Close()
+	r.awaitLanes(0)
+	r.dbMu.Lock()
+	defer r.dbMu.Unlock()
+	r.dbClosed = true
+	if err := r.db.Close(); err != nil {
+		return fmt.Errorf("durability: close badger in %s: %w", r.cfg.where(), err)
+	}
+	return nil
+}
+
+// awaitLanes waits for every waiter to finish, at most grace (0: forever).
+func (r *Raft) awaitLanes(grace time.Duration) {
+	var expired <-chan time.Time
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		expired = t.C
+	}
+	for _, l := range r.lanes {
+		select {
+		case <-l.done:
+		case <-expired:
+			return
+		}
+	}
+}

@@ -1,0 +1,454 @@
+package durability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// testWait bounds every wait on a signal, so a hang fails instead of
+// stalling the run.
+const testWait = 30 * time.Second
+
+type chanCompletion chan error
+
+func (c chanCompletion) Committed(err error) { c <- err }
+
+// onceCompletion fails the test if it is completed twice.
+type onceCompletion struct {
+	t     testing.TB
+	calls atomic.Int32
+	err   error
+	wg    *sync.WaitGroup
+	onErr func(error) // optional, called before wg.Done
+}
+
+func (c *onceCompletion) Committed(err error) {
+	if n := c.calls.Add(1); n != 1 {
+		c.t.Errorf("completion called %d times (err %v)", n, err)
+		return
+	}
+	c.err = err
+	if c.onErr != nil {
+		c.onErr(err)
+	}
+	c.wg.Done()
+}
+
+// node is a Raft under test with its leader events.
+type node struct {
+	*Raft
+	events chan LeaderEvent
+}
+
+func openNode(t testing.TB, cfg RaftConfig) *node {
+	t.Helper()
+	events := make(chan LeaderEvent, 1024)
+	cfg.OnLeaderChange = func(e LeaderEvent) {
+		select {
+		case events <- e:
+		default:
+		}
+	}
+	r, err := OpenRaft(cfg)
+	if err != nil {
+		t.Fatalf("OpenRaft: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return &node{Raft: r, events: events}
+}
+
+// awaitSelfLeader waits until this node leads every partition.
+func (n *node) awaitSelfLeader(t testing.TB) {
+	t.Helper()
+	led := make(map[int]bool)
+	timeout := time.After(testWait)
+	for len(led) < n.Partitions() {
+		select {
+		case e := <-n.events:
+			if e.IsSelf {
+				led[e.Partition] = true
+			}
+		case <-timeout:
+			t.Fatalf("leaders after %v: %v", testWait, led)
+		}
+	}
+}
+
+func propose(t testing.TB, b Backend, p int, r Record) error {
+	t.Helper()
+	c := make(chanCompletion, 1)
+	b.Propose(p, &r, c)
+	select {
+	case err := <-c:
+		return err
+	case <-time.After(testWait):
+		t.Fatalf("no completion for %s after %v", r.Resource, testWait)
+		return nil
+	}
+}
+
+func TestSingleNodeInMemory(t *testing.T) {
+	n := openNode(t, RaftConfig{Partitions: 4})
+	n.awaitSelfLeader(t)
+	first := rec("tenant/a/x", 3, 1)
+	if err := propose(t, n, 1, first); err != nil {
+		t.Fatalf("propose: %v", err)
+	}
+	got, ok, err := n.Load(1, first.Resource)
+	if err != nil || !ok || !reflect.DeepEqual(got, first) {
+		t.Fatalf("Load = %+v, %v, %v", got, ok, err)
+	}
+	if _, ok, _ := n.Load(2, first.Resource); ok {
+		t.Fatal("partition 2 sees partition 1's record")
+	}
+
+	// Proposed back to back, so most share an entry; partition order makes
+	// the outcome of each deterministic anyway.
+	seq := []struct {
+		r    Record
+		want error
+	}{
+		{rec("tenant/a/x", 3, 1), ErrNotApplied}, // same pair
+		{rec("tenant/a/x", 2, 9), ErrNotApplied}, // older token
+		{rec("tenant/a/x", 3, 2), nil},
+		{rec("tenant/a/y", 1, 1), nil},
+		{rec("tenant/a/x", 3, 2), ErrNotApplied},
+		{Record{Resource: "tenant/a/x", Token: 3, Revision: 3}, nil}, // unlocked
+	}
+	comps := make([]chanCompletion, len(seq))
+	for i := range seq {
+		comps[i] = make(chanCompletion, 1)
+		n.Propose(1, &seq[i].r, comps[i])
+	}
+	for i, c := range comps {
+		select {
+		case err := <-c:
+			if !errors.Is(err, seq[i].want) || (seq[i].want == nil && err != nil) {
+				t.Errorf("record %d: err %v, want %v", i, err, seq[i].want)
+			}
+		case <-time.After(testWait):
+			t.Fatalf("record %d: no completion", i)
+		}
+	}
+	got, _, _ = n.Load(1, "tenant/a/x")
+	if want := seq[5].r; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after sequence: %+v, want %+v", got, want)
+	}
+	if err := n.Barrier(context.Background(), 1); err != nil {
+		t.Fatalf("Barrier: %v", err)
+	}
+}
+
+func TestPartitionOutOfRange(t *testing.T) {
+	n := openNode(t, RaftConfig{Partitions: 2})
+	c := make(chanCompletion, 1)
+	n.Propose(2, &Record{Resource: "x"}, c)
+	if err := <-c; !errors.Is(err, ErrRetry) || !errors.Is(err, errPartition) {
+		t.Fatalf("Propose(2): %v", err)
+	}
+	if _, _, err := n.Load(-1, "x"); !errors.Is(err, errPartition) {
+		t.Fatalf("Load(-1): %v", err)
+	}
+	if err := n.Barrier(context.Background(), 5); !errors.Is(err, errPartition) {
+		t.Fatalf("Barrier(5): %v", err)
+	}
+	big := Record{Resource: "x", Owner: make([]byte, maxRecordBytes)}
+	n.Propose(0, &big, c)
+	if err := <-c; !errors.Is(err, ErrRetry) {
+		t.Fatalf("oversized record: %v", err)
+	}
+}
+
+func TestLeaderEventsSingleNode(t *testing.T) {
+	n := openNode(t, RaftConfig{Partitions: 3, ReplicaID: 7})
+	n.awaitSelfLeader(t) // fails unless IsSelf arrives for 0, 1 and 2
+	for p := range 3 {
+		leader, term, ok := n.LeaderID(p)
+		if !ok || leader != 7 || term == 0 {
+			t.Fatalf("LeaderID(%d) = %d, %d, %v", p, leader, term, ok)
+		}
+	}
+	if n.ReplicaID() != 7 || n.Partitions() != 3 {
+		t.Fatalf("ReplicaID %d Partitions %d", n.ReplicaID(), n.Partitions())
+	}
+}
+
+func appliedIndexes(t testing.TB, r *Raft) []uint64 {
+	t.Helper()
+	out := make([]uint64, r.Partitions())
+	err := r.db.View(func(txn *badger.Txn) error {
+		for p := range out {
+			idx, err := readApplied(txn, shardID(p))
+			if err != nil {
+				return err
+			}
+			out[p] = idx
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestOnDiskReopen(t *testing.T) {
+	dir := t.TempDir()
+	cfg := RaftConfig{Dir: dir, Partitions: 3}
+	want := map[int]Record{
+		0: {Resource: "a", Owner: []byte("alice"), ExpiresMs: 1_700_000_000_000, Token: 4, Revision: 10, Locked: true, LastModifiedMs: 1_699_999_999_000},
+		2: {Resource: "b", Token: 9, Revision: 2, LastModifiedMs: 5},
+	}
+	n := openNode(t, cfg)
+	n.awaitSelfLeader(t)
+	for p, r := range want {
+		if err := propose(t, n, p, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := appliedIndexes(t, n.Raft)
+	if before[0] == 0 || before[2] == 0 {
+		t.Fatalf("applied indexes %v", before)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Twice: the second reopen also checks that Close released the chan
+	// transport's address and the directory locks.
+	for round := range 2 {
+		n = openNode(t, cfg)
+		after := appliedIndexes(t, n.Raft)
+		for p := range before {
+			if after[p] < before[p] {
+				t.Fatalf("round %d: applied index of %d went from %d to %d", round, p, before[p], after[p])
+			}
+		}
+		for p, r := range want {
+			got, ok, err := n.Load(p, r.Resource)
+			if err != nil || !ok || !reflect.DeepEqual(got, r) {
+				t.Fatalf("round %d: Load(%d, %s) = %+v, %v, %v", round, p, r.Resource, got, ok, err)
+			}
+		}
+		n.awaitSelfLeader(t)
+		r := want[0]
+		r.Revision++
+		if err := propose(t, n, 0, r); err != nil {
+			t.Fatalf("round %d: propose after reopen: %v", round, err)
+		}
+		want[0] = r
+		before = appliedIndexes(t, n.Raft)
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSameDirTwiceFails(t *testing.T) {
+	dir := t.TempDir()
+	n := openNode(t, RaftConfig{Dir: dir, Partitions: 1})
+	if r, err := OpenRaft(RaftConfig{Dir: dir, Partitions: 1}); err == nil {
+		r.Close()
+		t.Fatal("second OpenRaft on a dir in use succeeded")
+	} else {
+		t.Logf("second open: %v", err)
+	}
+	n.awaitSelfLeader(t)
+	if err := propose(t, n, 0, rec("x", 1, 1)); err != nil {
+		t.Fatalf("first node broken by the failed open: %v", err)
+	}
+}
+
+func TestTwoSingleNodesInOneProcess(t *testing.T) {
+	a := openNode(t, RaftConfig{Dir: t.TempDir(), Partitions: 1})
+	b := openNode(t, RaftConfig{Dir: t.TempDir(), Partitions: 1})
+	if a.cfg.selfAddr == b.cfg.selfAddr {
+		t.Fatalf("both nodes got address %s", a.cfg.selfAddr)
+	}
+	a.awaitSelfLeader(t)
+	b.awaitSelfLeader(t)
+	if err := propose(t, a, 0, rec("only-a", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := propose(t, b, 0, rec("only-b", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := b.Load(0, "only-a"); ok {
+		t.Fatal("b sees a's record")
+	}
+	if _, ok, _ := a.Load(0, "only-a"); !ok {
+		t.Fatal("a lost its record")
+	}
+}
+
+func TestSyntheticAddressStable(t *testing.T) {
+	a1, a2, b := syntheticAddr("/x/y"), syntheticAddr("/x/y"), syntheticAddr("/x/z")
+	if a1 != a2 || a1 == b {
+		t.Fatalf("dir-derived addresses %s %s %s", a1, a2, b)
+	}
+	if m1, m2 := syntheticAddr(""), syntheticAddr(""); m1 == m2 {
+		t.Fatalf("in-memory addresses repeat: %s", m1)
+	}
+}
+
+func TestConcurrentPropose(t *testing.T) {
+	const (
+		workers = 32
+		each    = 100
+		parts   = 4
+	)
+	n := openNode(t, RaftConfig{Partitions: parts})
+	n.awaitSelfLeader(t)
+	var wg sync.WaitGroup
+	comps := make([]*onceCompletion, workers*each)
+	wg.Add(len(comps))
+	var prod sync.WaitGroup
+	for w := range workers {
+		prod.Add(1)
+		go func() {
+			defer prod.Done()
+			for i := range each {
+				c := &onceCompletion{t: t, wg: &wg}
+				comps[w*each+i] = c
+				r := rec(fmt.Sprintf("w%d", w), 1, uint64(i+1))
+				n.Propose(w%parts, &r, c)
+			}
+		}()
+	}
+	prod.Wait()
+	waitGroup(t, &wg)
+	for i, c := range comps {
+		if c.err != nil {
+			t.Fatalf("record %d: %v", i, c.err)
+		}
+	}
+	for w := range workers {
+		got, _, _ := n.Load(w%parts, fmt.Sprintf("w%d", w))
+		if got.Revision != each {
+			t.Fatalf("w%d at revision %d, want %d", w, got.Revision, each)
+		}
+	}
+}
+
+func waitGroup(t testing.TB, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(testWait):
+		t.Fatalf("completions still missing after %v", testWait)
+	}
+}
+
+func TestCloseWithProposalsInFlight(t *testing.T) {
+	n := openNode(t, RaftConfig{Dir: t.TempDir(), Partitions: 4})
+	n.awaitSelfLeader(t)
+	var (
+		wg      sync.WaitGroup
+		prod    sync.WaitGroup
+		mu      sync.Mutex
+		comps   []*onceCompletion
+		applied atomic.Int64
+	)
+	stop := make(chan struct{})
+	busy := make(chan struct{}) // closed once proposals are flowing
+	var busyOnce sync.Once
+	onErr := func(err error) {
+		if err == nil && applied.Add(1) == 1000 {
+			busyOnce.Do(func() { close(busy) })
+		}
+	}
+	for w := range 16 {
+		prod.Add(1)
+		go func() {
+			defer prod.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c := &onceCompletion{t: t, wg: &wg, onErr: onErr}
+				wg.Add(1)
+				mu.Lock()
+				comps = append(comps, c)
+				mu.Unlock()
+				r := rec(fmt.Sprintf("w%d", w), 1, uint64(i+1))
+				n.Propose(w%4, &r, c)
+			}
+		}()
+	}
+	select {
+	case <-busy:
+	case <-time.After(testWait):
+		t.Fatal("producers stalled")
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	close(stop)
+	prod.Wait()
+	waitGroup(t, &wg)
+	var ok, closed int
+	kinds := map[string]int{}
+	for _, c := range comps {
+		if c.err != nil {
+			kinds[c.err.Error()]++
+		}
+		switch err := c.err; {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrClosed) && (errors.Is(err, ErrRetry) || errors.Is(err, ErrUnknownOutcome)):
+			closed++
+		case errors.Is(err, ErrRetry), errors.Is(err, ErrUnknownOutcome):
+		default:
+			t.Errorf("unexpected outcome %v", err)
+		}
+	}
+	t.Logf("%d proposals: %d applied, %d refused as closed: %v", len(comps), ok, closed, kinds)
+	if ok == 0 || closed == 0 {
+		t.Fatalf("want both applied and closed outcomes, got %d and %d", ok, closed)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, _, err := n.Load(0, "w0"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Load after Close: %v", err)
+	}
+	if err := n.Barrier(context.Background(), 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Barrier after Close: %v", err)
+	}
+	if _, _, ok := n.LeaderID(0); ok {
+		t.Fatal("LeaderID after Close reports a leader")
+	}
+}
+
+func TestSingleNodeTCP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no loopback TCP: %v", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	n := openNode(t, RaftConfig{RaftAddress: addr, Partitions: 2})
+	if n.cfg.inProc {
+		t.Fatal("TCP address configured but in-process transport chosen")
+	}
+	n.awaitSelfLeader(t)
+	if err := propose(t, n, 1, rec("tcp", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenRaft(RaftConfig{RaftAddress: addr, Members: map[uint64]string{1: "127.0.0.1:1"}}); err == nil {
+		t.Fatal("members disagreeing with RaftAddress accepted")
+	}
+}

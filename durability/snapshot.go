@@ -1,0 +1,224 @@
+package durability
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/dgraph-io/badger/v4"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+// Snapshot stream of one shard:
+//
+//	version:byte uvarint(applied index)
+//	{ 0x01 uvarint(len) resource uvarint(len) value }*
+//	0x00 uvarint(record count)
+//
+// It carries the applied index because RecoverFromSnapshot gets none.
+const (
+	snapshotVersion byte = 1
+	tagRecord       byte = 1
+	tagEnd          byte = 0
+	stopCheckEvery       = 256
+)
+
+type snapshotView struct {
+	txn     *badger.Txn // a read txn is a point-in-time view
+	applied uint64
+}
+
+// PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
+// with Update, so the applied index matches the data.
+func (s *stateMachine) PrepareSnapshot() (any, error) {
+	txn := s.db.NewTransaction(false)
+	applied, err := readApplied(txn, s.shard)
+	if err != nil {
+		txn.Discard()
+		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
+	}
+	return &snapshotView{txn: txn, applied: applied}, nil
+}
+
+// SaveSnapshot streams the view taken by PrepareSnapshot.
+func (s *stateMachine) SaveSnapshot(ctx any, w io.Writer, stop <-chan struct{}) error {
+	v := ctx.(*snapshotView)
+	defer v.txn.Discard()
+	if err := s.saveSnapshot(v, w, stop); err != nil {
+		return fmt.Errorf("durability: shard %d: save snapshot: %w", s.shard, err)
+	}
+	return nil
+}
+
+func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan struct{}) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	buf := binary.AppendUvarint([]byte{snapshotVersion}, v.applied)
+	if _, err := bw.Write(buf); err != nil {
+		return err
+	}
+	it := v.txn.NewIterator(badger.IteratorOptions{
+		PrefetchValues: true,
+		PrefetchSize:   64,
+		Prefix:         shardKey(nil, s.shard, keyRecord),
+	})
+	defer it.Close()
+	var n uint64
+	for it.Rewind(); it.Valid(); it.Next() {
+		if n%stopCheckEvery == 0 && stopped(stop) {
+			return sm.ErrSnapshotStopped
+		}
+		item := it.Item()
+		res := item.Key()[shardKeyLen:]
+		buf = append(buf[:0], tagRecord)
+		buf = binary.AppendUvarint(buf, uint64(len(res)))
+		buf = append(buf, res...)
+		err := item.Value(func(val []byte) error {
+			buf = binary.AppendUvarint(buf, uint64(len(val)))
+			buf = append(buf, val...)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+		n++
+	}
+	buf = binary.AppendUvarint(append(buf[:0], tagEnd), n)
+	if _, err := bw.Write(buf); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// RecoverFromSnapshot replaces the shard's state. Crash safety: the applied
+// index is deleted first and written last, so a crash in between reopens
+// with index 0 and dragonboat installs the snapshot again.
+func (s *stateMachine) RecoverFromSnapshot(r io.Reader, stop <-chan struct{}) error {
+	if err := s.recoverSnapshot(bufio.NewReaderSize(r, 64<<10), stop); err != nil {
+		return fmt.Errorf("durability: shard %d: recover snapshot: %w", s.shard, err)
+	}
+	return nil
+}
+
+func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) error {
+	ver, err := br.ReadByte()
+	if err != nil {
+		return err
+	}
+	if ver != snapshotVersion {
+		return fmt.Errorf("%w: snapshot version %d", errCorrupt, ver)
+	}
+	applied, err := binary.ReadUvarint(br)
+	if err != nil {
+		return err
+	}
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(s.appliedKey) }); err != nil {
+		return err
+	}
+	if err := s.dropRecords(stop); err != nil {
+		return err
+	}
+	if err := s.loadRecords(br, stop); err != nil {
+		return err
+	}
+	var val [8]byte
+	binary.BigEndian.PutUint64(val[:], applied)
+	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(s.appliedKey, val[:]) }); err != nil {
+		return err
+	}
+	return s.db.Sync()
+}
+
+// dropRecords deletes the shard's records without DropPrefix, which would
+// stall every other shard's writes.
+func (s *stateMachine) dropRecords(stop <-chan struct{}) error {
+	wb := s.db.NewWriteBatch()
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: shardKey(nil, s.shard, keyRecord)})
+		defer it.Close()
+		n := 0
+		for it.Rewind(); it.Valid(); it.Next() {
+			if n%stopCheckEvery == 0 && stopped(stop) {
+				return sm.ErrSnapshotStopped
+			}
+			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		wb.Cancel()
+		return err
+	}
+	return wb.Flush()
+}
+
+func (s *stateMachine) loadRecords(br *bufio.Reader, stop <-chan struct{}) error {
+	wb := s.db.NewWriteBatch()
+	var rec Record
+	for n := uint64(0); ; n++ {
+		if n%stopCheckEvery == 0 && stopped(stop) {
+			wb.Cancel()
+			return sm.ErrSnapshotStopped
+		}
+		tag, err := br.ReadByte()
+		if err == nil && tag == tagEnd {
+			var count uint64
+			if count, err = binary.ReadUvarint(br); err == nil && count != n {
+				err = fmt.Errorf("%w: snapshot holds %d records, trailer says %d", errCorrupt, n, count)
+			}
+			if err != nil {
+				wb.Cancel()
+				return err
+			}
+			return wb.Flush()
+		}
+		if err == nil && tag != tagRecord {
+			err = fmt.Errorf("%w: snapshot tag %d", errCorrupt, tag)
+		}
+		var res, val []byte
+		if err == nil {
+			res, err = readChunk(br)
+		}
+		if err == nil {
+			val, err = readChunk(br)
+		}
+		if err == nil {
+			err = decodeValue(val, &rec)
+		}
+		if err == nil {
+			err = wb.Set(recordKey(nil, s.shard, res), val)
+		}
+		if err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+}
+
+func readChunk(br *bufio.Reader) ([]byte, error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, err
+	}
+	if n > maxRecordBytes {
+		return nil, fmt.Errorf("%w: snapshot field of %d bytes", errCorrupt, n)
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(br, b)
+	return b, err
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}

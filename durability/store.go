@@ -1,0 +1,112 @@
+package durability
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// One badger DB serves every partition. Keys:
+//
+//	's' shard:8 'a'            applied Raft index of the shard (8 bytes BE)
+//	's' shard:8 'r' resource   the resource's stored value (codec.go)
+const (
+	keyApplied  byte = 'a'
+	keyRecord   byte = 'r'
+	shardKeyLen      = 1 + 8 + 1
+)
+
+func shardKey(dst []byte, shard uint64, kind byte) []byte {
+	dst = append(dst, 's')
+	dst = binary.BigEndian.AppendUint64(dst, shard)
+	return append(dst, kind)
+}
+
+func recordKey(dst []byte, shard uint64, resource []byte) []byte {
+	return append(shardKey(dst, shard, keyRecord), resource...)
+}
+
+// badgerOptions: the Raft log is the durability source, so no sync per
+// write (dragonboat calls Sync before snapshots), no conflict detection
+// (each shard has one writer and its own key space), small memory.
+func badgerOptions(r *resolved) badger.Options {
+	var opts badger.Options
+	if r.Dir == "" {
+		opts = badger.DefaultOptions("").WithInMemory(true)
+	} else {
+		opts = badger.DefaultOptions(filepath.Join(r.Dir, "state"))
+	}
+	var lg badger.Logger // nil silences badger
+	if r.Logger != nil {
+		lg = badgerLogger{r.Logger}
+	}
+	return opts.
+		WithLogger(lg).
+		WithSyncWrites(false).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false).
+		WithNumVersionsToKeep(1).
+		WithMemTableSize(8 << 20). // also caps a txn at 15% of it
+		WithNumMemtables(2).
+		WithBlockCacheSize(8 << 20).
+		WithIndexCacheSize(8 << 20).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(4).
+		WithNumCompactors(2).
+		WithValueLogFileSize(16 << 20)
+}
+
+func openBadger(opts badger.Options) (*badger.DB, error) {
+	db, err := badger.Open(opts)
+	if err != nil {
+		where := opts.Dir
+		if opts.InMemory {
+			where = "memory"
+		}
+		return nil, fmt.Errorf("durability: open badger at %s: %w", where, err)
+	}
+	return db, nil
+}
+
+// readApplied returns the stored applied index of shard (0 if none).
+func readApplied(txn *badger.Txn, shard uint64) (uint64, error) {
+	item, err := txn.Get(shardKey(nil, shard, keyApplied))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var idx uint64
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: applied index of %d bytes", errCorrupt, len(v))
+		}
+		idx = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return idx, err
+}
+
+// loadRecord reads one stored record; the result owns its memory.
+func loadRecord(txn *badger.Txn, shard uint64, resource string) (Record, bool, error) {
+	item, err := txn.Get(recordKey(nil, shard, []byte(resource)))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return Record{}, false, err
+	}
+	rec := Record{Resource: resource}
+	if err := decodeValue(v, &rec); err != nil {
+		return Record{}, false, err
+	}
+	return rec, true, nil
+}
