@@ -177,3 +177,32 @@ func (n *Node) Close() error {
 	})
 	return n.closeErr
 }
+
+// Stats is a point-in-time view of a node's work.
+type Stats struct {
+	CachedEntries int    // entries cached by the lock actors
+	Evictions     uint64 // idle entries evicted since Open
+	RaftProposals uint64 // Raft entries proposed (each carries a group of writes)
+	RaftRecords   uint64 // persistent writes committed and applied
+	RaftFailures  uint64 // persistent writes proposed but not applied
+}
+
+// Stats reports the node's counters. It is cheap: atomics only.
+func (n *Node) Stats() Stats {
+	s, b := n.ring.Stats(), n.backend.Stats()
+	return Stats{CachedEntries: s.Entries, Evictions: s.Evictions, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures}
+}
+
+// HeldLocks counts the live leases this node serves, by durability. It
+// visits every lock actor: meant for metrics scrapes.
+func (n *Node) HeldLocks(ctx context.Context) (ephemeral, persistent int, err error) {
+	if !n.enter() {
+		return 0, 0, ErrClosed
+	}
+	defer n.exit()
+	e, p, err := n.ring.Held(ctx)
+	if errors.Is(err, actors.ErrClosed) {
+		err = ErrClosed
+	}
+	return e, p, err
+}

@@ -418,3 +418,51 @@ func TestCloseWithCallsInFlight(t *testing.T) {
 		t.Fatalf("after close: %v", err)
 	}
 }
+
+// TestEvictionThroughConfig drives the cache collector through Config with
+// one lock actor and a tiny TTL: idle entries go, a live ephemeral lease
+// stays, and an evicted persistent lock is reloaded with its token.
+func TestEvictionThroughConfig(t *testing.T) {
+	clk := newClock()
+	n := openNode(t, kahuna.Config{LockActors: 1, CacheEntryTTL: time.Nanosecond, CacheEntriesToRemove: 1000, Clock: clk.Now})
+	ctx := context.Background()
+	n.TryLock(ctx, "live", []byte("a"), time.Hour, kahuna.Ephemeral)
+	n.TryLock(ctx, "durable", []byte("a"), time.Hour, kahuna.Persistent)
+	for i := 0; n.Stats().CachedEntries < 300; i++ {
+		n.Get(ctx, fmt.Sprintf("idle-%d", i), kahuna.Ephemeral)
+	}
+	clk.Advance(time.Second)
+	for i := 0; i < 500 && n.Stats().Evictions == 0; i++ {
+		n.Get(ctx, "idle-0", kahuna.Ephemeral)
+	}
+	n.Get(ctx, "idle-0", kahuna.Ephemeral) // answered after the pass is over
+	s := n.Stats()
+	if s.Evictions < 290 || s.CachedEntries > 10 {
+		t.Fatalf("after collection: %+v", s)
+	}
+	if r, _ := n.TryLock(ctx, "live", []byte("b"), time.Hour, kahuna.Ephemeral); r.Status != kahuna.Busy {
+		t.Fatalf("live ephemeral lock evicted: %v", r.Status)
+	}
+	if r, _ := n.TryLock(ctx, "durable", []byte("b"), time.Hour, kahuna.Persistent); r.Status != kahuna.Busy {
+		t.Fatalf("evicted persistent lock not reloaded: %v", r.Status)
+	}
+}
+
+func TestStatsAndHeldLocks(t *testing.T) {
+	clk := newClock()
+	n := openNode(t, kahuna.Config{Clock: clk.Now})
+	ctx := context.Background()
+	n.TryLock(ctx, "s/e1", []byte("a"), time.Hour, kahuna.Ephemeral)
+	n.TryLock(ctx, "s/e2", []byte("a"), time.Second, kahuna.Ephemeral)
+	n.TryLock(ctx, "s/p1", []byte("a"), time.Hour, kahuna.Persistent)
+	n.TryLock(ctx, "s/p2", []byte("a"), time.Hour, kahuna.Persistent)
+	n.Unlock(ctx, "s/p2", []byte("a"), kahuna.Persistent)
+	clk.Advance(2 * time.Second)
+	e, p, err := n.HeldLocks(ctx)
+	if err != nil || e != 1 || p != 1 {
+		t.Fatalf("held %d ephemeral, %d persistent (%v), want 1 and 1", e, p, err)
+	}
+	if s := n.Stats(); s.RaftRecords != 3 || s.RaftProposals == 0 || s.RaftProposals > 3 || s.CachedEntries != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+}

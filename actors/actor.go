@@ -38,6 +38,11 @@ func (c *call) Committed(err error) {
 	c.root.Send(c.self, (*completed)(c))
 }
 
+// countHeld asks an actor how many live leases it holds.
+type countHeld struct {
+	reply chan<- [2]int // [ephemeral, persistent]
+}
+
 type dropPartition struct {
 	partition int
 	ack       chan<- struct{}
@@ -89,6 +94,18 @@ func (a *lockActor) Receive(ctx actor.Context) {
 	case *dropPartition:
 		a.drop(m.partition)
 		m.ack <- struct{}{}
+	case *countHeld:
+		now := a.cfg.Now()
+		var n [2]int
+		for i, t := range []map[string]*slot{a.ephemeral, a.durable} {
+			for _, s := range t {
+				if s.Live(now) {
+					n[i]++
+				}
+			}
+		}
+		m.reply <- n
+		return
 	default:
 		return // lifecycle messages
 	}

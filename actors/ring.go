@@ -186,6 +186,27 @@ func (r *Ring) DropPartition(ctx context.Context, p int) error {
 	return nil
 }
 
+// Held counts the live leases cached by the actors, ephemeral and
+// persistent. It visits every actor, so it is for metrics, not hot paths.
+func (r *Ring) Held(ctx context.Context) (ephemeral, persistent int, err error) {
+	replies := make(chan [2]int, len(r.pids))
+	for _, pid := range r.pids {
+		r.system.Root.Send(pid, &countHeld{reply: replies})
+	}
+	for range r.pids {
+		select {
+		case n := <-replies:
+			ephemeral += n[0]
+			persistent += n[1]
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-r.done:
+			return 0, 0, ErrClosed
+		}
+	}
+	return ephemeral, persistent, nil
+}
+
 // Stats is a point-in-time view of the actors' caches.
 type Stats struct {
 	Entries   int    // cached entries over all actors

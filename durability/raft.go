@@ -284,3 +284,21 @@ func (r *Raft) awaitLanes(grace time.Duration) {
 		}
 	}
 }
+
+// Stats counts the backend's work since it opened.
+type Stats struct {
+	Proposals uint64 // Raft entries proposed and settled (each a group of records)
+	Records   uint64 // records committed and applied
+	Failures  uint64 // records of proposed entries not applied: timed out, dropped or stale
+}
+
+// Stats sums the counters of every partition.
+func (r *Raft) Stats() Stats {
+	var s Stats
+	for _, l := range r.lanes {
+		s.Proposals += l.proposals.Load()
+		s.Records += l.records.Load()
+		s.Failures += l.failures.Load()
+	}
+	return s
+}

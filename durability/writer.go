@@ -70,6 +70,10 @@ type lane struct {
 	pend   []*batch // FIFO; only the last one takes new records
 	free   []*batch
 
+	proposals atomic.Uint64 // Raft entries settled
+	records   atomic.Uint64 // records applied
+	failures  atomic.Uint64 // records not applied, whatever the reason
+
 	wake    chan struct{} // cap 1: a record arrived in an empty queue
 	stop    <-chan struct{}
 	slots   chan struct{} // cap K: proposals in flight
@@ -249,6 +253,13 @@ func (l *lane) settle(f flight) {
 	<-l.slots // the writer may send the next batch while we complete this one
 	b := f.b
 	all := applied == uint64(len(b.comps))
+	l.proposals.Add(1)
+	if err == nil {
+		l.records.Add(applied)
+		l.failures.Add(uint64(len(b.comps)) - applied)
+	} else {
+		l.failures.Add(uint64(len(b.comps)))
+	}
 	for i, c := range b.comps {
 		switch {
 		case err != nil:
