@@ -24,6 +24,10 @@ type Config struct {
 	DataDir string
 	// WALDir optionally puts the Raft log's WAL on a separate device.
 	WALDir string
+	// RaftAddress is the host:port this node's Raft listens on and
+	// advertises. "" runs a single node on dragonboat's in-process
+	// transport (no port). It is recorded in DataDir: reopen with the same.
+	RaftAddress string
 	// Partitions is the number of Raft shards locks are spread over
 	// (default 8). It is fixed when DataDir is first used.
 	Partitions int

@@ -52,6 +52,7 @@ func Open(cfg Config) (*Node, error) {
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{
 		Dir:            cfg.DataDir,
 		WALDir:         cfg.WALDir,
+		RaftAddress:    cfg.RaftAddress,
 		Partitions:     cfg.Partitions,
 		Logger:         cfg.Logger,
 		OnLeaderChange: n.leadership.Observe,
