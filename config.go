@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 )
 
@@ -24,10 +25,21 @@ type Config struct {
 	DataDir string
 	// WALDir optionally puts the Raft log's WAL on a separate device.
 	WALDir string
+	// NodeID is this node's ID in Members (default 1).
+	NodeID uint64
 	// RaftAddress is the host:port this node's Raft listens on and
-	// advertises. "" runs a single node on dragonboat's in-process
-	// transport (no port). It is recorded in DataDir: reopen with the same.
+	// advertises (default Members[NodeID].RaftAddress). "" on a single node
+	// runs Raft on dragonboat's in-process transport (no port). It is
+	// recorded in DataDir: reopen with the same.
 	RaftAddress string
+	// ListenAddress, if set, makes Open serve the wire API (REST and gRPC on
+	// one port, see package transport) there; "" serves nothing.
+	ListenAddress string
+	// Members lists every member of the cluster, this node included, by
+	// NodeID. Empty means a single node. Every member replicates every
+	// partition; a node forwards a request to the Endpoint of the
+	// partition's leader. All members must be given the same Members.
+	Members map[uint64]Member
 	// Partitions is the number of Raft shards locks are spread over
 	// (default 8). It is fixed when DataDir is first used.
 	Partitions int
@@ -50,6 +62,12 @@ type Config struct {
 	Clock func() time.Time
 }
 
+// Member is one node of a cluster.
+type Member struct {
+	RaftAddress string // host:port of its Raft listener
+	Endpoint    string // its API URL, e.g. "http://10.0.0.2:2070", for forwarding
+}
+
 // withDefaults validates c and fills in the defaults.
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
@@ -70,6 +88,33 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.WALDir != "" && c.DataDir == "" {
 		errs = append(errs, errors.New("WALDir needs a DataDir"))
+	}
+	if c.NodeID == 0 {
+		c.NodeID = 1
+	}
+	if len(c.Members) > 0 {
+		self, ok := c.Members[c.NodeID]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("NodeID %d is not in Members", c.NodeID))
+		case c.RaftAddress == "":
+			c.RaftAddress = self.RaftAddress
+		case c.RaftAddress != self.RaftAddress:
+			errs = append(errs, fmt.Errorf("RaftAddress %q differs from Members[%d].RaftAddress %q", c.RaftAddress, c.NodeID, self.RaftAddress))
+		}
+		for id, m := range c.Members {
+			if id == 0 {
+				errs = append(errs, errors.New("member ID 0 is not allowed"))
+			}
+			if m.RaftAddress == "" && len(c.Members) > 1 {
+				errs = append(errs, fmt.Errorf("member %d has no RaftAddress", id))
+			}
+			if len(c.Members) > 1 {
+				if u, err := url.Parse(m.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					errs = append(errs, fmt.Errorf("member %d: Endpoint %q is not an http:// or https:// URL", id, m.Endpoint))
+				}
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("kahuna: invalid config: %w", errors.Join(errs...))

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,14 +15,19 @@ import (
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
+	"github.com/kahunago/kahuna/transport"
 )
 
 // ErrClosed is returned by calls on a closed Node, and by calls still in
 // flight when Close gave up waiting for them.
 var ErrClosed = errors.New("kahuna: node closed")
 
-// closeDrainTimeout bounds how long Close waits for calls in flight.
-const closeDrainTimeout = 5 * time.Second
+const (
+	// closeDrainTimeout bounds how long Close waits for calls in flight.
+	closeDrainTimeout = 5 * time.Second
+	// spreadTimeout bounds how long Open waits for leaders to move.
+	spreadTimeout = 3 * time.Second
+)
 
 // Node is an embedded lock node. It implements Locker.
 type Node struct {
@@ -27,6 +35,9 @@ type Node struct {
 	backend    *durability.Raft
 	leadership *partition.Leadership
 	ring       *actors.Ring
+	peers      *peers
+	server     *transport.Server // nil unless Config.ListenAddress
+	listenAddr string
 
 	inflight  atomic.Int64
 	closing   atomic.Bool
@@ -47,12 +58,18 @@ func Open(cfg Config) (*Node, error) {
 	if err := checkLayout(cfg); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, drained: make(chan struct{})}
+	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID)}
+	raftMembers := map[uint64]string{}
+	for id, m := range cfg.Members {
+		raftMembers[id] = m.RaftAddress
+	}
 	n.leadership = partition.NewLeadership(cfg.Partitions, cfg.Logger)
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{
 		Dir:            cfg.DataDir,
 		WALDir:         cfg.WALDir,
 		RaftAddress:    cfg.RaftAddress,
+		ReplicaID:      cfg.NodeID,
+		Members:        raftMembers,
 		Partitions:     cfg.Partitions,
 		Logger:         cfg.Logger,
 		OnLeaderChange: n.leadership.Observe,
@@ -74,67 +91,142 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
 	n.leadership.Start(n.backend, n.ring)
+	if cfg.ListenAddress != "" {
+		if err := n.serve(cfg.ListenAddress); err != nil {
+			_ = n.Close()
+			return nil, fmt.Errorf("kahuna: open: %w", err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
 	defer cancel()
-	if err := n.leadership.WaitAll(ctx); err != nil {
+	if err := n.leadership.WaitReady(ctx); err != nil {
 		_ = n.Close()
-		return nil, fmt.Errorf("kahuna: open: partitions not served within %v: %w", cfg.StartTimeout, err)
+		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v: %w", cfg.StartTimeout, err)
 	}
-	cfg.Logger.Info("kahuna node ready", "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors)
+	if n.clustered() {
+		n.spreadLeaders()
+	}
+	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
 	return n, nil
 }
 
+// serve starts the wire API on addr; the forwarding stream gets the
+// Locker that never forwards again.
+func (n *Node) serve(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	n.listenAddr = lis.Addr().String()
+	n.server = transport.NewServer(n, transport.ServerOptions{
+		NodeName:  fmt.Sprint(n.cfg.NodeID),
+		Forwarded: n.Local(),
+		Logger:    n.cfg.Logger,
+		Extra:     map[string]http.Handler{AdminPartitionsPath: n.AdminHandler(), AdminTransferPath: n.AdminHandler()},
+	})
+	go func() {
+		if err := n.server.ServeHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			n.cfg.Logger.Error("API listener failed", "addr", addr, "err", err)
+		}
+	}()
+	return nil
+}
+
+// ListenAddress is the address the wire API listens on ("" if none): the
+// actual one when Config.ListenAddress asked for port 0.
+func (n *Node) ListenAddress() string { return n.listenAddr }
+
+// Local is the Locker this node offers its peers on the node-to-node
+// forwarding stream: it serves the partitions this node leads and answers
+// MustRetry for the others, never forwarding a second time.
+func (n *Node) Local() Locker { return local{n} }
+
+func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 }
+
+// spreadLeaders hands each partition this node leads to its preferred
+// leader (members in ID order, round robin), so leaders are spread over
+// the cluster after start instead of piling up on the first node up.
+func (n *Node) spreadLeaders() {
+	ids := make([]uint64, 0, len(n.cfg.Members))
+	for id := range n.cfg.Members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var moving []int
+	for p := 0; p < n.cfg.Partitions; p++ {
+		want := ids[p%len(ids)]
+		if leader, self := n.leadership.LeaderOf(p); self && leader != want {
+			if err := n.backend.TransferLeadership(p, want); err != nil {
+				n.cfg.Logger.Warn("spreading leaders", "partition", p, "to", want, "err", err)
+				continue
+			}
+			moving = append(moving, p)
+		}
+	}
+	// Return from Open in a steady state: wait (briefly) for the moves. A
+	// move that does not happen (target lagging or down) leaves this node
+	// leading, which is fine.
+	ctx, cancel := context.WithTimeout(context.Background(), spreadTimeout)
+	defer cancel()
+	for _, p := range moving {
+		if err := n.leadership.WaitNotSelf(ctx, p); err != nil {
+			n.cfg.Logger.Info("partition stayed on this node", "partition", p)
+		}
+	}
+}
+
+// TransferLeadership asks partition p's leader to hand it to node to, e.g.
+// before maintenance of the current leader. It returns once requested;
+// Leader reports when it is done.
+func (n *Node) TransferLeadership(p int, to uint64) error {
+	if p < 0 || p >= n.cfg.Partitions {
+		return fmt.Errorf("kahuna: no partition %d (this node has %d)", p, n.cfg.Partitions)
+	}
+	if _, ok := n.cfg.Members[to]; !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
+		return fmt.Errorf("kahuna: node %d is not a member", to)
+	}
+	if n.closing.Load() {
+		return ErrClosed
+	}
+	return n.backend.TransferLeadership(p, to)
+}
+
+// Leader reports the leader of partition p as this node sees it (0 if
+// none is known) and whether this node serves p now.
+func (n *Node) Leader(p int) (nodeID uint64, serving bool) {
+	if p < 0 || p >= n.cfg.Partitions {
+		return 0, false
+	}
+	id, _ := n.leadership.LeaderOf(p)
+	return id, n.leadership.Serving(p)
+}
+
+// Partition returns the partition of resource.
+func (n *Node) Partition(resource string) int { return partition.Of(resource, n.cfg.Partitions) }
+
 // TryLock implements Locker.
 func (n *Node) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
-	resp, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
-	return Result{Status: resp.Status, FencingToken: resp.Token}, err
+	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
+	return r, err
 }
 
 // Extend implements Locker.
 func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
-	resp, err := n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
-	return Result{Status: resp.Status, FencingToken: resp.Token}, err
+	_, r, err := n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
+	return r, err
 }
 
 // Unlock implements Locker.
 func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error) {
-	resp, err := n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d})
-	return Result{Status: resp.Status}, err
+	_, r, err := n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, false)
+	return r, err
 }
 
-// Get implements Locker. A persistent lock is read from the partition
-// leader after its read barrier, so the answer reflects every committed
-// write.
+// Get implements Locker. A persistent lock is read by the partition
+// leader after its read barrier (and, in a cluster, a read index), so the
+// answer reflects every committed write.
 func (n *Node) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
-	resp, err := n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d})
-	if err != nil || resp.Status != Got {
-		return LockInfo{}, Result{Status: resp.Status}, err
-	}
-	info := LockInfo{
-		Owner:        append([]byte(nil), resp.Owner...),
-		Expires:      time.UnixMilli(resp.Expires.UnixMilli()),
-		FencingToken: resp.Token,
-	}
-	return info, Result{Status: Got, FencingToken: resp.Token}, nil
-}
-
-func (n *Node) do(ctx context.Context, req actors.Request) (actors.Response, error) {
-	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) {
-		return actors.Response{Status: InvalidInput}, nil
-	}
-	if !n.enter() {
-		return actors.Response{}, ErrClosed
-	}
-	defer n.exit()
-	req.Partition = partition.Of(req.Resource, n.cfg.Partitions)
-	if !n.leadership.Serving(req.Partition) {
-		return actors.Response{Status: MustRetry}, nil
-	}
-	resp, err := n.ring.Do(ctx, req)
-	if errors.Is(err, actors.ErrClosed) {
-		return resp, ErrClosed
-	}
-	return resp, err
+	return n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
 }
 
 func (n *Node) enter() bool {
@@ -168,6 +260,12 @@ func (n *Node) Close() error {
 			n.cfg.Logger.Warn("closing with calls still in flight", "calls", n.inflight.Load())
 		}
 		timer.Stop()
+		if n.server != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
+			_ = n.server.Shutdown(ctx)
+			cancel()
+		}
+		n.peers.close()
 		n.leadership.Close()
 		if n.ring != nil {
 			n.ring.Close()

@@ -39,10 +39,12 @@ var (
 	errClosedRetry   = fmt.Errorf("%w before the record was sent (%w)", ErrClosed, ErrRetry)
 	errClosedUnknown = fmt.Errorf("%w while the record was in flight (%w)", ErrClosed, ErrUnknownOutcome)
 	errTimedOut      = fmt.Errorf("%w: proposal timed out", ErrUnknownOutcome)
-	errDropped       = fmt.Errorf("%w: proposal dropped", ErrUnknownOutcome)
-	errRejected      = fmt.Errorf("%w: proposal rejected", ErrUnknownOutcome)
-	errAborted       = fmt.Errorf("%w: proposal aborted", ErrUnknownOutcome)
-	errTerminated    = fmt.Errorf("%w: shard terminated", ErrUnknownOutcome)
+	// dragonboat drops a proposal before appending it (no leader, leader
+	// transfer in progress), so a dropped one can never commit.
+	errDropped    = fmt.Errorf("%w: proposal dropped (no leader or leadership moving)", ErrRetry)
+	errRejected   = fmt.Errorf("%w: proposal rejected", ErrUnknownOutcome)
+	errAborted    = fmt.Errorf("%w: proposal aborted", ErrUnknownOutcome)
+	errTerminated = fmt.Errorf("%w: shard terminated", ErrUnknownOutcome)
 )
 
 // batch is one future Raft entry: encoded records and their completions.

@@ -36,7 +36,7 @@ type Leadership struct {
 	mu      sync.Mutex
 	latest  []durability.LeaderEvent // newest event per partition
 	dirty   []bool                   // events not yet acted upon
-	changed chan struct{}            // closed and replaced on every serving change
+	changed chan struct{}            // closed and replaced on every event and serving change
 	kick    chan struct{}
 
 	cancel context.CancelFunc
@@ -85,6 +85,7 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 	if !ev.IsSelf || prev.Term != ev.Term {
 		l.setServing(ev.Partition, false)
 	}
+	l.notify()
 	l.mu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
@@ -95,9 +96,14 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 // setServing must be called with mu held.
 func (l *Leadership) setServing(p int, on bool) {
 	if l.serving[p].Swap(on) != on {
-		close(l.changed)
-		l.changed = make(chan struct{})
+		l.notify()
 	}
+}
+
+// notify wakes WaitReady; it must be called with mu held.
+func (l *Leadership) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // Start acts on leader events until Close: barrier and purge on gaining
@@ -171,14 +177,16 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, b 
 	return nil
 }
 
-// WaitAll waits until this node serves every partition (a single node after
-// start), or ctx ends.
-func (l *Leadership) WaitAll(ctx context.Context) error {
+// WaitReady waits until every partition has a known leader and this node
+// serves each partition it leads, or ctx ends. A single node then serves
+// them all.
+func (l *Leadership) WaitReady(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		all := true
 		for p := range l.serving {
-			if !l.serving[p].Load() {
+			ev := l.latest[p]
+			if ev.LeaderID == 0 || ev.IsSelf && !l.serving[p].Load() {
 				all = false
 				break
 			}
@@ -186,6 +194,24 @@ func (l *Leadership) WaitAll(ctx context.Context) error {
 		changed := l.changed
 		l.mu.Unlock()
 		if all {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitNotSelf waits until partition p has a leader other than this node,
+// or ctx ends.
+func (l *Leadership) WaitNotSelf(ctx context.Context, p int) error {
+	for {
+		l.mu.Lock()
+		ev, changed := l.latest[p], l.changed
+		l.mu.Unlock()
+		if ev.LeaderID != 0 && !ev.IsSelf {
 			return nil
 		}
 		select {

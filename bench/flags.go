@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// parseArgs reads the command line (without the program name) into a
+// validated Config. extra registers a program's own flags (the peers'
+// server options) on the same flag set. Usage and parse errors go to out.
+func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSet), out io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	c := &Config{}
+	var target, compare, workload, mix, durability, endpoints, logLevel string
+	fs.StringVar(&target, "target", "embedded", "what to benchmark (see the list below)")
+	fs.StringVar(&compare, "compare", "", "comma-separated targets to run one after another with the same workload, e.g. embedded,mutex (overrides --target)")
+	fs.StringVar(&workload, "workload", WorkloadLock, "lock, hot, extend, get or mixed")
+	fs.StringVar(&mix, "mix", DefaultMix, "mixed workload: weights of lock, extend and get")
+	fs.IntVar(&c.Extends, "extends", DefaultExtends, "extend workload: extensions per hold")
+	fs.IntVar(&c.KeySpace, "key-space", 0, "number of distinct keys (0 = 10000, or 1 for the hot workload)")
+	fs.StringVar(&c.KeyPrefix, "key-prefix", DefaultKeyPrefix, "prefix of every key (kahuna partitions by the part before the last '/')")
+	fs.DurationVar(&c.TTL, "ttl", DefaultTTL, "lease of every lock")
+	fs.StringVar(&durability, "durability", "ephemeral", "ephemeral or persistent (kahuna targets)")
+	fs.IntVar(&c.Concurrency, "concurrency", DefaultConcurrency, "concurrent callers (closed loop), or most operations in flight (open loop)")
+	fs.Float64Var(&c.Rate, "rate", 0, "open loop: operations per second over all callers, latency measured from each one's intended start (0 = closed loop)")
+	fs.DurationVar(&c.Duration, "duration", DefaultDuration, "measured time per target")
+	fs.DurationVar(&c.Warmup, "warmup", DefaultWarmup, "unmeasured time before it, per target")
+	fs.DurationVar(&c.Timeout, "timeout", DefaultTimeout, "per-operation timeout; an operation past it counts as a timeout (0 = none)")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the key and mix choices (0 = random, reported so a run can be repeated)")
+	fs.StringVar(&c.Format, "format", "console", "console, json or csv")
+	fs.StringVar(&c.Output, "output", "", "write the report to this file instead of stdout")
+	fs.StringVar(&c.Plot, "plot", "", "draw the latency percentile distribution of every target to this .png or .svg")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
+	fs.BoolVar(&c.Progress, "progress", true, "print a live line each second on stderr")
+	fs.StringVar(&logLevel, "log-level", "error", "debug, info, warn or error")
+	fs.StringVar(&endpoints, "endpoints", "", "comma-separated URLs of a kahuna node for the grpc and rest targets, e.g. http://127.0.0.1:2070")
+	fs.BoolVar(&c.Insecure, "insecure", false, "skip TLS certificate checks of https:// endpoints (grpc, rest)")
+	fs.StringVar(&c.DataDir, "data-dir", "", "embedded: data dir (default: in memory for ephemeral, a temp dir on disk for persistent)")
+	fs.IntVar(&c.Partitions, "partitions", 0, "embedded: Raft partitions (0 = kahuna's default)")
+	fs.IntVar(&c.LockActors, "lock-actors", 0, "embedded: lock actors (0 = kahuna's default)")
+	if extra != nil {
+		extra(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: %s [flags]\n\nBenchmarks lock services. With no flags: an in-process kahuna node, lock workload,\n"+
+			"ephemeral locks, %d callers, %d keys, %v + %v warmup.\n\nTargets:\n%s\nFlags:\n",
+			name, DefaultConcurrency, DefaultKeySpace, DefaultDuration, DefaultWarmup, reg.usage())
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+
+	var errs []error
+	c.Targets = []string{target}
+	if compare != "" {
+		c.Targets = splitList(compare)
+	}
+	c.Workload = workload
+	var err error
+	if c.Mix, err = parseMix(mix); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Durability, err = parseDurability(durability); err != nil {
+		errs = append(errs, err)
+		c.Durability = lease.Ephemeral // reported once, not again by validate
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
+	}
+	c.Endpoints = splitList(endpoints)
+	if err := c.validate(reg); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}

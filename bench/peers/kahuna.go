@@ -1,0 +1,88 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/kahunago/kahuna/bench"
+)
+
+// withServer wraps a kahuna wire target (grpc, rest) so that, like redis
+// and etcd, it can start its own node: with --start-server and no
+// --endpoints, it runs the kahuna binary (--kahuna-server) on free
+// loopback ports with a temp data dir, for the run. Client and node then
+// share the machine as the peers and their servers do.
+func withServer(t bench.Target, o *Options) bench.Target {
+	open := t.Open
+	t.NeedsEndpoints = false // checked at open: --start-server is the other way
+	t.About += "; or its own node with --start-server"
+	t.Open = func(ctx context.Context, s bench.Settings) (bench.System, error) {
+		if len(s.Endpoints) > 0 {
+			return open(ctx, s)
+		}
+		if !o.StartServer {
+			return nil, errors.New("needs --endpoints (e.g. http://127.0.0.1:2070), or --start-server")
+		}
+		srv, endpoint, err := startKahuna(ctx, o.KahunaServer)
+		if err != nil {
+			return nil, err
+		}
+		s.Logger.Info("kahuna started", "endpoint", endpoint, "dir", srv.dir)
+		s.Endpoints = []string{endpoint}
+		sys, err := open(ctx, s)
+		if err != nil {
+			return nil, errors.Join(err, srv.stop())
+		}
+		return stopAfter{System: sys, srv: srv}, nil
+	}
+	return t
+}
+
+// startKahuna runs a single kahuna node (REST and h2c gRPC on one port)
+// and waits until it serves: its listeners answer only once every
+// partition is served.
+func startKahuna(ctx context.Context, bin string) (*server, string, error) {
+	httpPort, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	raftPort, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	endpoint := "http://" + loopback(httpPort)
+	srv, err := startServer(ctx, "kahuna", bin, func(dir string) []string {
+		return []string{
+			"--host", "127.0.0.1", "--http-ports", strconv.Itoa(httpPort), "--grpc-cleartext-ports", "",
+			"--raft-port", strconv.Itoa(raftPort), "--storage-path", dir + "/data", "--log-level", "warn",
+		}
+	}, func(ctx context.Context) error { return healthy(ctx, endpoint) })
+	return srv, endpoint, err
+}
+
+func healthy(ctx context.Context, endpoint string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthz: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// stopAfter closes the system, then stops the server it ran against.
+type stopAfter struct {
+	bench.System
+	srv *server
+}
+
+func (s stopAfter) Close() error { return errors.Join(s.System.Close(), s.srv.stop()) }

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// writeConsole prints the human report: the conditions, one table per
+// target (Kahuna's columns), and with several targets the comparison.
+func (r Report) writeConsole(out io.Writer) error {
+	p := r.Params
+	var b strings.Builder
+	load := fmt.Sprintf("%d callers, closed loop", p.Concurrency)
+	if p.Rate > 0 {
+		load = fmt.Sprintf("open loop at %s ops/s, at most %d in flight", fmtCount(p.Rate), p.Concurrency)
+	}
+	workload := p.Workload
+	if p.Mix != "" {
+		workload += " (" + p.Mix + ")"
+	}
+	if p.Extends > 0 {
+		workload += fmt.Sprintf(", %d extends per hold", p.Extends)
+	}
+	keys := "keys"
+	if p.KeySpace == 1 {
+		keys = "key"
+	}
+	fmt.Fprintf(&b, "workload %s, %s locks, %s; %s %s %q…, ttl %v\n", workload, p.Durability, load, fmtCount(float64(p.KeySpace)), keys, p.KeyPrefix, p.TTL)
+	fmt.Fprintf(&b, "%v measured after %v warmup per target, timeout %v, seed %d\n", p.Duration, p.Warmup, p.Timeout, p.Seed)
+	fmt.Fprintf(&b, "%s, %s, GOMAXPROCS %d of %d CPUs, %s\n", p.Platform, p.GoVersion, p.GoMaxProcs, p.NumCPU, p.Started.Format(time.RFC3339))
+	if len(p.Endpoints) > 0 {
+		fmt.Fprintf(&b, "endpoints %s\n", strings.Join(p.Endpoints, ","))
+	}
+	for _, res := range r.Results {
+		b.WriteString("\n")
+		writeResultTable(&b, res)
+	}
+	if len(r.Results) > 1 {
+		b.WriteString("\n")
+		writeComparison(&b, compare(r.Results))
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+func writeResultTable(b *strings.Builder, res Result) {
+	title := res.Target
+	if res.Interrupted {
+		title += " (interrupted)"
+	}
+	fmt.Fprintf(b, "== %s: %.1f s measured\n", title, res.Elapsed.Seconds())
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "operation\tcount\tops/s\tp50\tp90\tp95\tp99\tp99.9\tmax\tmean\terrors\ttimeouts\tmisses\t")
+	rows, ops := res.Operations, 0
+	for _, s := range rows {
+		if !s.Metric {
+			ops++
+		}
+	}
+	if ops > 1 {
+		rows = append(rows[:len(rows):len(rows)], res.Aggregate)
+	}
+	for _, s := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			s.Operation, fmtCount(float64(s.Count)), fmtCount(s.Rps),
+			fmtDur(s.P50), fmtDur(s.P90), fmtDur(s.P95), fmtDur(s.P99), fmtDur(s.P999), fmtDur(s.Max), fmtDur(s.Mean),
+			fmtCount(float64(s.Errors)), fmtCount(float64(s.Timeouts)), fmtCount(float64(s.Misses)))
+	}
+	_ = tw.Flush()
+	if res.AllocsPerOp != nil {
+		fmt.Fprintf(b, "allocs/op %.1f (heap allocations in the process per operation measured)\n", *res.AllocsPerOp)
+	}
+	if res.Backlog > 0 && res.Backlog*100 > res.measuredOps { // a few at the very end are no news
+		fmt.Fprintf(b, "fell behind: %s operations were due but never started; the target cannot sustain --rate\n", fmtCount(float64(res.Backlog)))
+	}
+	if len(res.Errors) > 0 {
+		b.WriteString("errors:\n")
+		for _, m := range errorKinds(res.Errors) {
+			fmt.Fprintf(b, "  %10s  %s\n", fmtCount(float64(res.Errors[m])), m)
+		}
+	}
+}
+
+// fmtDur prints a latency with three significant digits in a fitting unit.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Microsecond:
+		return strconv.FormatInt(int64(d), 10) + "ns"
+	case d < time.Millisecond:
+		return sig3(float64(d)/1e3) + "µs"
+	case d < time.Second:
+		return sig3(float64(d)/1e6) + "ms"
+	}
+	return sig3(d.Seconds()) + "s"
+}
+
+func sig3(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// fmtCount prints a count or rate rounded, with thousands separators.
+func fmtCount(v float64) string {
+	s := strconv.FormatFloat(v, 'f', 0, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

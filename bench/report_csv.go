@@ -1,0 +1,33 @@
+package bench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// csvHeader is Kahuna's kahuna-bench CSV with a Target column in front, so
+// several targets fit one file. The aggregate row's Operation is TOTAL.
+var csvHeader = []string{"Target", "Operation", "Count", "Rps", "P50Ms", "P90Ms", "P95Ms", "P99Ms", "P999Ms", "MaxMs", "MeanMs", "Errors", "Timeouts", "Misses"}
+
+func (r Report) writeCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write(csvHeader)
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	for _, res := range r.Results {
+		for _, s := range append(res.Operations[:len(res.Operations):len(res.Operations)], res.Aggregate) {
+			_ = cw.Write([]string{
+				res.Target, s.Operation, i(s.Count), f(s.Rps),
+				f(ms(s.P50)), f(ms(s.P90)), f(ms(s.P95)), f(ms(s.P99)), f(ms(s.P999)), f(ms(s.Max)), f(ms(s.Mean)),
+				i(s.Errors), i(s.Timeouts), i(s.Misses),
+			})
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("csv report: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// The JSON report follows Kahuna's kahuna-bench: the same parameter and
+// per-operation field names (durations in seconds, latencies in ms), with
+// one entry in runs per target and, for several targets, the comparison.
+
+type jsonReport struct {
+	Tool       string           `json:"tool"`
+	Parameters jsonParameters   `json:"parameters"`
+	Runs       []jsonRun        `json:"runs"`
+	Comparison []jsonComparison `json:"comparison,omitempty"`
+}
+
+type jsonParameters struct {
+	Targets     []string `json:"targets"`
+	Workload    string   `json:"workload"`
+	Mix         string   `json:"mix,omitempty"`
+	Extends     int      `json:"extends,omitempty"`
+	Duration    float64  `json:"duration"`
+	Warmup      float64  `json:"warmup"`
+	Concurrency int      `json:"concurrency"`
+	Rate        float64  `json:"rate"`
+	KeySpace    int      `json:"keySpace"`
+	KeyPrefix   string   `json:"keyPrefix"`
+	TTLMs       int64    `json:"ttlMs"`
+	Durability  string   `json:"durability"`
+	Endpoints   []string `json:"endpoints"`
+	Seed        uint64   `json:"seed"`
+	Timeout     float64  `json:"timeout"`
+	GoMaxProcs  int      `json:"gomaxprocs"`
+	NumCPU      int      `json:"numCpu"`
+	GoVersion   string   `json:"goVersion"`
+	Platform    string   `json:"platform"`
+	Started     string   `json:"started"`
+}
+
+type jsonRun struct {
+	Target         string           `json:"target"`
+	ElapsedSec     float64          `json:"elapsedSec"`
+	Interrupted    bool             `json:"interrupted"`
+	Backlog        int64            `json:"backlog"`
+	AllocsPerOp    *float64         `json:"allocsPerOp"`
+	Operations     []jsonOperation  `json:"operations"`
+	Aggregate      jsonOperation    `json:"aggregate"`
+	ErrorBreakdown map[string]int64 `json:"errorBreakdown"`
+}
+
+type jsonOperation struct {
+	Operation string  `json:"operation"`
+	Metric    bool    `json:"metric,omitempty"`
+	Count     int64   `json:"count"`
+	Rps       float64 `json:"rps"`
+	P50Ms     float64 `json:"p50Ms"`
+	P90Ms     float64 `json:"p90Ms"`
+	P95Ms     float64 `json:"p95Ms"`
+	P99Ms     float64 `json:"p99Ms"`
+	P999Ms    float64 `json:"p999Ms"`
+	MaxMs     float64 `json:"maxMs"`
+	MeanMs    float64 `json:"meanMs"`
+	Errors    int64   `json:"errors"`
+	Timeouts  int64   `json:"timeouts"`
+	Misses    int64   `json:"misses"`
+}
+
+type jsonComparison struct {
+	Target string             `json:"target"`
+	Rps    float64            `json:"rps"`
+	P50Ms  float64            `json:"p50Ms"`
+	P99Ms  float64            `json:"p99Ms"`
+	Ratios map[string]float64 `json:"ratios"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func toJSONOperation(s OpSummary) jsonOperation {
+	return jsonOperation{
+		Operation: s.Operation, Metric: s.Metric, Count: s.Count, Rps: s.Rps,
+		P50Ms: ms(s.P50), P90Ms: ms(s.P90), P95Ms: ms(s.P95), P99Ms: ms(s.P99), P999Ms: ms(s.P999),
+		MaxMs: ms(s.Max), MeanMs: ms(s.Mean),
+		Errors: s.Errors, Timeouts: s.Timeouts, Misses: s.Misses,
+	}
+}
+
+func (r Report) writeJSON(w io.Writer) error {
+	p := r.Params
+	out := jsonReport{
+		Tool: "kahuna-bench",
+		Parameters: jsonParameters{
+			Targets: p.Targets, Workload: p.Workload, Mix: p.Mix, Extends: p.Extends,
+			Duration: p.Duration.Seconds(), Warmup: p.Warmup.Seconds(), Concurrency: p.Concurrency, Rate: p.Rate,
+			KeySpace: p.KeySpace, KeyPrefix: p.KeyPrefix, TTLMs: p.TTL.Milliseconds(), Durability: p.Durability,
+			Endpoints: nonNil(p.Endpoints), Seed: p.Seed, Timeout: p.Timeout.Seconds(),
+			GoMaxProcs: p.GoMaxProcs, NumCPU: p.NumCPU, GoVersion: p.GoVersion, Platform: p.Platform,
+			Started: p.Started.Format(time.RFC3339),
+		},
+		Runs: []jsonRun{},
+	}
+	for _, res := range r.Results {
+		run := jsonRun{
+			Target: res.Target, ElapsedSec: res.Elapsed.Seconds(), Interrupted: res.Interrupted, Backlog: res.Backlog,
+			AllocsPerOp: res.AllocsPerOp, Aggregate: toJSONOperation(res.Aggregate),
+			Operations: []jsonOperation{}, ErrorBreakdown: res.Errors,
+		}
+		if run.ErrorBreakdown == nil {
+			run.ErrorBreakdown = map[string]int64{}
+		}
+		for _, s := range res.Operations {
+			run.Operations = append(run.Operations, toJSONOperation(s))
+		}
+		out.Runs = append(out.Runs, run)
+	}
+	if len(r.Results) > 1 {
+		for _, c := range compare(r.Results) {
+			out.Comparison = append(out.Comparison, jsonComparison{Target: c.Target, Rps: c.Rps, P50Ms: ms(c.P50), P99Ms: ms(c.P99), Ratios: c.Ratios})
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("json report: %w", err)
+	}
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/transport"
+)
+
+// serve runs the project's server over l on a loopback port (REST and h2c
+// gRPC on one listener) and returns its URL.
+func serve(t *testing.T, l lease.Locker) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := transport.NewServer(l, transport.ServerOptions{Logger: quiet})
+	go func() { _ = srv.ServeHTTP(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + lis.Addr().String()
+}
+
+// The REST client is the harness's own: check it speaks the server's JSON,
+// every call and status, as the gRPC client does.
+func TestWireTargetsAgainstTheServer(t *testing.T) {
+	endpoint := serve(t, NewMutexLocker())
+	for _, target := range []Target{RESTTarget(), GRPCTarget()} {
+		t.Run(target.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sys, err := target.Open(ctx, Settings{Endpoints: []string{endpoint}, Concurrency: 2, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sys.Close()
+			l, err := sys.Locker(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := "wire/" + target.Name
+			a, b := []byte("owner-a"), []byte("owner-b")
+			check := func(what string, r lease.Result, err error, want lease.Status) {
+				t.Helper()
+				if err != nil || r.Status != want {
+					t.Fatalf("%s = %v, %v; want %v", what, r.Status, err, want)
+				}
+			}
+			r, err := l.TryLock(ctx, res, a, time.Minute, lease.Ephemeral)
+			check("TryLock a", r, err, lease.Locked)
+			r, err = l.TryLock(ctx, res, b, time.Minute, lease.Ephemeral)
+			check("TryLock b", r, err, lease.Busy)
+			r, err = l.Extend(ctx, res, a, 2*time.Minute, lease.Ephemeral)
+			check("Extend a", r, err, lease.Extended)
+			r, err = l.Extend(ctx, res, b, time.Minute, lease.Ephemeral)
+			check("Extend b", r, err, lease.InvalidOwner)
+			info, r, err := l.Get(ctx, res, lease.Ephemeral)
+			check("Get", r, err, lease.Got)
+			if string(info.Owner) != "owner-a" || time.Until(info.Expires) < time.Minute {
+				t.Errorf("Get = owner %q, expires in %v; want owner-a, ~2m", info.Owner, time.Until(info.Expires))
+			}
+			r, err = l.Unlock(ctx, res, b, lease.Ephemeral)
+			check("Unlock b", r, err, lease.InvalidOwner)
+			r, err = l.Unlock(ctx, res, a, lease.Ephemeral)
+			check("Unlock a", r, err, lease.Unlocked)
+			_, r, err = l.Get(ctx, res, lease.Ephemeral)
+			check("Get after unlock", r, err, lease.LockDoesNotExist)
+			r, err = l.TryLock(ctx, res, b, time.Minute, lease.Ephemeral)
+			if check("TryLock b again", r, err, lease.Locked); r.FencingToken != 1 {
+				t.Errorf("second grant's token = %d, want 1", r.FencingToken)
+			}
+			r, err = l.TryLock(ctx, "", a, time.Minute, lease.Ephemeral)
+			check("TryLock of no resource", r, err, lease.InvalidInput)
+		})
+	}
+}
+
+// A short lock-workload run through each wire target: the full path.
+func TestWireTargetsRun(t *testing.T) {
+	c := testConfig(WorkloadLock)
+	c.Endpoints = []string{serve(t, NewMutexLocker())}
+	for _, target := range []Target{RESTTarget(), GRPCTarget()} {
+		res := run(t, c, target)
+		if res.Aggregate.Count == 0 || res.Aggregate.Errors != 0 || res.AllocsPerOp != nil {
+			t.Errorf("%s: %+v %v, allocs %v", target.Name, res.Aggregate, res.Errors, res.AllocsPerOp)
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// options are the parsed command line, in Kahuna's spelling where one exists.
+type options struct {
+	host                 string
+	httpPorts            []int
+	grpcPorts            []int
+	httpsPorts           []int
+	certFile, keyFile    string
+	storagePath          string
+	walPath              string
+	partitions           int
+	lockActors           int
+	cacheEntryTTL        time.Duration
+	cacheEntriesToRemove int
+	logLevel             slog.Level
+	raftHost             string
+	raftPort             int
+	nodeID               uint64
+	members              map[uint64]kahuna.Member
+}
+
+// dataHome is where a node keeps its data unless told otherwise:
+// $KAHUNA_HOME, else $XDG_DATA_HOME/kahuna, else ~/.local/share/kahuna.
+func dataHome() (string, error) {
+	if h := os.Getenv("KAHUNA_HOME"); h != "" {
+		return h, nil
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "kahuna"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no data dir: set KAHUNA_HOME or --storage-path (%w)", err)
+	}
+	return filepath.Join(home, ".local", "share", "kahuna"), nil
+}
+
+// parseFlags parses args (without the program name). Output goes to out.
+func parseFlags(args []string, out io.Writer) (options, error) {
+	fs := flag.NewFlagSet("kahuna", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var (
+		o                              options
+		httpPorts, grpcPorts, tlsPorts string
+		cacheTTLSeconds                int
+		logLevel                       string
+	)
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address the API listeners bind to (0.0.0.0 for every interface)")
+	fs.StringVar(&httpPorts, "http-ports", "2070", "comma-separated ports serving REST (HTTP/1.1) and gRPC (h2c) on one listener")
+	fs.StringVar(&grpcPorts, "grpc-cleartext-ports", "2072", "comma-separated ports serving native cleartext gRPC (empty = none)")
+	fs.StringVar(&tlsPorts, "https-ports", "2071", "comma-separated TLS ports (used only with --https-certificate)")
+	fs.StringVar(&o.certFile, "https-certificate", "", "TLS certificate (PEM); enables the --https-ports")
+	fs.StringVar(&o.keyFile, "https-certificate-key", "", "TLS private key (PEM) for --https-certificate")
+	fs.StringVar(&o.storagePath, "storage-path", "", "data dir for the Raft log and lock store (default $KAHUNA_HOME/data, else $XDG_DATA_HOME/kahuna/data, else ~/.local/share/kahuna/data)")
+	fs.StringVar(&o.walPath, "wal-path", "", "optional dir for the Raft WAL, on a low-latency device (default: inside --storage-path)")
+	fs.IntVar(&o.partitions, "initial-cluster-partitions", 8, "number of partitions (Raft shards); fixed once the data dir is created")
+	fs.IntVar(&o.lockActors, "locks-workers", 0, "number of lock actors (0 = default)")
+	fs.IntVar(&cacheTTLSeconds, "cache-entry-ttl", 1800, "seconds an idle cached lock entry is kept before it may be evicted")
+	fs.IntVar(&o.cacheEntriesToRemove, "cache-entries-to-remove", 100, "most entries one eviction pass removes")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")
+	fs.IntVar(&o.raftPort, "raft-port", 2073, "port of this node's Raft listener")
+	var initialCluster, initialEndpoints string
+	fs.Uint64Var(&o.nodeID, "raft-nodeid", 1, "this node's ID in --initial-cluster")
+	fs.StringVar(&initialCluster, "initial-cluster", "", "every member's Raft address, e.g. 1=127.0.0.1:2073,2=127.0.0.1:3073,3=127.0.0.1:4073 (empty = single node)")
+	fs.StringVar(&initialEndpoints, "initial-cluster-endpoints", "", "every member's API URL, e.g. 1=http://127.0.0.1:2070,2=http://127.0.0.1:3070,3=http://127.0.0.1:4070")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var errs []error
+	var err error
+	if o.httpPorts, err = parsePorts("--http-ports", httpPorts); err != nil {
+		errs = append(errs, err)
+	}
+	if o.grpcPorts, err = parsePorts("--grpc-cleartext-ports", grpcPorts); err != nil {
+		errs = append(errs, err)
+	}
+	if o.httpsPorts, err = parsePorts("--https-ports", tlsPorts); err != nil {
+		errs = append(errs, err)
+	}
+	if (o.certFile == "") != (o.keyFile == "") {
+		errs = append(errs, errors.New("--https-certificate and --https-certificate-key go together"))
+	}
+	if o.certFile == "" {
+		o.httpsPorts = nil
+	}
+	if len(o.httpPorts)+len(o.grpcPorts)+len(o.httpsPorts) == 0 {
+		errs = append(errs, errors.New("no listener: give --http-ports, --grpc-cleartext-ports or --https-ports"))
+	}
+	if o.partitions < 1 || o.partitions > 1024 {
+		errs = append(errs, fmt.Errorf("--initial-cluster-partitions must be 1..1024, got %d", o.partitions))
+	}
+	if o.lockActors < 0 {
+		errs = append(errs, fmt.Errorf("--locks-workers must be ≥ 0, got %d", o.lockActors))
+	}
+	if cacheTTLSeconds < 1 {
+		errs = append(errs, fmt.Errorf("--cache-entry-ttl must be ≥ 1 second, got %d", cacheTTLSeconds))
+	}
+	o.cacheEntryTTL = time.Duration(cacheTTLSeconds) * time.Second
+	if o.cacheEntriesToRemove < 1 {
+		errs = append(errs, fmt.Errorf("--cache-entries-to-remove must be ≥ 1, got %d", o.cacheEntriesToRemove))
+	}
+	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level: %q is not debug, info, warn or error", logLevel))
+	}
+	if o.raftPort < 1 || o.raftPort > 65535 {
+		errs = append(errs, fmt.Errorf("--raft-port must be 1..65535, got %d", o.raftPort))
+	}
+	if o.raftHost == "" {
+		errs = append(errs, errors.New("--raft-host must not be empty"))
+	}
+	if net.ParseIP(o.host) == nil && o.host != "localhost" {
+		errs = append(errs, fmt.Errorf("--host %q is not an IP address or localhost", o.host))
+	}
+	if o.nodeID == 0 {
+		errs = append(errs, errors.New("--raft-nodeid must be ≥ 1"))
+	}
+	if initialCluster != "" || initialEndpoints != "" {
+		o.members, err = parseMembers(initialCluster, initialEndpoints)
+		if err != nil {
+			errs = append(errs, err)
+		} else if m, ok := o.members[o.nodeID]; !ok {
+			errs = append(errs, fmt.Errorf("--raft-nodeid %d is not in --initial-cluster", o.nodeID))
+		} else if want := net.JoinHostPort(o.raftHost, strconv.Itoa(o.raftPort)); m.RaftAddress != want {
+			errs = append(errs, fmt.Errorf("--initial-cluster gives node %d the Raft address %s but --raft-host/--raft-port say %s", o.nodeID, m.RaftAddress, want))
+		}
+	}
+	if len(errs) > 0 {
+		return o, errors.Join(errs...)
+	}
+	if o.storagePath == "" {
+		home, err := dataHome()
+		if err != nil {
+			return o, err
+		}
+		o.storagePath = filepath.Join(home, "data")
+	}
+	return o, nil
+}
+
+// parseMembers reads "1=host:port,2=..." and "1=http://host:port,2=...".
+func parseMembers(cluster, endpoints string) (map[uint64]kahuna.Member, error) {
+	raft, err := parseIDMap("--initial-cluster", cluster)
+	if err != nil {
+		return nil, err
+	}
+	api, err := parseIDMap("--initial-cluster-endpoints", endpoints)
+	if err != nil {
+		return nil, err
+	}
+	members := map[uint64]kahuna.Member{}
+	for id, addr := range raft {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--initial-cluster: node %d: %q is not host:port", id, addr)
+		}
+		ep, ok := api[id]
+		if !ok {
+			return nil, fmt.Errorf("--initial-cluster-endpoints has no URL for node %d", id)
+		}
+		members[id] = kahuna.Member{RaftAddress: addr, Endpoint: ep}
+	}
+	for id := range api {
+		if _, ok := raft[id]; !ok {
+			return nil, fmt.Errorf("--initial-cluster has no Raft address for node %d", id)
+		}
+	}
+	return members, nil
+}
+
+func parseIDMap(name, s string) (map[uint64]string, error) {
+	m := map[uint64]string{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(f, "=")
+		id, err := strconv.ParseUint(k, 10, 64)
+		if !ok || err != nil || id == 0 || v == "" {
+			return nil, fmt.Errorf("%s: %q is not ID=ADDRESS with ID ≥ 1", name, f)
+		}
+		if _, dup := m[id]; dup {
+			return nil, fmt.Errorf("%s: node %d given twice", name, id)
+		}
+		m[id] = v
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("%s is empty", name)
+	}
+	return m, nil
+}
+
+func parsePorts(name, s string) ([]int, error) {
+	var ports []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := strconv.Atoi(f)
+		if err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("%s: %q is not a port (1..65535)", name, f)
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
+}

@@ -1,0 +1,201 @@
+// Command kahuna runs a standalone lock node: REST and gRPC (h2c) on one
+// port, native gRPC on another, TLS when given a certificate, persistent
+// locks under the user's data dir.
+//
+//	go run ./cmd/kahuna            # defaults: ports 2070 (REST+gRPC), 2072 (gRPC), Raft 2073
+//	go run ./cmd/kahuna -help
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/transport"
+)
+
+// shutdownTimeout bounds how long in-flight calls get to finish on exit.
+const shutdownTimeout = 10 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit code. It serves until ctx
+// ends (a signal), then shuts down cleanly.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	// dragonboat's capnslog takes over the std logger at import; pebble
+	// logs through it. Route it to slog at debug level.
+	log.SetFlags(0)
+	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelDebug).Writer())
+
+	listeners, err := listen(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		return 1
+	}
+	raftAddr := net.JoinHostPort(o.raftHost, strconv.Itoa(o.raftPort))
+	if err := checkFree(raftAddr); err != nil {
+		closeAll(listeners)
+		fmt.Fprintf(stderr, "kahuna: raft listener %s: %s\n", raftAddr, oneLine(err))
+		return 1
+	}
+	node, err := kahuna.Open(kahuna.Config{
+		NodeID:               o.nodeID,
+		Members:              o.members,
+		DataDir:              o.storagePath,
+		WALDir:               o.walPath,
+		RaftAddress:          raftAddr,
+		Partitions:           o.partitions,
+		LockActors:           o.lockActors,
+		CacheEntryTTL:        o.cacheEntryTTL,
+		CacheEntriesToRemove: o.cacheEntriesToRemove,
+		Logger:               logger,
+	})
+	if err != nil {
+		closeAll(listeners)
+		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		return 1
+	}
+	m := newMetrics(node)
+	srv := transport.NewServer(node, transport.ServerOptions{
+		NodeName:  strconv.FormatUint(o.nodeID, 10),
+		Forwarded: node.Local(),
+		Logger:    logger,
+		Observe:   m.observe,
+		Extra: map[string]http.Handler{
+			"/metrics":                 m.handler(),
+			kahuna.AdminPartitionsPath: node.AdminHandler(),
+			kahuna.AdminTransferPath:   node.AdminHandler(),
+		},
+	})
+
+	fmt.Fprintf(stdout, "kahuna node ready\n  data:  %s\n", o.storagePath)
+	if o.walPath != "" {
+		fmt.Fprintf(stdout, "  wal:   %s\n", o.walPath)
+	}
+	fmt.Fprintf(stdout, "  raft:  %s\n", raftAddr)
+	serveErr := make(chan error, len(listeners))
+	for _, l := range listeners {
+		fmt.Fprintf(stdout, "  %-5s %s\n", l.kind+":", l.url())
+		go func() { serveErr <- l.serve(srv, o) }()
+	}
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-serveErr:
+		logger.Error("listener failed, shutting down", "err", err)
+		code = 1
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Warn("shutdown of listeners", "err", err)
+	}
+	if err := node.Close(); err != nil {
+		logger.Error("closing node", "err", err)
+		code = 1
+	}
+	return code
+}
+
+// listener is one bound API port and what it serves.
+type listener struct {
+	kind string // http (REST + h2c gRPC), grpc (native) or https
+	net.Listener
+}
+
+func (l listener) url() string {
+	switch l.kind {
+	case "https":
+		return "https://" + l.Addr().String()
+	case "grpc":
+		return "grpc://" + l.Addr().String() + " (h2c)"
+	}
+	return "http://" + l.Addr().String() + " (REST + gRPC)"
+}
+
+func (l listener) serve(srv *transport.Server, o options) error {
+	var err error
+	switch l.kind {
+	case "https":
+		err = srv.ServeTLS(l.Listener, o.certFile, o.keyFile)
+	case "grpc":
+		err = srv.ServeGRPC(l.Listener)
+	default:
+		err = srv.ServeHTTP(l.Listener)
+	}
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// listen binds every API port before anything else starts, so a port in
+// use fails fast with a clear reason.
+func listen(o options) ([]listener, error) {
+	var ls []listener
+	bind := func(kind string, ports []int) error {
+		for _, p := range ports {
+			addr := net.JoinHostPort(o.host, strconv.Itoa(p))
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("cannot listen on %s (%s): %w", addr, kind, err)
+			}
+			ls = append(ls, listener{kind: kind, Listener: l})
+		}
+		return nil
+	}
+	if err := errors.Join(bind("http", o.httpPorts), bind("grpc", o.grpcPorts), bind("https", o.httpsPorts)); err != nil {
+		closeAll(ls)
+		return nil, err
+	}
+	return ls, nil
+}
+
+func closeAll(ls []listener) {
+	for _, l := range ls {
+		_ = l.Close()
+	}
+}
+
+// checkFree reports a Raft port already taken, before dragonboat tries it
+// and fails with a less readable error.
+func checkFree(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// oneLine folds a (possibly joined) error into one line.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// output collects what run prints and signals once the node is ready.
+type output struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan struct{}
+	once  sync.Once
+}
+
+func newOutput() *output { return &output{ready: make(chan struct{})} }
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf.Write(p)
+	if strings.Contains(o.buf.String(), "kahuna node ready") {
+		o.once.Do(func() { close(o.ready) })
+	}
+	return len(p), nil
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestBadFlagsExitTwoWithOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"--http-ports", "abc"},
+		{"--initial-cluster-partitions", "0"},
+		{"--log-level", "loud"},
+		{"--https-certificate", "cert.pem"},
+		{"--raft-nodeid", "2", "--initial-cluster", "1=127.0.0.1:2073", "--initial-cluster-endpoints", "1=http://127.0.0.1:2070"},
+		{"--initial-cluster", "1=127.0.0.1:2073"},
+		{"extra-arg"},
+	} {
+		var stderr bytes.Buffer
+		code := run(context.Background(), args, io.Discard, &stderr)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != 2 || !strings.HasPrefix(lines[len(lines)-1], "kahuna: ") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}
+
+func TestUnusablePortOrDataDirExitsOne(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]string{
+		"api port in use":  {"--http-ports", busyPort, "--grpc-cleartext-ports", "", "--storage-path", t.TempDir()},
+		"raft port in use": {"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--raft-port", busyPort, "--storage-path", t.TempDir()},
+		"data dir a file":  {"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--raft-port", strconv.Itoa(freePort(t)), "--storage-path", file},
+	}
+	for name, args := range cases {
+		var stderr bytes.Buffer
+		code := run(context.Background(), args, io.Discard, &stderr)
+		if code != 1 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || !strings.HasPrefix(stderr.String(), "kahuna: ") {
+			t.Errorf("%s: exit %d, stderr %q", name, code, stderr.String())
+		}
+	}
+}
+
+// TestServeRestartAndShutdown starts the node, locks over REST, shuts it
+// down with its context (as a signal would), restarts it on the same data
+// and finds the lock still held.
+func TestServeRestartAndShutdown(t *testing.T) {
+	t.Setenv("KAHUNA_HOME", t.TempDir())
+	httpPort, grpcPort, raftPort := freePort(t), freePort(t), freePort(t)
+	args := []string{"--http-ports", strconv.Itoa(httpPort), "--grpc-cleartext-ports", strconv.Itoa(grpcPort), "--raft-port", strconv.Itoa(raftPort), "--log-level", "warn"}
+	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
+
+	start := func() (context.CancelFunc, <-chan int, *output) {
+		ctx, cancel := context.WithCancel(context.Background())
+		out := newOutput()
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, args, out, io.Discard) }()
+		select {
+		case <-out.ready:
+		case code := <-done:
+			t.Fatalf("exited %d before ready: %s", code, out.String())
+		case <-time.After(60 * time.Second):
+			t.Fatal("not ready after 60s")
+		}
+		return cancel, done, out
+	}
+	post := func(path, body string) string {
+		t.Helper()
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+
+	cancel, done, out := start()
+	for _, want := range []string{filepath.Join(os.Getenv("KAHUNA_HOME"), "data"), "127.0.0.1:" + strconv.Itoa(httpPort), "127.0.0.1:" + strconv.Itoa(raftPort)} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("startup output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if got := post("/v1/locks/try-lock", `{"resource":"bin/r","owner":"b3duZXI=","expiresMs":600000,"durability":1}`); !strings.Contains(got, `"type":0`) {
+		t.Fatalf("try-lock: %s", got)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `kahuna_requests_total{op="TryLock",status="Locked"} 1`) || !strings.Contains(string(metrics), `kahuna_held_locks{durability="persistent"} 1`) {
+		t.Fatalf("metrics lack the request or the held lock:\n%s", metrics)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("shutdown exit %d", code)
+	}
+
+	cancel, done, _ = start()
+	defer func() { cancel(); <-done }()
+	if got := post("/v1/locks/try-lock", `{"resource":"bin/r","owner":"b3RoZXI=","expiresMs":1000,"durability":1}`); !strings.Contains(got, `"type":1`) {
+		t.Fatalf("after restart the lock should be busy: %s", got)
+	}
+}

@@ -1,0 +1,63 @@
+package kahuna
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/transport"
+)
+
+// peers holds one forwarding client per other member, dialled on first use.
+type peers struct {
+	endpoints map[uint64]string
+
+	mu      sync.Mutex
+	clients map[uint64]*transport.Client
+	closed  bool
+}
+
+func newPeers(members map[uint64]Member, self uint64) *peers {
+	ps := &peers{endpoints: map[uint64]string{}, clients: map[uint64]*transport.Client{}}
+	for id, m := range members {
+		if id != self {
+			ps.endpoints[id] = m.Endpoint
+		}
+	}
+	return ps
+}
+
+// get returns the forwarding client of member id. It speaks the
+// node-to-node stream and does not retry MustRetry: the hop is one try,
+// the original caller decides whether to retry.
+func (ps *peers) get(ctx context.Context, id uint64) (lease.Locker, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil, ErrClosed
+	}
+	if c, ok := ps.clients[id]; ok {
+		return c, nil
+	}
+	endpoint, ok := ps.endpoints[id]
+	if !ok || endpoint == "" {
+		return nil, fmt.Errorf("kahuna: no endpoint for member %d", id)
+	}
+	c, err := transport.Dial(ctx, []string{endpoint}, transport.WithForwarding())
+	if err != nil {
+		return nil, fmt.Errorf("kahuna: dial member %d at %s: %w", id, endpoint, err)
+	}
+	ps.clients[id] = c
+	return c, nil
+}
+
+func (ps *peers) close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.closed = true
+	for _, c := range ps.clients {
+		_ = c.Close()
+	}
+	clear(ps.clients)
+}

@@ -1,0 +1,115 @@
+package kahuna
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/partition"
+)
+
+// do runs one request: here if this node serves the resource's partition,
+// else forwarded once to the partition's leader. forwarded marks a request
+// that already took its hop: it is never forwarded again (MustRetry
+// instead), so two nodes with different views cannot bounce it.
+func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (LockInfo, Result, error) {
+	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) {
+		return LockInfo{}, Result{Status: InvalidInput}, nil
+	}
+	if !n.enter() {
+		return LockInfo{}, Result{}, ErrClosed
+	}
+	defer n.exit()
+	req.Partition = partition.Of(req.Resource, n.cfg.Partitions)
+	if !n.leadership.Serving(req.Partition) {
+		if forwarded {
+			return LockInfo{}, Result{Status: MustRetry}, nil
+		}
+		return n.forward(ctx, req)
+	}
+	if req.Op == lease.Get && req.Durability == Persistent && n.clustered() {
+		// A leader cut off from the others may not know yet that it was
+		// deposed: confirm leadership with a read index before answering.
+		if err := n.backend.Barrier(ctx, req.Partition); err != nil {
+			if ctx.Err() != nil {
+				return LockInfo{}, Result{}, ctx.Err()
+			}
+			return LockInfo{}, Result{Status: MustRetry}, nil
+		}
+	}
+	resp, err := n.ring.Do(ctx, req)
+	if errors.Is(err, actors.ErrClosed) {
+		return LockInfo{}, Result{}, ErrClosed
+	}
+	if err != nil || resp.Status != Got {
+		return LockInfo{}, Result{Status: resp.Status, FencingToken: resp.Token}, err
+	}
+	info := LockInfo{
+		Owner:        append([]byte(nil), resp.Owner...),
+		Expires:      time.UnixMilli(resp.Expires.UnixMilli()),
+		FencingToken: resp.Token,
+	}
+	return info, Result{Status: Got, FencingToken: resp.Token}, nil
+}
+
+// forward sends req to the leader of its partition. Anything that stops
+// the hop (no leader known, leader unreachable) is MustRetry: the caller
+// retries and by then the leader is known or reachable.
+func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Result, error) {
+	leader, self := n.leadership.LeaderOf(req.Partition)
+	if leader == 0 || self {
+		return LockInfo{}, Result{Status: MustRetry}, nil // electing, or taking over
+	}
+	peer, err := n.peers.get(ctx, leader)
+	if err != nil {
+		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
+		return LockInfo{}, Result{Status: MustRetry}, nil
+	}
+	var (
+		info LockInfo
+		r    Result
+	)
+	switch req.Op {
+	case lease.TryLock:
+		r, err = peer.TryLock(ctx, req.Resource, req.Owner, req.TTL, req.Durability)
+	case lease.Extend:
+		r, err = peer.Extend(ctx, req.Resource, req.Owner, req.TTL, req.Durability)
+	case lease.Unlock:
+		r, err = peer.Unlock(ctx, req.Resource, req.Owner, req.Durability)
+	case lease.Get:
+		info, r, err = peer.Get(ctx, req.Resource, req.Durability)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return LockInfo{}, Result{}, ctx.Err()
+		}
+		n.cfg.Logger.Debug("forward failed", "partition", req.Partition, "leader", leader, "err", err)
+		return LockInfo{}, Result{Status: MustRetry}, nil
+	}
+	return info, r, nil
+}
+
+// local is the Locker a node offers its peers on the forwarding stream: it
+// serves only partitions this node leads and never forwards again.
+type local struct{ n *Node }
+
+func (l local) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	_, r, err := l.n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
+	return r, err
+}
+
+func (l local) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	_, r, err := l.n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
+	return r, err
+}
+
+func (l local) Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error) {
+	_, r, err := l.n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, true)
+	return r, err
+}
+
+func (l local) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
+	return l.n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, true)
+}

@@ -1,0 +1,333 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/kahunago/kahuna/transport/lockspb"
+)
+
+// batchStream multiplexes calls over one batch stream (BatchClientLockRequests,
+// or BatchServerLockRequests for a forwarder) on its own connection, re-opening the stream when it breaks.
+//
+// Callers queue their marshaled request and wait on their call's channel.
+// One writer goroutine sends whatever is queued the moment it is woken,
+// and while it sends, new calls accumulate for its next round: at low load
+// a call goes out at once, at high load calls go out back to back and grpc
+// packs them into few socket writes. One reader goroutine per open stream
+// delivers answers, which come back in any order, by RequestId.
+type batchStream struct {
+	target string // the endpoint, for errors
+	conn   *grpc.ClientConn
+	method *streamMethod
+	ctx    context.Context // the client's: ends on Close
+	wg     *sync.WaitGroup // the client's goroutines
+	wake   chan struct{}   // holds a token while calls are queued for an idle writer
+	openMu sync.Mutex      // one stream opening at a time
+
+	mu      sync.Mutex
+	closed  bool
+	queue   []*call
+	writing bool // the writer is busy and rechecks the queue before it idles
+	cur     *clientStream
+}
+
+// clientStream is one open stream and the calls waiting for its answers.
+type clientStream struct {
+	grpc.ClientStream
+	cancel  context.CancelFunc
+	dead    bool            // guarded by batchStream.mu
+	pending map[int32]*call // guarded by batchStream.mu
+}
+
+// errUnsent marks the failure of a call that the server never processed:
+// it is always safe to send again.
+var errUnsent = errors.New("transport: request not sent")
+
+type unsentError struct{ cause error }
+
+func (e *unsentError) Error() string        { return errUnsent.Error() + ": " + e.cause.Error() }
+func (e *unsentError) Unwrap() error        { return e.cause }
+func (e *unsentError) Is(target error) bool { return target == errUnsent }
+
+// streamMethod is the batch stream a client speaks.
+type streamMethod struct {
+	desc *grpc.StreamDesc
+	name string
+}
+
+// The two batch streams. Their envelopes are field for field the same (the
+// same numbers, the same enum values for the op types, the same payload
+// messages), so the bytes a call encodes as a GrpcBatchClientLockRequest
+// are a valid GrpcBatchServerLockRequest too, and the answers decode alike:
+// only the method differs.
+var (
+	batchClientMethod = &streamMethod{&pb.Locker_ServiceDesc.Streams[0], pb.Locker_BatchClientLockRequests_FullMethodName}
+	batchServerMethod = &streamMethod{&pb.Locker_ServiceDesc.Streams[1], pb.Locker_BatchServerLockRequests_FullMethodName}
+)
+
+func newBatchStream(ctx context.Context, wg *sync.WaitGroup, target string, conn *grpc.ClientConn, method *streamMethod) *batchStream {
+	s := &batchStream{target: target, conn: conn, method: method, ctx: ctx, wg: wg, wake: make(chan struct{}, 1)}
+	wg.Add(1)
+	go s.writeLoop()
+	return s
+}
+
+// do sends c and waits for its answer. When ctx ends first it returns
+// ctx.Err() and the answer, if it comes, is dropped.
+func (s *batchStream) do(ctx context.Context, c *call) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	c.state = callQueued
+	s.queue = append(s.queue, c)
+	wake := !s.writing && len(s.queue) == 1
+	s.mu.Unlock()
+	if wake {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		if s.abandon(c) {
+			return ctx.Err()
+		}
+		// The answer (or failure) is being delivered right now: take it.
+		<-c.done
+		return c.err
+	}
+}
+
+// abandon takes c out of the stream if it is still waiting there.
+func (s *batchStream) abandon(c *call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch c.state {
+	case callQueued: // the writer skips it
+	case callPending:
+		delete(c.st.pending, c.id)
+	default:
+		return false
+	}
+	c.state = callAbandoned
+	return true
+}
+
+func (s *batchStream) writeLoop() {
+	defer s.wg.Done()
+	var batch []*call
+	for {
+		select {
+		case <-s.wake:
+		case <-s.ctx.Done():
+			return // close fails whatever is queued
+		}
+		for {
+			s.mu.Lock()
+			batch = append(batch[:0], s.queue...)
+			clear(s.queue)
+			s.queue = s.queue[:0]
+			s.writing = len(batch) > 0
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			s.send(batch)
+			clear(batch)
+		}
+	}
+}
+
+// send writes a batch of queued calls on the current stream, opening one
+// if there is none.
+func (s *batchStream) send(batch []*call) {
+	st, err := s.stream()
+	if err != nil {
+		s.failQueued(batch, &unsentError{err})
+		return
+	}
+	s.mu.Lock()
+	if st.dead {
+		s.mu.Unlock()
+		s.failQueued(batch, &unsentError{fmt.Errorf("stream to %s ended", s.target)})
+		return
+	}
+	// Register before sending: an answer can come back before SendMsg
+	// returns.
+	n := 0
+	for _, c := range batch {
+		if c.state != callQueued {
+			continue
+		}
+		c.state, c.st = callPending, st
+		st.pending[c.id] = c
+		batch[n] = c
+		n++
+	}
+	s.mu.Unlock()
+	for i, c := range batch[:n] {
+		if err := st.SendMsg(&c.buf); err != nil {
+			s.sendFailed(st, batch[i:n], err)
+			return
+		}
+	}
+}
+
+// stream returns the open stream, opening one if needed.
+func (s *batchStream) stream() (*clientStream, error) {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	s.mu.Lock()
+	st := s.cur
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	cs, err := s.conn.NewStream(ctx, s.method.desc, s.method.name, grpc.ForceCodecV2(wireCodec{}))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("opening a stream to %s: %w", s.target, err)
+	}
+	st = &clientStream{ClientStream: cs, cancel: cancel, pending: make(map[int32]*call)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cancel()
+		return nil, ErrClosed
+	}
+	s.cur = st
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.readLoop(st)
+	return st, nil
+}
+
+// sendFailed handles a SendMsg error: unsent holds the call whose send
+// failed and those after it, none of which reached the server.
+func (s *batchStream) sendFailed(st *clientStream, unsent []*call, err error) {
+	s.mu.Lock()
+	if s.cur == st {
+		s.cur = nil
+	}
+	var failed []*call
+	for _, c := range unsent {
+		if st.pending[c.id] == c {
+			delete(st.pending, c.id)
+			c.state = callIdle
+			failed = append(failed, c)
+		}
+	}
+	s.mu.Unlock()
+	// io.EOF means the server ended the stream and RecvMsg will report how;
+	// anything else leaves it half-open, so end it for the reader.
+	if !errors.Is(err, io.EOF) {
+		st.cancel()
+	}
+	s.complete(failed, s.failure(&unsentError{fmt.Errorf("sending to %s: %w", s.target, err)}))
+}
+
+func (s *batchStream) readLoop(st *clientStream) {
+	defer s.wg.Done()
+	for {
+		m := new(pb.GrpcBatchClientLockResponse)
+		if err := st.RecvMsg(m); err != nil {
+			s.broken(st, err)
+			return
+		}
+		s.mu.Lock()
+		c := st.pending[m.GetRequestId()]
+		if c != nil {
+			delete(st.pending, c.id)
+			c.state, c.st = callIdle, nil
+		}
+		s.mu.Unlock()
+		if c == nil {
+			continue // the answer to an abandoned call
+		}
+		c.err = c.decode(m)
+		c.done <- struct{}{}
+	}
+}
+
+// broken fails the calls still waiting on a stream that ended. A stream
+// the server ended cleanly answered everything it processed (see
+// serveBatch), so what is left was not processed and may be sent again;
+// after any other end the outcome of those calls is unknown.
+func (s *batchStream) broken(st *clientStream, err error) {
+	s.mu.Lock()
+	st.dead = true
+	if s.cur == st {
+		s.cur = nil
+	}
+	var failed []*call
+	for _, c := range st.pending {
+		c.state = callIdle
+		failed = append(failed, c)
+	}
+	clear(st.pending)
+	s.mu.Unlock()
+	st.cancel()
+	if errors.Is(err, io.EOF) {
+		err = &unsentError{fmt.Errorf("stream to %s ended by the server", s.target)}
+	} else {
+		err = fmt.Errorf("transport: stream to %s broke, outcome unknown: %w", s.target, err)
+	}
+	s.complete(failed, s.failure(err))
+}
+
+// failQueued fails calls taken from the queue that are still queued.
+func (s *batchStream) failQueued(batch []*call, err error) {
+	s.mu.Lock()
+	var failed []*call
+	for _, c := range batch {
+		if c.state == callQueued {
+			c.state = callIdle
+			failed = append(failed, c)
+		}
+	}
+	s.mu.Unlock()
+	s.complete(failed, s.failure(err))
+}
+
+// failure is err, or ErrClosed once the client is closing: a call cut
+// short by Close should say so, not show the cancellation behind it.
+func (s *batchStream) failure(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return err
+}
+
+func (s *batchStream) complete(calls []*call, err error) {
+	for _, c := range calls {
+		c.err = err
+		c.done <- struct{}{}
+	}
+}
+
+// close fails the queued calls with ErrClosed and closes the connection,
+// which ends the stream and fails the calls waiting on it. The client's
+// context must be cancelled too, to stop the writer.
+func (s *batchStream) close() error {
+	s.mu.Lock()
+	s.closed = true
+	queued := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	s.failQueued(queued, ErrClosed)
+	return s.conn.Close()
+}

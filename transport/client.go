@@ -1,0 +1,355 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// Client defaults.
+const (
+	DefaultStreamsPerEndpoint = 2
+	// DefaultMustRetryBudget bounds how long Extend, Unlock and Get retry
+	// MustRetry answers, as Kahuna's client does.
+	DefaultMustRetryBudget = 30 * time.Second
+)
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("transport: client closed")
+
+// ClientOption configures Dial.
+type ClientOption func(*clientConfig)
+
+type clientConfig struct {
+	tls                *tls.Config
+	insecureSkipVerify bool
+	streams            int
+	mustRetryBudget    time.Duration
+	forwarding         bool
+}
+
+// WithTLSConfig sets the TLS configuration for https:// endpoints (for
+// example a RootCAs pool holding a private CA). The config is cloned.
+func WithTLSConfig(c *tls.Config) ClientOption {
+	return func(cfg *clientConfig) { cfg.tls = c.Clone() }
+}
+
+// WithInsecureSkipVerify makes https:// endpoints skip certificate
+// verification: for tests and self-signed development nodes only.
+func WithInsecureSkipVerify() ClientOption {
+	return func(cfg *clientConfig) { cfg.insecureSkipVerify = true }
+}
+
+// WithStreamsPerEndpoint sets how many batch streams, each on its own
+// connection, carry the calls to one endpoint (default
+// DefaultStreamsPerEndpoint; values below 1 mean 1).
+func WithStreamsPerEndpoint(n int) ClientOption {
+	return func(cfg *clientConfig) { cfg.streams = max(n, 1) }
+}
+
+// WithMustRetryBudget sets how long Extend, Unlock and Get keep retrying
+// MustRetry answers before they return MustRetry (default
+// DefaultMustRetryBudget). TryLock retries until its context ends.
+func WithMustRetryBudget(d time.Duration) ClientOption {
+	return func(cfg *clientConfig) { cfg.mustRetryBudget = d }
+}
+
+// WithForwarding makes the client a node-to-node forwarder: its calls go
+// on the BatchServerLockRequests stream, which the receiving node serves
+// without forwarding again (ServerOptions.Forwarded), and MustRetry
+// answers come back as they are, unretried, for the original caller to
+// decide.
+func WithForwarding() ClientOption {
+	return func(cfg *clientConfig) { cfg.forwarding = true }
+}
+
+// Client is a lease.Locker served by remote nodes over Kahuna's gRPC
+// protocol. It is safe for concurrent use. Calls go to the endpoints round
+// robin, multiplexed over long-lived batch streams.
+//
+// A request that lease.Valid rejects, or whose resource is not UTF-8
+// (Kahuna's wire carries it as a proto3 string), is answered InvalidInput
+// without a round trip.
+//
+// Errors are for failures of the call itself: ctx.Err() unchanged when the
+// context ends first, ErrClosed after Close, or a transport error. A call
+// whose stream broke after it was sent fails, since its outcome is
+// unknown; a call the server provably never processed is first sent again
+// to the next endpoint. Lock outcomes are Statuses.
+//
+// MustRetry answers are retried with jittered exponential backoff (about
+// 1 ms growing to 50 ms): TryLock until its context ends, the others
+// within the MustRetry budget, after which they return the MustRetry
+// status.
+type Client struct {
+	endpoints []*endpoint
+	next      atomic.Uint32 // round robin over endpoints
+	ids       atomic.Uint32 // RequestIds, unique across the client's streams
+	budget    time.Duration
+	retry     bool // retry MustRetry answers (not when forwarding)
+	calls     sync.Pool
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// endpoint is one node: a few batch streams, used round robin.
+type endpoint struct {
+	streams []*batchStream
+	next    atomic.Uint32
+}
+
+func (e *endpoint) pick() *batchStream {
+	return e.streams[e.next.Add(1)%uint32(len(e.streams))]
+}
+
+var _ lease.Locker = (*Client)(nil)
+
+// Dial connects to the nodes at endpoints: URLs "http://host:port" for
+// cleartext HTTP/2 (h2c) and "https://host:port" for TLS. A missing port
+// means 80 or 443. Dial opens the batch streams and returns once one
+// endpoint answers; it fails if none can be reached before ctx ends.
+func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("transport: no endpoints")
+	}
+	cfg := clientConfig{streams: DefaultStreamsPerEndpoint, mustRetryBudget: DefaultMustRetryBudget}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	type parsed struct {
+		raw, target string
+		creds       credentials.TransportCredentials
+	}
+	var eps []parsed
+	for _, raw := range endpoints {
+		target, creds, err := parseEndpoint(raw, &cfg)
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, parsed{raw, target, creds})
+	}
+
+	life, cancel := context.WithCancel(context.Background())
+	c := &Client{budget: cfg.mustRetryBudget, retry: !cfg.forwarding, cancel: cancel}
+	method := batchClientMethod
+	if cfg.forwarding {
+		method = batchServerMethod
+	}
+	c.calls.New = func() any { return newCall() }
+	for _, p := range eps {
+		ep := &endpoint{}
+		c.endpoints = append(c.endpoints, ep)
+		for range cfg.streams {
+			conn, err := grpc.NewClient(p.target,
+				grpc.WithTransportCredentials(p.creds),
+				// Notice a peer that vanished without closing the
+				// connection, so calls on it fail instead of hanging.
+				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+			)
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("transport: endpoint %q: %w", p.raw, err)
+			}
+			ep.streams = append(ep.streams, newBatchStream(life, &c.wg, p.raw, conn, method))
+		}
+	}
+	if err := c.open(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// open opens every batch stream and returns when one is open, or with the
+// errors if none can be.
+func (c *Client) open(ctx context.Context) error {
+	var all []*batchStream
+	for _, ep := range c.endpoints {
+		all = append(all, ep.streams...)
+	}
+	errs := make(chan error, len(all))
+	for _, s := range all {
+		// Streams still opening when Dial returns finish in the background
+		// (Close waits for them): the first call would open them anyway.
+		c.wg.Go(func() {
+			_, err := s.stream()
+			errs <- err
+		})
+	}
+	var failed []error
+	for range all {
+		select {
+		case err := <-errs:
+			if err == nil {
+				return nil
+			}
+			failed = append(failed, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("transport: no endpoint reachable: %w", errors.Join(failed...))
+}
+
+// parseEndpoint turns an endpoint URL into a grpc target and credentials.
+func parseEndpoint(raw string, cfg *clientConfig) (string, credentials.TransportCredentials, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("transport: endpoint %q: %s (want http://host:port or https://host:port)", raw, why)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", nil, bad(err.Error())
+	}
+	var creds credentials.TransportCredentials
+	port := u.Port()
+	switch u.Scheme {
+	case "http":
+		creds = insecure.NewCredentials()
+		if port == "" {
+			port = "80"
+		}
+	case "https":
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.tls != nil {
+			tc = cfg.tls.Clone()
+		}
+		if cfg.insecureSkipVerify {
+			tc.InsecureSkipVerify = true
+		}
+		creds = credentials.NewTLS(tc)
+		if port == "" {
+			port = "443"
+		}
+	default:
+		return "", nil, bad("scheme must be http or https")
+	}
+	switch {
+	case u.Hostname() == "":
+		return "", nil, bad("no host")
+	case u.User != nil, u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "":
+		return "", nil, bad("only scheme, host and port are allowed")
+	}
+	return "dns:///" + net.JoinHostPort(u.Hostname(), port), creds, nil
+}
+
+// Close ends every stream and connection. Calls in flight fail with
+// ErrClosed, as do later calls.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		// Mark the streams closed before cancelling, so calls cut short
+		// report ErrClosed rather than a cancellation.
+		for _, ep := range c.endpoints {
+			for _, s := range ep.streams {
+				errs = append(errs, s.close())
+			}
+		}
+		c.cancel()
+		c.wg.Wait()
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}
+
+func (c *Client) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	r, err := c.do(ctx, lease.TryLock, resource, owner, ttl, d)
+	return r.res, err
+}
+
+func (c *Client) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	r, err := c.do(ctx, lease.Extend, resource, owner, ttl, d)
+	return r.res, err
+}
+
+func (c *Client) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
+	r, err := c.do(ctx, lease.Unlock, resource, owner, 0, d)
+	return r.res, err
+}
+
+func (c *Client) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
+	r, err := c.do(ctx, lease.Get, resource, nil, 0, d)
+	return r.info, r.res, err
+}
+
+// do runs one lock call, retrying MustRetry answers.
+func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []byte, ttl time.Duration, d lease.Durability) (reply, error) {
+	// Checked here as well as by the server: an oversized request would
+	// exceed the server's message limit, and a resource that is not UTF-8
+	// cannot be a proto3 string; either would end the whole stream and
+	// every call multiplexed on it.
+	if !lease.Valid(op, resource, owner, ttl, d) || !utf8.ValidString(resource) {
+		return reply{res: lease.Result{Status: lease.InvalidInput}}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return reply{}, err
+	}
+	cl := c.calls.Get().(*call)
+	if err := cl.encode(int32(c.ids.Add(1)), op, resource, owner, ttl, d); err != nil {
+		return reply{}, err
+	}
+	var deadline time.Time
+	if op != lease.TryLock {
+		deadline = time.Now().Add(c.budget)
+	}
+	var bo backoff
+	for {
+		r, err := c.roundTrip(ctx, cl)
+		if err != nil {
+			// cl may still be referenced by a stream: leave it to the GC.
+			return reply{}, err
+		}
+		if r.res.Status != lease.MustRetry || !c.retry {
+			c.calls.Put(cl)
+			return r, nil
+		}
+		wait := bo.next()
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				c.calls.Put(cl)
+				return r, nil
+			}
+			wait = min(wait, left)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			c.calls.Put(cl)
+			return reply{}, err
+		}
+	}
+}
+
+// roundTrip sends cl to the next endpoint and waits for its answer. A call
+// that was provably not processed goes to the next endpoint, once around
+// the ring and once more (a fresh stream on the first one).
+func (c *Client) roundTrip(ctx context.Context, cl *call) (reply, error) {
+	n := uint32(len(c.endpoints))
+	first := c.next.Add(1)
+	var err error
+	for i := range n + 1 {
+		err = c.endpoints[(first+i)%n].pick().do(ctx, cl)
+		if err == nil {
+			return cl.reply, nil
+		}
+		if !errors.Is(err, errUnsent) {
+			return reply{}, err
+		}
+	}
+	return reply{}, err
+}

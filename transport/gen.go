@@ -1,0 +1,6 @@
+package transport
+
+// The Go code in lockspb is generated from proto/locks.proto and checked
+// in; regenerate it after editing the .proto with `go generate ./transport`
+// (gen.sh pins the protoc plugin versions and says what else it needs).
+//go:generate bash proto/gen.sh

@@ -1,0 +1,113 @@
+package transport
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// Handler returns the mixed handler: gRPC requests (HTTP/2 with an
+// application/grpc content type) go to the gRPC service, everything else
+// to REST, /healthz and ServerOptions.Extra. To carry cleartext gRPC, the
+// http.Server around it must allow unencrypted HTTP/2 (ServeHTTP does).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) newHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/locks/try-lock", s.restLock(lease.TryLock))
+	mux.Handle("/v1/locks/try-extend", s.restLock(lease.Extend))
+	mux.Handle("/v1/locks/try-unlock", s.restLock(lease.Unlock))
+	mux.Handle("/v1/locks/get-info", s.restGet())
+	mux.HandleFunc("/healthz", healthz)
+	for pattern, h := range s.opts.Extra {
+		mux.Handle(pattern, h)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			s.mixed.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP serves the mixed handler on lis: REST over HTTP/1.1 and gRPC
+// over cleartext HTTP/2 with prior knowledge (h2c), which is how Kahuna's
+// clients reach an http:// URL. (It is not an http.Handler; Handler is.)
+// It returns nil after Shutdown or Close, else the listener's error.
+//
+// Cleartext HTTP/2 is net/http's own: golang.org/x/net/http2/h2c is
+// deprecated, and the connections it hijacks escape http.Server.Shutdown.
+func (s *Server) ServeHTTP(lis net.Listener) error {
+	hs := s.newHTTPServer()
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	return s.serveHTTP(hs, lis, hs.Serve)
+}
+
+// ServeTLS serves the mixed handler over TLS on lis, offering HTTP/2 and
+// HTTP/1.1 by ALPN, with the PEM certificate and key in the named files.
+// It returns nil after Shutdown or Close, else the listener's error.
+func (s *Server) ServeTLS(lis net.Listener, certFile, keyFile string) error {
+	hs := s.newHTTPServer()
+	hs.Protocols.SetHTTP2(true)
+	hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	return s.serveHTTP(hs, lis, func(lis net.Listener) error { return hs.ServeTLS(lis, certFile, keyFile) })
+}
+
+// ServeGRPC serves gRPC alone on lis with grpc-go's own HTTP/2 server,
+// which is faster than gRPC through the mixed handler. It returns nil
+// after Shutdown or Close, else the listener's error.
+func (s *Server) ServeGRPC(lis net.Listener) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		lis.Close()
+		return ErrServerClosed
+	}
+	err := s.native.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return ErrServerClosed
+	}
+	return err
+}
+
+func (s *Server) newHTTPServer() *http.Server {
+	hs := &http.Server{
+		Handler: s.handler,
+		// Bounds how long a client may dribble its headers; bodies are
+		// bounded by size, and gRPC streams must be free to live long.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Protocols:         new(http.Protocols),
+	}
+	hs.Protocols.SetHTTP1(true)
+	return hs
+}
+
+// serveHTTP registers hs for Shutdown and runs serve on lis. hs stays
+// registered after serve returns: its connections outlive the listener.
+func (s *Server) serveHTTP(hs *http.Server, lis net.Listener, serve func(net.Listener) error) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		lis.Close()
+		return ErrServerClosed
+	}
+	s.https[hs] = struct{}{}
+	s.mu.Unlock()
+	err := serve(lis)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

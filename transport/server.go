@@ -1,0 +1,241 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/kahunago/kahuna/lease"
+	pb "github.com/kahunago/kahuna/transport/lockspb"
+)
+
+// Defaults of ServerOptions.
+const (
+	DefaultMaxRequestBytes      = 64 << 10
+	DefaultMaxInFlightPerStream = 256
+)
+
+// ErrServerClosed is returned by the Serve methods once the server has been
+// shut down or closed.
+var ErrServerClosed = errors.New("transport: server closed")
+
+// ServerOptions configures a Server. The zero value is usable.
+type ServerOptions struct {
+	// NodeName is answered as ServedFrom in every response. Kahuna always
+	// answers "", which is the default.
+	NodeName string
+	// Forwarded serves the node-to-node stream BatchServerLockRequests.
+	// The cluster layer passes a Locker that never forwards again, so a
+	// request hops at most once; nil means the main Locker.
+	Forwarded lease.Locker
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Observe, when set, is called once per lock request served, on any
+	// transport, with the answered status and the time spent serving it.
+	// It runs on the request's goroutine and must be fast.
+	Observe func(op lease.Op, st lease.Status, d time.Duration)
+	// Extra mounts more handlers on the HTTP side of the mixed handler,
+	// keyed by http.ServeMux pattern (e.g. "/metrics"). A pattern that
+	// collides with the lock routes or /healthz makes NewServer panic, as
+	// http.ServeMux does.
+	Extra map[string]http.Handler
+	// MaxRequestBytes bounds one gRPC message and one REST body
+	// (default DefaultMaxRequestBytes). A lock request is well under 3 KiB.
+	MaxRequestBytes int
+	// MaxInFlightPerStream bounds the requests of one batch stream served
+	// at once (default DefaultMaxInFlightPerStream); a stream that sends
+	// more waits, so a flood cannot spawn unbounded goroutines.
+	MaxInFlightPerStream int
+}
+
+// Server serves a lease.Locker over gRPC and REST. Create it with
+// NewServer, start listeners with ServeHTTP, ServeGRPC and ServeTLS, and
+// stop them all with Shutdown or Close.
+type Server struct {
+	locker    lease.Locker
+	forwarded lease.Locker
+	opts      ServerOptions
+	log       *slog.Logger
+
+	// native serves ServeGRPC listeners; mixed serves gRPC requests that
+	// arrive through the HTTP handler. They are two grpc.Servers because
+	// grpc's graceful stop cuts ServeHTTP streams short; the HTTP servers
+	// drain those instead (see Shutdown).
+	native  *grpc.Server
+	mixed   *grpc.Server
+	handler http.Handler
+
+	mu       sync.Mutex
+	closed   bool
+	draining chan struct{} // closed when shutdown starts: batch streams wind down
+	https    map[*http.Server]struct{}
+}
+
+// NewServer returns a Server for l. It starts nothing.
+func NewServer(l lease.Locker, opts ServerOptions) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.MaxInFlightPerStream <= 0 {
+		opts.MaxInFlightPerStream = DefaultMaxInFlightPerStream
+	}
+	s := &Server{
+		locker:    l,
+		forwarded: l,
+		opts:      opts,
+		log:       opts.Logger,
+		draining:  make(chan struct{}),
+		https:     make(map[*http.Server]struct{}),
+	}
+	if opts.Forwarded != nil {
+		s.forwarded = opts.Forwarded
+	}
+	s.native = s.newGRPCServer()
+	s.mixed = s.newGRPCServer()
+	s.handler = s.newHandler()
+	return s
+}
+
+func (s *Server) newGRPCServer() *grpc.Server {
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(s.opts.MaxRequestBytes),
+		// Our client pings idle connections every 30 s to notice dead
+		// peers; allow that instead of answering it with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	)
+	pb.RegisterLockerServer(g, &grpcService{s: s})
+	return g
+}
+
+// serve runs one lock request against l and reports it to Observe. Lock
+// outcomes, including InvalidInput, are in the Result. A failed call
+// answers MustRetry (the node cannot serve it now; the client may try
+// again or elsewhere), and a panicking Locker answers MustRetry too rather
+// than taking the server down. The error is non-nil only when ctx has
+// ended: the asker is gone and no answer is due.
+func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.LockInfo, lease.Result, error) {
+	start := time.Now()
+	var (
+		info lease.LockInfo
+		res  lease.Result
+		err  error
+	)
+	if lease.Valid(r.op, r.resource, r.owner, r.ttl, r.d) {
+		info, res, err = s.call(ctx, l, r)
+	} else {
+		res = lease.Result{Status: lease.InvalidInput}
+	}
+	if err != nil {
+		info, res = lease.LockInfo{}, lease.Result{Status: lease.MustRetry}
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		} else {
+			s.log.Warn("lock request failed", "op", r.op, "resource", r.resource, "err", err)
+			err = nil
+		}
+	}
+	res.ServedFrom = s.opts.NodeName
+	if s.opts.Observe != nil {
+		s.opts.Observe(r.op, res.Status, time.Since(start))
+	}
+	return info, res, err
+}
+
+// call invokes the Locker for a valid request, turning a panic into an
+// error.
+func (s *Server) call(ctx context.Context, l lease.Locker, r request) (info lease.LockInfo, res lease.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lock request panicked", "op", r.op, "resource", r.resource,
+				"panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("transport: %v panicked: %v", r.op, p)
+		}
+	}()
+	switch r.op {
+	case lease.TryLock:
+		res, err = l.TryLock(ctx, r.resource, r.owner, r.ttl, r.d)
+	case lease.Extend:
+		res, err = l.Extend(ctx, r.resource, r.owner, r.ttl, r.d)
+	case lease.Unlock:
+		res, err = l.Unlock(ctx, r.resource, r.owner, r.d)
+	case lease.Get:
+		info, res, err = l.Get(ctx, r.resource, r.d)
+	}
+	return info, res, err
+}
+
+// Shutdown stops every listener gracefully: no new connections or calls
+// are accepted, batch streams answer what they have received and end
+// (cleanly, so a client knows nothing else was processed), and calls in
+// flight are answered. If ctx ends first, Shutdown closes everything as
+// Close does and returns ctx.Err().
+func (s *Server) Shutdown(ctx context.Context) error {
+	https := s.stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, hs := range https {
+			// Close below cuts this short if ctx ends, so Shutdown's own
+			// context need not be bounded.
+			wg.Go(func() { _ = hs.Shutdown(context.Background()) })
+		}
+		wg.Go(s.native.GracefulStop)
+		wg.Wait()
+		s.mixed.Stop()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close stops every listener at once; calls in flight fail.
+func (s *Server) Close() error {
+	https := s.stop()
+	var errs []error
+	for _, hs := range https {
+		// A listener Shutdown already closed is not a failure of Close.
+		if err := hs.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	s.native.Stop()
+	s.mixed.Stop()
+	return errors.Join(errs...)
+}
+
+// stop marks the server closed, tells batch streams to wind down and
+// returns the HTTP servers to stop.
+func (s *Server) stop() []*http.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.draining)
+	}
+	https := make([]*http.Server, 0, len(s.https))
+	for hs := range s.https {
+		https = append(https, hs)
+	}
+	return https
+}

@@ -1,0 +1,184 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// Kahuna's REST DTOs: camelCase names, enums as numbers, bytes as base64.
+// Field names match case-insensitively, like ASP.NET's web defaults, and
+// unknown fields are ignored because Kahuna's clients may send extras. The
+// owner field was once called lockId; a request that still uses it binds
+// no owner and is answered InvalidInput, as Kahuna does.
+
+// lockBody is the request of try-lock, try-extend and try-unlock
+// (try-unlock ignores expiresMs).
+type lockBody struct {
+	Resource   string `json:"resource"`
+	Owner      []byte `json:"owner"`
+	ExpiresMs  int32  `json:"expiresMs"`
+	Durability int32  `json:"durability"`
+}
+
+type lockReply struct {
+	ServedFrom   string       `json:"servedFrom"`
+	Type         lease.Status `json:"type"`
+	FencingToken int64        `json:"fencingToken"`
+}
+
+type getBody struct {
+	Resource   string `json:"resource"`
+	Durability int32  `json:"durability"`
+}
+
+// getReply answers get-info for a live lock.
+type getReply struct {
+	ServedFrom   string       `json:"servedFrom"`
+	Type         lease.Status `json:"type"`
+	Owner        []byte       `json:"owner"`
+	Expires      hlcTime      `json:"expires"`
+	FencingToken int64        `json:"fencingToken"`
+}
+
+// statusReply answers get-info when there is no live lock: Kahuna sets
+// only the type then.
+type statusReply struct {
+	Type lease.Status `json:"type"`
+}
+
+// hlcTime is Kahuna's HLC timestamp: node, physical unix ms, counter. We
+// carry wall-clock ms in l and leave n and c 0.
+type hlcTime struct {
+	N int32  `json:"n"`
+	L int64  `json:"l"`
+	C uint32 `json:"c"`
+}
+
+type errorReply struct {
+	Error string `json:"error"`
+}
+
+// restLock serves try-lock, try-extend and try-unlock.
+func (s *Server) restLock(op lease.Op) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b lockBody
+		if !s.decodeJSON(w, r, &b) {
+			return
+		}
+		req := request{op: op, resource: b.Resource, owner: b.Owner, d: lease.Durability(b.Durability)}
+		if op != lease.Unlock {
+			req.ttl = msToTTL(b.ExpiresMs)
+		}
+		// A failed call answers MustRetry and the error only says the asker
+		// is gone, so it is not looked at.
+		_, res, _ := s.serve(r.Context(), s.locker, req)
+		writeJSON(w, http.StatusOK, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken})
+	})
+}
+
+// restGet serves get-info.
+func (s *Server) restGet() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b getBody
+		if !s.decodeJSON(w, r, &b) {
+			return
+		}
+		info, res, _ := s.serve(r.Context(), s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
+		if res.Status != lease.Got {
+			writeJSON(w, http.StatusOK, statusReply{Type: res.Status})
+			return
+		}
+		writeJSON(w, http.StatusOK, getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
+			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})
+	})
+}
+
+// decodeJSON reads a POSTed JSON object into v, or answers the client's
+// mistake with an HTTP error and a JSON body and returns false. Nothing
+// reaches the Locker from a request that fails here.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed, use POST", r.Method))
+		return false
+	}
+	// ParseMediaType lowercases the type and accepts parameters such as
+	// charset=utf-8, which .NET's HttpClient adds.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
+		return false
+	}
+	// json.Unmarshal would accept null, a bare value being nothing we
+	// could serve; insist on an object.
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		writeError(w, http.StatusBadRequest, "body must be a JSON object")
+		return false
+	}
+	// Unmarshal also rejects anything after the object.
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(w, http.StatusBadRequest, jsonProblem(err))
+		return false
+	}
+	return true
+}
+
+// jsonProblem describes a decoding error in the request's terms rather
+// than in Go's.
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var b64 base64.CorruptInputError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, err)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q: JSON %s is not a valid value", typ.Field, typ.Value)
+	case errors.As(err, &b64):
+		return "owner: not valid base64"
+	}
+	return "malformed JSON: " + err.Error()
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, errorReply{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Our reply types always marshal; this is a bug, not bad input.
+		http.Error(w, "encoding reply: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// healthz answers liveness probes.
+func healthz(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed, use GET", r.Method))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok")
+}
