@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -92,6 +94,19 @@ type Lock struct {
 	owner      []byte
 	token      int64
 	durability Durability
+	ttl        time.Duration
+
+	ctx      context.Context // cancelled when the lock is lost or released
+	cancel   context.CancelFunc
+	lost     chan struct{}
+	lostOnce sync.Once
+	alive    atomic.Bool // a KeepAlive loop runs
+}
+
+func newLock(l Locker, resource string, owner []byte, token int64, d Durability, ttl time.Duration) *Lock {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Lock{locker: l, resource: resource, owner: owner, token: token, durability: d, ttl: ttl,
+		ctx: ctx, cancel: cancel, lost: make(chan struct{})}
 }
 
 // Acquire locks resource on l. It returns ErrBusy if another owner held it
@@ -118,7 +133,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		var until time.Time
 		switch r.Status {
 		case Locked:
-			return &Lock{locker: l, resource: resource, owner: o.owner, token: r.FencingToken, durability: o.durability}, nil
+			return newLock(l, resource, o.owner, r.FencingToken, o.durability, o.ttl), nil
 		case Busy:
 			until = busyUntil
 		case MustRetry:
@@ -159,7 +174,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	if r.Status != Extended {
-		return &StatusError{Op: "extend", Resource: l.resource, Status: r.Status}
+		err := &StatusError{Op: "extend", Resource: l.resource, Status: r.Status}
+		if errors.Is(err, ErrLockLost) {
+			l.markLost()
+		}
+		return err
 	}
 	return nil
 }
@@ -174,9 +193,76 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return err
 	}
 	if r.Status != Unlocked {
-		return &StatusError{Op: "unlock", Resource: l.resource, Status: r.Status}
+		err := &StatusError{Op: "unlock", Resource: l.resource, Status: r.Status}
+		if errors.Is(err, ErrLockLost) {
+			l.markLost()
+		}
+		return err
 	}
+	l.cancel() // released: the work it guarded must stop too
 	return nil
+}
+
+// Lost is closed when the lock is found lost: an Extend (KeepAlive's
+// included) or Unlock answered that the lease lapsed or another owner
+// holds it, or KeepAlive could not extend it before it ran out.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Context is cancelled when the lock is lost or released; run the work the
+// lock guards under it.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+func (l *Lock) markLost() {
+	l.lostOnce.Do(func() {
+		close(l.lost)
+		l.cancel()
+	})
+}
+
+// KeepAlive extends the lease by its TTL every interval (default a third
+// of the TTL), in the background, until ctx ends, the lock is released, or
+// it is lost. Failed extends are retried; if none succeeds before the
+// lease would have run out, the lock is treated as lost. Watch Lost or
+// Context. A second call while one runs does nothing.
+func (l *Lock) KeepAlive(ctx context.Context, every time.Duration) {
+	if every <= 0 || every >= l.ttl {
+		every = l.ttl / 3
+	}
+	if !l.alive.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer l.alive.Store(false)
+		ticker := time.NewTicker(every)
+		defer ticker.Stop()
+		// The lease surely lasts until this (measured from before the call
+		// that set it, so it errs early).
+		lapse := time.Now().Add(l.ttl)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			start := time.Now()
+			cctx, cancel := context.WithDeadline(ctx, lapse)
+			err := l.Extend(cctx, l.ttl)
+			cancel()
+			switch {
+			case err == nil:
+				lapse = start.Add(l.ttl)
+			case errors.Is(err, ErrLockLost):
+				return // markLost already ran
+			case ctx.Err() != nil:
+				return
+			case !time.Now().Before(lapse):
+				l.markLost() // could not extend before the lease ran out
+				return
+			}
+		}
+	}()
 }
 
 // retry repeats op while it answers MustRetry, for up to mustRetryBudget.

@@ -52,105 +52,111 @@ type step struct {
 // TestSemantics pins every row of DESIGN §2 through the embedded node, for
 // both durabilities.
 func TestSemantics(t *testing.T) {
-	const s = time.Second
-	scenarios := []struct {
-		name  string
-		steps []step
-	}{
-		{"never-seen resource locks with token 0", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked, token: 0}}},
-		{"other owner while held is busy", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked},
-			{op: "lock", owner: "b", ttl: 10 * s, status: kahuna.Busy, token: 0}}},
-		{"same owner while held gets the same token and no refresh", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked},
-			{op: "advance", ttl: 5 * s},
-			{op: "lock", owner: "a", ttl: 60 * s, status: kahuna.Locked, token: 0},
-			{op: "get", status: kahuna.Got, token: 0, owner: "a", expires: 10 * s},
-			{op: "advance", ttl: 5*s + time.Millisecond},
-			{op: "lock", owner: "b", ttl: 10 * s, status: kahuna.Locked, token: 1}}},
-		{"anyone after expiry gets token+1", []step{
-			{op: "lock", owner: "a", ttl: 2 * s, status: kahuna.Locked},
-			{op: "advance", ttl: 2*s + time.Millisecond},
-			{op: "lock", owner: "b", ttl: 2 * s, status: kahuna.Locked, token: 1},
-			{op: "advance", ttl: 3 * s},
-			{op: "lock", owner: "b", ttl: 2 * s, status: kahuna.Locked, token: 2}}},
-		{"anyone after unlock gets token+1", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked},
-			{op: "unlock", owner: "a", status: kahuna.Unlocked},
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked, token: 1}}},
-		{"extend unknown", []step{
-			{op: "extend", owner: "a", ttl: s, status: kahuna.LockDoesNotExist}}},
-		{"extend unlocked", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked},
-			{op: "unlock", owner: "a", status: kahuna.Unlocked},
-			{op: "extend", owner: "a", ttl: s, status: kahuna.LockDoesNotExist}}},
-		{"extend expired checks expiry before owner", []step{
-			{op: "lock", owner: "a", ttl: s, status: kahuna.Locked},
-			{op: "advance", ttl: 2 * s},
-			{op: "extend", owner: "b", ttl: s, status: kahuna.LockDoesNotExist},
-			{op: "extend", owner: "a", ttl: s, status: kahuna.LockDoesNotExist}}},
-		{"extend by non-owner", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked},
-			{op: "extend", owner: "b", ttl: s, status: kahuna.InvalidOwner}}},
-		{"extend by owner sets now+ttl, may shorten, keeps token", []step{
-			{op: "lock", owner: "a", ttl: 2 * s, status: kahuna.Locked},
-			{op: "unlock", owner: "a", status: kahuna.Unlocked},
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked, token: 1},
-			{op: "advance", ttl: s},
-			{op: "extend", owner: "a", ttl: 30 * s, status: kahuna.Extended, token: 1},
-			{op: "get", status: kahuna.Got, owner: "a", token: 1, expires: 31 * s},
-			{op: "extend", owner: "a", ttl: s, status: kahuna.Extended, token: 1},
-			{op: "get", status: kahuna.Got, owner: "a", token: 1, expires: 2 * s},
-			{op: "advance", ttl: s + time.Millisecond},
-			{op: "lock", owner: "b", ttl: s, status: kahuna.Locked, token: 2}}},
-		{"unlock unknown", []step{
-			{op: "unlock", owner: "a", status: kahuna.LockDoesNotExist}}},
-		{"unlock already unlocked", []step{
-			{op: "lock", owner: "a", ttl: 10 * s, status: kahuna.Locked},
-			{op: "unlock", owner: "a", status: kahuna.Unlocked},
-			{op: "unlock", owner: "a", status: kahuna.LockDoesNotExist}}},
-		{"unlock by non-owner, live or expired", []step{
-			{op: "lock", owner: "a", ttl: s, status: kahuna.Locked},
-			{op: "unlock", owner: "b", status: kahuna.InvalidOwner},
-			{op: "advance", ttl: 2 * s},
-			{op: "unlock", owner: "b", status: kahuna.InvalidOwner},
-			{op: "get", status: kahuna.LockDoesNotExist}}},
-		{"unlock by owner of an expired lock not yet retaken", []step{
-			{op: "lock", owner: "a", ttl: s, status: kahuna.Locked},
-			{op: "advance", ttl: 2 * s},
-			{op: "unlock", owner: "a", status: kahuna.Unlocked},
-			{op: "lock", owner: "b", ttl: s, status: kahuna.Locked, token: 1}}},
-		{"get unknown, unlocked, expired", []step{
-			{op: "get", status: kahuna.LockDoesNotExist},
-			{op: "lock", owner: "a", ttl: s, status: kahuna.Locked},
-			{op: "get", status: kahuna.Got, owner: "a", token: 0, expires: s},
-			{op: "advance", ttl: s},
-			{op: "get", status: kahuna.Got, owner: "a", token: 0, expires: s},
-			{op: "advance", ttl: time.Millisecond},
-			{op: "get", status: kahuna.LockDoesNotExist},
-			{op: "lock", owner: "a", ttl: s, status: kahuna.Locked, token: 1},
-			{op: "unlock", owner: "a", status: kahuna.Unlocked},
-			{op: "get", status: kahuna.LockDoesNotExist}}},
-	}
 	for _, d := range durabilities {
 		t.Run(d.String(), func(t *testing.T) {
 			clk := newClock()
 			n := openNode(t, kahuna.Config{Clock: clk.Now, Partitions: 2, LockActors: 2})
-			for i, sc := range scenarios {
-				t.Run(sc.name, func(t *testing.T) {
-					res := fmt.Sprintf("sem/%d/%s", i, strings.ReplaceAll(sc.name, " ", "-"))
-					start := clk.Now()
-					for j, st := range sc.steps {
-						runStep(t, n, clk, res, d, start, j, st)
-					}
-				})
+			runScenarios(t, "node", n, clk, d)
+		})
+	}
+}
+
+const sec = time.Second
+
+var semanticsScenarios = []struct {
+	name  string
+	steps []step
+}{
+	{"never-seen resource locks with token 0", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked, token: 0}}},
+	{"other owner while held is busy", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked},
+		{op: "lock", owner: "b", ttl: 10 * sec, status: kahuna.Busy, token: 0}}},
+	{"same owner while held gets the same token and no refresh", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked},
+		{op: "advance", ttl: 5 * sec},
+		{op: "lock", owner: "a", ttl: 60 * sec, status: kahuna.Locked, token: 0},
+		{op: "get", status: kahuna.Got, token: 0, owner: "a", expires: 10 * sec},
+		{op: "advance", ttl: 5*sec + time.Millisecond},
+		{op: "lock", owner: "b", ttl: 10 * sec, status: kahuna.Locked, token: 1}}},
+	{"anyone after expiry gets token+1", []step{
+		{op: "lock", owner: "a", ttl: 2 * sec, status: kahuna.Locked},
+		{op: "advance", ttl: 2*sec + time.Millisecond},
+		{op: "lock", owner: "b", ttl: 2 * sec, status: kahuna.Locked, token: 1},
+		{op: "advance", ttl: 3 * sec},
+		{op: "lock", owner: "b", ttl: 2 * sec, status: kahuna.Locked, token: 2}}},
+	{"anyone after unlock gets token+1", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked},
+		{op: "unlock", owner: "a", status: kahuna.Unlocked},
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked, token: 1}}},
+	{"extend unknown", []step{
+		{op: "extend", owner: "a", ttl: sec, status: kahuna.LockDoesNotExist}}},
+	{"extend unlocked", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked},
+		{op: "unlock", owner: "a", status: kahuna.Unlocked},
+		{op: "extend", owner: "a", ttl: sec, status: kahuna.LockDoesNotExist}}},
+	{"extend expired checks expiry before owner", []step{
+		{op: "lock", owner: "a", ttl: sec, status: kahuna.Locked},
+		{op: "advance", ttl: 2 * sec},
+		{op: "extend", owner: "b", ttl: sec, status: kahuna.LockDoesNotExist},
+		{op: "extend", owner: "a", ttl: sec, status: kahuna.LockDoesNotExist}}},
+	{"extend by non-owner", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked},
+		{op: "extend", owner: "b", ttl: sec, status: kahuna.InvalidOwner}}},
+	{"extend by owner sets now+ttl, may shorten, keeps token", []step{
+		{op: "lock", owner: "a", ttl: 2 * sec, status: kahuna.Locked},
+		{op: "unlock", owner: "a", status: kahuna.Unlocked},
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked, token: 1},
+		{op: "advance", ttl: sec},
+		{op: "extend", owner: "a", ttl: 30 * sec, status: kahuna.Extended, token: 1},
+		{op: "get", status: kahuna.Got, owner: "a", token: 1, expires: 31 * sec},
+		{op: "extend", owner: "a", ttl: sec, status: kahuna.Extended, token: 1},
+		{op: "get", status: kahuna.Got, owner: "a", token: 1, expires: 2 * sec},
+		{op: "advance", ttl: sec + time.Millisecond},
+		{op: "lock", owner: "b", ttl: sec, status: kahuna.Locked, token: 2}}},
+	{"unlock unknown", []step{
+		{op: "unlock", owner: "a", status: kahuna.LockDoesNotExist}}},
+	{"unlock already unlocked", []step{
+		{op: "lock", owner: "a", ttl: 10 * sec, status: kahuna.Locked},
+		{op: "unlock", owner: "a", status: kahuna.Unlocked},
+		{op: "unlock", owner: "a", status: kahuna.LockDoesNotExist}}},
+	{"unlock by non-owner, live or expired", []step{
+		{op: "lock", owner: "a", ttl: sec, status: kahuna.Locked},
+		{op: "unlock", owner: "b", status: kahuna.InvalidOwner},
+		{op: "advance", ttl: 2 * sec},
+		{op: "unlock", owner: "b", status: kahuna.InvalidOwner},
+		{op: "get", status: kahuna.LockDoesNotExist}}},
+	{"unlock by owner of an expired lock not yet retaken", []step{
+		{op: "lock", owner: "a", ttl: sec, status: kahuna.Locked},
+		{op: "advance", ttl: 2 * sec},
+		{op: "unlock", owner: "a", status: kahuna.Unlocked},
+		{op: "lock", owner: "b", ttl: sec, status: kahuna.Locked, token: 1}}},
+	{"get unknown, unlocked, expired", []step{
+		{op: "get", status: kahuna.LockDoesNotExist},
+		{op: "lock", owner: "a", ttl: sec, status: kahuna.Locked},
+		{op: "get", status: kahuna.Got, owner: "a", token: 0, expires: sec},
+		{op: "advance", ttl: sec},
+		{op: "get", status: kahuna.Got, owner: "a", token: 0, expires: sec},
+		{op: "advance", ttl: time.Millisecond},
+		{op: "get", status: kahuna.LockDoesNotExist},
+		{op: "lock", owner: "a", ttl: sec, status: kahuna.Locked, token: 1},
+		{op: "unlock", owner: "a", status: kahuna.Unlocked},
+		{op: "get", status: kahuna.LockDoesNotExist}}},
+}
+
+func runScenarios(t *testing.T, prefix string, l kahuna.Locker, clk *clock, d kahuna.Durability) {
+	for i, sc := range semanticsScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			res := fmt.Sprintf("%s/sem/%d/%s", prefix, i, strings.ReplaceAll(sc.name, " ", "-"))
+			start := clk.Now()
+			for j, st := range sc.steps {
+				runStep(t, l, clk, res, d, start, j, st)
 			}
 		})
 	}
 }
 
-func runStep(t *testing.T, n *kahuna.Node, clk *clock, res string, d kahuna.Durability, start time.Time, j int, st step) {
+func runStep(t *testing.T, n kahuna.Locker, clk *clock, res string, d kahuna.Durability, start time.Time, j int, st step) {
 	t.Helper()
 	ctx := context.Background()
 	var r kahuna.Result

@@ -90,7 +90,7 @@ func TestMainExitCodes(t *testing.T) {
 	}
 	stderr.Reset()
 	code := Main(context.Background(), []string{"--target", "rest", "--endpoints", "ftp://x", "--duration", "10ms"}, &bytes.Buffer{}, &stderr, p)
-	if code != 1 || !strings.Contains(stderr.String(), `rest: open: endpoint "ftp://x"`) {
+	if code != 1 || !strings.Contains(stderr.String(), `endpoint "ftp://x": want http://host:port`) {
 		t.Errorf("target that cannot open: exit %d, stderr %q", code, stderr.String())
 	}
 }

@@ -1,0 +1,121 @@
+package kahuna_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// TestSemanticsOverTheWire runs the DESIGN §2 table through kahuna.Dial,
+// over gRPC and over REST, against a node on a random loopback port.
+func TestSemanticsOverTheWire(t *testing.T) {
+	clk := newClock()
+	n := openNode(t, kahuna.Config{Clock: clk.Now, Partitions: 2, ListenAddress: "127.0.0.1:0"})
+	endpoint := "http://" + n.ListenAddress()
+	for _, proto := range []struct {
+		name string
+		opts []kahuna.ClientOption
+	}{{"grpc", nil}, {"rest", []kahuna.ClientOption{kahuna.WithREST()}}} {
+		t.Run(proto.name, func(t *testing.T) {
+			c, err := kahuna.Dial(context.Background(), []string{endpoint}, proto.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for _, d := range durabilities {
+				t.Run(d.String(), func(t *testing.T) {
+					runScenarios(t, proto.name, c, clk, d)
+				})
+			}
+			// Bad input answers InvalidInput over the wire too.
+			r, err := c.TryLock(context.Background(), strings.Repeat("x", 2000), []byte("o"), time.Second, kahuna.Persistent)
+			if err != nil || r.Status != kahuna.InvalidInput {
+				t.Fatalf("oversized resource: %v %v", r.Status, err)
+			}
+			// The handle works on the client unchanged.
+			l, err := kahuna.Acquire(context.Background(), c, "wire/handle/"+proto.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Extend(context.Background(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestDialRejectsBadEndpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, opts := range [][]kahuna.ClientOption{nil, {kahuna.WithREST()}} {
+		if _, err := kahuna.Dial(ctx, []string{"ftp://x"}, opts...); err == nil {
+			t.Fatal("ftp:// endpoint accepted")
+		}
+	}
+}
+
+func TestKeepAliveHoldsPastTheTTL(t *testing.T) {
+	n := openNode(t, kahuna.Config{})
+	ctx := context.Background()
+	l, err := kahuna.Acquire(ctx, n, "ka/held", kahuna.WithTTL(300*time.Millisecond), kahuna.WithDurability(kahuna.Persistent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, stop := context.WithCancel(ctx)
+	defer stop()
+	l.KeepAlive(kctx, 50*time.Millisecond)
+	// Time passing is the point here: three TTLs later it is still held.
+	time.Sleep(900 * time.Millisecond)
+	if r, _ := n.TryLock(ctx, "ka/held", []byte("other"), time.Second, kahuna.Persistent); r.Status != kahuna.Busy {
+		t.Fatalf("kept-alive lock: %v, want Busy", r.Status)
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("reported lost while held")
+	default:
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l.Context().Err() == nil {
+		t.Fatal("Context not cancelled by Unlock")
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("Unlock is not a loss")
+	default:
+	}
+}
+
+func TestKeepAliveReportsLoss(t *testing.T) {
+	clk := newClock()
+	n := openNode(t, kahuna.Config{Clock: clk.Now})
+	ctx := context.Background()
+	l, err := kahuna.Acquire(ctx, n, "ka/lost", kahuna.WithTTL(time.Second), kahuna.WithDurability(kahuna.Ephemeral))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second) // the lease lapses on the node's clock
+	if r, _ := n.TryLock(ctx, "ka/lost", []byte("thief"), time.Hour, kahuna.Ephemeral); r.Status != kahuna.Locked {
+		t.Fatalf("takeover: %v", r.Status)
+	}
+	l.KeepAlive(ctx, 10*time.Millisecond)
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("loss not reported")
+	}
+	if !errors.Is(context.Cause(l.Context()), context.Canceled) {
+		t.Fatalf("Context not cancelled on loss: %v", l.Context().Err())
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, kahuna.ErrLockLost) {
+		t.Fatalf("extend after loss: %v", err)
+	}
+}

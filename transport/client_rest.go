@@ -1,0 +1,202 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// RESTClient is a lease.Locker over Kahuna's REST API (/v1/locks/*): JSON
+// bodies, owner as base64, statuses as numbers. Calls go round robin over
+// the endpoints on kept-alive connections, and MustRetry answers are
+// retried like the gRPC Client does.
+type RESTClient struct {
+	client    *http.Client
+	endpoints []string
+	next      atomic.Uint64
+	budget    time.Duration
+	closed    atomic.Bool
+}
+
+var _ lease.Locker = (*RESTClient)(nil)
+
+// DialREST returns a REST client of endpoints ("http://host:port" or
+// "https://host:port"). It does not connect until the first call. Of the
+// options, WithTLSConfig, WithInsecureSkipVerify and WithMustRetryBudget
+// apply.
+func DialREST(endpoints []string, opts ...ClientOption) (*RESTClient, error) {
+	cfg := clientConfig{mustRetryBudget: DefaultMustRetryBudget}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(endpoints) == 0 {
+		return nil, errors.New("transport: no endpoints")
+	}
+	eps := make([]string, len(endpoints))
+	for i, e := range endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("transport: endpoint %q: want http://host:port or https://host:port", e)
+		}
+		eps[i] = u.Scheme + "://" + u.Host
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	tr.DisableCompression = true
+	tr.TLSClientConfig = cfg.tls
+	if cfg.insecureSkipVerify {
+		if tr.TLSClientConfig == nil {
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tr.TLSClientConfig.InsecureSkipVerify = true //nolint:gosec // asked for explicitly
+	}
+	return &RESTClient{client: &http.Client{Transport: tr}, endpoints: eps, budget: cfg.mustRetryBudget}, nil
+}
+
+// Close drops the idle connections; later calls fail with ErrClosed.
+func (r *RESTClient) Close() error {
+	r.closed.Store(true)
+	r.client.CloseIdleConnections()
+	return nil
+}
+
+// restLock is Kahuna's KahunaLockRequest.
+type restLock struct {
+	Resource   string `json:"resource"`
+	Owner      []byte `json:"owner"`
+	ExpiresMs  int64  `json:"expiresMs"`
+	Durability int32  `json:"durability"`
+}
+
+type restLockAnswer struct {
+	ServedFrom   string `json:"servedFrom"`
+	Type         int32  `json:"type"`
+	FencingToken int64  `json:"fencingToken"`
+}
+
+type restGet struct {
+	Resource   string `json:"resource"`
+	Durability int32  `json:"durability"`
+}
+
+// restGetAnswer is KahunaGetLockResponse; expires.l is unix milliseconds.
+type restGetAnswer struct {
+	ServedFrom string `json:"servedFrom"`
+	Type       int32  `json:"type"`
+	Owner      []byte `json:"owner"`
+	Expires    struct {
+		L int64 `json:"l"`
+	} `json:"expires"`
+	FencingToken int64 `json:"fencingToken"`
+}
+
+func (r *RESTClient) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	return r.lockCall(ctx, lease.TryLock, "try-lock", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
+}
+
+func (r *RESTClient) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	return r.lockCall(ctx, lease.Extend, "try-extend", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
+}
+
+func (r *RESTClient) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
+	return r.lockCall(ctx, lease.Unlock, "try-unlock", restLock{Resource: resource, Owner: owner, Durability: int32(d)})
+}
+
+func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
+	var a restGetAnswer
+	res, err := r.retry(ctx, lease.Get, func() (lease.Result, error) {
+		a = restGetAnswer{}
+		if err := r.post(ctx, "get-info", restGet{resource, int32(d)}, &a); err != nil {
+			return lease.Result{}, err
+		}
+		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom}, nil
+	})
+	if err != nil || res.Status != lease.Got {
+		return lease.LockInfo{}, res, err
+	}
+	return lease.LockInfo{Owner: a.Owner, Expires: time.UnixMilli(a.Expires.L), FencingToken: a.FencingToken}, res, nil
+}
+
+func (r *RESTClient) lockCall(ctx context.Context, op lease.Op, path string, body restLock) (lease.Result, error) {
+	return r.retry(ctx, op, func() (lease.Result, error) {
+		var a restLockAnswer
+		if err := r.post(ctx, path, body, &a); err != nil {
+			return lease.Result{}, err
+		}
+		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom}, nil
+	})
+}
+
+// retry repeats call while it answers MustRetry: TryLock until ctx ends,
+// the others for the client's budget.
+func (r *RESTClient) retry(ctx context.Context, op lease.Op, call func() (lease.Result, error)) (lease.Result, error) {
+	var deadline time.Time
+	if op != lease.TryLock {
+		deadline = time.Now().Add(r.budget)
+	}
+	var bo backoff
+	for {
+		res, err := call()
+		if err != nil || res.Status != lease.MustRetry {
+			return res, err
+		}
+		wait := bo.next()
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return res, nil
+			}
+			wait = min(wait, left)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return lease.Result{}, err
+		}
+	}
+}
+
+// post sends one JSON request and decodes the answer. Any HTTP status but
+// 200 is a failure of the call: lock outcomes, retryable ones included,
+// come with 200 and a type.
+func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("transport: rest %s: encode: %w", path, err)
+	}
+	ep := r.endpoints[r.next.Add(1)%uint64(len(r.endpoints))]
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep+"/v1/locks/"+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("transport: rest %s: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("transport: rest %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fmt.Errorf("transport: rest %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(snippet)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("transport: rest %s: decode: %w", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body) // back to the pool
+	return nil
+}
