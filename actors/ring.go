@@ -102,7 +102,8 @@ func NewRing(cfg Config) (*Ring, error) {
 	cfg.Logger = logger
 	r := &Ring{
 		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return logger.With("lib", "protoactor")
+			// protoactor's Info lines (system started, dead letters) are noise here.
+			return slog.New(warnAndAbove{logger.Handler()}).With("lib", "protoactor")
 		})),
 		seed: maphash.MakeSeed(),
 		done: make(chan struct{}),
@@ -125,6 +126,21 @@ func NewRing(cfg Config) (*Ring, error) {
 		r.actors = append(r.actors, a)
 	}
 	return r, nil
+}
+
+// warnAndAbove drops records below Warn.
+type warnAndAbove struct{ slog.Handler }
+
+func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnAndAbove) WithAttrs(as []slog.Attr) slog.Handler {
+	return warnAndAbove{h.Handler.WithAttrs(as)}
+}
+
+func (h warnAndAbove) WithGroup(name string) slog.Handler {
+	return warnAndAbove{h.Handler.WithGroup(name)}
 }
 
 // route picks the actor of a resource.

@@ -58,14 +58,24 @@ func (l raftLogger) Panicf(f string, a ...any) {
 	panic(msg)
 }
 
-// noisy downgrades what is routine: connection churn while peers start and
-// stop, read indexes dropped during elections (Barrier retries them), and
-// the TLS reminder printed on every start.
+// noisy downgrades what is routine: election steps, connection churn while
+// peers start and stop, read indexes dropped during elections (Barrier
+// retries them), and the TLS reminder printed on every start.
 func (l raftLogger) noisy(level slog.Level, format string) slog.Level {
 	for _, s := range []string{"mutual TLS disabled", "dropped ReadIndex", "dropped read index"} {
 		if strings.Contains(format, s) {
 			return slog.LevelDebug
 		}
+	}
+	if l.pkg == "raft" {
+		// Elections and transfers are routine: dragonboat logs every step
+		// of them as a warning.
+		for _, s := range []string{"became", "received", "vote", "Vote", "campaign", "dropped proposal", "eaderTransfer", "eader transfer", "leader transferring"} {
+			if strings.Contains(format, s) {
+				return slog.LevelDebug
+			}
+		}
+		return level
 	}
 	if l.pkg != "transport" {
 		return level

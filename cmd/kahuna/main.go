@@ -53,6 +53,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log.SetFlags(0)
 	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelDebug).Writer())
 
+	stopProfiling, err := startProfiling() // pprof.go
+	if err != nil {
+		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		return 1
+	}
+	defer stopProfiling()
+
 	listeners, err := listen(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
@@ -136,7 +143,7 @@ func (l listener) url() string {
 	case "https":
 		return "https://" + l.Addr().String()
 	case "grpc":
-		return "grpc://" + l.Addr().String() + " (h2c)"
+		return "http://" + l.Addr().String() + " (native gRPC, cleartext)"
 	}
 	return "http://" + l.Addr().String() + " (REST + gRPC)"
 }
