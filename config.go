@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/url"
 	"time"
+
+	"github.com/kahunago/kahuna/durability"
 )
 
 // Defaults of Config. A zero field takes its default.
@@ -60,6 +62,10 @@ type Config struct {
 	// Clock returns the current time (default time.Now). Leases are measured
 	// on its monotonic reading; tests inject a clock they can move.
 	Clock func() time.Time
+
+	// raftTransport replaces the Raft transport: fault tests only, set
+	// through faults_export_test.go.
+	raftTransport durability.TransportFactory
 }
 
 // Member is one node of a cluster.

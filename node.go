@@ -73,6 +73,7 @@ func Open(cfg Config) (*Node, error) {
 		Partitions:     cfg.Partitions,
 		Logger:         cfg.Logger,
 		OnLeaderChange: n.leadership.Observe,
+		Transport:      cfg.raftTransport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)

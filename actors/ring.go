@@ -78,6 +78,7 @@ type Ring struct {
 	pids   []*actor.PID
 	actors []*lockActor
 	seed   maphash.Seed
+	disp   *dispatcher
 	calls  sync.Pool
 	done   chan struct{}
 	closed atomic.Bool
@@ -106,6 +107,7 @@ func NewRing(cfg Config) (*Ring, error) {
 			return slog.New(warnAndAbove{logger.Handler()}).With("lib", "protoactor")
 		})),
 		seed: maphash.MakeSeed(),
+		disp: &dispatcher{},
 		done: make(chan struct{}),
 	}
 	r.calls.New = func() any { return &call{reply: make(chan Response, 1)} }
@@ -115,7 +117,7 @@ func NewRing(cfg Config) (*Ring, error) {
 	resume := actor.NewOneForOneStrategy(10, time.Second, func(any) actor.Directive { return actor.ResumeDirective })
 	for i := 0; i < cfg.Actors; i++ {
 		a := newLockActor(cfg, r.system.Root)
-		props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithGuardian(resume))
+		props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithGuardian(resume), actor.WithDispatcher(r.disp))
 		pid, err := r.system.Root.SpawnNamed(props, fmt.Sprintf("lock-%d", i))
 		if err != nil {
 			r.Close()
@@ -248,5 +250,6 @@ func (r *Ring) Close() {
 			_ = r.system.Root.StopFuture(pid).Wait()
 		}
 		r.system.Shutdown()
+		r.disp.close()
 	})
 }

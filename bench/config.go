@@ -97,7 +97,11 @@ func (c *Config) validate(reg Registry) error {
 		seen[t.Name] = true
 		c.Targets[i] = t.Name
 		if t.NeedsEndpoints && len(c.Endpoints) == 0 {
-			bad("target %q needs --endpoints (e.g. http://127.0.0.1:2070)", t.Name)
+			example := "http://127.0.0.1:2070"
+			if t.Name == "grpc" {
+				example = "http://127.0.0.1:2072, the native gRPC port"
+			}
+			bad("target %q needs --endpoints (e.g. %s)", t.Name, example)
 		}
 	}
 	if !slices.Contains(workloads, c.Workload) {

@@ -38,7 +38,7 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	fs.BoolVar(&c.Progress, "progress", true, "print a live line each second on stderr")
 	fs.StringVar(&logLevel, "log-level", "error", "debug, info, warn or error")
-	fs.StringVar(&endpoints, "endpoints", "", "comma-separated URLs of a kahuna node for the grpc and rest targets, e.g. http://127.0.0.1:2070")
+	fs.StringVar(&endpoints, "endpoints", "", "comma-separated URLs of a kahuna node for the grpc and rest targets, e.g. http://127.0.0.1:2072 (native gRPC) for grpc, http://127.0.0.1:2070 for rest")
 	fs.BoolVar(&c.Insecure, "insecure", false, "skip TLS certificate checks of https:// endpoints (grpc, rest)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "embedded: data dir (default: in memory for ephemeral, a temp dir on disk for persistent)")
 	fs.IntVar(&c.Partitions, "partitions", 0, "embedded: Raft partitions (0 = kahuna's default)")

@@ -50,6 +50,10 @@ type RaftConfig struct {
 	// OnLeaderChange is called on a dragonboat goroutine whenever this node
 	// learns of a new leader (or of none) for a partition. It must not block.
 	OnLeaderChange func(LeaderEvent)
+	// Transport, if set, replaces the Raft transport chosen by RaftAddress
+	// (TCP, or in-process channels). For tests: the fault tests wrap the
+	// channel transport to cut, delay and drop messages between nodes.
+	Transport TransportFactory
 
 	// inFlight and batchRecords override the group-commit constants in
 	// benchmarks.
@@ -183,6 +187,9 @@ func syntheticAddr(absDir string) string {
 
 func cleanAddr(a string) string { return strings.ToLower(strings.TrimSpace(a)) }
 
+// TransportFactory creates a dragonboat Raft transport (RaftConfig.Transport).
+type TransportFactory = config.TransportFactory
+
 // chanFactory is the channel transport with a Validate that does not panic
 // (the plugin's panics at this version).
 type chanFactory struct {
@@ -214,6 +221,9 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	}
 	if r.inProc {
 		nhc.Expert.TransportFactory = &chanFactory{}
+	}
+	if r.Transport != nil {
+		nhc.Expert.TransportFactory = r.Transport
 	}
 	return nhc
 }

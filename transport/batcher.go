@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/kahunago/kahuna/lease"
 	pb "github.com/kahunago/kahuna/transport/lockspb"
 )
 
@@ -19,8 +20,11 @@ import (
 // One writer goroutine sends whatever is queued the moment it is woken,
 // and while it sends, new calls accumulate for its next round: at low load
 // a call goes out at once, at high load calls go out back to back and grpc
-// packs them into few socket writes. One reader goroutine per open stream
-// delivers answers, which come back in any order, by RequestId.
+// packs them into few socket writes. Releases and extensions go first:
+// concurrent calls have no order, and a release that waits behind other
+// callers' TryLocks keeps a contended lock held for longer. One reader
+// goroutine per open stream delivers answers, which come back in any
+// order, by RequestId.
 type batchStream struct {
 	target string // the endpoint, for errors
 	conn   *grpc.ClientConn
@@ -32,8 +36,9 @@ type batchStream struct {
 
 	mu      sync.Mutex
 	closed  bool
-	queue   []*call
-	writing bool // the writer is busy and rechecks the queue before it idles
+	urgent  []*call // queued Unlocks and Extends, sent first
+	queue   []*call // queued TryLocks and Gets
+	writing bool    // the writer is busy and rechecks the queues before it idles
 	cur     *clientStream
 }
 
@@ -87,8 +92,12 @@ func (s *batchStream) do(ctx context.Context, c *call) error {
 		return ErrClosed
 	}
 	c.state = callQueued
-	s.queue = append(s.queue, c)
-	wake := !s.writing && len(s.queue) == 1
+	if c.op == lease.Unlock || c.op == lease.Extend {
+		s.urgent = append(s.urgent, c)
+	} else {
+		s.queue = append(s.queue, c)
+	}
+	wake := !s.writing && len(s.urgent)+len(s.queue) == 1
 	s.mu.Unlock()
 	if wake {
 		select {
@@ -135,9 +144,10 @@ func (s *batchStream) writeLoop() {
 		}
 		for {
 			s.mu.Lock()
-			batch = append(batch[:0], s.queue...)
+			batch = append(append(batch[:0], s.urgent...), s.queue...)
+			clear(s.urgent)
 			clear(s.queue)
-			s.queue = s.queue[:0]
+			s.urgent, s.queue = s.urgent[:0], s.queue[:0]
 			s.writing = len(batch) > 0
 			s.mu.Unlock()
 			if len(batch) == 0 {
@@ -240,14 +250,14 @@ func (s *batchStream) sendFailed(st *clientStream, unsent []*call, err error) {
 
 func (s *batchStream) readLoop(st *clientStream) {
 	defer s.wg.Done()
+	m := new(batchReply) // decoded afresh for each answer (see call.decode)
 	for {
-		m := new(pb.GrpcBatchClientLockResponse)
 		if err := st.RecvMsg(m); err != nil {
 			s.broken(st, err)
 			return
 		}
 		s.mu.Lock()
-		c := st.pending[m.GetRequestId()]
+		c := st.pending[m.id]
 		if c != nil {
 			delete(st.pending, c.id)
 			c.state, c.st = callIdle, nil
@@ -325,8 +335,8 @@ func (s *batchStream) complete(calls []*call, err error) {
 func (s *batchStream) close() error {
 	s.mu.Lock()
 	s.closed = true
-	queued := s.queue
-	s.queue = nil
+	queued := append(s.urgent, s.queue...)
+	s.urgent, s.queue = nil, nil
 	s.mu.Unlock()
 	s.failQueued(queued, ErrClosed)
 	return s.conn.Close()

@@ -80,3 +80,45 @@ func BenchmarkClientLatency(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClientHotLock is the hot-lock case: 64 goroutines loop on
+// TryLock of one key and Unlock when granted. ns/op is per TryLock;
+// grants/s counts successful TryLock+Unlock pairs.
+func BenchmarkClientHotLock(b *testing.B) {
+	srv := startServer(b, newFake(), ServerOptions{})
+	c := dial(b, []string{"http://" + srv.native})
+	var owners, grants atomic.Int64
+	ctx := context.Background()
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		owner := fmt.Appendf(nil, "owner-%d", owners.Add(1))
+		for pb.Next() {
+			t0 := time.Now()
+			r, err := c.TryLock(ctx, "hot", owner, time.Minute, lease.Ephemeral)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if r.Status != lease.Locked {
+				busyNs.Add(int64(time.Since(t0))); busyN.Add(1)
+				continue
+			}
+			t1 := time.Now()
+			lockNs.Add(int64(t1.Sub(t0)))
+			grants.Add(1)
+			r, err = c.Unlock(ctx, "hot", owner, lease.Ephemeral)
+			unlockNs.Add(int64(time.Since(t1)))
+			if err != nil || r.Status != lease.Unlocked {
+				b.Errorf("Unlock = %v, %v", r, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(grants.Load())/b.Elapsed().Seconds(), "grants/s")
+	b.ReportMetric(float64(busyNs.Load())/float64(busyN.Load())/1e3, "busyRTT-us")
+	b.ReportMetric(float64(lockNs.Load())/float64(grants.Load())/1e3, "grantRTT-us")
+	b.ReportMetric(float64(unlockNs.Load())/float64(grants.Load())/1e3, "unlockRTT-us")
+}
+
+var busyNs, busyN, lockNs, unlockNs atomic.Int64

@@ -301,9 +301,7 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 		return reply{}, err
 	}
 	cl := c.calls.Get().(*call)
-	if err := cl.encode(int32(c.ids.Add(1)), op, resource, owner, ttl, d); err != nil {
-		return reply{}, err
-	}
+	cl.encode(int32(c.ids.Add(1)), op, resource, owner, ttl, d)
 	var deadline time.Time
 	if op != lease.TryLock {
 		deadline = time.Now().Add(c.budget)

@@ -111,6 +111,9 @@ func NewServer(l lease.Locker, opts ServerOptions) *Server {
 func (s *Server) newGRPCServer() *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.opts.MaxRequestBytes),
+		// Batch stream messages are (de)coded by hand, the rest by the
+		// standard proto codec (see serverCodec).
+		grpc.ForceServerCodecV2(serverCodec{}),
 		// Our client pings idle connections every 30 s to notice dead
 		// peers; allow that instead of answering it with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{

@@ -7,13 +7,20 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+
+	"github.com/kahunago/kahuna/lease"
 )
 
-// serveBatch serves one batch stream. Every message is handled on its own
-// goroutine, at most MaxInFlightPerStream at once (further messages wait
+// serveBatch serves one batch stream. Every message is handled
+// concurrently, at most MaxInFlightPerStream at once (further messages wait
 // unread, so flow control pushes back on a flooding sender), and answered
 // as soon as it is done: answers leave out of order and the sender matches
-// them by RequestId. handle returns ok=false when no answer is due.
+// them by RequestId. l serves the requests.
+//
+// Messages are handled by the stream's workers (see batchWorkers):
+// goroutines started on demand and kept until the stream ends, so a busy
+// stream does not pay for a new goroutine (and the growth of its stack) per
+// message.
 //
 // The stream ends when the sender closes its side (after every received
 // message is answered) or breaks (with that error; the rest of the server
@@ -21,7 +28,7 @@ import (
 // received are answered, later ones are dropped unprocessed, and the stream
 // ends with OK. So a sender that sees a clean end knows that whatever is
 // still unanswered was never processed and may be sent again elsewhere.
-func serveBatch[Req, Resp any](s *Server, stream grpc.BidiStreamingServer[Req, Resp], handle func(context.Context, *Req) (*Resp, bool)) error {
+func (s *Server) serveBatch(stream grpc.ServerStream, l lease.Locker) error {
 	ctx := stream.Context()
 	var (
 		mu       sync.Mutex // orders wg.Add against the drain's wg.Wait
@@ -32,42 +39,52 @@ func serveBatch[Req, Resp any](s *Server, stream grpc.BidiStreamingServer[Req, R
 	slots := make(chan struct{}, s.opts.MaxInFlightPerStream)
 	recvErr := make(chan error, 1)
 
+	serve := func(m *batchMsg) {
+		if s.answer(ctx, l, m) {
+			sendMu.Lock()
+			// A failed Send means the stream is broken; Recv reports it.
+			// Send only queues the encoded answer for grpc's writer, which
+			// flushes many answers per socket write.
+			_ = stream.SendMsg(m)
+			sendMu.Unlock()
+		}
+		// The answer is encoded (SendMsg copies it out), and the Locker
+		// kept at most the request's resource and owner, which are
+		// allocated afresh for each message: m is free again.
+		batchMsgs.Put(m)
+		<-slots
+		wg.Done()
+	}
+	workers := newBatchWorkers(serve)
+	defer workers.close()
+
 	go func() {
 		for {
-			m, err := stream.Recv()
-			if err != nil {
+			m := batchMsgs.Get().(*batchMsg)
+			if err := stream.RecvMsg(m); err != nil {
+				batchMsgs.Put(m)
 				recvErr <- err
 				return
 			}
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
+				batchMsgs.Put(m)
 				continue // the next Recv fails
 			case <-s.draining:
+				batchMsgs.Put(m)
 				continue // dropped unprocessed; the stream is ending
 			}
 			mu.Lock()
 			if stopping {
 				mu.Unlock()
 				<-slots
+				batchMsgs.Put(m)
 				continue
 			}
 			wg.Add(1)
 			mu.Unlock()
-			go func() {
-				defer func() {
-					<-slots
-					wg.Done()
-				}()
-				resp, ok := handle(ctx, m)
-				if !ok {
-					return
-				}
-				sendMu.Lock()
-				// A failed Send means the stream is broken; Recv reports it.
-				_ = stream.Send(resp)
-				sendMu.Unlock()
-			}()
+			workers.run(m)
 		}
 	}()
 
@@ -86,4 +103,125 @@ func serveBatch[Req, Resp any](s *Server, stream grpc.BidiStreamingServer[Req, R
 		return nil
 	}
 	return err
+}
+
+// batchMsgs recycles the batch streams' messages.
+var batchMsgs = sync.Pool{New: func() any { return new(batchMsg) }}
+
+// answer serves one batch message and sets its answer: it echoes Type and
+// RequestId and carries the payload of the request's op (see
+// batchMsg.request for malformed messages). It returns false when the
+// stream's context ended and no answer is due.
+func (s *Server) answer(ctx context.Context, l lease.Locker, m *batchMsg) bool {
+	r, ok := m.request()
+	if !ok {
+		s.log.Debug("invalid batch message", "type", m.typ, "requestId", m.id)
+	}
+	info, res, err := s.serve(ctx, l, r)
+	if err != nil {
+		return false
+	}
+	m.op, m.res, m.info, m.servedFrom = r.op, res, info, s.opts.NodeName
+	return true
+}
+
+// batchWorkers runs a stream's messages on reusable goroutines. A message
+// is queued and wakes the most recently idled worker, or starts a new one
+// when none is idle, so every message is served at once, as if on a
+// goroutine of its own; a worker that finishes takes the next queued
+// message without a hand-off. Unlocks and Extends are taken before
+// TryLocks and Gets: messages in flight on a stream are concurrent, so
+// any order is correct, and serving releases first shortens how long a
+// contended lock stays held (with 64 callers on one lock, a release
+// otherwise waits behind every caller's TryLock).
+type batchWorkers struct {
+	serve  func(*batchMsg)
+	mu     sync.Mutex
+	urgent msgQueue        // Unlock and Extend
+	normal msgQueue        // TryLock, Get and malformed messages
+	idle   []chan struct{} // parked workers, a stack: the warmest is reused first
+	closed bool
+}
+
+func newBatchWorkers(serve func(*batchMsg)) *batchWorkers { return &batchWorkers{serve: serve} }
+
+// urgent reports whether m releases or extends a lock.
+func urgent(m *batchMsg) bool {
+	op, ok := batchOp(m.typ)
+	return ok && (op == lease.Unlock || op == lease.Extend)
+}
+
+// run queues m for a worker; it never blocks.
+func (w *batchWorkers) run(m *batchMsg) {
+	w.mu.Lock()
+	if urgent(m) {
+		w.urgent.push(m)
+	} else {
+		w.normal.push(m)
+	}
+	if n := len(w.idle); n > 0 {
+		wake := w.idle[n-1]
+		w.idle[n-1] = nil
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		wake <- struct{}{}
+		return
+	}
+	w.mu.Unlock()
+	go w.work(make(chan struct{}, 1))
+}
+
+func (w *batchWorkers) work(wake chan struct{}) {
+	for {
+		w.mu.Lock()
+		m := w.urgent.pop()
+		if m == nil {
+			m = w.normal.pop()
+		}
+		if m == nil {
+			if w.closed {
+				w.mu.Unlock()
+				return
+			}
+			w.idle = append(w.idle, wake)
+			w.mu.Unlock()
+			<-wake
+			continue
+		}
+		w.mu.Unlock()
+		w.serve(m)
+	}
+}
+
+// close ends the workers once the queue is empty.
+func (w *batchWorkers) close() {
+	w.mu.Lock()
+	w.closed = true
+	idle := w.idle
+	w.idle = nil
+	w.mu.Unlock()
+	for _, wake := range idle {
+		wake <- struct{}{}
+	}
+}
+
+// msgQueue is a FIFO of messages.
+type msgQueue struct {
+	q    []*batchMsg
+	head int
+}
+
+func (q *msgQueue) push(m *batchMsg) { q.q = append(q.q, m) }
+
+func (q *msgQueue) pop() *batchMsg {
+	if q.head == len(q.q) {
+		return nil
+	}
+	m := q.q[q.head]
+	q.q[q.head] = nil
+	q.head++
+	if q.head == len(q.q) {
+		q.q, q.head = q.q[:0], 0
+	}
+	return m
 }

@@ -49,27 +49,15 @@ func (g *grpcService) GetLock(ctx context.Context, p *pb.GrpcGetLockRequest) (*p
 }
 
 func (g *grpcService) BatchClientLockRequests(stream grpc.BidiStreamingServer[pb.GrpcBatchClientLockRequest, pb.GrpcBatchClientLockResponse]) error {
-	return serveBatch(g.s, stream, func(ctx context.Context, m *pb.GrpcBatchClientLockRequest) (*pb.GrpcBatchClientLockResponse, bool) {
-		return g.s.clientEnvelope(ctx, g.s.locker, m)
-	})
+	return g.s.serveBatch(stream, g.s.locker)
 }
 
 // BatchServerLockRequests is the forwarding stream between nodes; it is
 // served by the Forwarded Locker so a forwarded request is never forwarded
-// again.
+// again. Its messages are the client stream's, field for field, and are
+// (de)coded alike (see wire.go).
 func (g *grpcService) BatchServerLockRequests(stream grpc.BidiStreamingServer[pb.GrpcBatchServerLockRequest, pb.GrpcBatchServerLockResponse]) error {
-	return serveBatch(g.s, stream, func(ctx context.Context, m *pb.GrpcBatchServerLockRequest) (*pb.GrpcBatchServerLockResponse, bool) {
-		return g.s.serverEnvelope(ctx, g.s.forwarded, m)
-	})
-}
-
-// envelope is what the client and the server batch requests share.
-type envelope interface {
-	GetRequestId() int32
-	GetTryLock() *pb.GrpcTryLockRequest
-	GetExtendLock() *pb.GrpcExtendLockRequest
-	GetUnlock() *pb.GrpcUnlockRequest
-	GetGetLock() *pb.GrpcGetLockRequest
+	return g.s.serveBatch(stream, g.s.forwarded)
 }
 
 // batchOp maps a batch message type to its op. GrpcClientBatchType and
@@ -87,89 +75,4 @@ func batchOp(typ int32) (_ lease.Op, ok bool) {
 		return lease.Get, true
 	}
 	return lease.TryLock, false
-}
-
-// envelopeRequest reads the request out of a batch message of type typ.
-// A message whose type is TYPE_NONE or unknown, or whose payload is missing
-// or of another op, becomes an empty request, which serve answers
-// InvalidInput for its RequestId. (Kahuna logs and drops such a message,
-// which leaves its sender waiting forever.) The op of that answer is the
-// one named by the type, else by the payload, else TryLock.
-func (s *Server) envelopeRequest(typ int32, m envelope) request {
-	op, known := batchOp(typ)
-	if known {
-		switch op {
-		case lease.TryLock:
-			if p := m.GetTryLock(); p != nil {
-				return tryLockRequest(p)
-			}
-		case lease.Extend:
-			if p := m.GetExtendLock(); p != nil {
-				return extendRequest(p)
-			}
-		case lease.Unlock:
-			if p := m.GetUnlock(); p != nil {
-				return unlockRequest(p)
-			}
-		case lease.Get:
-			if p := m.GetGetLock(); p != nil {
-				return getRequest(p)
-			}
-		}
-	} else {
-		switch {
-		case m.GetExtendLock() != nil:
-			op = lease.Extend
-		case m.GetUnlock() != nil:
-			op = lease.Unlock
-		case m.GetGetLock() != nil:
-			op = lease.Get
-		}
-	}
-	s.log.Debug("invalid batch message", "type", typ, "requestId", m.GetRequestId())
-	return request{op: op}
-}
-
-// clientEnvelope serves one message of the client batch stream; the answer
-// echoes Type and RequestId and carries the payload of the request's op.
-// ok is false when the stream's context ended and no answer is due.
-func (s *Server) clientEnvelope(ctx context.Context, l lease.Locker, m *pb.GrpcBatchClientLockRequest) (_ *pb.GrpcBatchClientLockResponse, ok bool) {
-	r := s.envelopeRequest(int32(m.GetType()), m)
-	info, res, err := s.serve(ctx, l, r)
-	if err != nil {
-		return nil, false
-	}
-	out := &pb.GrpcBatchClientLockResponse{Type: m.GetType(), RequestId: m.GetRequestId()}
-	switch r.op {
-	case lease.TryLock:
-		out.Payload = &pb.GrpcBatchClientLockResponse_TryLock{TryLock: tryLockResponse(&s.opts.NodeName, res)}
-	case lease.Extend:
-		out.Payload = &pb.GrpcBatchClientLockResponse_ExtendLock{ExtendLock: extendResponse(&s.opts.NodeName, res)}
-	case lease.Unlock:
-		out.Payload = &pb.GrpcBatchClientLockResponse_Unlock{Unlock: unlockResponse(&s.opts.NodeName, res)}
-	case lease.Get:
-		out.Payload = &pb.GrpcBatchClientLockResponse_GetLock{GetLock: getResponse(&s.opts.NodeName, info, res)}
-	}
-	return out, true
-}
-
-// serverEnvelope is clientEnvelope for the forwarding stream's types.
-func (s *Server) serverEnvelope(ctx context.Context, l lease.Locker, m *pb.GrpcBatchServerLockRequest) (_ *pb.GrpcBatchServerLockResponse, ok bool) {
-	r := s.envelopeRequest(int32(m.GetType()), m)
-	info, res, err := s.serve(ctx, l, r)
-	if err != nil {
-		return nil, false
-	}
-	out := &pb.GrpcBatchServerLockResponse{Type: m.GetType(), RequestId: m.GetRequestId()}
-	switch r.op {
-	case lease.TryLock:
-		out.Payload = &pb.GrpcBatchServerLockResponse_TryLock{TryLock: tryLockResponse(&s.opts.NodeName, res)}
-	case lease.Extend:
-		out.Payload = &pb.GrpcBatchServerLockResponse_ExtendLock{ExtendLock: extendResponse(&s.opts.NodeName, res)}
-	case lease.Unlock:
-		out.Payload = &pb.GrpcBatchServerLockResponse_Unlock{Unlock: unlockResponse(&s.opts.NodeName, res)}
-	case lease.Get:
-		out.Payload = &pb.GrpcBatchServerLockResponse_GetLock{GetLock: getResponse(&s.opts.NodeName, info, res)}
-	}
-	return out, true
 }

@@ -78,6 +78,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")
 	fs.IntVar(&o.raftPort, "raft-port", 2073, "port of this node's Raft listener")
 	var initialCluster, initialEndpoints string
+	addProfileFlags(fs) // pprof.go
 	fs.Uint64Var(&o.nodeID, "raft-nodeid", 1, "this node's ID in --initial-cluster")
 	fs.StringVar(&initialCluster, "initial-cluster", "", "every member's Raft address, e.g. 1=127.0.0.1:2073,2=127.0.0.1:3073,3=127.0.0.1:4073 (empty = single node)")
 	fs.StringVar(&initialEndpoints, "initial-cluster-endpoints", "", "every member's API URL, e.g. 1=http://127.0.0.1:2070,2=http://127.0.0.1:3070,3=http://127.0.0.1:4070")

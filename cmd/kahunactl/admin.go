@@ -23,17 +23,11 @@ func adminClient(endpoint string) (*http.Client, string) {
 }
 
 func partitions(ctx context.Context, o options, out printer, stderr io.Writer) int {
-	c, base := adminClient(o.endpoints[0])
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+kahuna.AdminPartitionsPath, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %v\n", err)
-		return exitUsage
-	}
 	var body struct {
 		Node       uint64                 `json:"node"`
 		Partitions []kahuna.PartitionInfo `json:"partitions"`
 	}
-	if code := do(c, req, &body, stderr); code != exitOK {
+	if code := adminCall(ctx, o.endpoints, http.MethodGet, kahuna.AdminPartitionsPath, nil, &body, stderr); code != exitOK {
 		return code
 	}
 	if out.json {
@@ -42,7 +36,11 @@ func partitions(ctx context.Context, o options, out printer, stderr io.Writer) i
 	}
 	fmt.Fprintf(out.w, "as seen by node %d:\n", body.Node)
 	for _, p := range body.Partitions {
-		fmt.Fprintf(out.w, "  partition %d: leader %d\n", p.Partition, p.Leader)
+		serving := ""
+		if p.Serving {
+			serving = " (served here)"
+		}
+		fmt.Fprintf(out.w, "  partition %d: leader %d%s\n", p.Partition, p.Leader, serving)
 	}
 	return exitOK
 }
@@ -52,15 +50,8 @@ func transferLeadership(ctx context.Context, o options, out printer, stderr io.W
 		fmt.Fprintln(stderr, "kahunactl: transfer-leadership needs --partition P and --to NODE")
 		return exitUsage
 	}
-	c, base := adminClient(o.endpoints[0])
 	payload, _ := json.Marshal(kahuna.TransferRequest{Partition: o.partition, To: o.to})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+kahuna.AdminTransferPath, bytes.NewReader(payload))
-	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %v\n", err)
-		return exitUsage
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if code := do(c, req, nil, stderr); code != exitOK {
+	if code := adminCall(ctx, o.endpoints, http.MethodPost, kahuna.AdminTransferPath, payload, nil, stderr); code != exitOK {
 		return code
 	}
 	out.print(map[string]any{"partition": o.partition, "to": o.to, "status": "requested"},
@@ -68,16 +59,54 @@ func transferLeadership(ctx context.Context, o options, out printer, stderr io.W
 	return exitOK
 }
 
-func do(c *http.Client, req *http.Request, into any, stderr io.Writer) int {
-	resp, err := c.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %v\n", err)
-		return exitError
+// adminCall sends one admin request to the first endpoint that answers
+// (any node can report partitions and pass on a transfer), decoding a
+// successful answer into into.
+func adminCall(ctx context.Context, endpoints []string, method, path string, payload []byte, into any, stderr io.Writer) int {
+	var failures []string
+	for _, ep := range endpoints {
+		c, base := adminClient(ep)
+		var body io.Reader
+		if payload != nil {
+			body = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+		if err != nil {
+			fmt.Fprintf(stderr, "kahunactl: %v\n", err)
+			return exitUsage
+		}
+		if payload != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			// Not reached: try the next node, unless time is up.
+			failures = append(failures, err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		return answer(resp, req, into, stderr)
 	}
+	fmt.Fprintf(stderr, "kahunactl: %s: no endpoint reachable: %s\n", path, strings.Join(failures, "; "))
+	return exitError
+}
+
+// answer reads an admin reply: a 2xx decodes into into, anything else is
+// reported with the server's own error message when it sent one.
+func answer(resp *http.Response, req *http.Request, into any, stderr io.Writer) int {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode/100 != 2 {
-		fmt.Fprintf(stderr, "kahunactl: %s: %s %s\n", req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
+		msg := strings.TrimSpace(string(body))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", req.Method, req.URL.Path, resp.Status, strings.ReplaceAll(msg, "\n", "; "))
 		return exitError
 	}
 	if into != nil {

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -60,17 +61,38 @@ commands:
   get RESOURCE        show the live lock
   partitions          show each partition's leader
   transfer-leadership move a partition's leadership (--partition, --to)
+
+common flags (kahunactl COMMAND -h lists them all):
+  --endpoints URLS    comma-separated node URLs (default http://127.0.0.1:2070)
+  --durability D      persistent (default) or ephemeral
+  --owner OWNER       the owner lock printed (extend, unlock)
+  --ttl D, --wait D   lease length and how long lock waits while busy
+  --format F          text (default) or json
+
+exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the
+owner, or no such lock)
 `
 
+// commands are kahunactl's commands and whether each takes a RESOURCE.
+var commands = map[string]bool{
+	"lock": true, "extend": true, "unlock": true, "get": true,
+	"partitions": false, "transfer-leadership": false,
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
 	cmd, args := args[0], args[1:]
-	var resource string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		resource, args = args[0], args[1:]
+	needsResource, known := commands[cmd]
+	if !known {
+		fmt.Fprintf(stderr, "kahunactl: unknown command %q\n%s", cmd, usage)
+		return exitUsage
 	}
 	fs := flag.NewFlagSet("kahunactl "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -85,11 +107,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
 	fs.IntVar(&o.partition, "partition", -1, "for transfer-leadership: the partition")
 	fs.Uint64Var(&o.to, "to", 0, "for transfer-leadership: the node to lead it")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	// The RESOURCE may come before, after or between the flags: the flag
+	// package stops at the first non-flag argument, so take it and go on.
+	var (
+		resource     string
+		haveResource bool
+		extra        []string
+	)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if needsResource && !haveResource {
+			resource, haveResource = fs.Arg(0), true
+		} else {
+			extra = append(extra, fs.Arg(0))
+		}
+		args = fs.Args()[1:]
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "kahunactl: unexpected argument %q\n", fs.Arg(0))
+	if len(extra) > 0 {
+		if !needsResource {
+			fmt.Fprintf(stderr, "kahunactl: %s takes no RESOURCE (got %q)\n", cmd, extra[0])
+		} else {
+			fmt.Fprintf(stderr, "kahunactl: unexpected argument %q\n", extra[0])
+		}
 		return exitUsage
 	}
 	switch durability {
@@ -110,20 +157,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			o.endpoints = append(o.endpoints, e)
 		}
 	}
-	needsResource := cmd == "lock" || cmd == "extend" || cmd == "unlock" || cmd == "get"
 	switch {
 	case needsResource && resource == "":
 		fmt.Fprintf(stderr, "kahunactl: %s needs a RESOURCE\n", cmd)
 		return exitUsage
-	case !needsResource && resource != "":
-		fmt.Fprintf(stderr, "kahunactl: %s takes no RESOURCE\n", cmd)
-		return exitUsage
 	case (cmd == "extend" || cmd == "unlock") && o.owner == "":
 		fmt.Fprintf(stderr, "kahunactl: %s needs --owner (the one lock printed)\n", cmd)
+		return exitUsage
+	case (cmd == "lock" || cmd == "extend") && o.ttl <= 0:
+		fmt.Fprintf(stderr, "kahunactl: --ttl must be positive, not %v\n", o.ttl)
+		return exitUsage
+	case o.wait < 0:
+		fmt.Fprintf(stderr, "kahunactl: --wait must not be negative, not %v\n", o.wait)
+		return exitUsage
+	case o.timeout <= 0:
+		fmt.Fprintf(stderr, "kahunactl: --timeout must be positive, not %v\n", o.timeout)
 		return exitUsage
 	case len(o.endpoints) == 0:
 		fmt.Fprintln(stderr, "kahunactl: --endpoints is empty")
 		return exitUsage
+	}
+	for _, e := range o.endpoints {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fmt.Fprintf(stderr, "kahunactl: --endpoints: %q is not an http:// or https:// URL\n", e)
+			return exitUsage
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -133,14 +191,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return partitions(ctx, o, out, stderr)
 	case "transfer-leadership":
 		return transferLeadership(ctx, o, out, stderr)
-	case "lock", "extend", "unlock", "get":
-	default:
-		fmt.Fprintf(stderr, "kahunactl: unknown command %q\n%s", cmd, usage)
-		return exitUsage
 	}
 	client, err := transport.Dial(ctx, o.endpoints)
 	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %v\n", err)
+		fmt.Fprintf(stderr, "kahunactl: %s\n", oneLine(err))
 		return exitError
 	}
 	defer client.Close()
@@ -165,6 +219,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// oneLine folds a (possibly joined, multi-line) error into one line,
+// dropping a line already said: a client with several streams per
+// endpoint reports the same dial failure once per stream.
+func oneLine(err error) string {
+	var parts []string
+next:
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		for _, p := range parts {
+			if strings.Contains(p, l) {
+				continue next
+			}
+		}
+		parts = append(parts, l)
+	}
+	return strings.Join(parts, "; ")
+}
+
 func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out printer, stderr io.Writer) int {
 	opts := []kahuna.AcquireOption{kahuna.WithTTL(o.ttl), kahuna.WithWait(o.wait), kahuna.WithDurability(o.durability)}
 	if o.owner != "" {
@@ -186,7 +260,7 @@ func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out 
 // report prints the outcome of a call and picks the exit code.
 func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.Result, err error, success kahuna.Status) int {
 	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %s %s: %v\n", op, resource, err)
+		fmt.Fprintf(stderr, "kahunactl: %s %s: %s\n", op, resource, oneLine(err))
 		return exitError
 	}
 	fields := map[string]any{"resource": resource, "status": r.Status.String(), "fencingToken": r.FencingToken}

@@ -1,0 +1,439 @@
+package checker
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+const ms = time.Millisecond
+
+// hb builds hand-made histories.
+type hb struct{ h History }
+
+func (b *hb) add(client int, kind Kind, res, owner string, ttl time.Duration, call, ret time.Duration, out Outcome, st lease.Status, token int64) *hb {
+	b.h = append(b.h, Op{ID: len(b.h), Client: client, Kind: kind, Resource: res, Owner: owner, TTL: ttl, Call: call, Return: ret, Outcome: out, Status: st, Token: token})
+	return b
+}
+
+func (b *hb) acq(c int, owner string, ttl, call, ret time.Duration, st lease.Status, tok int64) *hb {
+	return b.add(c, Acquire, "r", owner, ttl, call, ret, Classify(st, nil), st, tok)
+}
+
+func (b *hb) acqMaybe(c int, owner string, ttl, call time.Duration) *hb {
+	return b.add(c, Acquire, "r", owner, ttl, call, call+ms, Indeterminate, lease.Errored, 0)
+}
+
+func (b *hb) ext(c int, owner string, ttl, call, ret time.Duration, st lease.Status, tok int64) *hb {
+	return b.add(c, Extend, "r", owner, ttl, call, ret, Classify(st, nil), st, tok)
+}
+
+func (b *hb) rel(c int, owner string, call, ret time.Duration, st lease.Status) *hb {
+	return b.add(c, Release, "r", owner, 0, call, ret, Classify(st, nil), st, 0)
+}
+
+func (b *hb) relMaybe(c int, owner string, call time.Duration) *hb {
+	return b.add(c, Release, "r", owner, 0, call, call+ms, Indeterminate, lease.MustRetry, 0)
+}
+
+func (b *hb) get(c int, call, ret time.Duration, st lease.Status, holder string, tok int64) *hb {
+	b.add(c, Get, "r", "", 0, call, ret, Classify(st, nil), st, tok)
+	b.h[len(b.h)-1].Holder = holder
+	return b
+}
+
+var opts = Options{Margin: 5 * ms, Timeout: 10 * time.Second}
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		st   lease.Status
+		err  error
+		want Outcome
+	}{
+		{lease.Locked, nil, OK}, {lease.Extended, nil, OK}, {lease.Unlocked, nil, OK}, {lease.Got, nil, OK},
+		{lease.Busy, nil, Fail}, {lease.InvalidOwner, nil, Fail}, {lease.LockDoesNotExist, nil, Fail}, {lease.InvalidInput, nil, Fail},
+		{lease.Errored, nil, Indeterminate}, {lease.MustRetry, nil, Indeterminate}, {lease.WaitingForReplication, nil, Indeterminate},
+		{lease.Aborted, nil, Indeterminate}, {lease.Locked, errors.New("deadline"), Indeterminate},
+	} {
+		if got := Classify(c.st, c.err); got != c.want {
+			t.Errorf("Classify(%v, %v) = %v, want %v", c.st, c.err, got, c.want)
+		}
+	}
+}
+
+func TestRecorder(t *testing.T) {
+	r := NewRecorder()
+	p := r.Begin(Op{Client: 1, Kind: Acquire, Resource: "r", Owner: "a", TTL: time.Second})
+	time.Sleep(ms)
+	op := p.End(lease.Locked, 7, nil)
+	if op.ID != 0 || op.Outcome != OK || op.Token != 7 || op.Return <= op.Call {
+		t.Fatalf("recorded %+v", op)
+	}
+	g := r.Begin(Op{Client: 2, Kind: Get, Resource: "r"}).EndGet(lease.Got, 7, "a", nil)
+	if g.ID != 1 || g.Holder != "a" {
+		t.Fatalf("recorded %+v", g)
+	}
+	e := r.Begin(Op{Kind: Release, Resource: "r", Owner: "a"}).End(0, 0, errors.New("boom"))
+	if e.Outcome != Indeterminate || e.Err != "boom" {
+		t.Fatalf("recorded %+v", e)
+	}
+	if h := r.History(); len(h) != 3 || !strings.Contains(h.String(), "boom") {
+		t.Fatalf("history %v", h)
+	}
+	if s := r.History().Stats(); s != (Stats{Ops: 3, OK: 2, Indeterminate: 1}) {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// legal are histories every checker must accept.
+var legal = map[string]func() History{
+	"sequential": func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", time.Minute, 2*ms, 3*ms, lease.Extended, 0).
+			get(1, 4*ms, 5*ms, lease.Got, "a", 0).
+			rel(0, "a", 6*ms, 7*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 8*ms, 9*ms, lease.Locked, 1).
+			rel(1, "b", 10*ms, 11*ms, lease.Unlocked).
+			get(0, 12*ms, 13*ms, lease.LockDoesNotExist, "", 0).
+			rel(0, "a", 14*ms, 15*ms, lease.LockDoesNotExist)
+		return b.h
+	},
+	"concurrent-acquires": func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 10*ms, lease.Locked, 0).
+			acq(1, "b", time.Minute, 1*ms, 9*ms, lease.Busy, 0).
+			acq(2, "c", time.Minute, 2*ms, 8*ms, lease.Busy, 0).
+			rel(2, "c", 11*ms, 12*ms, lease.InvalidOwner).
+			ext(1, "b", time.Minute, 11*ms, 12*ms, lease.InvalidOwner, 0)
+		return b.h
+	},
+	"maybe-acquire-took-effect": func() History {
+		b := &hb{}
+		b.acqMaybe(0, "a", time.Minute, 0).
+			acq(1, "b", time.Minute, 10*ms, 11*ms, lease.Busy, 0).
+			rel(0, "a", 20*ms, 21*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 1)
+		return b.h
+	},
+	"maybe-acquire-never-happened": func() History {
+		b := &hb{}
+		b.acqMaybe(0, "a", time.Minute, 0).
+			acq(1, "b", time.Minute, 10*ms, 11*ms, lease.Locked, 0)
+		return b.h
+	},
+	"maybe-acquire-applied-late": func() History {
+		// The acquire's answer was lost; its release found nothing; the
+		// acquire then took effect: b is busy.
+		b := &hb{}
+		b.acqMaybe(0, "a", time.Minute, 0).
+			rel(0, "a", 10*ms, 11*ms, lease.LockDoesNotExist).
+			acq(1, "b", time.Minute, 20*ms, 21*ms, lease.Busy, 0)
+		return b.h
+	},
+	"maybe-release": func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			relMaybe(0, "a", 2*ms).
+			acq(1, "b", time.Minute, 10*ms, 11*ms, lease.Locked, 1)
+		return b.h
+	},
+	"lease-lapsed": func() History {
+		b := &hb{}
+		b.acq(0, "a", 100*ms, 0, 1*ms, lease.Locked, 0).
+			acq(1, "b", time.Minute, 200*ms, 201*ms, lease.Locked, 1).
+			ext(0, "a", time.Minute, 210*ms, 211*ms, lease.InvalidOwner, 0).
+			rel(0, "a", 220*ms, 221*ms, lease.InvalidOwner)
+		return b.h
+	},
+	"lapsed-then-released-by-owner": func() History {
+		b := &hb{}
+		b.acq(0, "a", 100*ms, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", time.Minute, 200*ms, 201*ms, lease.LockDoesNotExist, 0).
+			get(1, 202*ms, 203*ms, lease.LockDoesNotExist, "", 0).
+			rel(0, "a", 210*ms, 211*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 220*ms, 221*ms, lease.Locked, 1)
+		return b.h
+	},
+	"same-owner-reacquire": func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			acq(0, "a", time.Minute, 2*ms, 3*ms, lease.Locked, 0).
+			rel(0, "a", 4*ms, 5*ms, lease.Unlocked)
+		return b.h
+	},
+	"reacquire-does-not-refresh": func() History {
+		// a's first acquire was indeterminate but granted at ~0; the
+		// definite re-acquire at 800ms did not refresh the lease, which
+		// lapsed at ~1s: b's grant at 1.2s does not overlap a's hold.
+		b := &hb{}
+		b.acqMaybe(0, "a", time.Second, 0).
+			acq(0, "a", time.Second, 800*ms, 801*ms, lease.Locked, 0).
+			acq(1, "b", time.Second, 1200*ms, 1201*ms, lease.Locked, 1).
+			rel(0, "a", 1500*ms, 1501*ms, lease.InvalidOwner)
+		return b.h
+	},
+	"extend-chain": func() History {
+		b := &hb{}
+		b.acq(0, "a", 100*ms, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", 100*ms, 80*ms, 81*ms, lease.Extended, 0).
+			ext(0, "a", 100*ms, 160*ms, 161*ms, lease.Extended, 0).
+			acq(1, "b", time.Minute, 200*ms, 201*ms, lease.Busy, 0).
+			acq(1, "b", time.Minute, 300*ms, 301*ms, lease.Locked, 1)
+		return b.h
+	},
+	"zombie-grant-after-own-release": func() History {
+		// a's first acquire got no answer; a retried, held and released; the
+		// first request then took effect late, after b's lease lapsed (seen
+		// in the fault tests: a request queued behind a write in flight).
+		b := &hb{}
+		b.acqMaybe(0, "a", time.Second, 0).
+			acq(0, "a", time.Second, 10*ms, 11*ms, lease.Locked, 0).
+			rel(0, "a", 12*ms, 13*ms, lease.Unlocked).
+			acq(1, "b", 100*ms, 20*ms, 21*ms, lease.Locked, 1).
+			get(2, 300*ms, 301*ms, lease.Got, "a", 2).
+			acq(2, "c", time.Second, 302*ms, 303*ms, lease.Busy, 0)
+		return b.h
+	},
+	"zombie-chain": func() History {
+		// Three lost acquires of owners never heard of again took the lock
+		// in turn, each lease lapsing: w gets the fourth token.
+		b := &hb{}
+		b.acqMaybe(0, "x", 10*ms, 0).acqMaybe(1, "y", 10*ms, 1*ms).acqMaybe(2, "z", 10*ms, 2*ms).
+			acq(3, "w", time.Second, 5*ms, 6*ms, lease.Busy, 0).
+			acq(3, "w", time.Second, 100*ms, 101*ms, lease.Locked, 3)
+		return b.h
+	},
+	"concurrent-grants-any-order": func() History {
+		// b's grant overlaps a's release: not ordered in real time.
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 10*ms, 20*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 5*ms, 25*ms, lease.Locked, 1)
+		return b.h
+	},
+}
+
+// illegal are negative controls: each names the checkers that must
+// reject it.
+var illegal = map[string]struct {
+	lin, excl, fence bool
+	h                func() History
+}{
+	"double-grant": {true, true, true, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			acq(1, "b", time.Minute, 10*ms, 11*ms, lease.Locked, 0).
+			rel(0, "a", 20*ms, 21*ms, lease.Unlocked)
+		return b.h
+	}},
+	"double-grant-new-token": {true, true, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			acq(1, "b", time.Minute, 10*ms, 11*ms, lease.Locked, 1).
+			rel(0, "a", 20*ms, 21*ms, lease.Unlocked)
+		return b.h
+	}},
+	"early-expiry": {true, true, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Second, 0, 1*ms, lease.Locked, 0).
+			acq(1, "b", time.Second, 500*ms, 501*ms, lease.Locked, 1)
+		return b.h
+	}},
+	"extended-lease-ignored": {true, true, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", 100*ms, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", 100*ms, 80*ms, 81*ms, lease.Extended, 0).
+			acq(1, "b", time.Minute, 150*ms, 151*ms, lease.Locked, 1).
+			rel(0, "a", 170*ms, 171*ms, lease.InvalidOwner)
+		return b.h
+	}},
+	"token-went-backwards": {true, false, true, func() History {
+		// An ephemeral leader change: tokens restart at 0.
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 2*ms, 3*ms, lease.Unlocked).
+			acq(0, "a2", time.Minute, 4*ms, 5*ms, lease.Locked, 1).
+			rel(0, "a2", 6*ms, 7*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 10*ms, 11*ms, lease.Locked, 0)
+		return b.h
+	}},
+	"token-reused-concurrently": {true, false, true, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 2*ms, 3*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 10*ms, 30*ms, lease.Locked, 1).
+			rel(1, "b", 31*ms, 32*ms, lease.Unlocked).
+			acq(2, "c", time.Minute, 12*ms, 40*ms, lease.Locked, 1)
+		return b.h
+	}},
+	"busy-when-free": {true, false, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Busy, 0)
+		return b.h
+	}},
+	"stale-get": {true, false, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 2*ms, 3*ms, lease.Unlocked).
+			get(1, 4*ms, 5*ms, lease.Got, "a", 0)
+		return b.h
+	}},
+	"lost-grant": {true, false, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			get(1, 4*ms, 5*ms, lease.LockDoesNotExist, "", 0)
+		return b.h
+	}},
+	"extend-after-release": {true, false, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 2*ms, 3*ms, lease.Unlocked).
+			ext(0, "a", time.Minute, 4*ms, 5*ms, lease.Extended, 0)
+		return b.h
+	}},
+	"zombie-applied-twice": {true, false, false, func() History {
+		// One lost acquire cannot grant twice.
+		b := &hb{}
+		b.acqMaybe(0, "a", time.Minute, 0).
+			get(1, 10*ms, 11*ms, lease.Got, "a", 0).
+			rel(1, "a", 12*ms, 13*ms, lease.Unlocked).
+			get(1, 20*ms, 21*ms, lease.Got, "a", 1)
+		return b.h
+	}},
+	"effect-before-call": {true, false, false, func() History {
+		b := &hb{}
+		b.get(1, 0, 1*ms, lease.Got, "a", 0).
+			acqMaybe(0, "a", time.Minute, 5*ms)
+		return b.h
+	}},
+	"zombie-chain-token-skipped": {true, false, false, func() History {
+		b := &hb{}
+		b.acqMaybe(0, "x", 10*ms, 0).acqMaybe(1, "y", 10*ms, 1*ms).acqMaybe(2, "z", 10*ms, 2*ms).
+			acq(3, "w", time.Second, 5*ms, 6*ms, lease.Busy, 0).
+			acq(3, "w", time.Second, 100*ms, 101*ms, lease.Locked, 4)
+		return b.h
+	}},
+	"zombie-lease-too-short": {true, false, false, func() History {
+		// A lost acquire applied after its call holds its lease a TTL, ≥ 1s.
+		b := &hb{}
+		b.acqMaybe(0, "x", time.Second, 0).
+			acq(1, "w", time.Second, 50*ms, 51*ms, lease.Busy, 0).
+			acq(1, "w", time.Second, 500*ms, 501*ms, lease.Locked, 1)
+		return b.h
+	}},
+	"token-skipped": {true, false, false, func() History {
+		b := &hb{}
+		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 2*ms, 3*ms, lease.Unlocked).
+			acq(1, "b", time.Minute, 4*ms, 5*ms, lease.Locked, 2)
+		return b.h
+	}},
+}
+
+func TestLegalHistories(t *testing.T) {
+	for name, h := range legal {
+		t.Run(name, func(t *testing.T) {
+			r := Check(h(), opts)
+			if err := r.Err(); err != nil {
+				t.Fatalf("legal history rejected:\n%v\n%s", err, History(h()))
+			}
+		})
+	}
+}
+
+// TestNegativeControls: every checker flags the illegal histories it is
+// meant to see.
+func TestNegativeControls(t *testing.T) {
+	for name, c := range illegal {
+		t.Run(name, func(t *testing.T) {
+			h := c.h()
+			r := Check(h, opts)
+			if got := r.Linearizable.Result != Linearizable; got != c.lin {
+				t.Errorf("linearizability flagged=%v, want %v (%s)", got, c.lin, r.Linearizable.Result)
+			}
+			if c.lin && r.Linearizable.Result != NotLinearizable {
+				t.Errorf("linearizability: %s, want a definite verdict", r.Linearizable.Result)
+			}
+			if got := len(r.Exclusion) > 0; got != c.excl {
+				t.Errorf("exclusion flagged=%v, want %v: %v", got, c.excl, r.Exclusion)
+			}
+			if got := len(r.Fencing) > 0; got != c.fence {
+				t.Errorf("fencing flagged=%v, want %v: %v", got, c.fence, r.Fencing)
+			}
+			if t.Failed() {
+				t.Logf("history:\n%s", h)
+			}
+		})
+	}
+}
+
+func TestFencingKinds(t *testing.T) {
+	kinds := func(h History) []string {
+		var ks []string
+		for _, v := range CheckFencing(h) {
+			ks = append(ks, v.Kind)
+		}
+		return ks
+	}
+	if got := kinds(illegal["token-went-backwards"].h()); !contains(got, "token-went-backwards") {
+		t.Errorf("backwards: %v", got)
+	}
+	if got := kinds(illegal["double-grant"].h()); !contains(got, "token-reused-by-other-owner") || !contains(got, "token-not-increased") {
+		t.Errorf("double grant: %v", got)
+	}
+	if got := kinds(illegal["token-reused-concurrently"].h()); len(got) != 1 || got[0] != "token-reused-by-other-owner" {
+		t.Errorf("reuse: %v", got)
+	}
+}
+
+func contains(s []string, x string) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestHoldWindows(t *testing.T) {
+	h := legal["extend-chain"]()
+	ws := HoldWindows(h, opts)
+	if len(ws) != 2 {
+		t.Fatalf("windows %v", ws)
+	}
+	// a: from its grant's return to the last extend's call + TTL − margin.
+	if w := ws[0]; w.Owner != "a" || w.Start != 1*ms || w.End != 160*ms+100*ms-opts.Margin {
+		t.Errorf("a's window %v", w)
+	}
+	if w := ws[1]; w.Owner != "b" || w.Start != 301*ms || w.End != 300*ms+time.Minute-opts.Margin {
+		t.Errorf("b's window %v", w)
+	}
+	// A release call ends the window.
+	ws = HoldWindows(legal["sequential"](), opts)
+	if len(ws) != 2 || ws[0].End != 6*ms || ws[1].End != 10*ms {
+		t.Errorf("sequential windows %v", ws)
+	}
+	// Indeterminate acquires have none; the re-acquire's ends at the
+	// indeterminate grant's call + TTL.
+	ws = HoldWindows(legal["reacquire-does-not-refresh"](), opts)
+	if len(ws) != 2 || ws[0].Owner != "a" || ws[0].End != time.Second-opts.Margin {
+		t.Errorf("re-acquire windows %v", ws)
+	}
+}
+
+func TestVisualizeOnFailure(t *testing.T) {
+	path := t.TempDir() + "/lin.html"
+	o := opts
+	o.VisualizePath = path
+	if r := CheckLinearizable(illegal["double-grant"].h(), o); r.Result != NotLinearizable || len(r.Failed) != 1 || r.Failed[0] != "r" {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,342 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// Kind is the operation of a history entry.
+type Kind uint8
+
+const (
+	Acquire Kind = iota // TryLock
+	Extend
+	Release // Unlock
+	Get
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Acquire:
+		return "acquire"
+	case Extend:
+		return "extend"
+	case Release:
+		return "release"
+	case Get:
+		return "get"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Outcome says what a history entry proves.
+type Outcome uint8
+
+const (
+	// OK: the operation took effect with the recorded status (Locked,
+	// Extended, Unlocked, Got).
+	OK Outcome = iota
+	// Fail: the operation definitely had no effect (Busy, InvalidOwner,
+	// LockDoesNotExist, InvalidInput).
+	Fail
+	// Indeterminate: the outcome is unknown (a timeout, a transport or
+	// call error, Errored, MustRetry, WaitingForReplication, Aborted): it
+	// may take effect at any time after its call, even after the caller
+	// saw the error.
+	Indeterminate
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Fail:
+		return "fail"
+	case Indeterminate:
+		return "info"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Classify maps a call's answer to an Outcome, as Jepsen's Kahuna client
+// does. Any error makes it Indeterminate (a request may have been sent
+// before the error), and so does MustRetry: a node that forwarded the
+// request and lost the answer reports MustRetry although the leader may
+// have applied it.
+func Classify(status lease.Status, err error) Outcome {
+	if err != nil {
+		return Indeterminate
+	}
+	switch status {
+	case lease.Locked, lease.Extended, lease.Unlocked, lease.Got:
+		return OK
+	case lease.Busy, lease.InvalidOwner, lease.LockDoesNotExist, lease.InvalidInput:
+		return Fail
+	}
+	return Indeterminate
+}
+
+// Op is one call in a history.
+type Op struct {
+	ID       int    // index in the history
+	Client   int    // the calling client (a sequential process)
+	Node     uint64 // the node asked (informational)
+	Kind     Kind
+	Resource string
+	Owner    string        // acquire/extend/release
+	TTL      time.Duration // acquire/extend
+	// Call and Return are monotonic times since the recorder started.
+	// Return is meaningless for Indeterminate operations: they may take
+	// effect at any time after Call.
+	Call, Return time.Duration
+	Outcome      Outcome
+	Status       lease.Status
+	Token        int64  // Locked, Extended, Got
+	Holder       string // Got: the owner reported
+	Err          string // the call's error, if any
+}
+
+// Returned is the operation's return time, or +∞ when it is Indeterminate.
+func (o *Op) Returned() time.Duration {
+	if o.Outcome == Indeterminate {
+		return math.MaxInt64
+	}
+	return o.Return
+}
+
+func (o Op) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d c%d %s %s", o.ID, o.Client, o.Kind, o.Resource)
+	if o.Owner != "" {
+		fmt.Fprintf(&b, " owner=%s", o.Owner)
+	}
+	if o.TTL > 0 {
+		fmt.Fprintf(&b, " ttl=%v", o.TTL)
+	}
+	fmt.Fprintf(&b, " [%v, ", o.Call)
+	if o.Outcome == Indeterminate {
+		b.WriteString("∞)")
+	} else {
+		fmt.Fprintf(&b, "%v]", o.Return)
+	}
+	fmt.Fprintf(&b, " → %s %s", o.Outcome, o.Status)
+	switch {
+	case o.Kind == Get && o.Status == lease.Got:
+		fmt.Fprintf(&b, " holder=%s token=%d", o.Holder, o.Token)
+	case o.Status == lease.Locked || o.Status == lease.Extended:
+		fmt.Fprintf(&b, " token=%d", o.Token)
+	}
+	if o.Err != "" {
+		fmt.Fprintf(&b, " err=%q", o.Err)
+	}
+	if o.Node != 0 {
+		fmt.Fprintf(&b, " node=%d", o.Node)
+	}
+	return b.String()
+}
+
+// History is a list of operations. IDs are indexes.
+type History []Op
+
+// Stats counts a history's operations by outcome.
+type Stats struct {
+	Ops, OK, Fail, Indeterminate int
+}
+
+// Stats counts h's operations.
+func (h History) Stats() Stats {
+	s := Stats{Ops: len(h)}
+	for i := range h {
+		switch h[i].Outcome {
+		case OK:
+			s.OK++
+		case Fail:
+			s.Fail++
+		default:
+			s.Indeterminate++
+		}
+	}
+	return s
+}
+
+// String prints one operation a line, in call order.
+func (h History) String() string {
+	ops := slices.Clone(h)
+	slices.SortStableFunc(ops, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
+	var b strings.Builder
+	for _, o := range ops {
+		b.WriteString(o.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func cmpDur(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Recorder collects a History from concurrent clients.
+type Recorder struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []Op
+}
+
+// NewRecorder starts a recorder; its times count from now on the
+// monotonic clock.
+func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// Now is the recorder's current time.
+func (r *Recorder) Now() time.Duration { return time.Since(r.start) }
+
+// Pending is a call in flight.
+type Pending struct {
+	r  *Recorder
+	op Op
+}
+
+// Begin records the invocation of op (its Call and ID are set here).
+func (r *Recorder) Begin(op Op) *Pending {
+	op.Call = r.Now()
+	return &Pending{r: r, op: op}
+}
+
+// End records the answer of a lock call: status and token for TryLock,
+// Extend, Unlock; err the call's error.
+func (p *Pending) End(status lease.Status, token int64, err error) Op {
+	return p.EndGet(status, token, "", err)
+}
+
+// EndGet records the answer of a Get (holder is the reported owner).
+func (p *Pending) EndGet(status lease.Status, token int64, holder string, err error) Op {
+	return p.EndOutcome(Classify(status, err), status, token, holder, err)
+}
+
+// EndOutcome records an answer whose outcome the caller knows better than
+// Classify: e.g. MustRetry from the partition leader itself, which did not
+// forward the request and promises it was not committed, is Fail.
+func (p *Pending) EndOutcome(outcome Outcome, status lease.Status, token int64, holder string, err error) Op {
+	op := p.op
+	op.Return = p.r.Now()
+	op.Status = status
+	op.Token = token
+	op.Holder = holder
+	op.Outcome = outcome
+	if err != nil {
+		op.Err = err.Error()
+	}
+	p.r.mu.Lock()
+	op.ID = len(p.r.ops)
+	p.r.ops = append(p.r.ops, op)
+	p.r.mu.Unlock()
+	return op
+}
+
+// History returns a copy of what was recorded so far.
+func (r *Recorder) History() History {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ops)
+}
+
+// Options tune the checkers.
+type Options struct {
+	// Margin absorbs the difference between the service's lease clock and
+	// the recorder's (rounding of expiries to milliseconds, clock rates).
+	// A lease is assumed to last at least TTL − Margin from its grant's
+	// call, and at most TTL + Margin from its grant's return.
+	Margin time.Duration
+	// Timeout bounds the linearizability search (0: 1 minute). A search
+	// that times out is Unknown, which is not a pass.
+	Timeout time.Duration
+	// VisualizePath, if set, is where CheckLinearizable writes porcupine's
+	// HTML visualization when the history is not linearizable.
+	VisualizePath string
+}
+
+// DefaultMargin is the Margin used when Options.Margin is 0.
+const DefaultMargin = 50 * time.Millisecond
+
+func (o Options) margin() time.Duration {
+	if o.Margin <= 0 {
+		return DefaultMargin
+	}
+	return o.Margin
+}
+
+// Violation is one finding of a checker.
+type Violation struct {
+	Checker string // "linearizability", "exclusion", "fencing"
+	Kind    string // e.g. "overlap", "token-went-backwards"
+	Text    string
+	Ops     []Op // the operations involved
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s: %s", v.Checker, v.Kind, v.Text)
+	for _, o := range v.Ops {
+		b.WriteString("\n\t")
+		b.WriteString(o.String())
+	}
+	return b.String()
+}
+
+// Report is the verdict of every checker on one history.
+type Report struct {
+	Stats        Stats
+	Linearizable LinearizabilityResult
+	Exclusion    []Violation
+	Fencing      []Violation
+	HoldWindows  int // definite hold windows the exclusion checker built
+	FencedGrants int // definite grants the fencing checker compared
+}
+
+// Violations counts the findings of all checkers (an Unknown
+// linearizability verdict counts as one: it is not a pass).
+func (r Report) Violations() int {
+	n := len(r.Exclusion) + len(r.Fencing)
+	if r.Linearizable.Result != Linearizable {
+		n++
+	}
+	return n
+}
+
+// Err is nil when every checker passed, else a summary of what failed.
+func (r Report) Err() error {
+	var errs []error
+	if r.Linearizable.Result != Linearizable {
+		errs = append(errs, fmt.Errorf("linearizability: %s (resources %v)", r.Linearizable.Result, r.Linearizable.Failed))
+	}
+	for _, v := range r.Exclusion {
+		errs = append(errs, errors.New(v.String()))
+	}
+	for _, v := range r.Fencing {
+		errs = append(errs, errors.New(v.String()))
+	}
+	return errors.Join(errs...)
+}
+
+// Check runs every checker on h.
+func Check(h History, opts Options) Report {
+	r := Report{Stats: h.Stats()}
+	r.Linearizable = CheckLinearizable(h, opts)
+	var windows, grants int
+	r.Exclusion, windows = checkExclusion(h, opts)
+	r.Fencing, grants = checkFencing(h)
+	r.HoldWindows, r.FencedGrants = windows, grants
+	return r
+}

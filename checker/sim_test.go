@@ -1,0 +1,185 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// sim is an in-memory lock service built on lease.Decide, with answers that
+// get lost and requests that apply late, and optional bugs. It checks the
+// checkers: histories of the correct service must pass, the buggy ones
+// must be flagged.
+type sim struct {
+	mu      sync.Mutex
+	entries map[string]lease.Entry
+	bug     string // "", "reset-tokens", "ignore-busy", "early-expiry"
+	ops     int
+	rng     *rand.Rand
+	late    sync.WaitGroup
+}
+
+var errLost = errors.New("answer lost")
+
+func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Status, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops++
+	if s.bug == "reset-tokens" && s.ops%40 == 0 {
+		clear(s.entries) // an ephemeral leader change
+	}
+	if s.bug == "early-expiry" {
+		ttl /= 3
+	}
+	op := map[Kind]lease.Op{Acquire: lease.TryLock, Extend: lease.Extend, Release: lease.Unlock, Get: lease.Get}[kind]
+	e := s.entries[res]
+	d := lease.Decide(e, op, []byte(owner), ttl, time.Now())
+	if s.bug == "ignore-busy" && d.Status == lease.Busy && s.rng.IntN(4) == 0 {
+		d = lease.Decide(lease.Entry{State: lease.Released, Token: e.Token, Revision: e.Revision}, op, []byte(owner), ttl, time.Now())
+	}
+	if d.Write {
+		d.Next.Owner = append([]byte(nil), d.Next.Owner...)
+		s.entries[res] = d.Next
+	}
+	return d.Status, d.Token
+}
+
+// call runs one operation: it applies somewhere inside [call, return], or
+// its answer is lost (applied or not, maybe after the caller gave up).
+func (s *sim) call(rng *rand.Rand, kind Kind, res, owner string, ttl time.Duration) (lease.Status, int64, string, error) {
+	time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
+	switch x := rng.IntN(40); {
+	case x == 0: // applied, answer lost
+		s.apply(kind, res, owner, ttl)
+		return 0, 0, "", errLost
+	case x == 1: // never applied
+		return 0, 0, "", errLost
+	case x == 2: // applied after the caller gave up
+		delay := time.Duration(rng.IntN(20)) * time.Millisecond
+		s.late.Add(1)
+		go func() {
+			defer s.late.Done()
+			time.Sleep(delay)
+			s.apply(kind, res, owner, ttl)
+		}()
+		return 0, 0, "", errLost
+	}
+	st, tok := s.apply(kind, res, owner, ttl)
+	var holder string
+	if kind == Get && st == lease.Got {
+		s.mu.Lock()
+		holder = string(s.entries[res].Owner)
+		s.mu.Unlock()
+	}
+	time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
+	return st, tok, holder, nil
+}
+
+func runSim(t *testing.T, seed uint64, bug string, d time.Duration) History {
+	s := &sim{entries: map[string]lease.Entry{}, bug: bug, rng: rand.New(rand.NewPCG(seed, 0))}
+	rec := NewRecorder()
+	const ttl = 40 * time.Millisecond
+	resources := []string{"r1", "r2"}
+	var wg sync.WaitGroup
+	for c := 0; c < 6; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
+			do := func(kind Kind, res, owner string, ttl time.Duration) Op {
+				p := rec.Begin(Op{Client: c, Kind: kind, Resource: res, Owner: owner, TTL: ttl})
+				st, tok, holder, err := s.call(rng, kind, res, owner, ttl)
+				return p.EndGet(st, tok, holder, err)
+			}
+			release := func(res, owner string) {
+				for i := 0; i < 5; i++ {
+					if do(Release, res, owner, 0).Outcome != Indeterminate {
+						return
+					}
+				}
+			}
+			deadline := time.Now().Add(d)
+			for n := 0; time.Now().Before(deadline); n++ {
+				res := resources[rng.IntN(len(resources))]
+				owner := fmt.Sprintf("c%d-%d", c, n)
+				if rng.IntN(8) == 0 {
+					do(Get, res, "", 0)
+				}
+				a := do(Acquire, res, owner, ttl)
+				switch a.Outcome {
+				case Indeterminate:
+					release(res, owner)
+					continue
+				case Fail:
+					time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+					continue
+				}
+				// Hold, sometimes past the lease, sometimes extending it.
+				for i := rng.IntN(3); i > 0; i-- {
+					time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+					if do(Extend, res, owner, ttl).Status != lease.Extended {
+						break
+					}
+				}
+				time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+				release(res, owner)
+			}
+		}()
+	}
+	wg.Wait()
+	s.late.Wait()
+	return rec.History()
+}
+
+// TestSimulatedService runs the checkers on histories of a correct
+// in-memory service with lost answers and late applies (all must pass), and
+// of buggy ones (each bug must be flagged by the checkers meant to see it).
+func TestSimulatedService(t *testing.T) {
+	d := 700 * time.Millisecond
+	if testing.Short() {
+		d = 300 * time.Millisecond
+	}
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint("correct/seed=", seed), func(t *testing.T) {
+			t.Parallel()
+			h := runSim(t, seed, "", d)
+			r := Check(h, Options{Margin: 2 * ms, Timeout: 30 * time.Second})
+			t.Logf("%+v windows=%d grants=%d lin=%v in %v", r.Stats, r.HoldWindows, r.FencedGrants, r.Linearizable.Result, r.Linearizable.Elapsed)
+			if r.Stats.Indeterminate == 0 || r.HoldWindows < 20 {
+				t.Errorf("weak history: %+v, %d windows", r.Stats, r.HoldWindows)
+			}
+			if err := r.Err(); err != nil {
+				t.Fatalf("correct service flagged: %v", err)
+			}
+		})
+	}
+	for _, c := range []struct {
+		bug              string
+		lin, excl, fence bool // the checkers that must flag it (others may)
+	}{
+		{"reset-tokens", true, false, true},
+		{"ignore-busy", true, true, false},
+		{"early-expiry", true, true, false},
+	} {
+		t.Run(c.bug, func(t *testing.T) {
+			t.Parallel()
+			h := runSim(t, 7, c.bug, d)
+			r := Check(h, Options{Margin: 2 * ms, Timeout: 30 * time.Second})
+			t.Logf("%+v lin=%v exclusion=%d fencing=%d", r.Stats, r.Linearizable.Result, len(r.Exclusion), len(r.Fencing))
+			if c.lin && r.Linearizable.Result == Linearizable {
+				t.Error("linearizability checker missed the bug")
+			}
+			if c.excl && len(r.Exclusion) == 0 {
+				t.Error("exclusion checker missed the bug")
+			}
+			if c.fence && len(r.Fencing) == 0 {
+				t.Error("fencing checker missed the bug")
+			}
+		})
+	}
+}

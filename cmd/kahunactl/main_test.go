@@ -1,0 +1,429 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+func TestMain(m *testing.M) {
+	// dragonboat's capnslog takes over the std logger at import and pebble
+	// prints a harmless "vfs: not supported" through it on in-memory
+	// filesystems; keep test output readable.
+	log.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+// startNode opens a single in-memory node serving the wire API (REST,
+// gRPC and the admin API) on a free loopback port, and returns its URL.
+func startNode(t *testing.T) (*kahuna.Node, string) {
+	t.Helper()
+	n, err := kahuna.Open(kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return n, "http://" + n.ListenAddress()
+}
+
+// result is one kahunactl run.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+}
+
+// ctl runs kahunactl in-process with args.
+func ctl(t *testing.T, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return result{code, stdout.String(), stderr.String()}
+}
+
+// want fails the test unless r exited with code.
+func (r result) want(t *testing.T, code int, what string) result {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: want exit %d, got %s", what, code, r)
+	}
+	return r
+}
+
+// jsonOut decodes a --format json answer: exactly one JSON object.
+func (r result) jsonOut(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("not JSON: %v (%s)", err, r)
+	}
+	if dec.More() {
+		t.Fatalf("more than one JSON value: %s", r)
+	}
+	return m
+}
+
+func oneStderrLine(t *testing.T, r result, contains string) {
+	t.Helper()
+	s := strings.TrimSuffix(r.stderr, "\n")
+	if s == "" || strings.Contains(s, "\n") || !strings.HasPrefix(s, "kahunactl: ") || !strings.Contains(s, contains) {
+		t.Fatalf("want one stderr line \"kahunactl: ...%s...\", got %s", contains, r)
+	}
+}
+
+var lockedText = regexp.MustCompile(`^locked (\S+) owner (\S+) fencing token (\d+)\n$`)
+
+// TestLifecycleText walks every lock command and its exit codes with the
+// text format, for both durabilities.
+func TestLifecycleText(t *testing.T) {
+	_, ep := startNode(t)
+	for _, d := range []string{"persistent", "ephemeral"} {
+		t.Run(d, func(t *testing.T) {
+			res := "text/" + d
+			flags := []string{"--endpoints", ep, "--durability", d}
+			c := func(args ...string) result { return ctl(t, append(args, flags...)...) }
+
+			r := c("lock", res, "--ttl", "1m").want(t, exitOK, "lock")
+			m := lockedText.FindStringSubmatch(r.stdout)
+			if m == nil || m[1] != res || m[3] != "0" {
+				t.Fatalf("lock output: %s", r)
+			}
+			owner := m[2]
+			if len(owner) != 32 {
+				t.Fatalf("default owner %q: want 32 hex characters", owner)
+			}
+
+			r = c("lock", res, "--owner", "intruder").want(t, exitBusy, "lock by another owner")
+			if r.stdout != "lock "+res+": busy (held by another owner)\n" {
+				t.Fatalf("busy output: %s", r)
+			}
+			// The same owner locking again is granted the same token.
+			r = c("lock", res, "--owner", owner).want(t, exitOK, "relock by the owner")
+			if want := fmt.Sprintf("locked %s owner %s fencing token 0\n", res, owner); r.stdout != want {
+				t.Fatalf("relock output: %s, want %q", r, want)
+			}
+
+			r = c("extend", res, "--owner", owner, "--ttl", "2m").want(t, exitOK, "extend")
+			if r.stdout != "extend "+res+": Extended, fencing token 0\n" {
+				t.Fatalf("extend output: %s", r)
+			}
+			c("extend", res, "--owner", "intruder").want(t, exitLost, "extend by another owner")
+
+			r = c("get", res).want(t, exitOK, "get")
+			if !strings.HasPrefix(r.stdout, res+" owned by "+owner+", fencing token 0, expires ") {
+				t.Fatalf("get output: %s", r)
+			}
+			exp, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(r.stdout[strings.LastIndex(r.stdout, " ")+1:]))
+			if err != nil {
+				t.Fatalf("get expiry: %v (%s)", err, r)
+			}
+			if left := time.Until(exp); left < time.Minute || left > 2*time.Minute+5*time.Second {
+				t.Fatalf("expiry %v is %v away, want about 2m (the extend)", exp, left)
+			}
+
+			r = c("unlock", res, "--owner", "intruder").want(t, exitLost, "unlock by another owner")
+			if r.stdout != "unlock "+res+": InvalidOwner\n" {
+				t.Fatalf("unlock by another owner output: %s", r)
+			}
+			r = c("unlock", res, "--owner", owner).want(t, exitOK, "unlock")
+			if r.stdout != "unlock "+res+": Unlocked, fencing token 0\n" {
+				t.Fatalf("unlock output: %s", r)
+			}
+			r = c("unlock", res, "--owner", owner).want(t, exitLost, "unlock again")
+			if r.stdout != "unlock "+res+": LockDoesNotExist\n" {
+				t.Fatalf("second unlock output: %s", r)
+			}
+			c("extend", res, "--owner", owner).want(t, exitLost, "extend after unlock")
+			r = c("get", res).want(t, exitLost, "get after unlock")
+			if r.stdout != "get "+res+": LockDoesNotExist\n" {
+				t.Fatalf("get after unlock output: %s", r)
+			}
+
+			// The next grant carries the next token.
+			r = c("lock", res, "--owner", "second").want(t, exitOK, "lock again")
+			if want := fmt.Sprintf("locked %s owner second fencing token 1\n", res); r.stdout != want {
+				t.Fatalf("second grant: %s, want %q", r, want)
+			}
+		})
+	}
+}
+
+// TestLifecycleJSON is the same walk with --format json.
+func TestLifecycleJSON(t *testing.T) {
+	_, ep := startNode(t)
+	for _, d := range []string{"persistent", "ephemeral"} {
+		t.Run(d, func(t *testing.T) {
+			res := "json/" + d
+			flags := []string{"--endpoints", ep, "--durability", d, "--format", "json"}
+			c := func(args ...string) result { return ctl(t, append(args, flags...)...) }
+			check := func(m map[string]any, want map[string]any) {
+				t.Helper()
+				for k, v := range want {
+					if fmt.Sprint(m[k]) != fmt.Sprint(v) {
+						t.Fatalf("field %s = %v, want %v (in %v)", k, m[k], v, m)
+					}
+				}
+			}
+
+			m := c("lock", res).want(t, exitOK, "lock").jsonOut(t)
+			owner, _ := m["owner"].(string)
+			check(m, map[string]any{"resource": res, "status": "Locked", "fencingToken": 0})
+			if len(owner) != 32 {
+				t.Fatalf("owner %q", owner)
+			}
+
+			m = c("lock", res, "--owner", "intruder").want(t, exitBusy, "busy").jsonOut(t)
+			check(m, map[string]any{"resource": res, "status": "Busy", "owner": "intruder", "fencingToken": 0})
+
+			m = c("extend", res, "--owner", owner).want(t, exitOK, "extend").jsonOut(t)
+			check(m, map[string]any{"resource": res, "status": "Extended", "owner": owner, "fencingToken": 0})
+
+			m = c("get", res).want(t, exitOK, "get").jsonOut(t)
+			check(m, map[string]any{"resource": res, "status": "Got", "owner": owner, "fencingToken": 0})
+			if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["expires"])); err != nil {
+				t.Fatalf("expires: %v", err)
+			}
+
+			m = c("unlock", res, "--owner", "intruder").want(t, exitLost, "unlock by another").jsonOut(t)
+			check(m, map[string]any{"status": "InvalidOwner"})
+			m = c("unlock", res, "--owner", owner).want(t, exitOK, "unlock").jsonOut(t)
+			check(m, map[string]any{"resource": res, "status": "Unlocked", "owner": owner})
+			m = c("unlock", res, "--owner", owner).want(t, exitLost, "unlock again").jsonOut(t)
+			check(m, map[string]any{"status": "LockDoesNotExist"})
+			m = c("get", res).want(t, exitLost, "get after unlock").jsonOut(t)
+			check(m, map[string]any{"resource": res, "status": "LockDoesNotExist"})
+			m = c("extend", res, "--owner", owner).want(t, exitLost, "extend after unlock").jsonOut(t)
+			check(m, map[string]any{"status": "LockDoesNotExist"})
+		})
+	}
+}
+
+// TestDurabilitiesAreSeparate: a persistent lock is not seen by an
+// ephemeral get, and the other way round.
+func TestDurabilitiesAreSeparate(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "sep/r", "--owner", "p", "--endpoints", ep).want(t, exitOK, "persistent lock")
+	ctl(t, "get", "sep/r", "--durability", "ephemeral", "--endpoints", ep).want(t, exitLost, "ephemeral get")
+	ctl(t, "lock", "sep/r", "--owner", "e", "--durability", "ephemeral", "--endpoints", ep).want(t, exitOK, "ephemeral lock")
+}
+
+// TestWaitForRelease: --wait keeps trying while busy and gets the lock once
+// the holder's short lease runs out; without --wait it is busy at once.
+func TestWaitForRelease(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "wait/r", "--owner", "first", "--ttl", "300ms", "--durability", "ephemeral", "--endpoints", ep).want(t, exitOK, "lock")
+	ctl(t, "lock", "wait/r", "--owner", "second", "--durability", "ephemeral", "--endpoints", ep).want(t, exitBusy, "no wait")
+	r := ctl(t, "lock", "wait/r", "--owner", "second", "--wait", "10s", "--durability", "ephemeral", "--endpoints", ep).want(t, exitOK, "wait")
+	if r.stdout != "locked wait/r owner second fencing token 1\n" {
+		t.Fatalf("after wait: %s", r)
+	}
+}
+
+// TestFlagsAnywhere: the RESOURCE may come before, between or after flags.
+func TestFlagsAnywhere(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "--endpoints", ep, "any/r", "--owner", "o").want(t, exitOK, "resource between flags")
+	ctl(t, "get", "--endpoints", ep, "--format", "json", "any/r").want(t, exitOK, "resource last")
+	ctl(t, "unlock", "any/r", "--owner", "o", "--endpoints", ep).want(t, exitOK, "resource first")
+	// After "--" a RESOURCE may start with '-'.
+	ctl(t, "lock", "--owner", "o", "--endpoints", ep, "--", "-dash").want(t, exitOK, "resource after --")
+	ctl(t, "get", "--endpoints", ep, "--", "-dash").want(t, exitOK, "get after --")
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"frobnicate", "x"}, `unknown command "frobnicate"`},
+		{[]string{"lock"}, "lock needs a RESOURCE"},
+		{[]string{"get", "--format", "json"}, "get needs a RESOURCE"},
+		{[]string{"extend", "r"}, "extend needs --owner"},
+		{[]string{"unlock", "r"}, "unlock needs --owner"},
+		{[]string{"lock", "r", "--durability", "forever"}, "--durability must be persistent or ephemeral"},
+		{[]string{"lock", "r", "--format", "yaml"}, "--format must be text or json"},
+		{[]string{"lock", "r", "--ttl", "0s"}, "--ttl must be positive"},
+		{[]string{"extend", "r", "--owner", "o", "--ttl", "-1s"}, "--ttl must be positive"},
+		{[]string{"lock", "r", "--wait", "-1s"}, "--wait must not be negative"},
+		{[]string{"get", "r", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"lock", "r", "s"}, `unexpected argument "s"`},
+		{[]string{"lock", "", "s"}, `unexpected argument "s"`},
+		{[]string{"lock", ""}, "lock needs a RESOURCE"},
+		{[]string{"partitions", "r"}, "partitions takes no RESOURCE"},
+		{[]string{"get", "r", "--endpoints", " , "}, "--endpoints is empty"},
+		{[]string{"get", "r", "--endpoints", "127.0.0.1:2070"}, "is not an http:// or https:// URL"},
+		{[]string{"get", "r", "--endpoints", "grpc://127.0.0.1:2070"}, "is not an http:// or https:// URL"},
+		{[]string{"transfer-leadership"}, "needs --partition P and --to NODE"},
+		{[]string{"transfer-leadership", "--partition", "1"}, "needs --partition P and --to NODE"},
+		{[]string{"transfer-leadership", "--to", "2"}, "needs --partition P and --to NODE"},
+	} {
+		r := ctl(t, c.args...)
+		if r.code != exitUsage || r.stdout != "" {
+			t.Errorf("%q: want exit 2 and nothing on stdout, got %s", c.args, r)
+			continue
+		}
+		if !strings.Contains(r.stderr, "kahunactl: "+c.says) && !strings.Contains(r.stderr, c.says) {
+			t.Errorf("%q: stderr should say %q: %s", c.args, c.says, r)
+		}
+	}
+	// Bad flags are reported by the flag package, with the command's flags.
+	for _, args := range [][]string{{"lock", "r", "--bogus"}, {"get", "r", "--ttl", "soon"}} {
+		if r := ctl(t, args...); r.code != exitUsage || !strings.Contains(r.stderr, "Usage of kahunactl "+args[0]) {
+			t.Errorf("%q: %s", args, r)
+		}
+	}
+	// No arguments at all: the usage, on stderr.
+	if r := ctl(t); r.code != exitUsage || !strings.HasPrefix(r.stderr, "usage: kahunactl") {
+		t.Errorf("no args: %s", r)
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		if r := ctl(t, args...); r.code != exitOK || !strings.HasPrefix(r.stdout, "usage: kahunactl") || !strings.Contains(r.stdout, "exit codes") {
+			t.Errorf("%q: %s", args, r)
+		}
+	}
+	if r := ctl(t, "lock", "-h"); r.code != exitOK || !strings.Contains(r.stderr, "-durability") {
+		t.Errorf("lock -h: %s", r)
+	}
+}
+
+// closedEndpoint is a loopback URL nothing listens on.
+func closedEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+func TestUnreachableEndpointExitsOne(t *testing.T) {
+	dead := closedEndpoint(t)
+	for _, args := range [][]string{
+		{"lock", "r"},
+		{"extend", "r", "--owner", "o"},
+		{"unlock", "r", "--owner", "o"},
+		{"get", "r", "--format", "json"},
+		{"partitions"},
+		{"transfer-leadership", "--partition", "0", "--to", "1"},
+	} {
+		r := ctl(t, append(args, "--endpoints", dead, "--timeout", "10s")...)
+		if r.code != exitError || r.stdout != "" {
+			t.Errorf("%q: want exit 1, got %s", args, r)
+			continue
+		}
+		oneStderrLine(t, r, strings.TrimPrefix(dead, "http://"))
+	}
+}
+
+// TestSecondEndpointServes: a dead first endpoint is skipped.
+func TestSecondEndpointServes(t *testing.T) {
+	_, ep := startNode(t)
+	eps := closedEndpoint(t) + "," + ep
+	ctl(t, "lock", "two/r", "--owner", "o", "--endpoints", eps).want(t, exitOK, "lock")
+	ctl(t, "get", "two/r", "--endpoints", eps).want(t, exitOK, "get")
+	ctl(t, "partitions", "--endpoints", eps).want(t, exitOK, "partitions")
+}
+
+// TestInvalidInputExitsOne: a refusal that is neither busy nor lost (an
+// over-long resource is InvalidInput) is an error.
+func TestInvalidInputExitsOne(t *testing.T) {
+	_, ep := startNode(t)
+	long := strings.Repeat("x", 2000)
+	r := ctl(t, "lock", long, "--endpoints", ep).want(t, exitError, "lock of a 2000-byte resource")
+	if !strings.Contains(r.stdout, "InvalidInput") {
+		t.Fatalf("output: %s", r)
+	}
+	r = ctl(t, "get", long, "--endpoints", ep, "--format", "json").want(t, exitError, "get of a 2000-byte resource")
+	if m := r.jsonOut(t); m["status"] != "InvalidInput" {
+		t.Fatalf("output: %s", r)
+	}
+}
+
+func TestPartitions(t *testing.T) {
+	_, ep := startNode(t)
+	r := ctl(t, "partitions", "--endpoints", ep).want(t, exitOK, "partitions")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 1+kahuna.DefaultPartitions || lines[0] != "as seen by node 1:" {
+		t.Fatalf("partitions output: %s", r)
+	}
+	for p, l := range lines[1:] {
+		if want := "  partition " + strconv.Itoa(p) + ": leader 1 (served here)"; l != want {
+			t.Fatalf("line %q, want %q", l, want)
+		}
+	}
+
+	r = ctl(t, "partitions", "--endpoints", ep, "--format", "json").want(t, exitOK, "partitions json")
+	var body struct {
+		Node       uint64                 `json:"node"`
+		Partitions []kahuna.PartitionInfo `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &body); err != nil {
+		t.Fatalf("%v: %s", err, r)
+	}
+	if body.Node != 1 || len(body.Partitions) != kahuna.DefaultPartitions {
+		t.Fatalf("partitions json: %+v", body)
+	}
+	for p, info := range body.Partitions {
+		if info != (kahuna.PartitionInfo{Partition: p, Leader: 1, Serving: true}) {
+			t.Fatalf("partition %d: %+v", p, info)
+		}
+	}
+}
+
+func TestTransferLeadership(t *testing.T) {
+	n, ep := startNode(t)
+	r := ctl(t, "transfer-leadership", "--partition", "0", "--to", "5", "--endpoints", ep).want(t, exitError, "transfer to a non-member")
+	oneStderrLine(t, r, "node 5 is not a member")
+	if r.stdout != "" {
+		t.Fatalf("stdout on failure: %s", r)
+	}
+	r = ctl(t, "transfer-leadership", "--partition", "99", "--to", "1", "--endpoints", ep).want(t, exitError, "transfer of a partition that does not exist")
+	oneStderrLine(t, r, "no partition 99")
+
+	// To the node that already leads: accepted, and nothing changes.
+	r = ctl(t, "transfer-leadership", "--partition", "3", "--to", "1", "--endpoints", ep, "--format", "json").want(t, exitOK, "transfer to the leader")
+	if m := r.jsonOut(t); fmt.Sprintf("%v %v %v", m["partition"], m["to"], m["status"]) != "3 1 requested" {
+		t.Fatalf("transfer json: %s", r)
+	}
+	r = ctl(t, "transfer-leadership", "--partition", "3", "--to", "1", "--endpoints", ep).want(t, exitOK, "transfer text")
+	if r.stdout != "leadership of partition 3 requested for node 1\n" {
+		t.Fatalf("transfer text: %s", r)
+	}
+	if leader, serving := n.Leader(3); leader != 1 || !serving {
+		t.Fatalf("partition 3 after a transfer to its leader: leader %d serving %v", leader, serving)
+	}
+	ctl(t, "lock", "after-transfer", "--endpoints", ep).want(t, exitOK, "lock after transfer")
+}
+
+func TestOneLine(t *testing.T) {
+	err := fmt.Errorf("transport: no endpoint reachable: %w", fmt.Errorf("dial a: refused\ndial a: refused\ndial b: refused"))
+	if got, want := oneLine(err), "transport: no endpoint reachable: dial a: refused; dial b: refused"; got != want {
+		t.Fatalf("oneLine = %q, want %q", got, want)
+	}
+}
