@@ -256,16 +256,19 @@ func (cl *lockClient) call(kind checker.Kind, res, owner string, ttl time.Durati
 // owner is harmless: a second grant to the same owner is the same grant),
 // up to attempts tries. Settling directly keeps few operations pending per
 // owner, which keeps the linearizability search small.
-func (cl *lockClient) settle(kind checker.Kind, res, owner string, ttl time.Duration, attempts int) checker.Op {
-	var op checker.Op
+//
+// uncertain reports whether an attempt may have taken effect unseen: the
+// outcome is then unknown unless the last attempt succeeded.
+func (cl *lockClient) settle(kind checker.Kind, res, owner string, ttl time.Duration, attempts int) (op checker.Op, uncertain bool) {
 	for i := 0; i < attempts; i++ {
 		op = cl.call(kind, res, owner, ttl, cl.forward && i == 0)
+		uncertain = uncertain || op.Outcome == checker.Indeterminate
 		if op.Outcome != checker.Indeterminate && op.Status != kahuna.MustRetry {
-			return op
+			return op, uncertain
 		}
 		time.Sleep(time.Duration(5+cl.rng.IntN(20)) * time.Millisecond)
 	}
-	return op
+	return op, uncertain
 }
 
 func (cl *lockClient) run(stop <-chan struct{}, hot []string) {
@@ -280,13 +283,13 @@ func (cl *lockClient) run(stop <-chan struct{}, hot []string) {
 		if cl.rng.IntN(10) == 0 {
 			cl.call(checker.Get, res, "", 0, cl.forward)
 		}
-		a := cl.settle(checker.Acquire, res, owner, faultTTL, 10)
-		switch {
-		case a.Outcome == checker.Indeterminate:
-			cl.settle(checker.Release, res, owner, 0, 20) // in case it was granted
-			continue
-		case a.Outcome == checker.Fail:
-			time.Sleep(time.Duration(cl.rng.IntN(5)) * time.Millisecond)
+		a, uncertain := cl.settle(checker.Acquire, res, owner, faultTTL, 10)
+		if a.Outcome != checker.OK {
+			if uncertain {
+				cl.settle(checker.Release, res, owner, 0, 20) // in case it was granted
+			} else {
+				time.Sleep(time.Duration(cl.rng.IntN(5)) * time.Millisecond)
+			}
 			continue
 		}
 		// Hold: the critical section, sometimes extended.

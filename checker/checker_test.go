@@ -199,6 +199,16 @@ var legal = map[string]func() History{
 			acq(2, "c", time.Second, 302*ms, 303*ms, lease.Busy, 0)
 		return b.h
 	},
+	"grant-decided-early-seen-late": func() History {
+		// a's grant was decided (its lease started) at once, and seen only
+		// after b's request had been registered: it may lapse 100ms after
+		// a's call, not after b's.
+		b := &hb{}
+		b.acqMaybe(0, "a", 100*ms, 0).acqMaybe(1, "b", time.Second, 50*ms).
+			get(2, 60*ms, 61*ms, lease.Got, "a", 0).
+			acq(2, "c", time.Second, 120*ms, 121*ms, lease.Locked, 1)
+		return b.h
+	},
 	"zombie-chain": func() History {
 		// Three lost acquires of owners never heard of again took the lock
 		// in turn, each lease lapsing: w gets the fourth token.

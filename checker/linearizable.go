@@ -394,9 +394,15 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 func (m *model) step(st, in, out any) []any {
 	s, i := st.(lockState), in.(lockInput)
 	if i.register {
-		s.pending = pendingAdd(s.pending, i.idx)
-		s.now = max(s.now, i.call)
-		return []any{m.normalize(s)}
+		// Pending effects may apply before the registration, which moves
+		// now on: at the registration's instant at the latest.
+		var next []any
+		for _, c := range m.closure(s, i.call) {
+			c.pending = pendingAdd(c.pending, i.idx)
+			c.now = max(c.now, i.call)
+			next = append(next, m.normalize(c))
+		}
+		return hull(next)
 	}
 	o := out.(lockOutput)
 	var next []any

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"bufio"
+	"strings"
 	"fmt"
 	"encoding/json"
 	"os"
@@ -55,7 +56,22 @@ func TestDebugHistory(t *testing.T) {
 	if path == "" {
 		t.Skip()
 	}
-	all := parseText(t, path)
+	var all History
+	if strings.HasSuffix(path, ".json") {
+		b, _ := os.ReadFile(path)
+		json.Unmarshal(b, &all)
+	} else {
+		all = parseText(t, path)
+	}
+	if res == "" {
+		_, fails := byResource(all)
+		for k := range fails {
+			if r := CheckLinearizable(fails[k], Options{Margin: 50 * time.Millisecond, Timeout: 10 * time.Second}); r.Result != Linearizable {
+				res = k
+			}
+		}
+		t.Logf("failing resource %s", res)
+	}
 	var h History
 	for _, o := range all {
 		if o.Resource == res {

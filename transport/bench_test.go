@@ -94,31 +94,20 @@ func BenchmarkClientHotLock(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		owner := fmt.Appendf(nil, "owner-%d", owners.Add(1))
 		for pb.Next() {
-			t0 := time.Now()
 			r, err := c.TryLock(ctx, "hot", owner, time.Minute, lease.Ephemeral)
 			if err != nil {
 				b.Error(err)
 				return
 			}
 			if r.Status != lease.Locked {
-				busyNs.Add(int64(time.Since(t0))); busyN.Add(1)
 				continue
 			}
-			t1 := time.Now()
-			lockNs.Add(int64(t1.Sub(t0)))
 			grants.Add(1)
-			r, err = c.Unlock(ctx, "hot", owner, lease.Ephemeral)
-			unlockNs.Add(int64(time.Since(t1)))
-			if err != nil || r.Status != lease.Unlocked {
+			if r, err := c.Unlock(ctx, "hot", owner, lease.Ephemeral); err != nil || r.Status != lease.Unlocked {
 				b.Errorf("Unlock = %v, %v", r, err)
 				return
 			}
 		}
 	})
 	b.ReportMetric(float64(grants.Load())/b.Elapsed().Seconds(), "grants/s")
-	b.ReportMetric(float64(busyNs.Load())/float64(busyN.Load())/1e3, "busyRTT-us")
-	b.ReportMetric(float64(lockNs.Load())/float64(grants.Load())/1e3, "grantRTT-us")
-	b.ReportMetric(float64(unlockNs.Load())/float64(grants.Load())/1e3, "unlockRTT-us")
 }
-
-var busyNs, busyN, lockNs, unlockNs atomic.Int64

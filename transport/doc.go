@@ -10,4 +10,8 @@
 // Client side, calls are multiplexed over a few long-lived
 // BatchClientLockRequests streams per endpoint, answered out of order and
 // matched by RequestId, as Kahuna's own client does.
+//
+// Both sides encode and decode the batch streams' messages by hand
+// (wire.go), byte for byte as the generated code does (the tests compare
+// them); the unary calls use the generated code.
 package transport

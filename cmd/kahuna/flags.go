@@ -55,7 +55,9 @@ func dataHome() (string, error) {
 // parseFlags parses args (without the program name). Output goes to out.
 func parseFlags(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("kahuna", flag.ContinueOnError)
-	fs.SetOutput(out)
+	// The flag package would print the whole usage on any error; the
+	// caller prints one line instead, and -h still gets the usage.
+	fs.SetOutput(io.Discard)
 	var (
 		o                              options
 		httpPorts, grpcPorts, tlsPorts string
@@ -83,6 +85,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&initialCluster, "initial-cluster", "", "every member's Raft address, e.g. 1=127.0.0.1:2073,2=127.0.0.1:3073,3=127.0.0.1:4073 (empty = single node)")
 	fs.StringVar(&initialEndpoints, "initial-cluster-endpoints", "", "every member's API URL, e.g. 1=http://127.0.0.1:2070,2=http://127.0.0.1:3070,3=http://127.0.0.1:4070")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
+			fs.PrintDefaults()
+		}
 		return o, err
 	}
 	if fs.NArg() > 0 {

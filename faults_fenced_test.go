@@ -1,0 +1,234 @@
+package kahuna_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
+)
+
+// fencedStore is the resource a lock protects: a set that holders extend by
+// read-modify-write. With fencing it checks the token on every access, as
+// Kleppmann's fenced storage does: an access with a token older than the
+// newest one seen is rejected, and a newer one raises it (so a read by a new
+// holder also shuts out a writer that read before it). Without fencing it
+// accepts everything.
+type fencedStore struct {
+	fenced bool
+
+	mu       sync.Mutex
+	maxToken int64
+	set      []int
+	rejected int
+}
+
+func newFencedStore(fenced bool) *fencedStore { return &fencedStore{fenced: fenced, maxToken: -1} }
+
+func (s *fencedStore) admit(token int64) bool {
+	if !s.fenced {
+		return true
+	}
+	if token < s.maxToken {
+		s.rejected++
+		return false
+	}
+	s.maxToken = token
+	return true
+}
+
+func (s *fencedStore) read(token int64) ([]int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.admit(token) {
+		return nil, false
+	}
+	return slices.Clone(s.set), true
+}
+
+func (s *fencedStore) write(token int64, set []int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.admit(token) {
+		return false
+	}
+	s.set = set
+	return true
+}
+
+// recordingLocker records every call of a Locker into a history.
+type recordingLocker struct {
+	l      kahuna.Locker
+	rec    *checker.Recorder
+	client int
+}
+
+func (r recordingLocker) TryLock(ctx context.Context, res string, owner []byte, ttl time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	p := r.rec.Begin(checker.Op{Client: r.client, Kind: checker.Acquire, Resource: res, Owner: string(owner), TTL: ttl})
+	res2, err := r.l.TryLock(ctx, res, owner, ttl, d)
+	p.End(res2.Status, res2.FencingToken, err)
+	return res2, err
+}
+
+func (r recordingLocker) Extend(ctx context.Context, res string, owner []byte, ttl time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	p := r.rec.Begin(checker.Op{Client: r.client, Kind: checker.Extend, Resource: res, Owner: string(owner), TTL: ttl})
+	res2, err := r.l.Extend(ctx, res, owner, ttl, d)
+	p.End(res2.Status, res2.FencingToken, err)
+	return res2, err
+}
+
+func (r recordingLocker) Unlock(ctx context.Context, res string, owner []byte, d kahuna.Durability) (kahuna.Result, error) {
+	p := r.rec.Begin(checker.Op{Client: r.client, Kind: checker.Release, Resource: res, Owner: string(owner)})
+	res2, err := r.l.Unlock(ctx, res, owner, d)
+	p.End(res2.Status, res2.FencingToken, err)
+	return res2, err
+}
+
+func (r recordingLocker) Get(ctx context.Context, res string, d kahuna.Durability) (kahuna.LockInfo, kahuna.Result, error) {
+	p := r.rec.Begin(checker.Op{Client: r.client, Kind: checker.Get, Resource: res})
+	info, res2, err := r.l.Get(ctx, res, d)
+	p.EndGet(res2.Status, res2.FencingToken, string(info.Owner), err)
+	return info, res2, err
+}
+
+// fencedRun is the outcome of one fenced-resource workload.
+type fencedRun struct {
+	acked, lost, rejected, pauses int
+	report                        checker.Report
+}
+
+// runFenced has holders add their IDs to a store by slow read-modify-write
+// under a lock with a short lease; some pause between read and write for
+// longer than the lease (a GC pause), so another holder gets the lock
+// meanwhile. A leader transfer now and then moves the lock's partition.
+func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bool, d time.Duration) fencedRun {
+	const (
+		ttl      = 150 * time.Millisecond
+		holders  = 6
+		pauseMin = 200 * time.Millisecond // > ttl
+	)
+	store := newFencedStore(fenced)
+	rec := checker.NewRecorder()
+	var (
+		mu     sync.Mutex
+		acked  []int
+		pauses int
+	)
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for h := 0; h < holders; h++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(h)))
+			for i := 0; time.Now().Before(stop); i++ {
+				id := h*1_000_000 + i
+				up := c.up()
+				n := c.node(up[rng.IntN(len(up))])
+				if n == nil {
+					continue
+				}
+				l := recordingLocker{l: n, rec: rec, client: h}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				lock, err := kahuna.Acquire(ctx, l, res, kahuna.WithTTL(ttl), kahuna.WithWait(500*time.Millisecond), kahuna.WithDurability(kahuna.Persistent))
+				cancel()
+				if err != nil {
+					continue // busy, or the outcome unknown: nothing was done
+				}
+				token := lock.FencingToken()
+				set, ok := store.read(token)
+				if ok {
+					if rng.IntN(4) == 0 {
+						mu.Lock()
+						pauses++
+						mu.Unlock()
+						time.Sleep(pauseMin + time.Duration(rng.IntN(150))*time.Millisecond) // the lease lapses
+					} else {
+						time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+					}
+					if store.write(token, append(set, id)) {
+						mu.Lock()
+						acked = append(acked, id)
+						mu.Unlock()
+					}
+				}
+				ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+				if err := lock.Unlock(ctx); err != nil && !errors.Is(err, kahuna.ErrLockLost) {
+					t.Logf("unlock: %v", err)
+				}
+				cancel()
+			}
+		}()
+	}
+	// Leader transfers of the lock's partition meanwhile.
+	p := c.node(c.up()[0]).Partition(res)
+	rng := rand.New(rand.NewPCG(seed, 99))
+	for time.Now().Before(stop) {
+		time.Sleep(300 * time.Millisecond)
+		if n := c.node(c.leaderOf(p)); n != nil {
+			_ = n.TransferLeadership(p, c.ids[rng.IntN(len(c.ids))])
+		}
+	}
+	wg.Wait()
+
+	final, _ := store.read(1 << 62)
+	have := map[int]bool{}
+	for _, x := range final {
+		have[x] = true
+	}
+	run := fencedRun{acked: len(acked), rejected: store.rejected, pauses: pauses}
+	for _, x := range acked {
+		if !have[x] {
+			run.lost++
+		}
+	}
+	run.report = checker.Check(rec.History(), checker.Options{Margin: faultMargin, Timeout: time.Minute})
+	return run
+}
+
+// TestFaultsFencedResource: with fencing no acknowledged update is lost,
+// even when holders pause past their lease; without fencing (negative
+// control) the same workload loses updates, and the harness sees it.
+func TestFaultsFencedResource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster run")
+	}
+	seed := uint64(7)
+	if *faultsSeed != 0 {
+		seed = *faultsSeed
+	}
+	t.Logf("seed %d", seed)
+	c := startFaultCluster(t, seed, 2)
+	for _, fenced := range []bool{true, false} {
+		name := map[bool]string{true: "fenced", false: "unfenced"}[fenced]
+		t.Run(name, func(t *testing.T) {
+			run := runFenced(t, c, seed, fmt.Sprintf("fenced-%s-%d", name, seed), fenced, 3*time.Second)
+			t.Logf("%s: %d updates acknowledged, %d lost, %d stale accesses rejected, %d pauses past the lease; lock history %+v, %d hold windows; linearizability %s, exclusion %d, fencing %d",
+				name, run.acked, run.lost, run.rejected, run.pauses, run.report.Stats, run.report.HoldWindows,
+				run.report.Linearizable.Result, len(run.report.Exclusion), len(run.report.Fencing))
+			if run.acked < 10 || run.pauses == 0 {
+				t.Fatalf("weak run: %d updates, %d pauses", run.acked, run.pauses)
+			}
+			// The lock service itself must pass every checker in both runs.
+			if err := run.report.Err(); err != nil {
+				t.Errorf("lock history: %v", err)
+			}
+			if fenced {
+				if run.lost > 0 {
+					t.Errorf("%d acknowledged updates lost despite fencing", run.lost)
+				}
+				if run.rejected == 0 {
+					t.Error("no stale access was rejected: the pauses did not outlast a lease")
+				}
+			} else if run.lost == 0 {
+				t.Error("negative control: no lost update detected without fencing, though holders paused past their lease")
+			}
+		})
+	}
+}
