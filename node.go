@@ -189,6 +189,9 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	if n.closing.Load() {
 		return ErrClosed
 	}
+	if leader, _ := n.leadership.LeaderOf(p); leader == to {
+		return nil // already there
+	}
 	return n.backend.TransferLeadership(p, to)
 }
 
