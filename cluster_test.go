@@ -61,18 +61,12 @@ func startCluster(t *testing.T, partitions int) *cluster {
 			n.Close()
 		}
 	})
-	// Start-up spreads leaders (partition p to node p%3+1); let it finish so
-	// tests begin from a steady state.
-	eventually(t, "leaders spread", func() bool {
-		for p := 0; p < partitions; p++ {
-			for id := uint64(1); id <= 3; id++ {
-				if leader, _ := c.node(id).Leader(p); leader != uint64(p%3+1) {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	// Start-up spreads leaders (partition p to node p%3+1) on a best-effort
+	// basis; make sure it happened, re-requesting moves a loaded machine
+	// let slip, so tests begin from a steady state.
+	for p := 0; p < partitions; p++ {
+		c.transfer(p, uint64(p%3+1))
+	}
 	return c
 }
 
@@ -81,10 +75,10 @@ func startCluster(t *testing.T, partitions int) *cluster {
 // catching up), so it is re-requested until it happens.
 func (c *cluster) transfer(p int, to uint64) {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := c.node(to).TransferLeadership(p, to); err != nil {
-			c.t.Fatal(err)
+			c.t.Logf("transfer of partition %d to %d: %v (retrying)", p, to, err)
 		}
 		retry := time.Now().Add(time.Second)
 		for time.Now().Before(retry) {
@@ -94,7 +88,7 @@ func (c *cluster) transfer(p int, to uint64) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	c.t.Fatalf("partition %d not led by node %d after 20s", p, to)
+	c.t.Fatalf("partition %d not led by node %d after 30s", p, to)
 }
 
 func (c *cluster) start(id uint64, partitions int) error {

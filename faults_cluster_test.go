@@ -1,3 +1,5 @@
+//go:build faults
+
 package kahuna_test
 
 import (
@@ -21,6 +23,8 @@ type faultCluster struct {
 	partitions int
 	cfgs       map[uint64]kahuna.Config
 
+	proxiesTo map[uint64][]*faults.Proxy // the forwarding links into each node
+
 	mu    sync.Mutex
 	nodes map[uint64]*kahuna.Node
 }
@@ -31,27 +35,29 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int) *faultCluster 
 	t.Helper()
 	c := &faultCluster{
 		t: t, ids: []uint64{1, 2, 3}, net: faults.NewNetwork(seed), partitions: partitions,
-		cfgs: map[uint64]kahuna.Config{}, nodes: map[uint64]*kahuna.Node{},
+		cfgs: map[uint64]kahuna.Config{}, nodes: map[uint64]*kahuna.Node{}, proxiesTo: map[uint64][]*faults.Proxy{},
 	}
 	// Raft addresses only name the nodes on the channel transport; they are
-	// unique in the process, as its listener table is global.
+	// unique in the process, as its listener table is global. Each node's
+	// API listens on a port of its own choosing; its peers reach it through
+	// their proxies, pointed at it once it listens.
 	seq := faultClusterSeq.Add(1)
-	raft, api := map[uint64]string{}, map[uint64]string{}
+	raft := map[uint64]string{}
 	for _, id := range c.ids {
 		raft[id] = fmt.Sprintf("faults-%d-%d:%d", seq, id, 2073)
-		api[id] = freeAddr(t)
 		c.net.AddNode(id, raft[id])
 	}
 	for _, id := range c.ids {
 		members := map[uint64]kahuna.Member{}
 		for _, peer := range c.ids {
-			m := kahuna.Member{RaftAddress: raft[peer], Endpoint: "http://" + api[peer]}
+			m := kahuna.Member{RaftAddress: raft[peer], Endpoint: "http://127.0.0.1:1"} // own endpoint: unused
 			if peer != id {
-				p, err := c.net.Proxy(id, peer, api[peer])
+				p, err := c.net.Proxy(id, peer, "")
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { p.Close() })
+				c.proxiesTo[peer] = append(c.proxiesTo[peer], p)
 				m.Endpoint = "http://" + p.Addr()
 			}
 			members[peer] = m
@@ -60,7 +66,7 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int) *faultCluster 
 			NodeID:        id,
 			DataDir:       t.TempDir(),
 			Members:       members,
-			ListenAddress: api[id],
+			ListenAddress: "127.0.0.1:0",
 			Partitions:    partitions,
 			LockActors:    2,
 		}, c.net.Factory(nil))
@@ -104,6 +110,9 @@ func (c *faultCluster) start(id uint64) error {
 	n, err := kahuna.Open(c.cfgs[id])
 	if err != nil {
 		return fmt.Errorf("open node %d: %w", id, err)
+	}
+	for _, p := range c.proxiesTo[id] {
+		p.SetTarget(n.ListenAddress())
 	}
 	c.mu.Lock()
 	c.nodes[id] = n

@@ -1,3 +1,5 @@
+//go:build faults
+
 package kahuna_test
 
 import (
@@ -250,20 +252,27 @@ func (cl *lockClient) call(kind checker.Kind, res, owner string, ttl time.Durati
 	return p.EndOutcome(outcome, r.Status, r.FencingToken, string(info.Owner), err)
 }
 
-// settle makes an operation's outcome known: a forwarding client tries once
-// through the forwarding link, then, like every client, directly on the
-// leader while the answer is MustRetry or unknown (a retry with the same
-// owner is harmless: a second grant to the same owner is the same grant),
-// up to attempts tries. Settling directly keeps few operations pending per
-// owner, which keeps the linearizability search small.
+// settle tries to make an operation's outcome known. A forwarding client
+// tries once through the forwarding link, then, like every client, directly
+// on the leader. It retries while the answer is a definite MustRetry
+// (nothing happened) and stops at the first definite answer, or at an
+// unknown outcome of a direct attempt: the client then gives the owner up
+// (its lease lapses on its own). So each owner has at most a few operations
+// of unknown outcome, which keeps the linearizability search small; a
+// client that kept retrying one owner through a long stall would leave
+// dozens, each of which may take effect at any later time.
 //
-// uncertain reports whether an attempt may have taken effect unseen: the
-// outcome is then unknown unless the last attempt succeeded.
+// uncertain reports whether an attempt may have taken effect unseen.
 func (cl *lockClient) settle(kind checker.Kind, res, owner string, ttl time.Duration, attempts int) (op checker.Op, uncertain bool) {
 	for i := 0; i < attempts; i++ {
-		op = cl.call(kind, res, owner, ttl, cl.forward && i == 0)
-		uncertain = uncertain || op.Outcome == checker.Indeterminate
-		if op.Outcome != checker.Indeterminate && op.Status != kahuna.MustRetry {
+		forward := cl.forward && i == 0
+		op = cl.call(kind, res, owner, ttl, forward)
+		if op.Outcome == checker.Indeterminate {
+			uncertain = true
+			if !forward {
+				return op, true
+			}
+		} else if op.Status != kahuna.MustRetry {
 			return op, uncertain
 		}
 		time.Sleep(time.Duration(5+cl.rng.IntN(20)) * time.Millisecond)
@@ -287,6 +296,8 @@ func (cl *lockClient) run(stop <-chan struct{}, hot []string) {
 		if a.Outcome != checker.OK {
 			if uncertain {
 				cl.settle(checker.Release, res, owner, 0, 20) // in case it was granted
+				// Back off, as a client seeing timeouts would.
+				time.Sleep(time.Duration(50+cl.rng.IntN(100)) * time.Millisecond)
 			} else {
 				time.Sleep(time.Duration(cl.rng.IntN(5)) * time.Millisecond)
 			}

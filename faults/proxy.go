@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,7 +17,7 @@ import (
 type Proxy struct {
 	net      *Network
 	from, to uint64
-	target   string
+	target   atomic.Pointer[string]
 	ln       net.Listener
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -26,13 +27,14 @@ type Proxy struct {
 }
 
 // Proxy starts a proxy on loopback for from → to, forwarding to target
-// (host:port).
+// (host:port; "" until SetTarget).
 func (n *Network) Proxy(from, to uint64, target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{net: n, from: from, to: to, target: target, ln: ln, stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{net: n, from: from, to: to, ln: ln, stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p.SetTarget(target)
 	n.mu.Lock()
 	n.proxies[p] = struct{}{}
 	n.mu.Unlock()
@@ -40,6 +42,10 @@ func (n *Network) Proxy(from, to uint64, target string) (*Proxy, error) {
 	go p.accept()
 	return p, nil
 }
+
+// SetTarget sets the address new connections are forwarded to (a node that
+// restarted on another port).
+func (p *Proxy) SetTarget(target string) { p.target.Store(&target) }
 
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
@@ -121,7 +127,7 @@ func (p *Proxy) serve(client net.Conn) {
 	if !p.net.waitOpen(p.from, p.to, p.stop) || !p.net.waitOpen(p.to, p.from, p.stop) {
 		return
 	}
-	server, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	server, err := net.DialTimeout("tcp", *p.target.Load(), 2*time.Second)
 	if err != nil {
 		return
 	}
