@@ -5,7 +5,6 @@ package kahuna_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -14,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,7 +315,11 @@ func (cl *lockClient) run(stop <-chan struct{}, hot []string) {
 
 // runFaults runs one seeded schedule of length d on a fresh cluster.
 func runFaults(t *testing.T, seed uint64, d time.Duration, dur kahuna.Durability, kinds []faultKind) faultRun {
-	t.Logf("seed %d (replay: go test -run 'Faults' -faults.seed=%d -faults.run=%v .)", seed, seed, d)
+	replay := "TestFaults$"
+	if dur == kahuna.Ephemeral {
+		replay = "TestFaultsNegativeControlEphemeral"
+	}
+	t.Logf("seed %d (replay: go test -tags faults -run '%s' -faults.seed=%d -faults.run=%v .)", seed, replay, seed, d)
 	const partitions = 3
 	c := startFaultCluster(t, seed, partitions)
 	hot := c.resourcesOnPartitions(fmt.Sprintf("hot%d", seed))
@@ -431,6 +433,7 @@ func TestFaultsLong(t *testing.T) {
 		faultsTotal                                               = map[faultKind]int{}
 		dropped, stalled                                          int64
 		failed                                                    []uint64
+		controls, caught                                          int
 	)
 	deadline := time.Now().Add(*faultsDuration)
 	for ; time.Now().Before(deadline); seed++ {
@@ -453,13 +456,21 @@ func TestFaultsLong(t *testing.T) {
 			failedRuns++
 			failed = append(failed, seed)
 		}
+		// Every tenth seed also runs the negative control, which must be
+		// caught every time.
+		if runs%10 == 0 {
+			controls++
+			if t.Run(fmt.Sprint("control/seed=", seed), func(t *testing.T) { negativeControl(t, seed) }) {
+				caught++
+			}
+		}
 	}
 	total := 0
 	for _, v := range faultsTotal {
 		total += v
 	}
-	summary := fmt.Sprintf("faults summary: %d runs of %v, %d operations (%d indeterminate), %d definite hold windows, %d faults injected (%s), %d raft batches dropped, %d forwarded chunks stalled, %d violations, %d failed runs %v",
-		runs, d, ops, indeterminate, windows, total, fmtCounts(faultsTotal), dropped, stalled, violations, failedRuns, failed)
+	summary := fmt.Sprintf("faults summary: %d runs of %v, %d operations (%d indeterminate), %d definite hold windows, %d faults injected (%s), %d raft batches dropped, %d forwarded chunks stalled, %d violations, %d failed runs %v; negative controls caught %d of %d",
+		runs, d, ops, indeterminate, windows, total, fmtCounts(faultsTotal), dropped, stalled, violations, failedRuns, failed, caught, controls)
 	t.Log(summary)
 	fmt.Println(summary)
 }
@@ -475,6 +486,10 @@ func TestFaultsNegativeControlEphemeral(t *testing.T) {
 	if *faultsSeed != 0 {
 		seed = *faultsSeed
 	}
+	negativeControl(t, seed)
+}
+
+func negativeControl(t *testing.T, seed uint64) {
 	run := runFaults(t, seed, 4*time.Second, kahuna.Ephemeral, []faultKind{fTransfer})
 	if run.report.HoldWindows < 20 {
 		t.Fatalf("only %d grants", run.report.HoldWindows)
@@ -491,13 +506,10 @@ func TestFaultsNegativeControlEphemeral(t *testing.T) {
 	if run.report.Linearizable.Result == checker.Linearizable {
 		t.Error("the linearizability checker missed ephemeral tokens restarting across leader changes")
 	}
-	var once sync.Once
 	for _, v := range run.report.Fencing {
 		if v.Kind == "token-went-backwards" {
-			once.Do(func() { t.Logf("e.g. %v", v) })
+			t.Logf("e.g. %v", v)
+			break
 		}
 	}
 }
-
-var _ = errors.Is
-var _ atomic.Int64

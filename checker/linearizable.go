@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
@@ -391,21 +392,21 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 	return out
 }
 
-func (m *model) step(st, in, out any) []any {
-	s, i := st.(lockState), in.(lockInput)
+// stepOne returns the states operation i (with output out) may lead to
+// from s, before merging.
+func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
+	var next []lockState
 	if i.register {
 		// Pending effects may apply before the registration, which moves
 		// now on: at the registration's instant at the latest.
-		var next []any
 		for _, c := range m.closure(s, i.call) {
 			c.pending = pendingAdd(c.pending, i.idx)
 			c.now = max(c.now, i.call)
 			next = append(next, m.normalize(c))
 		}
-		return hull(next)
+		return next
 	}
 	o := out.(lockOutput)
-	var next []any
 	for _, c := range m.closure(s, i.ret) {
 		for _, op := range outcomes(c, i, m.margin) {
 			if op.status != o.status {
@@ -422,7 +423,19 @@ func (m *model) step(st, in, out any) []any {
 			next = append(next, m.normalize(n))
 		}
 	}
-	return hull(next)
+	return next
+}
+
+// step is the model's step on a set of states (the model is
+// nondeterministic): the union of every state's successors, merged by hull
+// and sorted, so equal sets compare equal element by element.
+func (m *model) step(st, in, out any) (bool, any) {
+	var next []lockState
+	for _, s := range st.([]lockState) {
+		next = append(next, m.stepOne(s, in.(lockInput), out)...)
+	}
+	next = hull(next)
+	return len(next) > 0, next
 }
 
 // hull merges states that differ only in their lease bounds into one with
@@ -431,26 +444,19 @@ func (m *model) step(st, in, out any) []any {
 // monotone in the bounds: the merged state allows exactly what one of the
 // states allowed, per operation. Without it, a pending effect applied before
 // each of a run of operations would leave one state per application point.
-func hull(states []any) []any {
-	type key struct {
-		holder, pending, anon string
-		token, now            int64
-	}
-	var idx map[key]int
+func hull(states []lockState) []lockState {
+	slices.SortFunc(states, func(a, b lockState) int {
+		return cmp.Or(strings.Compare(a.holder, b.holder), strings.Compare(a.pending, b.pending),
+			strings.Compare(a.anon, b.anon), cmp.Compare(a.token, b.token), cmp.Compare(a.now, b.now))
+	})
 	out := states[:0]
-	for _, st := range states {
-		s := st.(lockState)
-		k := key{s.holder, s.pending, s.anon, s.token, s.now}
-		if idx == nil {
-			idx = map[key]int{}
+	for _, s := range states {
+		if n := len(out); n > 0 {
+			if l := &out[n-1]; l.holder == s.holder && l.pending == s.pending && l.anon == s.anon && l.token == s.token && l.now == s.now {
+				l.expLo, l.expHi = min(l.expLo, s.expLo), max(l.expHi, s.expHi)
+				continue
+			}
 		}
-		if j, ok := idx[k]; ok {
-			m := out[j].(lockState)
-			m.expLo, m.expHi = min(m.expLo, s.expLo), max(m.expHi, s.expHi)
-			out[j] = m
-			continue
-		}
-		idx[k] = len(out)
 		out = append(out, s)
 	}
 	return out
@@ -458,20 +464,50 @@ func hull(states []any) []any {
 
 func (m *model) porcupine() porcupine.Model {
 	seed := maphash.MakeSeed()
-	nm := porcupine.NondeterministicModel{
-		Init: func() []any { return []any{lockState{token: -1}} },
+	hashOne := func(s lockState) uint64 {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		h.WriteString(s.holder)
+		h.WriteByte(0)
+		h.WriteString(s.pending)
+		h.WriteByte(0)
+		h.WriteString(s.anon)
+		maphash.WriteComparable(&h, [4]int64{s.token, s.expLo, s.expHi, s.now})
+		return h.Sum64()
+	}
+	describe := func(s lockState) string {
+		var b strings.Builder
+		switch {
+		case s.holder == "":
+			fmt.Fprintf(&b, "free, token %d", s.token)
+		default:
+			hi := "∞"
+			if s.expHi != math.MaxInt64 {
+				hi = time.Duration(s.expHi).String()
+			}
+			holder := s.holder
+			if isAnon(holder) {
+				holder = "(an owner whose answers were lost)"
+			}
+			fmt.Fprintf(&b, "%s holds %d, expires in [%v, %s]", holder, s.token, time.Duration(s.expLo), hi)
+		}
+		if n := len(s.pending)/4 + len(anonList(s.anon)); n > 0 {
+			fmt.Fprintf(&b, ", %d pending", n)
+		}
+		return b.String()
+	}
+	return porcupine.Model{
+		Init: func() any { return []lockState{{token: -1}} },
 		Step: m.step,
+		Equal: func(a, b any) bool {
+			return slices.Equal(a.([]lockState), b.([]lockState))
+		},
 		Hash: func(st any) uint64 {
-			s := st.(lockState)
-			var h maphash.Hash
-			h.SetSeed(seed)
-			h.WriteString(s.holder)
-			h.WriteByte(0)
-			h.WriteString(s.pending)
-			h.WriteByte(0)
-			h.WriteString(s.anon)
-			maphash.WriteComparable(&h, [4]int64{s.token, s.expLo, s.expHi, s.now})
-			return h.Sum64()
+			var h uint64
+			for _, s := range st.([]lockState) {
+				h = h*31 + hashOne(s)
+			}
+			return h
 		},
 		DescribeOperation: func(in, out any) string {
 			i := in.(lockInput)
@@ -494,24 +530,13 @@ func (m *model) porcupine() porcupine.Model {
 			return s
 		},
 		DescribeState: func(st any) string {
-			s := st.(lockState)
-			var b strings.Builder
-			if s.holder == "" {
-				fmt.Fprintf(&b, "free, token %d", s.token)
-			} else {
-				hi := "∞"
-				if s.expHi != math.MaxInt64 {
-					hi = time.Duration(s.expHi).String()
-				}
-				fmt.Fprintf(&b, "%s holds %d, expires in [%v, %s]", s.holder, s.token, time.Duration(s.expLo), hi)
+			var parts []string
+			for _, s := range st.([]lockState) {
+				parts = append(parts, describe(s))
 			}
-			if n := len(s.pending) / 4; n > 0 {
-				fmt.Fprintf(&b, ", %d pending", n)
-			}
-			return b.String()
+			return "{" + strings.Join(parts, "; ") + "}"
 		},
 	}
-	return nm.ToModel()
 }
 
 // build turns the operations of one resource into a model and porcupine's
