@@ -1,5 +1,3 @@
-//go:build faults
-
 package kahuna_test
 
 import (
@@ -319,7 +317,7 @@ func runFaults(t *testing.T, seed uint64, d time.Duration, dur kahuna.Durability
 	if dur == kahuna.Ephemeral {
 		replay = "TestFaultsNegativeControlEphemeral"
 	}
-	t.Logf("seed %d (replay: go test -tags faults -run '%s' -faults.seed=%d -faults.run=%v .)", seed, replay, seed, d)
+	t.Logf("seed %d (replay: go test -run '%s' -faults.seed=%d -faults.run=%v .)", seed, replay, seed, d)
 	const partitions = 3
 	c := startFaultCluster(t, seed, partitions)
 	hot := c.resourcesOnPartitions(fmt.Sprintf("hot%d", seed))

@@ -282,6 +282,10 @@ func TestEviction(t *testing.T) {
 				f.do(t, lease.TryLock, fmt.Sprintf("p-%d", i), "a", time.Second, lease.Persistent)
 				msgs += 2 // request + completion
 			}
+			for i := 0; i < 5; i++ {
+				f.do(t, lease.TryLock, fmt.Sprintf("p-live-%d", i), "a", time.Hour, lease.Persistent)
+				msgs += 2
+			}
 			f.backend.setHold("inflight", true)
 			inflight := f.async(lease.TryLock, "inflight", "a", lease.Persistent)
 			p := <-f.backend.held
@@ -290,19 +294,28 @@ func TestEviction(t *testing.T) {
 			for ; msgs < 499; msgs++ {
 				f.do(t, lease.Get, "probe", "", 0, lease.Ephemeral)
 			}
-			if s := f.ring.Stats(); s.Evictions != 0 || s.Entries != 222 {
+			if s := f.ring.Stats(); s.Evictions != 0 || s.Entries != 227 {
 				t.Fatalf("before the 500th message: %+v", s)
 			}
 			f.do(t, lease.Get, "probe", "", 0, lease.Ephemeral) // 500th: collects
 			f.do(t, lease.Get, "probe", "", 0, lease.Ephemeral) // answered after the pass
+			loadsBefore := f.backend.loads.Load()
 			want := min(budget, 70)                             // 60 released + 10 lapsed persistent
-			if s := f.ring.Stats(); s.Evictions != uint64(want) || s.Entries != 222-want {
+			if s := f.ring.Stats(); s.Evictions != uint64(want) || s.Entries != 227-want {
 				t.Fatalf("after the pass: %+v, want %d evictions", s, want)
 			}
 			for i := 0; i < 150; i++ {
 				if r := f.do(t, lease.TryLock, fmt.Sprintf("live-%d", i), "b", time.Hour, lease.Ephemeral); r.Status != lease.Busy {
 					t.Fatalf("live-%d evicted: %+v", i, r)
 				}
+			}
+			for i := 0; i < 5; i++ {
+				if r := f.do(t, lease.Get, fmt.Sprintf("p-live-%d", i), "", 0, lease.Persistent); r.Status != lease.Got || string(r.Owner) != "a" {
+					t.Fatalf("p-live-%d: %+v", i, r)
+				}
+			}
+			if n := f.backend.loads.Load(); n != loadsBefore {
+				t.Fatalf("live persistent leases were evicted and reloaded: %d loads, want %d", n, loadsBefore)
 			}
 			p.c.Committed(f.backend.apply(p.rec))
 			if r := <-inflight; r.Status != lease.Locked {

@@ -6,9 +6,12 @@ import "time"
 // messages and only when the actor caches collectMinEntries or more. An
 // entry qualifies when unused for CacheEntryTTL; at most
 // CacheEntriesToRemove go per pass. Unlike Kahuna it never evicts an entry
-// with a write in flight (its completion needs it) nor an ephemeral lock
-// whose lease is live (that would free a held lock). An evicted persistent
-// entry is reloaded from the store on next use.
+// with a write in flight (its completion needs it) nor a live lease: an
+// ephemeral one would be freed, and a persistent one would come back from
+// its recorded wall-clock expiry, so a wall-clock jump since the grant
+// would move it (a lease is measured on the monotonic clock where it was
+// granted). An evicted persistent entry is reloaded from the store on next
+// use.
 //
 // A full scan records the oldest lastUsed it kept; lastUsed only moves
 // forward and new entries start at "now", so until that bound is
@@ -23,19 +26,13 @@ func (a *lockActor) collect() {
 	}
 	budget := a.cfg.CacheEntriesToRemove
 	oldest := now
-	evict := func(t map[string]*slot, keepLive bool) {
+	evict := func(t map[string]*slot) {
 		for k, s := range t {
 			if budget <= 0 {
 				oldest = time.Time{} // scan cut short: the bound is unknown
 				return
 			}
-			if s.inflight != nil || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL {
-				if s.lastUsed.Before(oldest) {
-					oldest = s.lastUsed
-				}
-				continue
-			}
-			if keepLive && s.Live(now) {
+			if s.inflight != nil || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
 				if s.lastUsed.Before(oldest) {
 					oldest = s.lastUsed
 				}
@@ -46,7 +43,7 @@ func (a *lockActor) collect() {
 			a.evictions.Add(1)
 		}
 	}
-	evict(a.ephemeral, true)
-	evict(a.durable, false)
+	evict(a.ephemeral)
+	evict(a.durable)
 	a.oldestUse = oldest
 }
