@@ -97,6 +97,7 @@ func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan st
 // index is deleted first and written last, so a crash in between reopens
 // with index 0 and dragonboat installs the snapshot again.
 func (s *stateMachine) RecoverFromSnapshot(r io.Reader, stop <-chan struct{}) error {
+	s.orders.clear() // the records are replaced wholesale
 	if err := s.recoverSnapshot(bufio.NewReaderSize(r, 64<<10), stop); err != nil {
 		return fmt.Errorf("durability: shard %d: recover snapshot: %w", s.shard, err)
 	}

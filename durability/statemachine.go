@@ -26,10 +26,53 @@ type stateMachine struct {
 	closed     atomic.Bool
 	appliedKey []byte
 
-	// Used only by Update, which dragonboat never runs concurrently.
+	// Used only by Update and RecoverFromSnapshot, which dragonboat never
+	// runs concurrently.
 	keys       []byte // key arena
 	appliedVal [8]byte
+	orders     orderCache
 }
+
+// orderCache remembers the stored (token, revision) of recently written
+// resources, so the advance-only check of a write need not read badger
+// (that read was a tenth of a node's CPU under write load). It holds what
+// the current txn has written too: when a commit fails it is cleared.
+type orderCache struct{ m map[string]order }
+
+type order struct {
+	token    int64
+	revision uint64
+}
+
+// maxCachedOrders bounds the cache per shard (about 100 bytes an entry
+// with a short resource name); a full cache forgets an arbitrary entry.
+const maxCachedOrders = 1 << 16
+
+func (c *orderCache) get(res []byte) (order, bool) {
+	o, ok := c.m[string(res)]
+	return o, ok
+}
+
+func (c *orderCache) put(res []byte, o order) {
+	if c.m == nil {
+		c.m = make(map[string]order)
+	}
+	if old, ok := c.m[string(res)]; ok {
+		if old != o {
+			c.m[string(res)] = o
+		}
+		return
+	}
+	if len(c.m) >= maxCachedOrders {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[string(res)] = o
+}
+
+func (c *orderCache) clear() { c.m = nil }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
 
@@ -66,10 +109,12 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	defer func() { a.txn.Discard() }()
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
+			s.orders.clear()
 			return nil, fmt.Errorf("durability: shard %d: apply entry %d: %w", s.shard, ents[i].Index, err)
 		}
 	}
 	if err := a.commit(); err != nil {
+		s.orders.clear()
 		return nil, fmt.Errorf("durability: shard %d: commit: %w", s.shard, err)
 	}
 	s.keys = a.keys[:0]
@@ -172,36 +217,47 @@ func (a *applier) put(res, val []byte, token int64, revision uint64) (bool, erro
 	start := len(a.keys)
 	a.keys = recordKey(a.keys, a.s.shard, res)
 	key := a.keys[start:len(a.keys):len(a.keys)]
-	item, err := a.txn.Get(key)
-	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
-	case err != nil:
-		return false, err
-	default:
-		fresh := true
-		err = item.Value(func(old []byte) error {
-			t, r, err := valueOrder(old)
-			if err != nil {
-				a.s.log.Error("durability: overwriting corrupt stored record", "resource", string(res))
-				return nil
-			}
-			fresh = advances(token, revision, t, r)
-			return nil
-		})
-		if err != nil {
+	old, known := a.s.orders.get(res)
+	if !known {
+		var err error
+		if old, known, err = a.stored(key, res); err != nil {
 			return false, err
 		}
-		if !fresh {
-			a.keys = a.keys[:start]
-			return false, nil
-		}
+	}
+	if known && !advances(token, revision, old.token, old.revision) {
+		a.keys = a.keys[:start]
+		a.s.orders.put(res, old)
+		return false, nil
 	}
 	if err := a.txn.Set(key, val); err != nil {
 		return false, err
 	}
+	a.s.orders.put(res, order{token, revision})
 	a.count++
 	a.size += setCost(len(key), len(val))
 	return true, nil
+}
+
+// stored reads the order of the record at key, as this txn sees it; known
+// is false when there is none (or it is corrupt: it is overwritten).
+func (a *applier) stored(key, res []byte) (o order, known bool, err error) {
+	item, err := a.txn.Get(key)
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return order{}, false, nil
+	case err != nil:
+		return order{}, false, err
+	}
+	err = item.Value(func(v []byte) error {
+		t, r, err := valueOrder(v)
+		if err != nil {
+			a.s.log.Error("durability: overwriting corrupt stored record", "resource", string(res))
+			return nil
+		}
+		o, known = order{t, r}, true
+		return nil
+	})
+	return o, known, err
 }
 
 // commit writes the applied index and commits the txn.

@@ -96,6 +96,21 @@ func TestStateMachineAdvanceOnly(t *testing.T) {
 	if idx, _ := newStateMachine(db, 3, discard).Open(nil); idx != 7 {
 		t.Fatalf("reopened at %d", idx)
 	}
+	// Later updates are checked against what is stored, whether the state
+	// machine remembers it (s) or must read it (a fresh one).
+	for i, m := range []*stateMachine{s, newStateMachine(db, 3, discard)} {
+		name := []string{"warm", "cold"}[i]
+		ents := []sm.Entry{entry(uint64(8+i), rec("a", 1, 2), rec("b", 1, 5), rec(name, 0, 1))}
+		if _, err := m.Update(ents); err != nil {
+			t.Fatal(err)
+		}
+		if r := ents[0].Result; r.Value != 1 || !bytes.Equal(r.Data, []byte{0b100}) {
+			t.Fatalf("%s: stale writes: result %+v, want only the new resource applied", name, r)
+		}
+		if got, _ := mustLoad(t, db, 3, "a"); !reflect.DeepEqual(got, rec("a", 1, 2)) {
+			t.Fatalf("%s: a = %+v", name, got)
+		}
+	}
 }
 
 // A 1 MB memtable caps a badger txn at ~150 KB, so this Update must be split
@@ -178,6 +193,14 @@ func TestStateMachineSnapshot(t *testing.T) {
 	}
 	if idx, _ := d.Open(nil); idx != 40 {
 		t.Fatalf("recovered applied index %d, want 40", idx)
+	}
+	// The recovered state, not what d wrote before, orders later writes.
+	next := []sm.Entry{entry(41, rec("stale", 0, 1), rec("res/0000", 1, 2), rec("res/0001", 2, 1))}
+	if _, err := d.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	if r := next[0].Result; r.Value != 2 || !bytes.Equal(r.Data, []byte{0b011}) {
+		t.Fatalf("writes after recovery: result %+v, want the first two applied", r)
 	}
 
 	// A truncated stream fails and leaves no applied index, so dragonboat
