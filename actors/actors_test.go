@@ -22,6 +22,11 @@ type fakeBackend struct {
 	held      chan heldProposal
 	loadPanic string
 	loads     atomic.Int64
+
+	// Load of blockLoad signals loadEntered and waits for loadRelease.
+	blockLoad   string
+	loadEntered chan struct{}
+	loadRelease chan struct{}
 }
 
 type heldProposal struct {
@@ -67,6 +72,10 @@ func (b *fakeBackend) Load(p int, resource string) (durability.Record, bool, err
 	b.loads.Add(1)
 	if resource == b.loadPanic {
 		panic("injected load panic")
+	}
+	if resource == b.blockLoad {
+		b.loadEntered <- struct{}{}
+		<-b.loadRelease
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -169,6 +178,43 @@ func TestRequestsQueueBehindPersistentWrite(t *testing.T) {
 	}
 	if rec := f.backend.store["r"]; rec.Locked || rec.Token != 0 || rec.Revision != 2 {
 		t.Fatalf("stored %+v", rec)
+	}
+}
+
+// TestReleasesJumpTheMailbox: an Unlock that reaches a busy actor after
+// many TryLocks of the same lock is served before them, so one of them
+// wins the lock instead of all of them being refused.
+func TestReleasesJumpTheMailbox(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.backend.blockLoad, f.backend.loadEntered, f.backend.loadRelease = "block", make(chan struct{}), make(chan struct{})
+	if r := f.do(t, lease.TryLock, "hot", "a", time.Hour, lease.Ephemeral); r.Status != lease.Locked {
+		t.Fatalf("a: %+v", r)
+	}
+	go f.do(t, lease.Get, "block", "", 0, lease.Persistent)
+	<-f.backend.loadEntered // the only actor is busy: what follows queues in its mailbox
+	send := func(op lease.Op, owner string) chan Response {
+		c := f.ring.calls.Get().(*call)
+		c.req = Request{Op: op, Resource: "hot", Owner: []byte(owner), TTL: time.Hour, Durability: lease.Ephemeral, Partition: 1}
+		f.ring.system.Root.Send(f.ring.route("hot"), c) // queued when Send returns
+		return c.reply
+	}
+	var tries []chan Response
+	for i := range 20 {
+		tries = append(tries, send(lease.TryLock, fmt.Sprint("b", i)))
+	}
+	unlock := send(lease.Unlock, "a")
+	close(f.backend.loadRelease)
+	if r := <-unlock; r.Status != lease.Unlocked {
+		t.Fatalf("unlock: %+v", r)
+	}
+	for i, ch := range tries {
+		want := lease.Busy
+		if i == 0 {
+			want = lease.Locked // the oldest TryLock, served right after the release
+		}
+		if r := <-ch; r.Status != want {
+			t.Fatalf("TryLock b%d: %v, want %v", i, r.Status, want)
+		}
 	}
 }
 

@@ -117,7 +117,8 @@ func NewRing(cfg Config) (*Ring, error) {
 	resume := actor.NewOneForOneStrategy(10, time.Second, func(any) actor.Directive { return actor.ResumeDirective })
 	for i := 0; i < cfg.Actors; i++ {
 		a := newLockActor(cfg, r.system.Root)
-		props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithGuardian(resume), actor.WithDispatcher(r.disp))
+		props := actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithGuardian(resume), actor.WithDispatcher(r.disp),
+			actor.WithMailbox(actor.UnboundedPriorityMpsc()))
 		pid, err := r.system.Root.SpawnNamed(props, fmt.Sprintf("lock-%d", i))
 		if err != nil {
 			r.Close()
