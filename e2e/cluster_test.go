@@ -243,6 +243,14 @@ func testCluster(t *testing.T, bin binaries) {
 	for _, res := range resources {
 		ctl(t, bin, "unlock", res, "--owner", owners[res].Owner, "--endpoints", victim.endpoint()).want(t, exitOK)
 	}
+	// The next grant of each lock carries the next token: the crash lost
+	// no grant and reused no token.
+	for _, res := range resources {
+		l := decode[lockJSON](t, ctl(t, bin, "lock", res, "--format", "json", "--endpoints", ep1).want(t, exitOK))
+		if l.FencingToken != owners[res].FencingToken+1 {
+			t.Fatalf("%s: token %d after the crash, want %d", res, l.FencingToken, owners[res].FencingToken+1)
+		}
+	}
 
 	step("moved back, unlocked")
 	// SIGTERM stops every node cleanly.
