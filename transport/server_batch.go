@@ -33,32 +33,27 @@ func (s *Server) serveBatch(stream grpc.ServerStream, l lease.Locker) error {
 	var (
 		mu       sync.Mutex // orders wg.Add against the drain's wg.Wait
 		stopping bool
+		sendMu   sync.Mutex // grpc allows one Send at a time
 		wg       sync.WaitGroup
 	)
 	slots := make(chan struct{}, s.opts.MaxInFlightPerStream)
 	recvErr := make(chan error, 1)
 
-	// done frees m once it is answered (or dropped): the answer is encoded
-	// (SendMsg copies it out), and the Locker kept at most the request's
-	// resource and owner, which are allocated afresh for each message.
-	done := func(m *batchMsg) {
+	serve := func(m *batchMsg) {
+		if s.answer(ctx, l, m) {
+			sendMu.Lock()
+			// A failed Send means the stream is broken; Recv reports it.
+			// Send only queues the encoded answer for grpc's writer, which
+			// flushes many answers per socket write.
+			_ = stream.SendMsg(m)
+			sendMu.Unlock()
+		}
+		// The answer is encoded (SendMsg copies it out), and the Locker
+		// kept at most the request's resource and owner, which are
+		// allocated afresh for each message: m is free again.
 		batchMsgs.Put(m)
 		<-slots
 		wg.Done()
-	}
-	answers := &answerQueue{send: func(m *batchMsg) {
-		// A failed Send means the stream is broken; Recv reports it.
-		// Send only queues the encoded answer for grpc's writer, which
-		// flushes many answers per socket write.
-		_ = stream.SendMsg(m)
-		done(m)
-	}}
-	serve := func(m *batchMsg) {
-		if s.answer(ctx, l, m) {
-			answers.push(m)
-			return
-		}
-		done(m)
 	}
 	workers := newBatchWorkers(serve)
 	defer workers.close()
@@ -128,59 +123,6 @@ func (s *Server) answer(ctx context.Context, l lease.Locker, m *batchMsg) bool {
 	}
 	m.op, m.res, m.info, m.servedFrom = r.op, res, info, s.opts.NodeName
 	return true
-}
-
-// answerQueue sends a stream's answers, the ones that hand a lock over
-// first: grants and answers to releases and extensions go ahead of Busy
-// and Got answers still waiting (with 64 callers on one lock, the new
-// holder's grant would otherwise wait behind every loser's Busy, and the
-// lock stays held until the holder has it and releases it). The worker
-// that queues an answer while nobody is sending becomes the sender and
-// sends until the queue is empty; the others queue and move on, instead of
-// waiting their turn at grpc's one-Send-at-a-time rule.
-type answerQueue struct {
-	send    func(*batchMsg)
-	mu      sync.Mutex
-	urgent  msgQueue
-	normal  msgQueue
-	sending bool
-}
-
-// handsOver reports whether m's answer moves a lock between holders.
-func handsOver(m *batchMsg) bool {
-	switch m.res.Status {
-	case lease.Locked, lease.Unlocked, lease.Extended:
-		return true
-	}
-	return false
-}
-
-func (q *answerQueue) push(m *batchMsg) {
-	q.mu.Lock()
-	if handsOver(m) {
-		q.urgent.push(m)
-	} else {
-		q.normal.push(m)
-	}
-	if q.sending {
-		q.mu.Unlock()
-		return // the sender takes it
-	}
-	q.sending = true
-	for {
-		m := q.urgent.pop()
-		if m == nil {
-			m = q.normal.pop()
-		}
-		if m == nil {
-			q.sending = false
-			q.mu.Unlock()
-			return
-		}
-		q.mu.Unlock()
-		q.send(m)
-		q.mu.Lock()
-	}
 }
 
 // batchWorkers runs a stream's messages on reusable goroutines. A message
