@@ -57,6 +57,12 @@ type Config struct {
 	// StartTimeout bounds how long Open waits for every partition to be
 	// served (default 30 s).
 	StartTimeout time.Duration
+	// RaftRTT is Raft's tick (default 10 ms): a leader heartbeats every
+	// tick and a follower that hears nothing for 10 ticks starts an
+	// election. Raise it where nodes can be starved of CPU for longer than
+	// ten ticks (several nodes sharing a small machine), or leadership will
+	// move under load.
+	RaftRTT time.Duration
 	// Logger receives the node's logs (nil = discard).
 	Logger *slog.Logger
 	// Clock returns the current time (default time.Now). Leases are measured
@@ -91,6 +97,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %v", c.StartTimeout))
+	}
+	if c.RaftRTT != 0 && (c.RaftRTT < time.Millisecond || c.RaftRTT > time.Second) {
+		errs = append(errs, fmt.Errorf("RaftRTT must be between 1ms and 1s, got %v", c.RaftRTT))
 	}
 	if c.WALDir != "" && c.DataDir == "" {
 		errs = append(errs, errors.New("WALDir needs a DataDir"))

@@ -71,6 +71,7 @@ func Open(cfg Config) (*Node, error) {
 		ReplicaID:      cfg.NodeID,
 		Members:        raftMembers,
 		Partitions:     cfg.Partitions,
+		RTT:            cfg.RaftRTT,
 		Logger:         cfg.Logger,
 		OnLeaderChange: n.leadership.Observe,
 		Transport:      cfg.raftTransport,

@@ -298,7 +298,7 @@ func TestPartitionCountIsBoundToDataDir(t *testing.T) {
 }
 
 func TestInvalidConfig(t *testing.T) {
-	for _, cfg := range []kahuna.Config{{Partitions: -1}, {LockActors: -2}, {CacheEntryTTL: -time.Second}, {WALDir: "/tmp/x"}} {
+	for _, cfg := range []kahuna.Config{{Partitions: -1}, {LockActors: -2}, {CacheEntryTTL: -time.Second}, {WALDir: "/tmp/x"}, {RaftRTT: time.Microsecond}, {RaftRTT: 2 * time.Second}} {
 		if _, err := kahuna.Open(cfg); err == nil {
 			t.Errorf("Open(%+v) succeeded", cfg)
 		}

@@ -346,7 +346,7 @@ func TestEviction(t *testing.T) {
 			f.do(t, lease.Get, "probe", "", 0, lease.Ephemeral) // 500th: collects
 			f.do(t, lease.Get, "probe", "", 0, lease.Ephemeral) // answered after the pass
 			loadsBefore := f.backend.loads.Load()
-			want := min(budget, 70)                             // 60 released + 10 lapsed persistent
+			want := min(budget, 70) // 60 released + 10 lapsed persistent
 			if s := f.ring.Stats(); s.Evictions != uint64(want) || s.Entries != 227-want {
 				t.Fatalf("after the pass: %+v, want %d evictions", s, want)
 			}

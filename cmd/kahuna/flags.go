@@ -32,6 +32,7 @@ type options struct {
 	logLevel             slog.Level
 	raftHost             string
 	raftPort             int
+	raftRTT              time.Duration
 	nodeID               uint64
 	members              map[uint64]kahuna.Member
 }
@@ -79,6 +80,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")
 	fs.IntVar(&o.raftPort, "raft-port", 2073, "port of this node's Raft listener")
+	fs.DurationVar(&o.raftRTT, "raft-rtt", 10*time.Millisecond, "Raft tick: heartbeat every tick, election after 10 silent ticks; raise it (e.g. 50ms) when cluster nodes share a small machine")
 	var initialCluster, initialEndpoints string
 	addProfileFlags(fs) // pprof.go
 	fs.Uint64Var(&o.nodeID, "raft-nodeid", 1, "this node's ID in --initial-cluster")
@@ -129,6 +131,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %q is not debug, info, warn or error", logLevel))
+	}
+	if o.raftRTT < time.Millisecond || o.raftRTT > time.Second {
+		errs = append(errs, fmt.Errorf("--raft-rtt must be between 1ms and 1s, got %v", o.raftRTT))
 	}
 	if o.raftPort < 1 || o.raftPort > 65535 {
 		errs = append(errs, fmt.Errorf("--raft-port must be 1..65535, got %d", o.raftPort))

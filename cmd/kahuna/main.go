@@ -73,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	node, err := kahuna.Open(kahuna.Config{
 		NodeID:               o.nodeID,
+		RaftRTT:              o.raftRTT,
 		Members:              o.members,
 		DataDir:              o.storagePath,
 		WALDir:               o.walPath,
