@@ -1,8 +1,8 @@
-package transport_test
+package transport
 
 // Fuzz targets for what a server reads from the network: unary gRPC
 // request messages, batch streams (a sequence of messages, any of them
-// malformed) and REST JSON bodies. They run through the public server on a
+// malformed) and REST JSON bodies. They run through the server on a
 // loopback listener (or its HTTP handler), so they fuzz the codecs and the
 // handlers together and survive refactoring of either.
 //
@@ -22,70 +22,18 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kahunago/kahuna/lease"
-	"github.com/kahunago/kahuna/transport"
 	pb "github.com/kahunago/kahuna/transport/lockspb"
 )
-
-// fuzzLocker is a lease.Locker on lease.Decide over a map; it counts the
-// requests that reach it.
-type fuzzLocker struct {
-	mu      sync.Mutex
-	entries map[string]lease.Entry
-	served  atomic.Int64
-}
-
-func (f *fuzzLocker) do(op lease.Op, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	f.served.Add(1)
-	if !lease.Valid(op, resource, owner, ttl, d) {
-		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput}, nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := string(rune(d)) + resource
-	e := f.entries[k]
-	dec := lease.Decide(e, op, owner, ttl, time.Now())
-	if dec.Write {
-		dec.Next.Owner = bytes.Clone(dec.Next.Owner)
-		f.entries[k] = dec.Next
-	}
-	var info lease.LockInfo
-	if dec.Status == lease.Got {
-		info = lease.LockInfo{Owner: bytes.Clone(e.Owner), Expires: e.Expires, FencingToken: e.Token}
-	}
-	return info, lease.Result{Status: dec.Status, FencingToken: dec.Token}, nil
-}
-
-func (f *fuzzLocker) TryLock(_ context.Context, r string, o []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, res, err := f.do(lease.TryLock, r, o, ttl, d)
-	return res, err
-}
-
-func (f *fuzzLocker) Extend(_ context.Context, r string, o []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, res, err := f.do(lease.Extend, r, o, ttl, d)
-	return res, err
-}
-
-func (f *fuzzLocker) Unlock(_ context.Context, r string, o []byte, d lease.Durability) (lease.Result, error) {
-	_, res, err := f.do(lease.Unlock, r, o, 0, d)
-	return res, err
-}
-
-func (f *fuzzLocker) Get(_ context.Context, r string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	return f.do(lease.Get, r, nil, 0, d)
-}
 
 // knownStatus: what a server may answer to a lock request.
 func knownStatus(s lease.Status) bool {
@@ -97,32 +45,17 @@ func knownStatus(s lease.Status) bool {
 	return false
 }
 
-// rawCodec sends and receives messages as the bytes they are, so a test can
-// put anything on the wire. It is named "proto" so the server reads it with
-// its own codec.
-type rawCodec struct{}
-
-type rawMsg struct{ b []byte }
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return v.(*rawMsg).b, nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	v.(*rawMsg).b = bytes.Clone(data)
-	return nil
-}
-func (rawCodec) Name() string { return "proto" }
-
-var _ encoding.Codec = rawCodec{}
 
 // fuzzServer is a server on loopback with a raw client connection.
 type fuzzServer struct {
-	locker *fuzzLocker
-	srv    *transport.Server
+	locker *fakeLocker
+	srv    *Server
 	conn   *grpc.ClientConn
 }
 
 func startFuzzServer(f *testing.F) *fuzzServer {
-	fs := &fuzzServer{locker: &fuzzLocker{entries: map[string]lease.Entry{}}}
-	fs.srv = transport.NewServer(fs.locker, transport.ServerOptions{Logger: slog.New(slog.DiscardHandler), NodeName: "fuzz"})
+	fs := &fuzzServer{locker: newFake()}
+	fs.srv = NewServer(fs.locker, ServerOptions{Logger: slog.New(slog.DiscardHandler), NodeName: "fuzz"})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		f.Fatal(err)
@@ -130,7 +63,7 @@ func startFuzzServer(f *testing.F) *fuzzServer {
 	go fs.srv.ServeGRPC(lis)
 	fs.conn, err = grpc.NewClient(lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -147,8 +80,8 @@ func (fs *fuzzServer) healthy(t *testing.T) {
 	req, _ := proto.Marshal(&pb.GrpcGetLockRequest{Resource: "health", Durability: pb.GrpcLockDurability(lease.Ephemeral)})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var out rawMsg
-	if err := fs.conn.Invoke(ctx, "/Locker/GetLock", &rawMsg{req}, &out); err != nil {
+	var out []byte
+	if err := fs.conn.Invoke(ctx, "/Locker/GetLock", req, &out); err != nil {
 		t.Fatalf("server no longer serves: %v", err)
 	}
 }
@@ -222,8 +155,8 @@ func FuzzUnaryRequest(f *testing.F) {
 		before := fs.locker.served.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		var out rawMsg
-		err := fs.conn.Invoke(ctx, m.name, &rawMsg{payload}, &out)
+		var out []byte
+		err := fs.conn.Invoke(ctx, m.name, payload, &out)
 		switch {
 		case err != nil:
 			if st, ok := status.FromError(err); !ok || st.Code() == codes.Unknown || st.Code() == codes.DeadlineExceeded {
@@ -239,7 +172,7 @@ func FuzzUnaryRequest(f *testing.F) {
 			t.Fatalf("%s answered a request the proto codec refuses", m.name)
 		default:
 			resp := m.resp()
-			if err := proto.Unmarshal(out.b, resp); err != nil {
+			if err := proto.Unmarshal(out, resp); err != nil {
 				t.Fatalf("%s: answer does not decode: %v", m.name, err)
 			}
 			st := responseStatus(resp)
@@ -322,7 +255,7 @@ func FuzzBatchStream(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, b := range msgs {
-			if stream.SendMsg(&rawMsg{b}) != nil {
+			if stream.SendMsg(b) != nil {
 				break // the server ended the stream; Recv says why
 			}
 		}
@@ -330,12 +263,12 @@ func FuzzBatchStream(f *testing.F) {
 		var got []sent
 		var end error
 		for {
-			var out rawMsg
+			var out []byte
 			if end = stream.RecvMsg(&out); end != nil {
 				break
 			}
 			var r pb.GrpcBatchClientLockResponse
-			if err := proto.Unmarshal(out.b, &r); err != nil {
+			if err := proto.Unmarshal(out, &r); err != nil {
 				t.Fatalf("answer does not decode: %v", err)
 			}
 			st := lease.Status(-1)
@@ -418,8 +351,8 @@ func FuzzRESTBody(f *testing.F) {
 	f.Add(uint8(0), []byte(`{"resource":"r"} trailing`))
 	f.Add(uint8(3), []byte(`null`))
 	f.Add(uint8(0), []byte(`{"expiresMs":99999999999}`))
-	locker := &fuzzLocker{entries: map[string]lease.Entry{}}
-	h := transport.NewServer(locker, transport.ServerOptions{Logger: slog.New(slog.DiscardHandler)}).Handler()
+	locker := newFake()
+	h := NewServer(locker, ServerOptions{Logger: slog.New(slog.DiscardHandler)}).Handler()
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
 		p := restPaths[int(which)%len(restPaths)]
 		req := httptest.NewRequest(http.MethodPost, p.path, bytes.NewReader(body))
