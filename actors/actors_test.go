@@ -190,7 +190,7 @@ func TestReleasesJumpTheMailbox(t *testing.T) {
 	if r := f.do(t, lease.TryLock, "hot", "a", time.Hour, lease.Ephemeral); r.Status != lease.Locked {
 		t.Fatalf("a: %+v", r)
 	}
-	go f.do(t, lease.Get, "block", "", 0, lease.Persistent)
+	blocked := f.async(lease.Get, "block", "", lease.Persistent)
 	<-f.backend.loadEntered // the only actor is busy: what follows queues in its mailbox
 	send := func(op lease.Op, owner string) chan Response {
 		c := f.ring.calls.Get().(*call)
@@ -204,6 +204,9 @@ func TestReleasesJumpTheMailbox(t *testing.T) {
 	}
 	unlock := send(lease.Unlock, "a")
 	close(f.backend.loadRelease)
+	if r := <-blocked; r.Status != lease.LockDoesNotExist {
+		t.Fatalf("get of the blocking resource: %+v", r)
+	}
 	if r := <-unlock; r.Status != lease.Unlocked {
 		t.Fatalf("unlock: %+v", r)
 	}

@@ -45,7 +45,6 @@ func knownStatus(s lease.Status) bool {
 	return false
 }
 
-
 // fuzzServer is a server on loopback with a raw client connection.
 type fuzzServer struct {
 	locker *fakeLocker
