@@ -37,16 +37,23 @@ type stateMachine struct {
 // resources, so the advance-only check of a write need not read badger
 // (that read was a tenth of a node's CPU under write load). It holds what
 // the current txn has written too: when a commit fails it is cleared.
-type orderCache struct{ m map[string]order }
+type orderCache struct {
+	m     map[string]order
+	bytes int // what m holds, counted as orderCacheCost per entry
+}
 
 type order struct {
 	token    int64
 	revision uint64
 }
 
-// maxCachedOrders bounds the cache per shard (about 100 bytes an entry
-// with a short resource name); a full cache forgets an arbitrary entry.
-const maxCachedOrders = 1 << 16
+// maxOrderCacheBytes bounds the cache per shard; a full cache forgets
+// arbitrary entries (Go's map order) to make room.
+const maxOrderCacheBytes = 4 << 20
+
+// orderCacheCost approximates an entry's memory: its key, the key's string
+// header and the order, plus the map's slot overhead.
+func orderCacheCost(keyLen int) int { return keyLen + 64 }
 
 func (c *orderCache) get(res []byte) (order, bool) {
 	o, ok := c.m[string(res)]
@@ -63,16 +70,19 @@ func (c *orderCache) put(res []byte, o order) {
 		}
 		return
 	}
-	if len(c.m) >= maxCachedOrders {
-		for k := range c.m {
-			delete(c.m, k)
+	cost := orderCacheCost(len(res))
+	for k := range c.m {
+		if c.bytes+cost <= maxOrderCacheBytes {
 			break
 		}
+		delete(c.m, k)
+		c.bytes -= orderCacheCost(len(k))
 	}
 	c.m[string(res)] = o
+	c.bytes += cost
 }
 
-func (c *orderCache) clear() { c.m = nil }
+func (c *orderCache) clear() { c.m, c.bytes = nil, 0 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
 

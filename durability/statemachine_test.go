@@ -234,3 +234,32 @@ func TestStateMachineLookupAfterClose(t *testing.T) {
 		t.Fatalf("shared DB was closed: %v", err)
 	}
 }
+
+// The order cache stays within its byte bound and keeps answering for
+// what it holds.
+func TestOrderCacheBound(t *testing.T) {
+	var c orderCache
+	key := func(i int) []byte { return fmt.Appendf(bytes.Repeat([]byte{'k'}, 1000), "%d", i) }
+	for i := range 20_000 {
+		c.put(key(i), order{int64(i), 1})
+		if c.bytes > maxOrderCacheBytes {
+			t.Fatalf("after %d puts: %d bytes cached, bound %d", i+1, c.bytes, maxOrderCacheBytes)
+		}
+	}
+	if want := maxOrderCacheBytes / orderCacheCost(len(key(19_999))); len(c.m) < want*9/10 {
+		t.Fatalf("%d entries cached, want about %d", len(c.m), want)
+	}
+	if o, ok := c.get(key(19_999)); !ok || o.token != 19_999 {
+		t.Fatalf("the newest entry: %+v %v", o, ok)
+	}
+	c.put(key(19_999), order{5, 5}) // an update costs nothing more
+	before := c.bytes
+	c.put(key(19_999), order{6, 6})
+	if c.bytes != before {
+		t.Fatalf("update changed the size: %d → %d", before, c.bytes)
+	}
+	c.clear()
+	if _, ok := c.get(key(19_999)); ok || c.bytes != 0 {
+		t.Fatal("clear kept entries")
+	}
+}
