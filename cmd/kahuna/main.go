@@ -102,16 +102,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		},
 	})
 
-	fmt.Fprintf(stdout, "kahuna node ready\n  data:  %s\n", o.storagePath)
+	// The ready block goes out in one write, so whoever waits for its
+	// first line has the whole block.
+	var ready strings.Builder
+	fmt.Fprintf(&ready, "kahuna node ready\n  data:  %s\n", o.storagePath)
 	if o.walPath != "" {
-		fmt.Fprintf(stdout, "  wal:   %s\n", o.walPath)
+		fmt.Fprintf(&ready, "  wal:   %s\n", o.walPath)
 	}
-	fmt.Fprintf(stdout, "  raft:  %s\n", raftAddr)
+	fmt.Fprintf(&ready, "  raft:  %s\n", raftAddr)
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
-		fmt.Fprintf(stdout, "  %-5s %s\n", l.kind+":", l.url())
+		fmt.Fprintf(&ready, "  %-5s %s\n", l.kind+":", l.url())
 		go func() { serveErr <- l.serve(srv, o) }()
 	}
+	_, _ = io.WriteString(stdout, ready.String())
 
 	code := 0
 	select {
