@@ -135,7 +135,10 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 					continue
 				}
 				l := recordingLocker{l: n, rec: rec, client: h}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				// A generous deadline: an operation cut short by it has an
+				// unknown outcome, and a history full of those is slow to
+				// check (this test is about fencing, not timeouts).
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				lock, err := kahuna.Acquire(ctx, l, res, kahuna.WithTTL(ttl), kahuna.WithWait(500*time.Millisecond), kahuna.WithDurability(kahuna.Persistent))
 				cancel()
 				if err != nil {
@@ -158,7 +161,7 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 						mu.Unlock()
 					}
 				}
-				ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+				ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 				if err := lock.Unlock(ctx); err != nil && !errors.Is(err, kahuna.ErrLockLost) {
 					t.Logf("unlock: %v", err)
 				}
@@ -188,7 +191,7 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 			run.lost++
 		}
 	}
-	run.report = checker.Check(rec.History(), checker.Options{Margin: faultMargin, Timeout: time.Minute})
+	run.report = checker.Check(rec.History(), checker.Options{Margin: faultMargin, Timeout: 3 * time.Minute})
 	return run
 }
 
