@@ -112,6 +112,7 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.safely((*call)(m), a.complete)
 	case *dropPartition:
 		a.drop(m.partition)
+		a.size.Store(int64(len(a.ephemeral) + len(a.durable))) // before the ack: Stats after DropPartition sees it
 		m.ack <- struct{}{}
 	case *countHeld:
 		now := a.cfg.Now()
