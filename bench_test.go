@@ -82,9 +82,7 @@ func benchLockOp(b *testing.B, l kahuna.Locker, d kahuna.Durability, names []str
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(total.quantile(0.50))/1e3, "p50-µs")
-	b.ReportMetric(float64(total.quantile(0.99))/1e3, "p99-µs")
+	reportLockOps(b, elapsed, total)
 }
 
 // mutexLocker is the baseline: one map behind one mutex, same lease rules.
@@ -149,6 +147,14 @@ func bucketValue(i int) uint64 {
 func (h *histogram) record(d time.Duration) {
 	h.counts[bucketOf(uint64(max(d, 0)))]++
 	h.n++
+}
+
+// reportLockOps reports the throughput and the p50/p99 latency of b's
+// lock ops, whose latencies total holds.
+func reportLockOps(b *testing.B, elapsed time.Duration, total *histogram) {
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	b.ReportMetric(float64(total.quantile(0.50))/1e3, "p50-µs")
+	b.ReportMetric(float64(total.quantile(0.99))/1e3, "p99-µs")
 }
 
 func (h *histogram) merge(o *histogram) {

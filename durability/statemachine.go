@@ -64,10 +64,8 @@ func (c *orderCache) put(res []byte, o order) {
 	if c.m == nil {
 		c.m = make(map[string]order)
 	}
-	if old, ok := c.m[string(res)]; ok {
-		if old != o {
-			c.m[string(res)] = o
-		}
+	if _, ok := c.m[string(res)]; ok {
+		c.m[string(res)] = o
 		return
 	}
 	cost := orderCacheCost(len(res))
@@ -233,10 +231,12 @@ func (a *applier) put(res, val []byte, token int64, revision uint64) (bool, erro
 		if old, known, err = a.stored(key, res); err != nil {
 			return false, err
 		}
+		if known {
+			a.s.orders.put(res, old)
+		}
 	}
 	if known && !advances(token, revision, old.token, old.revision) {
 		a.keys = a.keys[:start]
-		a.s.orders.put(res, old)
 		return false, nil
 	}
 	if err := a.txn.Set(key, val); err != nil {
