@@ -99,16 +99,32 @@ func procEnv() []string {
 	return env
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago and that
+// this test process has not handed out before.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// The kernel may hand a released port out again: never give one
+		// twice, or two nodes of a cluster collide.
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // syncBuffer is a bytes.Buffer safe for the process's copying goroutine
 // and the test; it signals once a line equal to (or starting with) marker
