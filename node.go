@@ -45,6 +45,9 @@ type Node struct {
 	drainOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
+
+	// paused, when set, holds calls at the door (PauseNode, tests only).
+	paused atomic.Pointer[chan struct{}]
 }
 
 var _ Locker = (*Node)(nil)
@@ -232,6 +235,34 @@ func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d Dura
 // answer reflects every committed write.
 func (n *Node) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
 	return n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
+}
+
+// pause and resume implement PauseNode and ResumeNode (faults_export_test.go).
+func (n *Node) pause() {
+	gate := make(chan struct{})
+	n.paused.Store(&gate)
+	n.leadership.Freeze()
+}
+
+func (n *Node) resume() {
+	if gate := n.paused.Swap(nil); gate != nil {
+		close(*gate)
+	}
+	n.leadership.Thaw()
+}
+
+// waitUnpaused holds a call while the node is paused (tests only).
+func (n *Node) waitUnpaused(ctx context.Context) error {
+	gate := n.paused.Load()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-*gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (n *Node) enter() bool {

@@ -18,6 +18,9 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (Lock
 	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) {
 		return LockInfo{}, Result{Status: InvalidInput}, nil
 	}
+	if err := n.waitUnpaused(ctx); err != nil {
+		return LockInfo{}, Result{}, err
+	}
 	if !n.enter() {
 		return LockInfo{}, Result{}, ErrClosed
 	}

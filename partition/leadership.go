@@ -41,6 +41,11 @@ type Leadership struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// Test hook (kahuna.PauseNode): while frozen, events are held in held
+	// instead of being acted upon.
+	frozen bool
+	held   []durability.LeaderEvent
 }
 
 // NewLeadership tracks n partitions. Events observed before Start are kept
@@ -79,6 +84,11 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 		return
 	}
 	l.mu.Lock()
+	if l.frozen {
+		l.held = append(l.held, ev)
+		l.mu.Unlock()
+		return
+	}
 	prev := l.latest[ev.Partition]
 	l.latest[ev.Partition] = ev
 	l.dirty[ev.Partition] = true
@@ -90,6 +100,25 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 	select {
 	case l.kick <- struct{}{}:
 	default:
+	}
+}
+
+// Freeze holds every later event back until Thaw, as a paused process
+// would not see them: a test hook for process-pause faults.
+func (l *Leadership) Freeze() {
+	l.mu.Lock()
+	l.frozen = true
+	l.mu.Unlock()
+}
+
+// Thaw delivers the events held since Freeze, in order.
+func (l *Leadership) Thaw() {
+	l.mu.Lock()
+	held := l.held
+	l.frozen, l.held = false, nil
+	l.mu.Unlock()
+	for _, ev := range held {
+		l.Observe(ev)
 	}
 }
 
