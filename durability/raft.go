@@ -70,7 +70,9 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 		}
 		return nil, fmt.Errorf("durability: start raft in %s%s: %w", rc.where(), hint, err)
 	}
-	create := func(shard, _ uint64) sm.IOnDiskStateMachine { return newStateMachine(db, shard, log, cfg.UnsafeNoFence) }
+	create := func(shard, _ uint64) sm.IOnDiskStateMachine {
+		return newStateMachine(db, shard, log, cfg.UnsafeNoFence)
+	}
 	for p := range rc.Partitions {
 		if err := r.nh.StartOnDiskReplica(rc.members, false, create, rc.shardConfig(p)); err != nil {
 			r.nh.Close()

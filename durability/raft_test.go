@@ -174,7 +174,7 @@ func TestSingleNodeInMemory(t *testing.T) {
 		want error
 	}{
 		{at(rec("tenant/a/x", 4, 2), base, term+1), ErrRetry}, // a term this node does not lead: never proposed
-		{at(rec("tenant/a/x", 2, 9), base, term), ErrFenced},   // lower token
+		{at(rec("tenant/a/x", 2, 9), base, term), ErrFenced},  // lower token
 		{at(rec("tenant/a/x", 3, 2), base, term), nil},
 		{at(rec("tenant/a/y", 1, 1), 0, term), nil},
 		{at(rec("tenant/a/x", 3, 3), base, term), ErrFenced}, // x moved past base

@@ -22,9 +22,9 @@ import (
 const (
 	snapshotVersion   byte = 2
 	snapshotVersionV1 byte = 1
-	tagRecord       byte = 1
-	tagEnd          byte = 0
-	stopCheckEvery       = 256
+	tagRecord         byte = 1
+	tagEnd            byte = 0
+	stopCheckEvery         = 256
 )
 
 type snapshotView struct {
