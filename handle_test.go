@@ -278,15 +278,6 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-func waitClosed(t *testing.T, c <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-c:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s never happened", what)
-	}
-}
-
 func waitOp(t *testing.T, seen <-chan string, op string) {
 	t.Helper()
 	fail := time.After(10 * time.Second)
@@ -557,7 +548,8 @@ func TestHandleExtendMovesDeadline(t *testing.T) {
 	if d, _ := derived.Deadline(); !d.Equal(want) {
 		t.Fatalf("derived deadline %v, want %v", d.Sub(sent), want.Sub(sent))
 	}
-	clk.Advance(testTTL - testMargin - 5*time.Millisecond - time.Millisecond) // past the first deadline
+	// Past the first deadline, 10 ms before the new one (each call takes 5 ms).
+	clk.Advance(testTTL - testMargin - 5*time.Millisecond - 10*time.Millisecond)
 	if isClosed(lock.Lost()) {
 		t.Fatal("lost at the first deadline after an extend")
 	}
@@ -853,7 +845,7 @@ func TestHandleKeepAliveFromGrant(t *testing.T) {
 		clk.Advance(2 * time.Second)
 		lock.KeepAlive(ctx, every)
 		waitOp(t, f.seen, "extend")
-		if !lock.Expires().Equal(granted.Add(ttl - margin)) || isClosed(lock.Lost()) {
+		if !lock.Expires().Equal(granted.Add(ttl-margin)) || isClosed(lock.Lost()) {
 			t.Fatal("an unknown extend moved the deadline or lost the lock")
 		}
 		clk.Advance(ttl - margin - 2*time.Second)
