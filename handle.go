@@ -98,6 +98,7 @@ type acquireOptions struct {
 	wait       time.Duration
 	durability Durability
 	owner      []byte
+	ownOwner   bool // owner was minted by Acquire, not given by WithOwner
 	margin     time.Duration
 	marginSet  bool
 	clock      handleClock
@@ -120,6 +121,13 @@ func WithDurability(d Durability) AcquireOption {
 }
 
 // WithOwner sets the owner (default: a fresh random 32-character owner).
+//
+// If owner already holds the lock (an earlier Acquire, another process),
+// Acquire returns that grant (Locked, same token) without refreshing its
+// lease, which may have started before this Acquire: the new Lock's
+// deadline would then be too late. Call Extend on it before relying on
+// its deadline. And since such an owner may be held elsewhere, Acquire
+// does not make its clean-up Unlock (see Acquire) for a given owner.
 func WithOwner(owner []byte) AcquireOption {
 	return func(o *acquireOptions) { o.owner = append([]byte(nil), owner...) }
 }
@@ -245,8 +253,9 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // knowing it. Acquire then makes a best-effort Unlock of that owner before
 // it returns (not under ctx, which may be over: for at most 2 s, and no
 // longer than the TTL), so the lock does not sit held until it expires,
-// and returns ctx.Err() if ctx ended, else the unknown outcome: a
-// *StatusError with Errored, or the call's error.
+// unless the owner came from WithOwner (it may hold the lock through
+// another handle). It returns ctx.Err() if ctx ended, else the unknown
+// outcome: a *StatusError with Errored, or the call's error.
 //
 // The Lock's deadline counts from the send time of the earliest attempt
 // that may have granted the lease (a TryLock by the holder does not
@@ -262,7 +271,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		opt(&o)
 	}
 	if o.owner == nil {
-		o.owner = NewOwner()
+		o.owner, o.ownOwner = NewOwner(), true
 	}
 	c := o.clock
 	start := c.Now()
@@ -275,7 +284,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		verdict error     // what to report if Acquire gives up now
 	)
 	fail := func(err error) (*Lock, error) {
-		if unknown {
+		if unknown && o.ownOwner {
 			releaseUnseen(ctx, l, resource, o)
 		}
 		return nil, err
@@ -560,8 +569,8 @@ func (l *Lock) Context() context.Context { return l.ctx }
 // the lease, not from the call: if that is long past, the first extend is
 // sent at once. It runs until ctx ends, the lock is released, or it is
 // lost. Extends are retried as Extend does; if none succeeds before the
-// deadline, the lock is lost there, as without KeepAlive. A lock that is
-// not extended any more is not lost early: watch Lost or Context. A
+// deadline, the lock is lost there, as without KeepAlive (watch Lost or
+// Context). When ctx ends, the lock stays held until its deadline. A
 // second call while one runs does nothing.
 //
 // KeepAlive proves that this process can reach the server, not that the

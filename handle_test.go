@@ -380,7 +380,7 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 	t.Run("budget/Errored", func(t *testing.T) {
 		clk := newFakeClock()
 		f := &fakeLocker{clk: clk, latency: 11 * time.Second, script: map[string][]fakeAnswer{"trylock": answers(Errored, Errored, Errored, Errored)}}
-		_, err := Acquire(context.Background(), f, "r", withClock(clk), WithOwner([]byte("me")))
+		_, err := Acquire(context.Background(), f, "r", withClock(clk))
 		var se *StatusError
 		if !errors.As(err, &se) || se.Status != Errored || se.Op != "lock" {
 			t.Fatalf("got %v, want a *StatusError with Errored", err)
@@ -388,18 +388,18 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 		if n := len(f.callsOf("trylock")); n != 3 { // 0, 11 s, 22 s; 33 s is past the 30 s budget
 			t.Fatalf("%d attempts", n)
 		}
-		if u := f.callsOf("unlock"); len(u) != 1 || u[0].owner != "me" {
+		if u := f.callsOf("unlock"); len(u) != 1 || u[0].owner != f.callsOf("trylock")[0].owner {
 			t.Fatalf("clean-up unlocks %+v", u)
 		}
 	})
 	t.Run("budget/transport", func(t *testing.T) {
 		clk := newFakeClock()
 		f := &fakeLocker{clk: clk, latency: 11 * time.Second, script: map[string][]fakeAnswer{"trylock": {{err: errTransport}, {status: MustRetry}, {err: errTransport}}}}
-		_, err := Acquire(context.Background(), f, "r", withClock(clk), WithOwner([]byte("me")))
+		_, err := Acquire(context.Background(), f, "r", withClock(clk))
 		if !errors.Is(err, errTransport) {
 			t.Fatalf("got %v, want the transport error", err)
 		}
-		if u := f.callsOf("unlock"); len(u) != 1 || u[0].owner != "me" {
+		if u := f.callsOf("unlock"); len(u) != 1 || u[0].owner != f.callsOf("trylock")[0].owner {
 			t.Fatalf("clean-up unlocks %+v", u)
 		}
 	})
@@ -414,6 +414,17 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 			t.Fatalf("got %v with %d unlocks", err, len(f.callsOf("unlock")))
 		}
 	})
+	t.Run("given owner", func(t *testing.T) {
+		// An owner from WithOwner may hold the lock through another
+		// handle: unlocking it could free a lock still in use.
+		clk := newFakeClock()
+		f := &fakeLocker{clk: clk, latency: 11 * time.Second, script: map[string][]fakeAnswer{"trylock": answers(Errored, Errored, Errored)}}
+		_, err := Acquire(context.Background(), f, "r", withClock(clk), WithOwner([]byte("me")))
+		var se *StatusError
+		if !errors.As(err, &se) || se.Status != Errored || len(f.callsOf("unlock")) != 0 {
+			t.Fatalf("got %v with %d unlocks", err, len(f.callsOf("unlock")))
+		}
+	})
 	t.Run("ctx/in-flight", func(t *testing.T) {
 		// ctx ends while an attempt is in flight: it may have applied.
 		clk := newFakeClock()
@@ -425,12 +436,12 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 				cancel()
 			}
 		}
-		_, err := Acquire(ctx, f, "r", withClock(clk), WithOwner([]byte("me")))
+		_, err := Acquire(ctx, f, "r", withClock(clk))
 		if err != context.Canceled {
 			t.Fatalf("got %v, want ctx.Err() unchanged", err)
 		}
 		u := f.callsOf("unlock")
-		if len(u) != 1 || u[0].owner != "me" {
+		if len(u) != 1 || u[0].owner != f.callsOf("trylock")[0].owner {
 			t.Fatalf("clean-up unlocks %+v", u)
 		}
 		if u[0].ctxErr != nil {
