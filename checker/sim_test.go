@@ -26,7 +26,12 @@ type sim struct {
 
 var errLost = errors.New("answer lost")
 
-func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Status, int64) {
+// apply decides and applies one operation in a single critical section,
+// at one instant read inside it, and returns everything the answer says
+// (status, token, and for a Got the holder), so the answer is exactly the
+// state the operation saw: nothing else can run between deciding and
+// reading what to report.
+func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Status, int64, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ops++
@@ -37,16 +42,21 @@ func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Stat
 		ttl /= 3
 	}
 	op := map[Kind]lease.Op{Acquire: lease.TryLock, Extend: lease.Extend, Release: lease.Unlock, Get: lease.Get}[kind]
+	now := time.Now()
 	e := s.entries[res]
-	d := lease.Decide(e, op, []byte(owner), ttl, time.Now())
+	d := lease.Decide(e, op, []byte(owner), ttl, now)
 	if s.bug == "ignore-busy" && d.Status == lease.Busy && s.rng.IntN(4) == 0 {
-		d = lease.Decide(lease.Entry{State: lease.Released, Token: e.Token, Revision: e.Revision}, op, []byte(owner), ttl, time.Now())
+		d = lease.Decide(lease.Entry{State: lease.Released, Token: e.Token, Revision: e.Revision}, op, []byte(owner), ttl, now)
+	}
+	var holder string
+	if d.Status == lease.Got {
+		holder = string(e.Owner) // the entry Decide saw, not a later one
 	}
 	if d.Write {
 		d.Next.Owner = append([]byte(nil), d.Next.Owner...)
 		s.entries[res] = d.Next
 	}
-	return d.Status, d.Token
+	return d.Status, d.Token, holder
 }
 
 // call runs one operation: it applies somewhere inside [call, return], or
@@ -69,13 +79,7 @@ func (s *sim) call(rng *rand.Rand, kind Kind, res, owner string, ttl time.Durati
 		}()
 		return 0, 0, "", errLost
 	}
-	st, tok := s.apply(kind, res, owner, ttl)
-	var holder string
-	if kind == Get && st == lease.Got {
-		s.mu.Lock()
-		holder = string(s.entries[res].Owner)
-		s.mu.Unlock()
-	}
+	st, tok, holder := s.apply(kind, res, owner, ttl)
 	time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
 	return st, tok, holder, nil
 }
