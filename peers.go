@@ -30,7 +30,11 @@ func newPeers(members map[uint64]Member, self uint64) *peers {
 
 // get returns the forwarding client of member id. It speaks the
 // node-to-node stream and does not retry MustRetry: the hop is one try,
-// the original caller decides whether to retry.
+// the original caller decides whether to retry. Its call errors wrap
+// lease.ErrNotApplied exactly when the request certainly never reached
+// the member (see transport.Client); forward answers MustRetry for those
+// and Errored for the rest. An error of get itself means no client, so
+// nothing was sent.
 func (ps *peers) get(ctx context.Context, id uint64) (lease.Locker, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()

@@ -49,9 +49,15 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (Lock
 	return info, Result{Status: Got, FencingToken: resp.Token}, nil
 }
 
-// forward sends req to the leader of its partition. Anything that stops
-// the hop (no leader known, leader unreachable) is MustRetry: the caller
-// retries and by then the leader is known or reachable.
+// forward sends req to the leader of its partition. A hop that certainly
+// never delivered the request (no leader known, no client to the leader,
+// or a transport error that wraps lease.ErrNotApplied: not connected, the
+// stream not open, the request never written) is MustRetry: nothing was
+// applied, and the caller retries when the leader is known or reachable.
+// A hop that broke after the request may have left (the connection lost
+// while waiting for the answer) has an unknown outcome, since the leader
+// may apply it anyway: Errored (DESIGN §8.5). A context that ended is
+// returned as it is: the caller is gone.
 func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Result, error) {
 	leader, self := n.leadership.LeaderOf(req.Partition)
 	if leader == 0 || self {
@@ -59,6 +65,7 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 	}
 	peer, err := n.peers.get(ctx, leader)
 	if err != nil {
+		// No client, so nothing was sent.
 		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
 		return LockInfo{}, Result{Status: MustRetry}, nil
 	}
@@ -80,8 +87,12 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 		if ctx.Err() != nil {
 			return LockInfo{}, Result{}, ctx.Err()
 		}
-		n.cfg.Logger.Debug("forward failed", "partition", req.Partition, "leader", leader, "err", err)
-		return LockInfo{}, Result{Status: MustRetry}, nil
+		if errors.Is(err, lease.ErrNotApplied) {
+			n.cfg.Logger.Debug("forward not sent", "partition", req.Partition, "leader", leader, "err", err)
+			return LockInfo{}, Result{Status: MustRetry}, nil
+		}
+		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
+		return LockInfo{}, Result{Status: Errored}, nil
 	}
 	return info, r, nil
 }

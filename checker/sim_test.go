@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,12 @@ type sim struct {
 
 var errLost = errors.New("answer lost")
 
-func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Status, int64) {
+// apply decides and applies one operation in a single critical section,
+// at one instant read inside it, and returns everything the answer says
+// (status, token, and for a Got the holder), so the answer is exactly the
+// state the operation saw: nothing else can run between deciding and
+// reading what to report.
+func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Status, int64, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ops++
@@ -37,16 +43,21 @@ func (s *sim) apply(kind Kind, res, owner string, ttl time.Duration) (lease.Stat
 		ttl /= 3
 	}
 	op := map[Kind]lease.Op{Acquire: lease.TryLock, Extend: lease.Extend, Release: lease.Unlock, Get: lease.Get}[kind]
+	now := time.Now()
 	e := s.entries[res]
-	d := lease.Decide(e, op, []byte(owner), ttl, time.Now())
+	d := lease.Decide(e, op, []byte(owner), ttl, now)
 	if s.bug == "ignore-busy" && d.Status == lease.Busy && s.rng.IntN(4) == 0 {
-		d = lease.Decide(lease.Entry{State: lease.Released, Token: e.Token, Revision: e.Revision}, op, []byte(owner), ttl, time.Now())
+		d = lease.Decide(lease.Entry{State: lease.Released, Token: e.Token, Revision: e.Revision}, op, []byte(owner), ttl, now)
+	}
+	var holder string
+	if d.Status == lease.Got {
+		holder = string(e.Owner) // the entry Decide saw, not a later one
 	}
 	if d.Write {
 		d.Next.Owner = append([]byte(nil), d.Next.Owner...)
 		s.entries[res] = d.Next
 	}
-	return d.Status, d.Token
+	return d.Status, d.Token, holder
 }
 
 // call runs one operation: it applies somewhere inside [call, return], or
@@ -69,22 +80,35 @@ func (s *sim) call(rng *rand.Rand, kind Kind, res, owner string, ttl time.Durati
 		}()
 		return 0, 0, "", errLost
 	}
-	st, tok := s.apply(kind, res, owner, ttl)
-	var holder string
-	if kind == Get && st == lease.Got {
-		s.mu.Lock()
-		holder = string(s.entries[res].Owner)
-		s.mu.Unlock()
-	}
+	st, tok, holder := s.apply(kind, res, owner, ttl)
 	time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
 	return st, tok, holder, nil
 }
 
+// simMargin is the clock margin the simulated histories are checked with.
+const simMargin = 2 * ms
+
+// simMinWindows is how many definite hold windows a run gathers before it
+// may stop (TestSimulatedService wants at least 20): a loaded machine
+// serves fewer operations in the run's time, and answers later, so fewer
+// grants return before their lease ends; the run goes on instead of
+// yielding a history too weak to test the checkers with.
+const simMinWindows = 30
+
+// runSim runs six clients against a simulated service for at least d, and
+// on until the history holds simMinWindows hold windows and an
+// indeterminate operation (at most 20·d).
 func runSim(t *testing.T, seed uint64, bug string, d time.Duration) History {
 	s := &sim{entries: map[string]lease.Entry{}, bug: bug, rng: rand.New(rand.NewPCG(seed, 0))}
 	rec := NewRecorder()
 	const ttl = 40 * time.Millisecond
 	resources := []string{"r1", "r2"}
+	var windows, unknown atomic.Int64
+	start := time.Now()
+	more := func() bool {
+		el := time.Since(start)
+		return el < d || (el < 20*d && (windows.Load() < simMinWindows || unknown.Load() == 0))
+	}
 	var wg sync.WaitGroup
 	for c := 0; c < 6; c++ {
 		wg.Add(1)
@@ -94,7 +118,16 @@ func runSim(t *testing.T, seed uint64, bug string, d time.Duration) History {
 			do := func(kind Kind, res, owner string, ttl time.Duration) Op {
 				p := rec.Begin(Op{Client: c, Kind: kind, Resource: res, Owner: owner, TTL: ttl})
 				st, tok, holder, err := s.call(rng, kind, res, owner, ttl)
-				return p.EndGet(st, tok, holder, err)
+				o := p.EndGet(st, tok, holder, err)
+				switch {
+				case o.Outcome == Indeterminate:
+					unknown.Add(1)
+				case kind == Acquire && o.Outcome == OK && o.Status == lease.Locked && o.Return < o.Call+ttl-simMargin:
+					// A grant that returned before its lease surely ended:
+					// the exclusion checker's hold window (see HoldWindows).
+					windows.Add(1)
+				}
+				return o
 			}
 			release := func(res, owner string) {
 				for i := 0; i < 5; i++ {
@@ -103,8 +136,7 @@ func runSim(t *testing.T, seed uint64, bug string, d time.Duration) History {
 					}
 				}
 			}
-			deadline := time.Now().Add(d)
-			for n := 0; time.Now().Before(deadline); n++ {
+			for n := 0; more(); n++ {
 				res := resources[rng.IntN(len(resources))]
 				owner := fmt.Sprintf("c%d-%d", c, n)
 				if rng.IntN(8) == 0 {
@@ -148,7 +180,7 @@ func TestSimulatedService(t *testing.T) {
 		t.Run(fmt.Sprint("correct/seed=", seed), func(t *testing.T) {
 			t.Parallel()
 			h := runSim(t, seed, "", d)
-			r := Check(h, Options{Margin: 2 * ms, Timeout: 30 * time.Second})
+			r := Check(h, Options{Margin: simMargin, Timeout: 30 * time.Second})
 			t.Logf("%+v windows=%d grants=%d lin=%v in %v", r.Stats, r.HoldWindows, r.FencedGrants, r.Linearizable.Result, r.Linearizable.Elapsed)
 			if r.Stats.Indeterminate == 0 || r.HoldWindows < 20 {
 				t.Errorf("weak history: %+v, %d windows", r.Stats, r.HoldWindows)
@@ -169,7 +201,7 @@ func TestSimulatedService(t *testing.T) {
 		t.Run(c.bug, func(t *testing.T) {
 			t.Parallel()
 			h := runSim(t, 7, c.bug, d)
-			r := Check(h, Options{Margin: 2 * ms, Timeout: 30 * time.Second})
+			r := Check(h, Options{Margin: simMargin, Timeout: 30 * time.Second})
 			t.Logf("%+v lin=%v exclusion=%d fencing=%d", r.Stats, r.Linearizable.Result, len(r.Exclusion), len(r.Fencing))
 			if c.lin && r.Linearizable.Result == Linearizable {
 				t.Error("linearizability checker missed the bug")

@@ -2,9 +2,11 @@ package lease
 
 import "errors"
 
-// ErrNotApplied marks an error of a lock call that certainly did not apply
-// (it never reached a decision: the node was closed before it entered, it
-// was never sent, it was refused before a write). A server answers such a
-// call MustRetry; any other error may hide an applied call and is answered
-// Errored.
+// ErrNotApplied marks the failure of a request that was certainly not
+// applied: nothing of it took effect and nothing of it can take effect
+// later, so it is safe to retry, here or elsewhere (DESIGN §8.5: the
+// MustRetry of a call error). A Locker wraps it in the errors of such
+// failures (closed before the request entered, the request never sent);
+// test with errors.Is. Any other error leaves the outcome unknown: the
+// request may have been applied, or may still be.
 var ErrNotApplied = errors.New("lease: request not applied")

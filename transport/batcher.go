@@ -51,14 +51,37 @@ type clientStream struct {
 }
 
 // errUnsent marks the failure of a call that the server never processed:
-// it is always safe to send again.
+// it is always safe to send again, to this endpoint or another. It is
+// a lease.ErrNotApplied too.
+//
+// A call is unsent only when one of these is certain:
+//   - its stream could not be opened (no connection, dial refused,
+//     NewStream failed): nothing of the call was handed to grpc;
+//   - its stream had already ended when its turn came;
+//   - its SendMsg, or that of a call before it on the stream, failed:
+//     grpc queues a message for the wire only when SendMsg succeeds, so a
+//     failed one wrote nothing (see batchStream.send);
+//   - the server ended the stream cleanly (OK status) before answering it:
+//     serveBatch answers every message it processes before a clean end.
+//
+// Anything else, a stream that breaks (connection lost, reset, deadline,
+// any non-OK status) while the call waits for its answer, leaves the
+// outcome unknown: the request may have reached the server, which may
+// apply it after the break.
 var errUnsent = errors.New("transport: request not sent")
 
 type unsentError struct{ cause error }
 
-func (e *unsentError) Error() string        { return errUnsent.Error() + ": " + e.cause.Error() }
-func (e *unsentError) Unwrap() error        { return e.cause }
-func (e *unsentError) Is(target error) bool { return target == errUnsent }
+func (e *unsentError) Error() string { return errUnsent.Error() + ": " + e.cause.Error() }
+func (e *unsentError) Unwrap() error { return e.cause }
+func (e *unsentError) Is(target error) bool {
+	return target == errUnsent || target == lease.ErrNotApplied
+}
+
+// errClosedUnsent fails a call that Close (or an earlier Close) stopped
+// before it was sent. It is ErrClosed and lease.ErrNotApplied, but not
+// errUnsent: it must not be sent again, the client is closed.
+var errClosedUnsent = fmt.Errorf("%w (%w)", ErrClosed, lease.ErrNotApplied)
 
 // streamMethod is the batch stream a client speaks.
 type streamMethod struct {
@@ -89,7 +112,7 @@ func (s *batchStream) do(ctx context.Context, c *call) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return errClosedUnsent
 	}
 	c.state = callQueued
 	if c.op == lease.Unlock || c.op == lease.Extend {
@@ -225,7 +248,10 @@ func (s *batchStream) stream() (*clientStream, error) {
 }
 
 // sendFailed handles a SendMsg error: unsent holds the call whose send
-// failed and those after it, none of which reached the server.
+// failed and those after it, none of which reached the server. grpc
+// queues a message for the wire only once SendMsg succeeds (a failed write
+// returns before anything is queued, and grpc's transparent retry replays
+// only what was queued), so the failed call's bytes never left.
 func (s *batchStream) sendFailed(st *clientStream, unsent []*call, err error) {
 	s.mu.Lock()
 	if s.cur == st {
@@ -312,14 +338,18 @@ func (s *batchStream) failQueued(batch []*call, err error) {
 }
 
 // failure is err, or ErrClosed once the client is closing: a call cut
-// short by Close should say so, not show the cancellation behind it.
+// short by Close should say so, not show the cancellation behind it. What
+// err proves about the outcome is kept: an unsent call stays not applied.
 func (s *batchStream) failure(err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	switch {
+	case !s.closed:
+		return err
+	case errors.Is(err, lease.ErrNotApplied):
+		return errClosedUnsent
 	}
-	return err
+	return ErrClosed
 }
 
 func (s *batchStream) complete(calls []*call, err error) {
@@ -329,15 +359,16 @@ func (s *batchStream) complete(calls []*call, err error) {
 	}
 }
 
-// close fails the queued calls with ErrClosed and closes the connection,
-// which ends the stream and fails the calls waiting on it. The client's
-// context must be cancelled too, to stop the writer.
+// close fails the queued calls, never sent, with ErrClosed (not applied)
+// and closes the connection, which ends the stream and fails the calls
+// waiting on it (ErrClosed, outcome unknown). The client's context must be
+// cancelled too, to stop the writer.
 func (s *batchStream) close() error {
 	s.mu.Lock()
 	s.closed = true
 	queued := append(s.urgent, s.queue...)
 	s.urgent, s.queue = nil, nil
 	s.mu.Unlock()
-	s.failQueued(queued, ErrClosed)
+	s.failQueued(queued, errClosedUnsent)
 	return s.conn.Close()
 }

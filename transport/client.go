@@ -72,7 +72,9 @@ func WithMustRetryBudget(d time.Duration) ClientOption {
 // on the BatchServerLockRequests stream, which the receiving node serves
 // without forwarding again (ServerOptions.Forwarded), and MustRetry
 // answers come back as they are, unretried, for the original caller to
-// decide.
+// decide. Its errors are classified as the Client's (lease.ErrNotApplied
+// only when the request certainly was not applied), so the forwarding
+// node can answer MustRetry or Errored accordingly.
 func WithForwarding() ClientOption {
 	return func(cfg *clientConfig) { cfg.forwarding = true }
 }
@@ -91,10 +93,22 @@ func WithForwarding() ClientOption {
 // unknown; a call the server provably never processed is first sent again
 // to the next endpoint. Lock outcomes are Statuses.
 //
+// An error says what is known of the call's outcome: it wraps
+// lease.ErrNotApplied (test with errors.Is) when the request was certainly
+// not applied, because it never left this client (no stream could be
+// opened, the connection was down, the client was closed before sending
+// it, its write to the stream failed) or because the server ended the
+// stream cleanly without processing it. Any other error, ctx.Err()
+// included, leaves the outcome unknown: the request may have been applied,
+// or may still be.
+//
 // MustRetry answers are retried with jittered exponential backoff (about
 // 1 ms growing to 50 ms): TryLock until its context ends, the others
 // within the MustRetry budget, after which they return the MustRetry
-// status.
+// status. Nothing else is retried: an Errored answer, or an error of
+// unknown outcome, is returned as it is, for the caller to decide (the
+// same owner's operations are idempotent, so a lock handle may repeat
+// them; a blind retry here could not know that).
 type Client struct {
 	endpoints []*endpoint
 	next      atomic.Uint32 // round robin over endpoints
@@ -205,7 +219,8 @@ func (c *Client) open(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("transport: no endpoint reachable: %w", errors.Join(failed...))
+	// No stream opened, so no request was sent.
+	return fmt.Errorf("transport: no endpoint reachable (%w): %w", lease.ErrNotApplied, errors.Join(failed...))
 }
 
 // parseEndpoint turns an endpoint URL into a grpc target and credentials.
@@ -250,7 +265,8 @@ func parseEndpoint(raw string, cfg *clientConfig) (string, credentials.Transport
 }
 
 // Close ends every stream and connection. Calls in flight fail with
-// ErrClosed, as do later calls.
+// ErrClosed, as do later calls; those that were not sent yet fail with an
+// ErrClosed that is also lease.ErrNotApplied.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		var errs []error
@@ -288,7 +304,7 @@ func (c *Client) Get(ctx context.Context, resource string, d lease.Durability) (
 	return r.info, r.res, err
 }
 
-// do runs one lock call, retrying MustRetry answers.
+// do runs one lock call, retrying MustRetry answers and only those.
 func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []byte, ttl time.Duration, d lease.Durability) (reply, error) {
 	// Checked here as well as by the server: an oversized request would
 	// exceed the server's message limit, and a resource that is not UTF-8
@@ -334,8 +350,9 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 }
 
 // roundTrip sends cl to the next endpoint and waits for its answer. A call
-// that was provably not processed goes to the next endpoint, once around
-// the ring and once more (a fresh stream on the first one).
+// that was provably not processed (errUnsent) goes to the next endpoint,
+// once around the ring and once more (a fresh stream on the first one);
+// the last such error is returned, still lease.ErrNotApplied.
 func (c *Client) roundTrip(ctx context.Context, cl *call) (reply, error) {
 	n := uint32(len(c.endpoints))
 	first := c.next.Add(1)

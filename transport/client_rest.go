@@ -20,7 +20,14 @@ import (
 // RESTClient is a lease.Locker over Kahuna's REST API (/v1/locks/*): JSON
 // bodies, owner as base64, statuses as numbers. Calls go round robin over
 // the endpoints on kept-alive connections, and MustRetry answers are
-// retried like the gRPC Client does.
+// retried like the gRPC Client does; Errored answers and failed calls are
+// returned, never retried.
+//
+// Only a call made after Close is known not to have been sent (its
+// ErrClosed wraps lease.ErrNotApplied); every other error leaves the
+// outcome unknown. (net/http may send a request again on a new connection
+// after the first attempt, so even a dial error does not prove that no
+// attempt reached the server.)
 type RESTClient struct {
 	client    *http.Client
 	endpoints []string
@@ -138,8 +145,8 @@ func (r *RESTClient) lockCall(ctx context.Context, op lease.Op, path string, bod
 	})
 }
 
-// retry repeats call while it answers MustRetry: TryLock until ctx ends,
-// the others for the client's budget.
+// retry repeats call while it answers MustRetry, and only then: TryLock
+// until ctx ends, the others for the client's budget.
 func (r *RESTClient) retry(ctx context.Context, op lease.Op, call func() (lease.Result, error)) (lease.Result, error) {
 	var deadline time.Time
 	if op != lease.TryLock {
@@ -170,7 +177,7 @@ func (r *RESTClient) retry(ctx context.Context, op lease.Op, call func() (lease.
 // come with 200 and a type.
 func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 	if r.closed.Load() {
-		return ErrClosed
+		return errClosedUnsent
 	}
 	body, err := json.Marshal(in)
 	if err != nil {

@@ -126,11 +126,12 @@ func (s *Server) newGRPCServer() *grpc.Server {
 }
 
 // serve runs one lock request against l and reports it to Observe. Lock
-// outcomes, including InvalidInput, are in the Result. A failed call
-// answers MustRetry (the node cannot serve it now; the client may try
-// again or elsewhere), and a panicking Locker answers MustRetry too rather
-// than taking the server down. The error is non-nil only when ctx has
-// ended: the asker is gone and no answer is due.
+// outcomes, including InvalidInput, are in the Result. A failed call is
+// answered by what its error proves (see failedStatus): MustRetry only when
+// the Locker says the request was certainly not applied, Errored (outcome
+// unknown) otherwise, a panicking Locker included, rather than taking the
+// server down. The error is non-nil only when ctx has ended: the asker is
+// gone and no answer is due.
 func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.LockInfo, lease.Result, error) {
 	start := time.Now()
 	var (
@@ -144,11 +145,11 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 		res = lease.Result{Status: lease.InvalidInput}
 	}
 	if err != nil {
-		info, res = lease.LockInfo{}, lease.Result{Status: lease.MustRetry}
+		info, res = lease.LockInfo{}, lease.Result{Status: failedStatus(err)}
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		} else {
-			s.log.Warn("lock request failed", "op", r.op, "resource", r.resource, "err", err)
+			s.log.Warn("lock request failed", "op", r.op, "resource", r.resource, "status", res.Status, "err", err)
 			err = nil
 		}
 	}
@@ -159,8 +160,24 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 	return info, res, err
 }
 
+// failedStatus is the answer to a call that failed with err (DESIGN §8.5).
+// MustRetry promises that the request was certainly not applied, so it is
+// answered only when the Locker says so by wrapping lease.ErrNotApplied.
+// Anything else may have applied, or may still apply, and is Errored:
+// a Locker error that proves nothing; a panic (the Locker may have acted
+// before it); and a context error, even from this request's own context
+// whose asker went away, since the Locker's work on a request goes on
+// after its caller stops waiting (a proposal, once made, may commit).
+func failedStatus(err error) lease.Status {
+	if errors.Is(err, lease.ErrNotApplied) {
+		return lease.MustRetry
+	}
+	return lease.Errored
+}
+
 // call invokes the Locker for a valid request, turning a panic into an
-// error.
+// error. The panic's value is formatted, never wrapped, so a panic is
+// never taken for a certain "not applied".
 func (s *Server) call(ctx context.Context, l lease.Locker, r request) (info lease.LockInfo, res lease.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {

@@ -43,6 +43,9 @@ func (s *Server) serveBatch(stream grpc.ServerStream, l lease.Locker) error {
 		if s.answer(ctx, l, m) {
 			sendMu.Lock()
 			// A failed Send means the stream is broken; Recv reports it.
+			// grpc ends the stream with the Send's error status, never OK,
+			// so a sender never takes this processed request for one
+			// dropped unprocessed (TestServerUnsendableAnswerEndsTheStream).
 			// Send only queues the encoded answer for grpc's writer, which
 			// flushes many answers per socket write.
 			_ = stream.SendMsg(m)

@@ -77,8 +77,8 @@ func (s *Server) restLock(op lease.Op) http.Handler {
 		if op != lease.Unlock {
 			req.ttl = msToTTL(b.ExpiresMs)
 		}
-		// A failed call answers MustRetry and the error only says the asker
-		// is gone, so it is not looked at.
+		// A failed call is answered MustRetry or Errored (see serve), and
+		// the error only says the asker is gone, so it is not looked at.
 		_, res, _ := s.serve(r.Context(), s.locker, req)
 		writeJSON(w, http.StatusOK, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken})
 	})
