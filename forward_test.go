@@ -70,7 +70,7 @@ func forwarder(t *testing.T, endpoint string) *Node {
 	t.Helper()
 	n := &Node{
 		cfg:        Config{Logger: slog.New(slog.DiscardHandler)},
-		leadership: partition.NewLeadership(1, nil),
+		leadership: partition.NewLeadership(1, partition.Options{}),
 		peers:      newPeers(map[uint64]Member{1: {}, 2: {Endpoint: endpoint}}, 1),
 	}
 	n.leadership.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 2, Term: 1})

@@ -37,20 +37,34 @@ func newPeers(members map[uint64]Member, self uint64) *peers {
 // nothing was sent.
 func (ps *peers) get(ctx context.Context, id uint64) (lease.Locker, error) {
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	if ps.closed {
+		ps.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if c, ok := ps.clients[id]; ok {
+		ps.mu.Unlock()
 		return c, nil
 	}
 	endpoint, ok := ps.endpoints[id]
+	ps.mu.Unlock()
 	if !ok || endpoint == "" {
 		return nil, fmt.Errorf("kahuna: no endpoint for member %d", id)
 	}
+	// Dial without the lock: a peer that does not answer must not hold up
+	// forwarding to the others.
 	c, err := transport.Dial(ctx, []string{endpoint}, transport.WithForwarding())
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: dial member %d at %s: %w", id, endpoint, err)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		_ = c.Close()
+		return nil, ErrClosed
+	}
+	if other, ok := ps.clients[id]; ok { // dialled concurrently: keep one
+		_ = c.Close()
+		return other, nil
 	}
 	ps.clients[id] = c
 	return c, nil
