@@ -13,9 +13,12 @@ import (
 
 var clusterSeq atomic.Uint64
 
-// cluster is three in-memory replicas over the channel transport.
+// cluster is three replicas over the channel transport, each with a data
+// dir of its own (a cluster member is never in memory).
 type cluster struct {
-	nodes  []*node // nodes[i] has replica ID i+1
+	t      *testing.T
+	cfgs   []RaftConfig // cfgs[i] starts replica i+1
+	nodes  []*node      // nodes[i] has replica ID i+1; nil while stopped
 	events chan clusterEvent
 }
 
@@ -24,6 +27,7 @@ type clusterEvent struct {
 	LeaderEvent
 }
 
+// openCluster founds a three-replica cluster on fresh dirs.
 func openCluster(t *testing.T, base RaftConfig) *cluster {
 	t.Helper()
 	seq := clusterSeq.Add(1)
@@ -31,41 +35,60 @@ func openCluster(t *testing.T, base RaftConfig) *cluster {
 	for id := uint64(1); id <= 3; id++ {
 		members[id] = fmt.Sprintf("cluster%d-node%d:%d", seq, id, chanPort)
 	}
-	c := &cluster{nodes: make([]*node, 3), events: make(chan clusterEvent, 1024)}
+	c := &cluster{t: t, cfgs: make([]RaftConfig, 3), nodes: make([]*node, 3), events: make(chan clusterEvent, 1024)}
+	for i := range c.cfgs {
+		id := uint64(i + 1)
+		cfg := base
+		cfg.ReplicaID, cfg.Members = id, members
+		if cfg.Dir == "" {
+			cfg.Dir = t.TempDir()
+		}
+		cfg.OnLeaderChange = func(e LeaderEvent) {
+			select {
+			case c.events <- clusterEvent{replica: id, LeaderEvent: e}:
+			default:
+			}
+		}
+		c.cfgs[i] = cfg
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range c.nodes {
-		id := uint64(i + 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := base
-			cfg.ReplicaID, cfg.Members = id, members
-			cfg.OnLeaderChange = func(e LeaderEvent) {
-				select {
-				case c.events <- clusterEvent{replica: id, LeaderEvent: e}:
-				default:
-				}
-			}
-			r, err := OpenRaft(cfg)
-			errs[i] = err
-			if err == nil {
-				c.nodes[i] = &node{Raft: r}
-			}
-		}()
+		wg.Go(func() { errs[i] = c.start(i + 1) })
 	}
 	wg.Wait()
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			if n != nil {
+				n.Close()
+			}
+		}
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("replica %d: %v", i+1, err)
 		}
 	}
-	t.Cleanup(func() {
-		for _, n := range c.nodes {
-			n.Close()
-		}
-	})
 	return c
+}
+
+// start opens replica id with its config.
+func (c *cluster) start(id int) error {
+	r, err := OpenRaft(c.cfgs[id-1])
+	if err == nil {
+		c.nodes[id-1] = &node{Raft: r}
+	}
+	return err
+}
+
+// stop closes replica id.
+func (c *cluster) stop(id int) {
+	c.t.Helper()
+	n := c.nodes[id-1]
+	c.nodes[id-1] = nil
+	if err := n.Close(); err != nil {
+		c.t.Fatalf("close replica %d: %v", id, err)
+	}
 }
 
 // awaitLeader waits for some replica to announce itself leader of p, or,
@@ -166,4 +189,26 @@ func TestQuorumLoss(t *testing.T) {
 	if err := survivor.Barrier(ctx, 0); !errors.Is(err, ErrRetry) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Barrier without quorum: %v", err)
 	}
+}
+
+// A member whose data dir was lost must not come back under its old ID as
+// if it were founding the cluster: it would have forgotten its votes and
+// acknowledged entries (stack.md §9.7). OpenRaft refuses it.
+func TestMemberWithLostDataDirRefused(t *testing.T) {
+	c := openCluster(t, RaftConfig{Partitions: 1})
+	leaderID, ok := c.awaitLeader(t, 0, 0, testWait)
+	if !ok {
+		t.Fatal("no leader")
+	}
+	if err := propose(t, c.nodes[leaderID-1], 0, rec("kept", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	victim := int(leaderID%3) + 1 // a follower
+	c.stop(victim)
+	c.cfgs[victim-1].Dir = t.TempDir() // the disk is replaced by an empty one
+	err := c.start(victim)
+	if err == nil {
+		t.Fatalf("replica %d started on an empty data dir", victim)
+	}
+	t.Logf("refused: %v", err)
 }
