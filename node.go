@@ -65,16 +65,18 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leadership = partition.NewLeadership(cfg.Partitions, cfg.Logger)
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{
-		Dir:            cfg.DataDir,
-		WALDir:         cfg.WALDir,
-		RaftAddress:    cfg.RaftAddress,
-		ReplicaID:      cfg.NodeID,
-		Members:        raftMembers,
-		Partitions:     cfg.Partitions,
-		RTT:            cfg.RaftRTT,
-		Logger:         cfg.Logger,
-		OnLeaderChange: n.leadership.Observe,
-		Transport:      cfg.raftTransport,
+		Dir:                 cfg.DataDir,
+		WALDir:              cfg.WALDir,
+		RaftAddress:         cfg.RaftAddress,
+		ReplicaID:           cfg.NodeID,
+		Members:             raftMembers,
+		Partitions:          cfg.Partitions,
+		RTT:                 cfg.RaftRTT,
+		Logger:              cfg.Logger,
+		OnLeaderChange:      n.leadership.Observe,
+		Transport:           cfg.raftTransport,
+		InitialClusterState: cfg.InitialClusterState,
+		ClusterToken:        cfg.InitialClusterToken,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
