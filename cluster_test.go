@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
-	"github.com/kahunago/kahuna/durability"
 )
 
 // cluster is three nodes in this process, on loopback: TCP Raft and the
@@ -388,7 +387,7 @@ func TestClusterMemberWithLostDataDirRefused(t *testing.T) {
 		if err == nil {
 			t.Fatalf("state %q: node 3 started on an empty data dir", state)
 		}
-		if msg := err.Error(); !errors.Is(err, durability.ErrNoRaftState) || !strings.Contains(msg, c.dirs[3]) ||
+		if msg := err.Error(); !errors.Is(err, kahuna.ErrNoRaftState) || !strings.Contains(msg, c.dirs[3]) ||
 			!strings.Contains(msg, "new ID") || !strings.Contains(msg, "--initial-cluster-state new") {
 			t.Fatalf("state %q: %v", state, err)
 		}

@@ -46,23 +46,26 @@ type Config struct {
 	// every start.
 	Members map[uint64]Member
 	// InitialClusterState says whether this node may found the cluster
-	// (etcd's --initial-cluster-state). It matters only where DataDir
-	// holds no Raft state yet; a node with state restarts from it, whatever
+	// (etcd's --initial-cluster-state). It matters only for a DataDir that
+	// holds no Raft state yet: a node with state restarts from it, whatever
 	// the value.
 	//   - ClusterStateNew: found a new cluster with Members. Give it to
-	//     every member on its first start, and only then.
-	//   - ClusterStateExisting: this node is a member of a running cluster;
-	//     no Raft state means its disk was lost, and Open refuses
-	//     (durability.ErrNoRaftState): a member back from an empty disk
-	//     under its old ID has forgotten its votes and acknowledged
-	//     entries, which can lose committed locks (dragonboat cannot tell).
-	//     Such a node must be removed and added back under a new NodeID.
+	//     every member on its first start, and only then: left set, it
+	//     would found again on a lost disk.
+	//   - ClusterStateExisting: this node is a member of a running cluster,
+	//     so no Raft state means its disk was lost, and Open refuses
+	//     (ErrNoRaftState). A member back from an empty disk under its old
+	//     ID has forgotten its votes and acknowledged entries, which can
+	//     lose committed locks, and Raft cannot tell; such a node must be
+	//     removed and added back under a new NodeID.
 	//   - "" (default): ClusterStateNew for a single node, so a lone node
-	//     starts with no settings on a fresh or an existing DataDir;
-	//     ClusterStateExisting for a cluster member. Unlike etcd (default
-	//     "new"), a member founds only when told to: a lost disk or a
-	//     mistyped DataDir is refused, never silently a new replica under
-	//     an old ID. The price is one setting on a cluster's first start.
+	//     starts with no settings on a fresh or an existing DataDir (it has
+	//     no peers to disagree with); ClusterStateExisting for a cluster
+	//     member. etcd defaults to "new", which relies on the operator
+	//     dropping the flag after the first start; here a member founds
+	//     only when told to, so no default, forgotten flag or mistyped
+	//     DataDir can make it found again over a running cluster. The price
+	//     is one setting on a new cluster's first start.
 	InitialClusterState ClusterState
 	// InitialClusterToken keeps clusters from talking to each other (etcd's
 	// --initial-cluster-token). Raft's deployment ID, which every Raft
@@ -72,7 +75,7 @@ type Config struct {
 	// that reuse the same addresses (two environments, a test cluster
 	// rebuilt at the addresses of an old one). It is recorded in DataDir
 	// with Members: a restart with another token or member list is refused
-	// (durability.ErrOtherCluster). A single node without a token keeps the
+	// (ErrOtherCluster). A single node without a token keeps the
 	// deployment ID of earlier versions, so its data dirs keep opening.
 	// Cluster data dirs created before tokens existed keep opening too,
 	// with that old ID, as long as no token is given.
@@ -108,6 +111,19 @@ type Config struct {
 	// through faults_export_test.go.
 	raftTransport durability.TransportFactory
 }
+
+// Open's errors about a data dir that does not fit the node (match them
+// with errors.Is).
+var (
+	// ErrNoRaftState: DataDir holds no Raft state and InitialClusterState
+	// does not found the cluster (a lost disk, or a first start without
+	// ClusterStateNew).
+	ErrNoRaftState = durability.ErrNoRaftState
+	// ErrOtherCluster: DataDir was created for another cluster (another
+	// InitialClusterToken or member list, or a single node's data given to
+	// a cluster member, or the reverse).
+	ErrOtherCluster = durability.ErrOtherCluster
+)
 
 // ClusterState is Config.InitialClusterState.
 type ClusterState = durability.ClusterState
