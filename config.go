@@ -144,7 +144,7 @@ type Member struct {
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.Partitions < 0 {
-		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
+		errs = append(errs, fmt.Errorf("the partition count (Partitions) must be ≥ 1, got %d", c.Partitions))
 	}
 	if c.LockActors < 0 {
 		errs = append(errs, fmt.Errorf("LockActors must be ≥ 1, got %d", c.LockActors))

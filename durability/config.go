@@ -69,8 +69,9 @@ type RaftConfig struct {
 	// created before tokens existed. Dragonboat records the ID in Dir: a
 	// restart with another token or member list is refused
 	// (ErrOtherCluster). Data dirs of cluster members created before tokens
-	// existed hold that same constant; with no token they keep opening
-	// (see settleDeployment).
+	// existed hold that same constant; with no token they keep opening with
+	// it, their partitions restarting with Members, which dragonboat checks
+	// against the members they were founded with.
 	ClusterToken string
 	// Partitions is the number of partitions; partition p is Raft shard p+1.
 	// Default 8. Fixed for the life of the data.
