@@ -1,9 +1,15 @@
 package kahuna
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"time"
 )
 
 // Admin API paths, served next to the lock API.
@@ -46,13 +52,56 @@ func (n *Node) AdminHandler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("bad transfer request: %v", err)})
 			return
 		}
-		if err := n.TransferLeadership(req.Partition, req.To); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		err := n.TransferLeadership(req.Partition, req.To)
+		var nl *NotLeaderError
+		if errors.As(err, &nl) && nl.Leader != 0 && r.Header.Get(adminForwardedHeader) == "" {
+			// Only the leader may start a transfer: pass it on, once.
+			n.forwardAdmin(w, r, nl.Leader, req)
+			return
+		}
+		if err != nil {
+			code := http.StatusBadRequest
+			if nl != nil {
+				code = http.StatusServiceUnavailable
+			}
+			writeJSON(w, code, map[string]string{"error": err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusAccepted, req)
 	})
 	return mux
+}
+
+// adminForwardedHeader marks an admin request passed on by another node.
+const adminForwardedHeader = "Kahuna-Forwarded"
+
+// forwardAdmin passes a transfer request on to the partition's leader and
+// relays its answer.
+func (n *Node) forwardAdmin(w http.ResponseWriter, r *http.Request, leader uint64, req TransferRequest) {
+	m, ok := n.cfg.Members[leader]
+	if !ok || m.Endpoint == "" {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": fmt.Sprintf("partition %d is led by node %d, which has no endpoint", req.Partition, leader)})
+		return
+	}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	fr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(m.Endpoint, "/")+AdminTransferPath, bytes.NewReader(body))
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	fr.Header.Set("Content-Type", "application/json")
+	fr.Header.Set(adminForwardedHeader, "1")
+	resp, err := http.DefaultClient.Do(fr)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("pass the transfer on to node %d (the leader of partition %d): %v", leader, req.Partition, err)})
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 64<<10))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -112,8 +112,8 @@ func TestKeepAliveReportsLoss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("loss not reported")
 	}
-	if !errors.Is(context.Cause(l.Context()), context.Canceled) {
-		t.Fatalf("Context not cancelled on loss: %v", l.Context().Err())
+	if l.Context().Err() != context.Canceled || !errors.Is(context.Cause(l.Context()), kahuna.ErrLockLost) {
+		t.Fatalf("Context on loss: err %v, cause %v", l.Context().Err(), context.Cause(l.Context()))
 	}
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, kahuna.ErrLockLost) {
 		t.Fatalf("extend after loss: %v", err)

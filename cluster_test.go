@@ -73,14 +73,18 @@ func startCluster(t *testing.T, partitions int) *cluster {
 }
 
 // transfer moves partition p's leadership to node to and waits until it
-// serves p there. A transfer can be ignored (another in progress, target
-// catching up), so it is re-requested until it happens.
+// serves p there. Only the leader may start a transfer, and a transfer can
+// be ignored (another in progress, target catching up), so it is
+// re-requested of whoever leads until it happens.
 func (c *cluster) transfer(p int, to uint64) {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if err := c.node(to).TransferLeadership(p, to); err != nil {
-			c.t.Logf("transfer of partition %d to %d: %v (retrying)", p, to, err)
+		leader, _ := c.node(to).Leader(p)
+		if n := c.node(leader); n != nil {
+			if err := n.TransferLeadership(p, to); err != nil {
+				c.t.Logf("transfer of partition %d from %d to %d: %v (retrying)", p, leader, to, err)
+			}
 		}
 		retry := time.Now().Add(time.Second)
 		for time.Now().Before(retry) {

@@ -110,6 +110,11 @@ type Config struct {
 	// raftTransport replaces the Raft transport: fault tests only, set
 	// through faults_export_test.go.
 	raftTransport durability.TransportFactory
+	// Negative controls for the fault tests (faults_export_test.go): each
+	// switches one safety mechanism off, so the suite can show it catches
+	// the broken variant. Never set outside tests.
+	unsafeNoFence      bool // state machines apply records without compare-and-set or epoch checks
+	unsafeNoLeaseCheck bool // answer on the Raft leader flag alone, without the leader lease
 }
 
 // Open's errors about a data dir that does not fit the node (match them

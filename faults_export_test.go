@@ -9,3 +9,35 @@ func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
 	cfg.raftTransport = f
 	return cfg
 }
+
+// WithoutFencing returns cfg with the state machine's fence switched off:
+// records apply with the advance-only token guard alone (no compare-and-set
+// on the record's base revision, no leader epoch), and queued records are
+// proposed even after leadership is lost. A negative control: the fault
+// suite must report the violations this lets through.
+func WithoutFencing(cfg Config) Config {
+	cfg.unsafeNoFence = true
+	return cfg
+}
+
+// WithoutLeadershipProof returns cfg with the leader lease switched off:
+// the node answers from its cache whenever Raft last told it that it leads,
+// as a deposed leader that has not heard the news would. A negative
+// control: the fault suite must report the stale answers.
+func WithoutLeadershipProof(cfg Config) Config {
+	cfg.unsafeNoLeaseCheck = true
+	return cfg
+}
+
+// PauseNode freezes n as a process pause would (SIGSTOP, a long GC pause, a
+// VM freeze), as far as a process can freeze part of itself: calls that
+// reach it wait at its door, and the Raft leader events it would act on
+// are held back, so its own view of who leads stays as it was. Its clock
+// and dragonboat keep running; cut its links with faults.Network too. The
+// caller must ResumeNode it.
+func PauseNode(n *Node) { n.pause() }
+
+// ResumeNode lets the calls held by PauseNode in (they are answered as a
+// resumed process would answer them: late), then delivers the held leader
+// events.
+func ResumeNode(n *Node) { n.resume() }

@@ -7,21 +7,38 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 var (
 	// ErrBusy: the lock was held by another owner for the whole wait.
 	ErrBusy = errors.New("kahuna: lock is busy")
-	// ErrLockLost: Extend or Unlock found the lease gone (it lapsed, or
-	// another owner holds the lock). The error also carries the Status.
+	// ErrLockLost: the lease is gone, or may be: Extend or Unlock found it
+	// lapsed or held by another owner (the error is then a *StatusError
+	// carrying the Status), or its deadline (Lock.Expires) passed without
+	// an extension. Stop the work the lock guards.
 	ErrLockLost = errors.New("kahuna: lock lost")
+	// ErrReleased: the lock was released by Unlock. It is the cause
+	// (context.Cause) of the Lock's Context after a clean Unlock, and what
+	// Extend returns on a released lock.
+	ErrReleased = errors.New("kahuna: lock released")
 )
+
+// errLapsed is the cause of a Lock's Context when its deadline passed
+// without an extension.
+var errLapsed error = lapsedError{}
+
+type lapsedError struct{}
+
+func (lapsedError) Error() string {
+	return "kahuna: lock lost: the lease deadline passed without an extension"
+}
+func (lapsedError) Unwrap() error { return ErrLockLost }
 
 // StatusError is a lock operation that ended with a Status other than
 // success. It matches ErrLockLost for LockDoesNotExist and InvalidOwner on
-// Extend and Unlock, and ErrBusy for Busy.
+// Extend and Unlock, and ErrBusy for Busy. Status Errored means the
+// outcome is unknown: the operation may or may not have applied.
 type StatusError struct {
 	Op       string
 	Resource string
@@ -45,24 +62,53 @@ func (e *StatusError) Unwrap() error {
 
 const (
 	defaultTTL = 30 * time.Second
-	// mustRetryBudget bounds the retries of MustRetry where no wait says
-	// otherwise (Kahuna's clients use the same 30 s).
+	// mustRetryBudget bounds the retries of MustRetry and of unknown
+	// outcomes where no wait says otherwise (Kahuna's clients use the
+	// same 30 s).
 	mustRetryBudget = 30 * time.Second
 	minBackoff      = time.Millisecond
 	maxBackoff      = 50 * time.Millisecond
+	// cleanupTimeout bounds the best-effort Unlock Acquire makes when it
+	// gives up with an outcome unknown (and the lease's TTL bounds it too:
+	// past that the lock frees itself).
+	cleanupTimeout = 2 * time.Second
+	// Default safety margin: marginFraction of the TTL plus marginFixed.
+	marginFraction = 100 // 1 %
+	marginFixed    = 2 * time.Millisecond
 )
+
+// handleClock is a Lock's time source: send times and deadlines (Now), the
+// deadline timer and KeepAlive's schedule (AfterFunc). Tests swap it.
+type handleClock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) handleTimer
+}
+
+type handleTimer interface{ Stop() bool }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+func (systemClock) AfterFunc(d time.Duration, f func()) handleTimer {
+	return time.AfterFunc(d, f)
+}
 
 type acquireOptions struct {
 	ttl        time.Duration
 	wait       time.Duration
 	durability Durability
 	owner      []byte
+	ownOwner   bool // owner was minted by Acquire, not given by WithOwner
+	margin     time.Duration
+	marginSet  bool
+	clock      handleClock
 }
 
 // AcquireOption tunes Acquire.
 type AcquireOption func(*acquireOptions)
 
-// WithTTL sets the lease length (default 30 s).
+// WithTTL sets the lease length (default 30 s). The wire carries whole
+// milliseconds, so the handle counts a TTL truncated to the millisecond.
 func WithTTL(ttl time.Duration) AcquireOption { return func(o *acquireOptions) { o.ttl = ttl } }
 
 // WithWait keeps trying while the lock is busy for up to wait (default 0:
@@ -75,9 +121,43 @@ func WithDurability(d Durability) AcquireOption {
 }
 
 // WithOwner sets the owner (default: a fresh random 32-character owner).
+//
+// If owner already holds the lock (an earlier Acquire, another process),
+// Acquire returns that grant (Locked, same token) without refreshing its
+// lease, which may have started before this Acquire: the new Lock's
+// deadline would then be too late. Call Extend on it before relying on
+// its deadline. And since such an owner may be held elsewhere, Acquire
+// does not make its clean-up Unlock (see Acquire) for a given owner.
 func WithOwner(owner []byte) AcquireOption {
 	return func(o *acquireOptions) { o.owner = append([]byte(nil), owner...) }
 }
+
+// WithSafetyMargin sets how much earlier than the server the holder
+// considers its lease over: the Lock's deadline (Expires, Context, Lost)
+// is the send time of the request that granted or last extended the lease,
+// plus that request's TTL, minus d. A negative d counts as 0.
+//
+// The default is 1 % of the TTL plus 2 ms, for every grant and extend
+// (302 ms of a 30 s lease; the same rule as Redlock's clock drift
+// factor). The holder measures from the moment it sent the request, which
+// is no later than the moment the server started the lease, so network
+// delay is already on the safe side; what the margin must cover is the
+// server's clock running faster than the holder's over one TTL (crystal
+// and NTP slew rates are at most a few hundred ppm, so 1 % leaves an order
+// of magnitude to spare), the wire's millisecond rounding of TTLs and
+// recorded expiries, and timer slack. It does not cover a wall-clock skew
+// between the nodes of a cluster: a persistent lock's expiry is recorded
+// in wall-clock milliseconds and a new leader enforces it after failover
+// with its own wall clock, so where nodes' clocks may differ by more than
+// the default margin, pass at least that skew plus the 1 %. No margin
+// covers a holder paused past its deadline (GC, SIGSTOP, a VM freeze):
+// pass FencingToken to what the lock protects.
+func WithSafetyMargin(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.margin, o.marginSet = max(d, 0), true }
+}
+
+// withClock makes the Lock measure time with c (tests).
+func withClock(c handleClock) AcquireOption { return func(o *acquireOptions) { o.clock = c } }
 
 // NewOwner returns a fresh random owner: 32 lowercase hex characters, like
 // Kahuna's clients mint.
@@ -87,7 +167,24 @@ func NewOwner() []byte {
 	return []byte(hex.EncodeToString(b[:]))
 }
 
-// Lock is a held lease on a resource.
+type lockState uint8
+
+const (
+	held lockState = iota
+	lost
+	released
+)
+
+// Lock is a held lease on a resource. Its deadline (Expires) is the
+// holder's conservative view of when the lease ends; at that moment, or
+// when an Extend or Unlock finds the lease gone, the lock is lost: Lost
+// closes and Context ends with a cause matching ErrLockLost. A clean
+// Unlock ends Context with ErrReleased instead. Methods are safe for
+// concurrent use; Extends of one Lock run one at a time.
+//
+// A lease cannot stop a holder that is paused past its deadline (a GC
+// pause, SIGSTOP, a VM freeze) from acting late: have what the lock
+// protects check FencingToken.
 type Lock struct {
 	locker     Locker
 	resource   string
@@ -95,60 +192,224 @@ type Lock struct {
 	token      int64
 	durability Durability
 	ttl        time.Duration
+	clock      handleClock
+	margin     time.Duration
+	marginSet  bool
 
-	ctx      context.Context // cancelled when the lock is lost or released
-	cancel   context.CancelFunc
-	lost     chan struct{}
-	lostOnce sync.Once
-	alive    atomic.Bool // a KeepAlive loop runs
+	ctx    *lockContext
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+
+	extendMu sync.Mutex // one Extend at a time, so deadlines follow the server's order
+
+	mu        sync.Mutex
+	state     lockState
+	cause     error       // why the lock ended (state lost or released)
+	granted   time.Time   // send time of the request the deadline counts from
+	expires   time.Time   // the deadline
+	timer     handleTimer // fires at expires
+	releasing int         // Unlock calls in flight
+	alive     bool        // a KeepAlive loop runs
 }
 
-func newLock(l Locker, resource string, owner []byte, token int64, d Durability, ttl time.Duration) *Lock {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Lock{locker: l, resource: resource, owner: owner, token: token, durability: d, ttl: ttl,
-		ctx: ctx, cancel: cancel, lost: make(chan struct{})}
+// lockContext is a Lock's Context: a cancelable context whose deadline is
+// the lock's current deadline, which each Extend moves.
+type lockContext struct {
+	context.Context
+	l *Lock
 }
 
-// Acquire locks resource on l. It returns ErrBusy if another owner held it
-// for the whole wait, a *StatusError for any other refusal, and ctx.Err()
-// unchanged if ctx ends first. MustRetry answers (the node cannot serve
-// now) are retried with backoff until ctx or the wait ends (at least 30 s).
+func (c *lockContext) Deadline() (time.Time, bool) { return c.l.Expires(), true }
+
+// deadline is the holder's end of a lease granted or extended by a request
+// sent at sent with ttl.
+func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
+	m := l.margin
+	if !l.marginSet {
+		m = ttl/marginFraction + marginFixed
+	}
+	return sent.Add(ttl.Truncate(time.Millisecond) - m)
+}
+
+// Acquire locks resource on l, as one owner (WithOwner's, or a fresh
+// random one) for all its attempts. It returns ErrBusy if another owner
+// held the lock for the whole wait, a *StatusError for any other refusal,
+// and ctx.Err() unchanged if ctx ends first.
+//
+// Retries: a TryLock by the owner that already holds the lock answers
+// Locked with the same token, so asking again is safe. Acquire retries,
+// with jittered exponential backoff (1 ms to 50 ms):
+//   - Busy, while the wait lasts;
+//   - MustRetry: the node certainly did not apply it;
+//   - Errored (or WaitingForReplication), and call errors that are not
+//     ctx's: the attempt may have applied, its outcome is unknown;
+//
+// for up to the longer of the wait and 30 s, and while ctx lasts. Other
+// statuses end Acquire at once with a *StatusError.
+//
+// If Acquire gives up while an attempt's outcome is unknown (the retry
+// budget ran out after Errored or a call error, or ctx ended with an
+// attempt in flight), the lock may be held by the owner without Acquire
+// knowing it. Acquire then makes a best-effort Unlock of that owner before
+// it returns (not under ctx, which may be over: for at most 2 s, and no
+// longer than the TTL), so the lock does not sit held until it expires,
+// unless the owner came from WithOwner (it may hold the lock through
+// another handle). It returns ctx.Err() if ctx ended, else the unknown
+// outcome: a *StatusError with Errored, or the call's error.
+//
+// The Lock's deadline counts from the send time of the earliest attempt
+// that may have granted the lease (a TryLock by the holder does not
+// refresh it): every attempt except those certainly not applied (MustRetry,
+// Busy, InvalidInput). A Busy answer shows another owner held the lock
+// then, so no earlier attempt of this owner can have started the lease
+// before it; the count restarts at that answer's send time. If retries
+// took so long that this deadline has already passed, the returned Lock
+// is already lost (Unlock it).
 func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOption) (*Lock, error) {
-	o := acquireOptions{ttl: defaultTTL, durability: Persistent}
+	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.owner == nil {
-		o.owner = NewOwner()
+		o.owner, o.ownOwner = NewOwner(), true
 	}
-	start := time.Now()
+	c := o.clock
+	start := c.Now()
 	busyUntil := start.Add(o.wait)
 	retryUntil := start.Add(max(o.wait, mustRetryBudget))
 	backoff := minBackoff
+	var (
+		since   time.Time // send time of the earliest attempt that may have granted the lease; zero: none
+		unknown bool      // some attempt's outcome was unknown: the owner may hold the lock unseen
+		verdict error     // what to report if Acquire gives up now
+	)
+	fail := func(err error) (*Lock, error) {
+		if unknown && o.ownOwner {
+			releaseUnseen(ctx, l, resource, o)
+		}
+		return nil, err
+	}
 	for {
+		sent := c.Now()
 		r, err := l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
-		if err != nil {
-			return nil, err
-		}
 		var until time.Time
-		switch r.Status {
-		case Locked:
-			return newLock(l, resource, o.owner, r.FencingToken, o.durability, o.ttl), nil
-		case Busy:
-			until = busyUntil
-		case MustRetry:
+		switch {
+		case err != nil && ctx.Err() != nil:
+			unknown = true // the attempt in flight may have applied
+			return fail(ctx.Err())
+		case err != nil:
+			if since.IsZero() {
+				since = sent
+			}
+			unknown, verdict = true, err
 			until = retryUntil
-		default:
-			return nil, &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+		case r.Status == Locked:
+			if since.IsZero() {
+				since = sent
+			}
+			return newLock(l, resource, r.FencingToken, o, since), nil
+		case r.Status == Busy:
+			if !since.IsZero() {
+				since = sent
+			}
+			verdict = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+			until = busyUntil
+		case r.Status == MustRetry:
+			if verdict == nil {
+				verdict = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+			}
+			until = retryUntil
+		case r.Status == Errored || r.Status == WaitingForReplication:
+			if since.IsZero() {
+				since = sent
+			}
+			unknown, verdict = true, &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+			until = retryUntil
+		case r.Status == InvalidInput:
+			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status})
+		default: // not an answer to TryLock: nothing says it did not apply
+			unknown = true
+			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status})
 		}
-		if !time.Now().Before(until) {
-			return nil, &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+		if !c.Now().Before(until) {
+			return fail(verdict)
 		}
-		if err := sleep(ctx, min(jitter(backoff), time.Until(until))); err != nil {
-			return nil, err
+		if err := sleep(ctx, min(jitter(backoff), until.Sub(c.Now()))); err != nil {
+			return fail(err)
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
+}
+
+// releaseUnseen is Acquire's best-effort Unlock of an owner that may hold
+// the lock without knowing it.
+func releaseUnseen(ctx context.Context, l Locker, resource string, o acquireOptions) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cleanupTimeout, max(o.ttl, 0)))
+	defer cancel()
+	retryOp(cctx, o.clock, nil, func() (Result, error) {
+		return l.Unlock(cctx, resource, o.owner, o.durability)
+	})
+}
+
+func newLock(l Locker, resource string, token int64, o acquireOptions, granted time.Time) *Lock {
+	inner, cancel := context.WithCancelCause(context.Background())
+	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
+		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet,
+		cancel: cancel, lost: make(chan struct{})}
+	lk.ctx = &lockContext{Context: inner, l: lk}
+	lk.mu.Lock()
+	lk.setDeadline(granted, o.ttl)
+	lk.mu.Unlock()
+	return lk
+}
+
+// setDeadline moves the deadline to the end of a lease granted or
+// extended by a request sent at sent with ttl. l.mu is held.
+func (l *Lock) setDeadline(sent time.Time, ttl time.Duration) {
+	l.granted, l.expires = sent, l.deadline(sent, ttl)
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.timer = l.clock.AfterFunc(l.expires.Sub(l.clock.Now()), l.lapse)
+}
+
+// lapse runs when the deadline timer fires: the lock is lost unless an
+// Extend moved the deadline meanwhile.
+func (l *Lock) lapse() {
+	l.mu.Lock()
+	if l.state != held || l.clock.Now().Before(l.expires) {
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.end(lost, errLapsed)
+}
+
+// end moves a held lock to state (lost or released) with cause; it does
+// nothing if the lock has already ended.
+func (l *Lock) end(state lockState, cause error) {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return
+	}
+	l.state, l.cause = state, cause
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	if state == lost {
+		close(l.lost) // before the Context ends: whoever sees it done sees Lost closed
+	}
+	l.cancel(cause)
+}
+
+// ended returns why the lock ended (a cause matching ErrLockLost, or
+// ErrReleased), or nil while it is held.
+func (l *Lock) ended() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
 }
 
 // Resource is the locked resource.
@@ -164,118 +425,268 @@ func (l *Lock) FencingToken() int64 { return l.token }
 // Durability is the lock's durability.
 func (l *Lock) Durability() Durability { return l.durability }
 
-// Extend makes the lease end ttl from now. It returns an error matching
-// ErrLockLost when the lease is gone; stop the protected work then.
+// Expires is the holder's deadline: the send time of the request that
+// granted or last extended the lease, plus its TTL, minus the safety
+// margin (WithSafetyMargin). The server's lease lasts at least until then;
+// the lock counts as lost when it passes. It is measured on the monotonic
+// clock: compare it with time.Now, not with other machines' clocks.
+func (l *Lock) Expires() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+// Extend makes the lease end ttl after now (and the deadline: ttl after
+// this call's successful attempt was sent, minus the margin; a shorter ttl
+// shortens both). It returns an error matching ErrLockLost when the lease
+// is gone (and the lock is then lost: stop the protected work), ErrReleased
+// after Unlock, and ctx.Err() unchanged if ctx ends.
+//
+// Retries: an Extend by the owner is idempotent, so Extend retries
+// MustRetry, Errored and call errors other than ctx's with backoff, for up
+// to 30 s, while ctx lasts and while the lock's deadline has not passed
+// (it then returns the loss). If the budget ends with the outcome unknown
+// it returns a *StatusError with Errored, or the call's error; the
+// deadline stays where it was.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	r, err := retry(ctx, func() (Result, error) {
-		return l.locker.Extend(ctx, l.resource, l.owner, ttl, l.durability)
-	})
-	if err != nil {
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
+	if err := l.ended(); err != nil {
 		return err
 	}
-	if r.Status != Extended {
-		err := &StatusError{Op: "extend", Resource: l.resource, Status: r.Status}
-		if errors.Is(err, ErrLockLost) {
-			l.markLost()
+	// The attempts end with ctx or with the lock (lost at its deadline,
+	// or released).
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.ctx, cancel)
+	defer stop()
+	a := retryOp(octx, l.clock, l.ended, func() (Result, error) {
+		return l.locker.Extend(octx, l.resource, l.owner, ttl, l.durability)
+	})
+	if a.err != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.ended(); err != nil {
+			return err
+		}
+		return a.err
+	}
+	switch a.r.Status {
+	case Extended:
+		l.mu.Lock()
+		if l.state == held {
+			l.setDeadline(a.sent, ttl)
+		}
+		l.mu.Unlock()
+		return l.ended() // nil unless the lock ended meanwhile
+	case LockDoesNotExist, InvalidOwner:
+		err := &StatusError{Op: "extend", Resource: l.resource, Status: a.r.Status}
+		l.mu.Lock()
+		releasing := l.releasing > 0
+		l.mu.Unlock()
+		if !releasing { // gone because our own Unlock applied: not a loss
+			l.end(lost, err)
 		}
 		return err
 	}
-	return nil
+	return &StatusError{Op: "extend", Resource: l.resource, Status: a.r.Status}
 }
 
-// Unlock releases the lock. It returns an error matching ErrLockLost when
-// the lock was no longer this owner's.
+// Unlock releases the lock. It returns nil when the lock is released (and
+// the Context then ends with ErrReleased), an error matching ErrLockLost
+// when the lock was no longer this owner's, and ctx.Err() unchanged if ctx
+// ends. Unlock of a released lock does nothing and returns nil; Unlock of
+// a lost lock still asks the server, which frees it early if it is still
+// this owner's.
+//
+// Retries: an Unlock by the owner is idempotent (a second one answers
+// LockDoesNotExist), so Unlock retries MustRetry, Errored and call errors
+// other than ctx's with backoff, for up to 30 s and while ctx lasts. A
+// retry after an unknown outcome that finds the lock gone
+// (LockDoesNotExist, or InvalidOwner: a waiter may have got it at once)
+// counts as released, since the earlier attempt may have been what freed
+// it. If the budget ends with the outcome unknown, Unlock returns a
+// *StatusError with Errored, or the call's error, and the lock stays as it
+// was (held until its deadline).
 func (l *Lock) Unlock(ctx context.Context) error {
-	r, err := retry(ctx, func() (Result, error) {
+	l.mu.Lock()
+	if l.state == released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.releasing++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.releasing--
+		l.mu.Unlock()
+	}()
+	a := retryOp(ctx, l.clock, nil, func() (Result, error) {
 		return l.locker.Unlock(ctx, l.resource, l.owner, l.durability)
 	})
-	if err != nil {
-		return err
-	}
-	if r.Status != Unlocked {
-		err := &StatusError{Op: "unlock", Resource: l.resource, Status: r.Status}
-		if errors.Is(err, ErrLockLost) {
-			l.markLost()
+	if a.err != nil {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
+		return a.err
+	}
+	switch a.r.Status {
+	case Unlocked:
+		l.end(released, ErrReleased)
+		return nil
+	case LockDoesNotExist, InvalidOwner:
+		if a.unknown {
+			l.end(released, ErrReleased)
+			return nil
+		}
+		if errors.Is(l.ended(), ErrReleased) { // a concurrent Unlock released it
+			return nil
+		}
+		err := &StatusError{Op: "unlock", Resource: l.resource, Status: a.r.Status}
+		l.end(lost, err)
 		return err
 	}
-	l.cancel() // released: the work it guarded must stop too
-	return nil
+	return &StatusError{Op: "unlock", Resource: l.resource, Status: a.r.Status}
 }
 
-// Lost is closed when the lock is found lost: an Extend (KeepAlive's
-// included) or Unlock answered that the lease lapsed or another owner
-// holds it, or KeepAlive could not extend it before it ran out.
+// Lost is closed when the lock is lost: its deadline (Expires) passed
+// without an extension, or an Extend (KeepAlive's included) or Unlock
+// found the lease lapsed or held by another owner. It stays open after a
+// clean Unlock.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
-// Context is cancelled when the lock is lost or released; run the work the
-// lock guards under it.
+// Context ends when the lock is lost or released; run the work the lock
+// guards under it. Its Deadline is the lock's deadline (Expires), which
+// each successful Extend moves. When it ends, Err is context.Canceled and
+// context.Cause says why: an error matching ErrLockLost (the deadline
+// passed, or the lease was found gone), or ErrReleased after Unlock.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-func (l *Lock) markLost() {
-	l.lostOnce.Do(func() {
-		close(l.lost)
-		l.cancel()
-	})
-}
-
-// KeepAlive extends the lease by its TTL every interval (default a third
-// of the TTL), in the background, until ctx ends, the lock is released, or
-// it is lost. Failed extends are retried; if none succeeds before the
-// lease would have run out, the lock is treated as lost. Watch Lost or
-// Context. A second call while one runs does nothing.
+// KeepAlive extends the lease by its TTL in the background, every
+// interval (default, and if every <= 0 or >= the TTL: a third of the TTL)
+// counted from the send time of the request that granted or last extended
+// the lease, not from the call: if that is long past, the first extend is
+// sent at once. It runs until ctx ends, the lock is released, or it is
+// lost. Extends are retried as Extend does; if none succeeds before the
+// deadline, the lock is lost there, as without KeepAlive (watch Lost or
+// Context). When ctx ends, the lock stays held until its deadline. A
+// second call while one runs does nothing.
+//
+// KeepAlive proves that this process can reach the server, not that the
+// work is healthy: a stuck worker keeps its lock for as long as KeepAlive
+// runs.
 func (l *Lock) KeepAlive(ctx context.Context, every time.Duration) {
 	if every <= 0 || every >= l.ttl {
 		every = l.ttl / 3
 	}
-	if !l.alive.CompareAndSwap(false, true) {
+	l.mu.Lock()
+	if l.alive || l.state != held {
+		l.mu.Unlock()
 		return
 	}
-	go func() {
-		defer l.alive.Store(false)
-		ticker := time.NewTicker(every)
-		defer ticker.Stop()
-		// The lease surely lasts until this (measured from before the call
-		// that set it, so it errs early).
-		lapse := time.Now().Add(l.ttl)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-l.ctx.Done():
-				return
-			case <-ticker.C:
-			}
-			start := time.Now()
-			cctx, cancel := context.WithDeadline(ctx, lapse)
-			err := l.Extend(cctx, l.ttl)
-			cancel()
-			switch {
-			case err == nil:
-				lapse = start.Add(l.ttl)
-			case errors.Is(err, ErrLockLost):
-				return // markLost already ran
-			case ctx.Err() != nil:
-				return
-			case !time.Now().Before(lapse):
-				l.markLost() // could not extend before the lease ran out
-				return
-			}
-		}
-	}()
+	l.alive = true
+	l.mu.Unlock()
+	go l.keepAlive(ctx, every)
 }
 
-// retry repeats op while it answers MustRetry, for up to mustRetryBudget.
-func retry(ctx context.Context, op func() (Result, error)) (Result, error) {
-	deadline := time.Now().Add(mustRetryBudget)
-	backoff := minBackoff
+func (l *Lock) keepAlive(ctx context.Context, every time.Duration) {
+	defer func() {
+		l.mu.Lock()
+		l.alive = false
+		l.mu.Unlock()
+	}()
+	var retryAt time.Time // after a failed extend: when to try again
 	for {
-		r, err := op()
-		if err != nil || r.Status != MustRetry || !time.Now().Before(deadline) {
-			return r, err
+		l.mu.Lock()
+		next := l.granted.Add(every)
+		l.mu.Unlock()
+		if next.Before(retryAt) {
+			next = retryAt
 		}
-		if err := sleep(ctx, min(jitter(backoff), time.Until(deadline))); err != nil {
-			return r, err
+		wake := make(chan struct{})
+		t := l.clock.AfterFunc(next.Sub(l.clock.Now()), func() { close(wake) })
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-l.ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+		}
+		l.mu.Lock()
+		releasing := l.releasing > 0
+		l.mu.Unlock()
+		if releasing { // an Unlock is in flight: do not extend under it
+			retryAt = l.clock.Now().Add(every / 4)
+			continue
+		}
+		err := l.Extend(ctx, l.ttl)
+		switch {
+		case err == nil:
+			retryAt = time.Time{}
+		case ctx.Err() != nil, l.ctx.Err() != nil:
+			return
+		default:
+			// The budget ran out with the outcome unknown, or a status
+			// asking again will not change: try again later, until the
+			// deadline ends the lock.
+			retryAt = l.clock.Now().Add(every / 4)
+		}
+	}
+}
+
+// answer is how retryOp's attempts ended.
+type answer struct {
+	r    Result    // the final answer, when err is nil
+	sent time.Time // send time of the attempt that gave r
+	// unknown: an attempt before the final one had an unknown outcome (it
+	// may have applied).
+	unknown bool
+	// err: ctx.Err() if ctx ended, the call error of the last unknown
+	// outcome when the budget ran out on it, or halt's error.
+	err error
+}
+
+// retryOp calls op, idempotent for its owner, until it answers something
+// other than MustRetry (certainly not applied), Errored or
+// WaitingForReplication (outcome unknown), or a call error other than
+// ctx's (outcome unknown), for up to mustRetryBudget and while ctx lasts;
+// halt, if not nil, is asked before each retry. When the budget runs out,
+// the answer is the last unknown outcome if there was one (outcomes stay
+// unknown), else the last MustRetry.
+func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (Result, error)) answer {
+	deadline := c.Now().Add(mustRetryBudget)
+	backoff := minBackoff
+	var last answer
+	for {
+		sent := c.Now()
+		r, err := op()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return answer{unknown: true, err: ctx.Err()}
+		case err != nil:
+			last = answer{unknown: true, err: err}
+		case r.Status == Errored || r.Status == WaitingForReplication:
+			last = answer{r: r, sent: sent, unknown: true}
+		case r.Status == MustRetry:
+			if !last.unknown {
+				last = answer{r: r, sent: sent}
+			}
+		default:
+			return answer{r: r, sent: sent, unknown: last.unknown}
+		}
+		if !c.Now().Before(deadline) {
+			return last
+		}
+		if halt != nil {
+			if err := halt(); err != nil {
+				return answer{unknown: last.unknown, err: err}
+			}
+		}
+		if err := sleep(ctx, min(jitter(backoff), deadline.Sub(c.Now()))); err != nil {
+			return answer{unknown: last.unknown, err: err}
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}

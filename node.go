@@ -22,6 +22,9 @@ import (
 // flight when Close gave up waiting for them.
 var ErrClosed = errors.New("kahuna: node closed")
 
+// errClosedNotApplied is ErrClosed for a call that never entered the node.
+var errClosedNotApplied = fmt.Errorf("%w (%w)", ErrClosed, lease.ErrNotApplied)
+
 const (
 	// closeDrainTimeout bounds how long Close waits for calls in flight.
 	closeDrainTimeout = 5 * time.Second
@@ -45,6 +48,9 @@ type Node struct {
 	drainOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
+
+	// paused, when set, holds calls at the door (PauseNode, tests only).
+	paused atomic.Pointer[chan struct{}]
 }
 
 var _ Locker = (*Node)(nil)
@@ -63,7 +69,11 @@ func Open(cfg Config) (*Node, error) {
 	for id, m := range cfg.Members {
 		raftMembers[id] = m.RaftAddress
 	}
-	n.leadership = partition.NewLeadership(cfg.Partitions, cfg.Logger)
+	n.leadership = partition.NewLeadership(cfg.Partitions, partition.Options{
+		Lease:         n.leaderLease(),
+		UnsafeNoLease: cfg.unsafeNoLeaseCheck,
+		Logger:        cfg.Logger,
+	})
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{
 		Dir:                 cfg.DataDir,
 		WALDir:              cfg.WALDir,
@@ -75,6 +85,7 @@ func Open(cfg Config) (*Node, error) {
 		Logger:              cfg.Logger,
 		OnLeaderChange:      n.leadership.Observe,
 		Transport:           cfg.raftTransport,
+		UnsafeNoFence:       cfg.unsafeNoFence,
 		InitialClusterState: cfg.InitialClusterState,
 		ClusterToken:        cfg.InitialClusterToken,
 	})
@@ -147,6 +158,20 @@ func (n *Node) Local() Locker { return local{n} }
 
 func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 }
 
+// leaderLease is how long a confirmation of leadership lets this node
+// answer from its cache (partition.LeaseFor). A single voter needs none:
+// nobody else can be elected.
+func (n *Node) leaderLease() time.Duration {
+	if !n.clustered() {
+		return 0
+	}
+	rtt := n.cfg.RaftRTT
+	if rtt == 0 {
+		rtt = durability.DefaultRTT
+	}
+	return partition.LeaseFor(rtt, durability.ElectionTicks)
+}
+
 // spreadLeaders hands each partition this node leads to its preferred
 // leader (members in ID order, round robin), so leaders are spread over
 // the cluster after start instead of piling up on the first node up.
@@ -160,7 +185,7 @@ func (n *Node) spreadLeaders() {
 	for p := 0; p < n.cfg.Partitions; p++ {
 		want := ids[p%len(ids)]
 		if leader, self := n.leadership.LeaderOf(p); self && leader != want {
-			if err := n.backend.TransferLeadership(p, want); err != nil {
+			if err := n.transfer(p, want); err != nil {
 				n.cfg.Logger.Warn("spreading leaders", "partition", p, "to", want, "err", err)
 				continue
 			}
@@ -179,9 +204,26 @@ func (n *Node) spreadLeaders() {
 	}
 }
 
-// TransferLeadership asks partition p's leader to hand it to node to, e.g.
-// before maintenance of the current leader. It returns once requested;
-// Leader reports when it is done.
+// NotLeaderError is returned by TransferLeadership on a node that does not
+// serve the partition: only its leader may hand it over.
+type NotLeaderError struct {
+	Partition int
+	Leader    uint64 // 0 if none is known
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return fmt.Sprintf("kahuna: partition %d has no serving leader here (electing?); retry", e.Partition)
+	}
+	return fmt.Sprintf("kahuna: this node does not serve partition %d; its leader is node %d", e.Partition, e.Leader)
+}
+
+// TransferLeadership hands partition p, which this node must lead, to node
+// to, e.g. before maintenance. It returns once requested; Leader reports
+// when it is done. Only the leader may start a transfer, because it drops
+// its leader lease first (the target's campaign bypasses the stickiness
+// the lease relies on): on another node it returns a *NotLeaderError
+// naming the leader (the admin API passes the request on to it).
 func (n *Node) TransferLeadership(p int, to uint64) error {
 	if p < 0 || p >= n.cfg.Partitions {
 		return fmt.Errorf("kahuna: no partition %d (this node has %d)", p, n.cfg.Partitions)
@@ -195,6 +237,18 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	if leader, _ := n.leadership.LeaderOf(p); leader == to {
 		return nil // already there
 	}
+	return n.transfer(p, to)
+}
+
+// transfer drops this node's lease of p, then asks Raft to move p to to.
+func (n *Node) transfer(p int, to uint64) error {
+	if !n.leadership.Relinquish(p) {
+		leader, self := n.leadership.LeaderOf(p)
+		if self {
+			leader = 0 // leading in Raft, not (yet) serving
+		}
+		return &NotLeaderError{Partition: p, Leader: leader}
+	}
 	return n.backend.TransferLeadership(p, to)
 }
 
@@ -205,7 +259,8 @@ func (n *Node) Leader(p int) (nodeID uint64, serving bool) {
 		return 0, false
 	}
 	id, _ := n.leadership.LeaderOf(p)
-	return id, n.leadership.Serving(p)
+	_, serving = n.leadership.Serving(p)
+	return id, serving
 }
 
 // Partition returns the partition of resource.
@@ -234,6 +289,34 @@ func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d Dura
 // answer reflects every committed write.
 func (n *Node) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
 	return n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
+}
+
+// pause and resume implement PauseNode and ResumeNode (faults_export_test.go).
+func (n *Node) pause() {
+	gate := make(chan struct{})
+	n.paused.Store(&gate)
+	n.leadership.Freeze()
+}
+
+func (n *Node) resume() {
+	if gate := n.paused.Swap(nil); gate != nil {
+		close(*gate)
+	}
+	n.leadership.Thaw()
+}
+
+// waitUnpaused holds a call while the node is paused (tests only).
+func (n *Node) waitUnpaused(ctx context.Context) error {
+	gate := n.paused.Load()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-*gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (n *Node) enter() bool {

@@ -18,30 +18,25 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (Lock
 	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) {
 		return LockInfo{}, Result{Status: InvalidInput}, nil
 	}
+	if err := n.waitUnpaused(ctx); err != nil {
+		return LockInfo{}, Result{}, err
+	}
 	if !n.enter() {
-		return LockInfo{}, Result{}, ErrClosed
+		return LockInfo{}, Result{}, errClosedNotApplied
 	}
 	defer n.exit()
 	req.Partition = partition.Of(req.Resource, n.cfg.Partitions)
-	if !n.leadership.Serving(req.Partition) {
+	if _, ok := n.leadership.Serving(req.Partition); !ok {
 		if forwarded {
 			return LockInfo{}, Result{Status: MustRetry}, nil
 		}
 		return n.forward(ctx, req)
 	}
-	if req.Op == lease.Get && req.Durability == Persistent && n.clustered() {
-		// A leader cut off from the others may not know yet that it was
-		// deposed: confirm leadership with a read index before answering.
-		if err := n.backend.Barrier(ctx, req.Partition); err != nil {
-			if ctx.Err() != nil {
-				return LockInfo{}, Result{}, ctx.Err()
-			}
-			return LockInfo{}, Result{Status: MustRetry}, nil
-		}
-	}
+	// The actor checks again when it decides: every answer, reads
+	// included, is given only under a live leader lease (partition.Leadership).
 	resp, err := n.ring.Do(ctx, req)
 	if errors.Is(err, actors.ErrClosed) {
-		return LockInfo{}, Result{}, ErrClosed
+		return LockInfo{}, Result{}, ErrClosed // in flight: it may have applied
 	}
 	if err != nil || resp.Status != Got {
 		return LockInfo{}, Result{Status: resp.Status, FencingToken: resp.Token}, err

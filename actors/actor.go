@@ -23,6 +23,7 @@ type call struct {
 	root     *actor.RootContext
 	decision lease.Decision
 	rec      durability.Record
+	index    uint64 // Raft index the record was applied at
 	err      error
 	next     *call // queue of calls waiting behind this resource's write
 }
@@ -52,8 +53,8 @@ func (*completed) GetPriority() int8 { return urgentPriority }
 
 // Committed implements durability.Completion. It runs on a backend
 // goroutine, so it only sends.
-func (c *call) Committed(err error) {
-	c.err = err
+func (c *call) Committed(index uint64, err error) {
+	c.index, c.err = index, err
 	c.root.Send(c.self, (*completed)(c))
 }
 
@@ -70,6 +71,10 @@ type dropPartition struct {
 // slot is an actor's cache entry for one resource.
 type slot struct {
 	lease.Entry
+	// index is the Raft index of the stored record Entry reflects (0: none
+	// stored): a persistent decision is applied only if the record is still
+	// at it (durability's compare-and-set).
+	index     uint64
 	partition int
 	lastUsed  time.Time
 	inflight  *call // the call whose write is being committed
@@ -159,7 +164,11 @@ func (a *lockActor) table(d lease.Durability) map[string]*slot {
 // handle decides one request, or queues it behind an in-flight write.
 func (a *lockActor) handle(c *call) {
 	req := &c.req
-	if !a.cfg.Serving(req.Partition) {
+	// Checked at decision time, on every decision (queued ones included):
+	// the answer below comes from the cache, which is only right while this
+	// node provably leads the partition.
+	term, ok := a.cfg.Serving(req.Partition)
+	if !ok {
 		c.reply <- Response{Status: lease.MustRetry}
 		return
 	}
@@ -211,6 +220,8 @@ func (a *lockActor) handle(c *call) {
 		Revision:       d.Next.Revision,
 		Locked:         d.Next.State == lease.Held,
 		LastModifiedMs: now.UnixMilli(),
+		Base:           s.index,
+		Term:           term,
 	}
 	c.self, c.root = a.self, a.root
 	s.inflight = c
@@ -231,7 +242,7 @@ func (a *lockActor) slot(req *Request, now time.Time) (*slot, error) {
 			return nil, err
 		}
 		if found {
-			s.Entry = entryOf(&rec, now)
+			s.Entry, s.index = entryOf(&rec, now), rec.Index
 		}
 	}
 	t[req.Resource] = s
@@ -262,11 +273,16 @@ func (a *lockActor) complete(c *call) {
 	resp := Response{Status: c.decision.Status, Token: c.decision.Token}
 	switch {
 	case c.err == nil:
-		s.Entry = c.decision.Next
+		s.Entry, s.index = c.decision.Next, c.index
 		s.lastUsed = a.cfg.Now()
 	case errors.Is(c.err, durability.ErrRetry):
 		// Certainly not committed: the cached entry is still right.
 		resp = Response{Status: lease.MustRetry}
+	case errors.Is(c.err, durability.ErrFenced):
+		// Committed but rejected: nothing changed, but the entry it was
+		// decided from is stale (a newer epoch or a newer record): reload.
+		resp = Response{Status: lease.MustRetry}
+		s.dropped = true
 	default:
 		// Outcome unknown, or the store refused it: forget the entry so the
 		// next request reloads what was really committed.

@@ -18,6 +18,7 @@ import (
 type fakeBackend struct {
 	mu        sync.Mutex
 	store     map[string]durability.Record
+	index     uint64 // Raft index of the last applied record
 	hold      map[string]bool
 	held      chan heldProposal
 	loadPanic string
@@ -57,15 +58,18 @@ func (b *fakeBackend) setHold(resource string, on bool) {
 	b.hold[resource] = on
 }
 
-func (b *fakeBackend) apply(r durability.Record) error {
+// apply is the state machine's compare-and-set: the record applies only
+// if the stored one is still at the record's Base.
+func (b *fakeBackend) apply(r durability.Record) (uint64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	old, ok := b.store[r.Resource]
-	if ok && (r.Token < old.Token || r.Token == old.Token && r.Revision <= old.Revision) {
-		return durability.ErrNotApplied
+	if old := b.store[r.Resource]; old.Index != r.Base {
+		return 0, durability.ErrFenced
 	}
+	b.index++
+	r.Index = b.index
 	b.store[r.Resource] = r
-	return nil
+	return r.Index, nil
 }
 
 func (b *fakeBackend) Load(p int, resource string) (durability.Record, bool, error) {
@@ -83,8 +87,7 @@ func (b *fakeBackend) Load(p int, resource string) (durability.Record, bool, err
 	return r, ok, nil
 }
 
-func (b *fakeBackend) Barrier(context.Context, int) error { return nil }
-func (b *fakeBackend) Close() error                       { return nil }
+func (b *fakeBackend) Close() error { return nil }
 
 type fakeClock struct{ now atomic.Pointer[time.Time] }
 
@@ -116,7 +119,7 @@ func newFixture(t *testing.T, actors, toRemove int) *fixture {
 		CacheEntryTTL:        time.Minute,
 		CacheEntriesToRemove: toRemove,
 		Backend:              f.backend,
-		Serving:              func(p int) bool { return f.serving[p].Load() },
+		Serving:              func(p int) (uint64, bool) { return 1, f.serving[p].Load() },
 		Now:                  f.clock.Now,
 		onQueued:             func(r string) { f.queued <- r },
 	})
@@ -232,10 +235,10 @@ func TestUnknownOutcomeAnswersErroredAndReloads(t *testing.T) {
 	ch := f.async(lease.TryLock, "r", "b", lease.Persistent)
 	p := <-f.backend.held
 	// The proposal timed out, yet it did commit.
-	if err := f.backend.apply(p.rec); err != nil {
+	if _, err := f.backend.apply(p.rec); err != nil {
 		t.Fatal(err)
 	}
-	p.c.Committed(durability.ErrUnknownOutcome)
+	p.c.Committed(0, durability.ErrUnknownOutcome)
 	if r := <-ch; r.Status != lease.Errored {
 		t.Fatalf("b = %+v, want Errored", r)
 	}
@@ -258,7 +261,7 @@ func TestRetryableFailureKeepsEntry(t *testing.T) {
 	f.backend.setHold("r", true)
 	ch := f.async(lease.Extend, "r", "a", lease.Persistent)
 	p := <-f.backend.held
-	p.c.Committed(fmt.Errorf("queue full: %w", durability.ErrRetry))
+	p.c.Committed(0, fmt.Errorf("queue full: %w", durability.ErrRetry))
 	if r := <-ch; r.Status != lease.MustRetry {
 		t.Fatalf("extend = %+v, want MustRetry", r)
 	}
@@ -431,5 +434,35 @@ func TestContextEndsWait(t *testing.T) {
 	p.c.Committed(f.backend.apply(p.rec))
 	if r := f.do(t, lease.Get, "r", "", 0, lease.Persistent); r.Status != lease.Got || string(r.Owner) != "a" {
 		t.Fatalf("get = %+v", r)
+	}
+}
+
+// A write decided on a stale cached entry is rejected by the store's
+// compare-and-set: the caller gets MustRetry (nothing was applied), and the
+// next request reloads the entry and decides on what is really stored.
+func TestFencedWriteAnswersMustRetryAndReloads(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
+		t.Fatalf("grant: %+v", r)
+	}
+	// Behind the cache's back (another epoch's write), a releases.
+	f.backend.mu.Lock()
+	rec := f.backend.store["r"]
+	rec.Locked, rec.Owner, rec.Revision = false, nil, rec.Revision+1
+	f.backend.index++
+	rec.Index = f.backend.index
+	f.backend.store["r"] = rec
+	f.backend.mu.Unlock()
+	loads := f.backend.loads.Load()
+	// a extends on its stale cache: rejected, not acknowledged.
+	if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.MustRetry {
+		t.Fatalf("extend on a stale entry = %+v, want MustRetry", r)
+	}
+	// Reloaded: the lock is free, b gets the next token.
+	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Locked || r.Token != 1 {
+		t.Fatalf("b = %+v, want Locked with token 1", r)
+	}
+	if f.backend.loads.Load() != loads+1 {
+		t.Fatalf("%d loads, want one reload", f.backend.loads.Load()-loads)
 	}
 }

@@ -40,9 +40,10 @@ type Config struct {
 	CacheEntriesToRemove int
 	// Backend commits persistent locks.
 	Backend durability.Backend
-	// Serving reports whether this node may serve partition p now. Actors
-	// check it for every request, so a deposed leader stops at once.
-	Serving func(p int) bool
+	// Serving reports whether this node may answer for partition p now,
+	// and the leader term persistent decisions are tagged with. Actors
+	// check it for every decision, so a deposed leader stops at once.
+	Serving func(p int) (term uint64, ok bool)
 	// Now is the clock (default time.Now). Leases are measured on its
 	// monotonic reading.
 	Now func() time.Time

@@ -28,13 +28,19 @@ func BenchmarkPropose(b *testing.B) {
 func benchPropose(b *testing.B, goroutines int, cfg RaftConfig) {
 	n := openNode(b, cfg)
 	n.awaitSelfLeader(b)
-	benchProposeOn(b, goroutines, n.Raft)
+	benchProposeOn(b, goroutines, n)
 }
 
 var benchRuns atomic.Int64
 
-// benchProposeOn measures G goroutines proposing to leader n.
-func benchProposeOn(b *testing.B, goroutines int, n *Raft) {
+// indexCompletion passes on the outcome and the applied index.
+type indexCompletion chan [2]any
+
+func (c indexCompletion) Committed(index uint64, err error) { c <- [2]any{index, err} }
+
+// benchProposeOn measures G goroutines proposing to leader n, each write
+// decided from the one before (the next one's base is its index).
+func benchProposeOn(b *testing.B, goroutines int, n *node) {
 	procs := runtime.GOMAXPROCS(0)
 	b.SetParallelism((goroutines + procs - 1) / procs)
 	var (
@@ -43,24 +49,30 @@ func benchProposeOn(b *testing.B, goroutines int, n *Raft) {
 		workers atomic.Int64
 	)
 	run := benchRuns.Add(1) // fresh resources: b.N rounds reuse the leader
-	before := appliedIndexes(b, n)
+	terms := make([]uint64, n.Partitions())
+	for p := range terms {
+		terms[p] = n.term(b, p)
+	}
+	before := appliedIndexes(b, n.Raft)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		id := workers.Add(1)
 		p := int(id) % n.Partitions()
-		r := Record{Resource: fmt.Sprintf("bench/%d/%d", run, id), Owner: []byte("owner-0123456789"), Token: 1, Locked: true}
-		c := make(chanCompletion, 1)
+		r := Record{Resource: fmt.Sprintf("bench/%d/%d", run, id), Owner: []byte("owner-0123456789"), Token: 1, Locked: true, Term: terms[p]}
+		c := make(indexCompletion, 1)
 		local := make([]time.Duration, 0, 4096)
 		for pb.Next() {
 			r.Revision++
 			t0 := time.Now()
 			n.Propose(p, &r, c)
-			if err := <-c; err != nil {
+			res := <-c
+			if err, _ := res[1].(error); err != nil {
 				b.Error(err)
 				return
 			}
+			r.Base = res[0].(uint64)
 			local = append(local, time.Since(t0))
 		}
 		mu.Lock()
@@ -70,7 +82,7 @@ func benchProposeOn(b *testing.B, goroutines int, n *Raft) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	var entries uint64
-	for p, idx := range appliedIndexes(b, n) {
+	for p, idx := range appliedIndexes(b, n.Raft) {
 		entries += idx - before[p]
 	}
 	slices.Sort(lat)
@@ -124,7 +136,7 @@ func BenchmarkProposeReplicated(b *testing.B) {
 			n.Close()
 		}
 	})
-	leader := nodes[0]
+	leader := &node{Raft: nodes[0]}
 	deadline := time.Now().Add(30 * time.Second)
 	for p := 0; p < partitions; p++ {
 		for {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,7 +144,7 @@ func TestThreeReplicas(t *testing.T) {
 		t.Fatalf("Barrier on follower %d: %v", follower.ReplicaID(), err)
 	}
 	got, found, err := follower.Load(0, want.Resource)
-	if err != nil || !found || !reflect.DeepEqual(got, want) {
+	if err != nil || !found || !sameRecord(got, want) {
 		t.Fatalf("follower Load = %+v, %v, %v", got, found, err)
 	}
 
@@ -173,7 +172,7 @@ func TestThreeReplicas(t *testing.T) {
 	if err := leader.Barrier(ctx, 0); err != nil {
 		t.Fatalf("Barrier on old leader: %v", err)
 	}
-	if got, _, _ := leader.Load(0, want.Resource); !reflect.DeepEqual(got, next) {
+	if got, _, _ := leader.Load(0, want.Resource); !sameRecord(got, next) {
 		t.Fatalf("old leader Load = %+v, want %+v", got, next)
 	}
 }
@@ -229,7 +228,7 @@ func (c *cluster) readOn(t *testing.T, id uint64, want Record) {
 	if err := n.Barrier(ctx, 0); err != nil {
 		t.Fatalf("Barrier on replica %d: %v", id, err)
 	}
-	if got, ok, err := n.Load(0, want.Resource); err != nil || !ok || !reflect.DeepEqual(got, want) {
+	if got, ok, err := n.Load(0, want.Resource); err != nil || !ok || !sameRecord(got, want) {
 		t.Fatalf("replica %d: Load(%s) = %+v, %v, %v; want %+v", id, want.Resource, got, ok, err, want)
 	}
 }
@@ -372,7 +371,7 @@ func TestClusterTokensKeepClustersApart(t *testing.T) {
 	}
 	// Ten election timeouts: time enough for replica 1 to have joined in
 	// if any message got through.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*electionRTT*defaultRTT)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*electionRTT*DefaultRTT)
 	defer cancel()
 	if err := nodes[0].Barrier(ctx, 0); !errors.Is(err, ErrRetry) {
 		t.Fatalf("Barrier on the replica of cluster a: %v", err)
@@ -469,5 +468,72 @@ func TestPreTokenDataDirs(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "differ from those the data was created with") {
 		t.Fatalf("single node's data dir as a member: %v", err)
+	}
+}
+
+// A deposed leader's record, decided in its old epoch and proposed after
+// the new leader fenced its own, is forwarded by dragonboat and commits,
+// but no replica applies it. With the fence off (the negative control) it
+// overwrites the new leader's write.
+func TestStaleEpochRecordRejectedEverywhere(t *testing.T) {
+	for _, unsafe := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unsafeNoFence=%v", unsafe), func(t *testing.T) {
+			c := openCluster(t, RaftConfig{Partitions: 1, UnsafeNoFence: unsafe})
+			oldID, ok := c.awaitLeader(t, 0, 0, testWait)
+			if !ok {
+				t.Fatal("no leader")
+			}
+			old := c.nodes[oldID-1]
+			oldTerm := old.term(t, 0)
+			first := Record{Resource: "r", Owner: []byte("A"), Token: 0, Revision: 1, Locked: true}
+			if err := propose(t, old, 0, first); err != nil {
+				t.Fatal(err)
+			}
+			stored, _, _ := old.Load(0, "r")
+
+			target := c.nodes[oldID%3]
+			moved := false
+			for attempt := 0; attempt < 10 && !moved; attempt++ {
+				_ = old.TransferLeadership(0, target.ReplicaID())
+				_, moved = c.awaitLeader(t, 0, target.ReplicaID(), 2*time.Second)
+			}
+			if !moved {
+				t.Fatal("leadership did not move")
+			}
+			// The new leader grants B from what it stores.
+			granted := Record{Resource: "r", Owner: []byte("B"), Token: 1, Revision: 2, Locked: true}
+			if err := propose(t, target, 0, granted); err != nil {
+				t.Fatal(err)
+			}
+			// The old leader's late Extend of A, from A's record, in its old
+			// epoch: proposed straight to dragonboat as a stale lane would.
+			late := Record{Resource: "r", Owner: []byte("A"), Token: 1, Revision: 9, Locked: true, Base: stored.Index}
+			cmd := encodeBatch(nil, Epoch{Term: oldTerm, Replica: old.ReplicaID()}, []Record{late})
+			rs, err := old.nh.Propose(old.lanes[0].session, cmd, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := <-rs.ResultC()
+			if !res.Completed() {
+				t.Fatalf("late record not committed: %+v", res)
+			}
+			want := granted
+			if unsafe {
+				want = late // advance-only: (1, 9) beats (1, 2)
+			}
+			if applied := res.GetResult().Value != 0; applied != unsafe {
+				t.Fatalf("late record applied=%v (result %+v)", applied, res.GetResult())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), testWait)
+			defer cancel()
+			for _, n := range c.nodes {
+				if err := n.Barrier(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				if got, _, _ := n.Load(0, "r"); !sameRecord(got, want) {
+					t.Errorf("replica %d holds %+v, want %+v", n.ReplicaID(), got, want)
+				}
+			}
+		})
 	}
 }

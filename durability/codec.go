@@ -5,27 +5,42 @@ import (
 	"errors"
 )
 
-// Wire format of one Raft entry (a "batch"):
+// Wire format of one Raft entry. Its first byte is its kind:
 //
-//	batch  = version:byte count:uint16be record{count}   (count >= 1)
-//	record = uvarint(len) resource  value
+//	batch  = 0x02 count:uint16be uvarint(term) uvarint(replica) record{count}
+//	record = uvarint(len) resource uvarint(base) value
+//	epoch  = 0x03 uvarint(term) uvarint(replica)
+//	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
+//
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
 //	         varint(LastModifiedMs) uvarint(len) owner
+//	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner
 //
-// A value is also exactly what badger stores under the record's key, so the
-// state machine writes a slice of the entry without re-encoding, and the
-// advance-only guard reads Token and Revision from the first bytes.
-// Varints must be minimal, so every decodable input has one encoding and
-// encode(decode(x)) == x.
+// A batch carries the epoch (leader term and replica) it was decided in,
+// and each record the Index of the stored record it was decided from
+// (base); the state machine applies a record only when both still hold
+// (statemachine.go). An epoch entry is a new leader's marker. Legacy
+// batches were written before the fence and are only replayed from old
+// logs, with the advance-only guard alone.
+//
+// What badger stores under a record's key is its value with the Raft index
+// of the entry that wrote it (flagIndexed; records stored before the fence
+// have none, which reads as Index 0). Varints must be minimal, so every
+// decodable input has one encoding and encode(decode(x)) == x.
 
 const (
-	batchVersion byte = 1
-	// batchHeaderLen: version and a fixed-width count, so the writer can
-	// fill the count in place when it closes a batch.
-	batchHeaderLen = 3
+	kindLegacyBatch byte = 1
+	kindBatch       byte = 2
+	kindEpoch       byte = 3
+
+	// countOffset is where a batch's fixed-width count sits, so the writer
+	// can fill it in place when it closes a batch.
+	countOffset = 1
+	countLen    = 2
 	// formatMaxRecords is the most records one batch can hold.
 	formatMaxRecords      = 1<<16 - 1
 	flagLocked       byte = 1 << 0
+	flagIndexed      byte = 1 << 1 // stored form only: a Raft index follows the flags
 	// maxRecordBytes caps one encoded record. The design limits resource and
 	// owner to about 1 KiB each; this keeps a batch far below badger's and
 	// dragonboat's size limits whatever a caller sends.
@@ -34,14 +49,44 @@ const (
 
 var errCorrupt = errors.New("durability: corrupt encoding")
 
-// appendRecord appends rec in record form.
+// Epoch is a leader's reign over a partition: its Raft term and replica ID.
+// Only records decided in the epoch a state machine last accepted a marker
+// for are applied.
+type Epoch struct {
+	Term    uint64
+	Replica uint64
+}
+
+// header is the decoded head of an entry.
+type header struct {
+	kind  byte
+	epoch Epoch // batch and epoch entries
+	count int   // batch entries: at least 1
+}
+
+// appendBatchHeader starts a batch of epoch e with a zero count.
+func appendBatchHeader(b []byte, e Epoch) []byte {
+	b = append(b, kindBatch, 0, 0)
+	b = binary.AppendUvarint(b, e.Term)
+	return binary.AppendUvarint(b, e.Replica)
+}
+
+// appendEpoch appends an epoch marker entry.
+func appendEpoch(b []byte, e Epoch) []byte {
+	b = append(b, kindEpoch)
+	b = binary.AppendUvarint(b, e.Term)
+	return binary.AppendUvarint(b, e.Replica)
+}
+
+// appendRecord appends rec in a batch's record form.
 func appendRecord(b []byte, rec *Record) []byte {
 	b = binary.AppendUvarint(b, uint64(len(rec.Resource)))
 	b = append(b, rec.Resource...)
+	b = binary.AppendUvarint(b, rec.Base)
 	return appendValue(b, rec)
 }
 
-// appendValue appends the stored form of rec (everything but the resource).
+// appendValue appends the command form of rec's value (no index).
 func appendValue(b []byte, rec *Record) []byte {
 	var flags byte
 	if rec.Locked {
@@ -56,9 +101,17 @@ func appendValue(b []byte, rec *Record) []byte {
 	return append(b, rec.Owner...)
 }
 
+// appendStored appends the stored form of a command-form value written by
+// the entry at index.
+func appendStored(b, value []byte, index uint64) []byte {
+	b = append(b, value[0]|flagIndexed)
+	b = binary.AppendUvarint(b, index)
+	return append(b, value[1:]...)
+}
+
 // recordSize is len(appendRecord(nil, rec)) without encoding.
 func recordSize(rec *Record) int {
-	return uvarintLen(uint64(len(rec.Resource))) + len(rec.Resource) + 1 +
+	return uvarintLen(uint64(len(rec.Resource))) + len(rec.Resource) + uvarintLen(rec.Base) + 1 +
 		varintLen(rec.Token) + uvarintLen(rec.Revision) + varintLen(rec.ExpiresMs) +
 		varintLen(rec.LastModifiedMs) + uvarintLen(uint64(len(rec.Owner))) + len(rec.Owner)
 }
@@ -80,68 +133,101 @@ func varintLen(x int64) int {
 	return uvarintLen(ux)
 }
 
-// encodeBatch appends a batch holding recs (1 to formatMaxRecords) to dst.
-func encodeBatch(dst []byte, recs []Record) []byte {
-	dst = append(dst, batchVersion)
-	dst = binary.BigEndian.AppendUint16(dst, uint16(len(recs)))
+// encodeBatch appends a batch of epoch e holding recs (1 to
+// formatMaxRecords) to dst.
+func encodeBatch(dst []byte, e Epoch, recs []Record) []byte {
+	start := len(dst)
+	dst = appendBatchHeader(dst, e)
 	for i := range recs {
 		dst = appendRecord(dst, &recs[i])
 	}
+	setBatchCount(dst[start:], len(recs))
 	return dst
 }
 
-// decodeBatch appends the records of batch b to dst. Owners alias b. It
-// never panics and rejects anything encodeBatch cannot produce.
-func decodeBatch(dst []Record, b []byte) ([]Record, error) {
-	body, n, err := batchBody(b)
+// decodeBatch decodes a batch entry (fenced or legacy) into its epoch and
+// records, appended to dst. Owners alias b. It never panics and rejects
+// anything encodeBatch (or the legacy writer) cannot produce.
+func decodeBatch(dst []Record, b []byte) (header, []Record, error) {
+	h, body, err := parseHeader(b)
 	if err != nil {
-		return dst, err
+		return h, dst, err
 	}
-	for range n {
+	if h.kind == kindEpoch {
+		return h, dst, errCorrupt
+	}
+	for range h.count {
 		var rec Record
 		var res []byte
-		res, _, body, err = nextRecord(body, &rec)
+		res, _, body, err = nextRecord(body, h.kind, &rec)
 		if err != nil {
-			return dst, err
+			return h, dst, err
 		}
 		rec.Resource = string(res)
 		dst = append(dst, rec)
 	}
 	if len(body) != 0 {
-		return dst, errCorrupt
+		return h, dst, errCorrupt
 	}
-	return dst, nil
+	return h, dst, nil
 }
 
-// batchBody checks the header and returns the records part and the record
-// count (at least 1).
-func batchBody(b []byte) ([]byte, int, error) {
-	if len(b) < batchHeaderLen || b[0] != batchVersion {
-		return nil, 0, errCorrupt
+// parseHeader decodes the head of an entry and returns the rest: the
+// records of a batch, nothing of an epoch marker.
+func parseHeader(b []byte) (header, []byte, error) {
+	if len(b) == 0 {
+		return header{}, nil, errCorrupt
 	}
-	n := int(binary.BigEndian.Uint16(b[1:batchHeaderLen]))
-	if n == 0 {
-		return nil, 0, errCorrupt
+	h := header{kind: b[0]}
+	d := decoder{b: b[1:]}
+	switch h.kind {
+	case kindBatch, kindLegacyBatch:
+		if len(d.b) < countLen {
+			return h, nil, errCorrupt
+		}
+		h.count = int(binary.BigEndian.Uint16(d.b))
+		d.b = d.b[countLen:]
+		if h.count == 0 {
+			return h, nil, errCorrupt
+		}
+		if h.kind == kindBatch {
+			h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
+		}
+	case kindEpoch:
+		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
+		if d.err == nil && len(d.b) != 0 {
+			d.fail()
+		}
+	default:
+		return h, nil, errCorrupt
 	}
-	return b[batchHeaderLen:], n, nil
+	if d.err != nil {
+		return h, nil, d.err
+	}
+	return h, d.b, nil
 }
 
-// setBatchCount fills in the count of a batch built with appendRecord.
+// setBatchCount fills in the count of a batch built with appendBatchHeader
+// and appendRecord.
 func setBatchCount(b []byte, n int) {
-	binary.BigEndian.PutUint16(b[1:batchHeaderLen], uint16(n))
+	binary.BigEndian.PutUint16(b[countOffset:countOffset+countLen], uint16(n))
 }
 
-// nextRecord splits the first record off b: its resource and value bytes
-// (both aliasing b), the rest, and the decoded fields in rec (Resource is
-// left alone).
-func nextRecord(b []byte, rec *Record) (resource, value, rest []byte, err error) {
+// nextRecord splits the first record of a batch of the given kind off b:
+// its resource and command-form value bytes (both aliasing b), the rest,
+// and the decoded fields in rec (Resource is left alone).
+func nextRecord(b []byte, kind byte, rec *Record) (resource, value, rest []byte, err error) {
 	d := decoder{b: b}
 	resource = d.bytes(d.uvarint())
+	rec.Base = 0
+	if kind == kindBatch {
+		rec.Base = d.uvarint()
+	}
 	if d.err != nil {
 		return nil, nil, nil, d.err
 	}
 	start := len(b) - len(d.b)
-	d.value(rec)
+	d.value(rec, false)
 	if d.err != nil {
 		return nil, nil, nil, d.err
 	}
@@ -149,29 +235,35 @@ func nextRecord(b []byte, rec *Record) (resource, value, rest []byte, err error)
 	return resource, b[start:end], d.b, nil
 }
 
-// decodeValue decodes a stored value; Owner aliases v.
-func decodeValue(v []byte, rec *Record) error {
+// decodeStored decodes a stored value; Owner aliases v.
+func decodeStored(v []byte, rec *Record) error {
 	d := decoder{b: v}
-	d.value(rec)
+	d.value(rec, true)
 	if d.err == nil && len(d.b) != 0 {
 		d.err = errCorrupt
 	}
 	return d.err
 }
 
-// valueOrder reads the (Token, Revision) pair at the start of a value.
-func valueOrder(v []byte) (token int64, revision uint64, err error) {
+// storedOrder reads the index and (Token, Revision) at the start of a
+// stored value.
+func storedOrder(v []byte) (order, error) {
 	d := decoder{b: v}
-	if f := d.byte(); f&^flagLocked != 0 {
+	var o order
+	f := d.byte()
+	if f&^(flagLocked|flagIndexed) != 0 {
 		d.fail()
 	}
-	token = d.varint()
-	revision = d.uvarint()
-	return token, revision, d.err
+	if f&flagIndexed != 0 {
+		o.index = d.uvarint()
+	}
+	o.token = d.varint()
+	o.revision = d.uvarint()
+	return o, d.err
 }
 
 // advances reports whether (token, revision) is strictly after (oldToken,
-// oldRevision) in lexicographic order.
+// oldRevision) in lexicographic order: the guard of legacy batches.
 func advances(token int64, revision uint64, oldToken int64, oldRevision uint64) bool {
 	return token > oldToken || (token == oldToken && revision > oldRevision)
 }
@@ -228,12 +320,22 @@ func (d *decoder) bytes(n uint64) []byte {
 	return s
 }
 
-func (d *decoder) value(rec *Record) {
+// value decodes a value: the stored form (which may carry an index) or the
+// command form (which never does).
+func (d *decoder) value(rec *Record, stored bool) {
 	flags := d.byte()
-	if flags&^flagLocked != 0 {
+	known := flagLocked
+	if stored {
+		known |= flagIndexed
+	}
+	if flags&^known != 0 {
 		d.fail()
 	}
 	rec.Locked = flags&flagLocked != 0
+	rec.Index = 0
+	if flags&flagIndexed != 0 {
+		rec.Index = d.uvarint()
+	}
 	rec.Token = d.varint()
 	rec.Revision = d.uvarint()
 	rec.ExpiresMs = d.varint()

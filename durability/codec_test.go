@@ -2,6 +2,7 @@ package durability
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -18,79 +19,109 @@ func sampleRecords() []Record {
 	}
 }
 
+var codecEpoch = Epoch{Term: 300, Replica: 2}
+
 func TestCodecRoundTrip(t *testing.T) {
 	recs := sampleRecords()
-	enc := encodeBatch(nil, recs)
-	want := batchHeaderLen
+	recs[1].Base, recs[2].Base = 77, math.MaxUint64
+	enc := encodeBatch(nil, codecEpoch, recs)
+	want := len(appendBatchHeader(nil, codecEpoch))
 	for i := range recs {
 		want += recordSize(&recs[i])
 	}
 	if len(enc) != want {
 		t.Fatalf("encoded %d bytes, recordSize predicts %d", len(enc), want)
 	}
-	got, err := decodeBatch(nil, enc)
+	h, got, err := decodeBatch(nil, enc)
 	if err != nil {
 		t.Fatalf("decode: %v", err)
+	}
+	if h.kind != kindBatch || h.epoch != codecEpoch || h.count != len(recs) {
+		t.Fatalf("header %+v", h)
 	}
 	if !reflect.DeepEqual(got, recs) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, recs)
 	}
-	if again := encodeBatch(nil, got); !bytes.Equal(again, enc) {
+	if again := encodeBatch(nil, h.epoch, got); !bytes.Equal(again, enc) {
 		t.Fatalf("re-encoding differs")
 	}
-	// Each record's value decodes alone and leads with (Token, Revision).
-	body := enc[batchHeaderLen:]
+	// Each record's value, stored with an index, decodes alone and leads
+	// with the index and (Token, Revision).
+	_, body, _ := parseHeader(enc)
 	for i := range recs {
 		var rec Record
-		res, val, rest, err := nextRecord(body, &rec)
-		if err != nil || string(res) != recs[i].Resource {
-			t.Fatalf("record %d: res %q err %v", i, res, err)
+		res, val, rest, err := nextRecord(body, kindBatch, &rec)
+		if err != nil || string(res) != recs[i].Resource || rec.Base != recs[i].Base {
+			t.Fatalf("record %d: res %q base %d err %v", i, res, rec.Base, err)
 		}
+		st := appendStored(nil, val, uint64(1000+i))
 		var v Record
-		if err := decodeValue(val, &v); err != nil {
+		if err := decodeStored(st, &v); err != nil {
 			t.Fatalf("record %d value: %v", i, err)
 		}
-		v.Resource = recs[i].Resource
-		if !reflect.DeepEqual(v, recs[i]) {
+		want := recs[i]
+		want.Base, want.Index = 0, uint64(1000+i)
+		v.Resource = want.Resource
+		if !reflect.DeepEqual(v, want) {
 			t.Fatalf("record %d value: got %+v", i, v)
 		}
-		tok, rev, err := valueOrder(val)
-		if err != nil || tok != recs[i].Token || rev != recs[i].Revision {
-			t.Fatalf("record %d order: %d %d %v", i, tok, rev, err)
+		o, err := storedOrder(st)
+		if err != nil || o != (order{index: uint64(1000 + i), token: recs[i].Token, revision: recs[i].Revision}) {
+			t.Fatalf("record %d order: %+v %v", i, o, err)
+		}
+		// A value stored before the fence has no index.
+		var old Record
+		if err := decodeStored(val, &old); err != nil || old.Index != 0 {
+			t.Fatalf("record %d unindexed value: %+v %v", i, old, err)
 		}
 		body = rest
+	}
+	m := appendEpoch(nil, codecEpoch)
+	if h, rest, err := parseHeader(m); err != nil || h.kind != kindEpoch || h.epoch != codecEpoch || len(rest) != 0 {
+		t.Fatalf("epoch marker: %+v %x %v", h, rest, err)
 	}
 }
 
 func TestDecodeBatchRejectsCorrupt(t *testing.T) {
-	valid := encodeBatch(nil, sampleRecords()[:2])
-	h := []byte{batchVersion, 0, 1} // header of a one-record batch
+	valid := encodeBatch(nil, Epoch{Term: 1, Replica: 1}, sampleRecords()[:2])
+	h := []byte{kindBatch, 0, 1, 1, 1} // header of a one-record batch of epoch (1, 1)
 	cases := map[string][]byte{
 		"empty":            nil,
 		"header only":      h,
-		"zero count":       {batchVersion, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-		"count too high":   append([]byte{batchVersion, 0, 3}, valid[3:]...),
-		"count too low":    append([]byte{batchVersion, 0, 1}, valid[3:]...),
-		"wrong version":    append([]byte{2}, valid[1:]...),
+		"zero count":       {kindBatch, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"count too high":   append([]byte{kindBatch, 0, 3}, valid[3:]...),
+		"count too low":    append([]byte{kindBatch, 0, 1}, valid[3:]...),
+		"unknown kind":     append([]byte{9}, valid[1:]...),
+		"marker in batch":  append([]byte{kindEpoch}, valid[1:]...),
 		"trailing garbage": append(bytes.Clone(valid), 0x05),
-		"non-minimal len":  append(bytes.Clone(h), 0x80, 0x00, 0, 0, 0, 0, 0, 0),
-		"unknown flag":     append(bytes.Clone(h), 0, 0x02, 0, 0, 0, 0, 0),
+		"non-minimal len":  append(bytes.Clone(h), 0x80, 0x00, 0, 0, 0, 0, 0, 0, 0),
+		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x04, 0, 0, 0, 0, 0),
+		"index in command": append(bytes.Clone(h), 0, 0, flagIndexed, 0, 0, 0, 0, 0, 0),
 		"huge length":      append(bytes.Clone(h), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
-		"varint overflow":  append(bytes.Clone(h), 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
-		"owner too long":   append(bytes.Clone(h), 0, 0, 0, 0, 0, 0, 5, 'a'),
+		"varint overflow":  append(bytes.Clone(h), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
+		"owner too long":   append(bytes.Clone(h), 0, 0, 0, 0, 0, 0, 0, 5, 'a'),
 	}
 	for i := 1; i < len(valid); i++ {
 		cases[fmt.Sprintf("truncated at %d", i)] = valid[:i]
 	}
 	for name, in := range cases {
-		if recs, err := decodeBatch(nil, in); !errors.Is(err, errCorrupt) {
+		if _, recs, err := decodeBatch(nil, in); !errors.Is(err, errCorrupt) {
 			t.Errorf("%s: decode(%x) = %v, %v; want errCorrupt", name, in, recs, err)
 		}
-		if _, _, err := scanBatch(in); err == nil {
-			t.Errorf("%s: scanBatch accepted %x", name, in)
+		if _, _, _, _, err := scanEntry(in); err == nil && (len(in) == 0 || in[0] != kindEpoch) {
+			t.Errorf("%s: scanEntry accepted %x", name, in)
 		}
 	}
-	if err := decodeValue([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
+	for name, in := range map[string][]byte{
+		"marker truncated": {kindEpoch, 1},
+		"marker trailing":  {kindEpoch, 1, 1, 0},
+		"marker only kind": {kindEpoch},
+	} {
+		if _, _, err := parseHeader(in); !errors.Is(err, errCorrupt) {
+			t.Errorf("%s: parseHeader(%x) = %v", name, in, err)
+		}
+	}
+	if err := decodeStored([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("value with trailing byte accepted: %v", err)
 	}
 }
@@ -115,21 +146,36 @@ func TestAdvances(t *testing.T) {
 	}
 }
 
-// FuzzDecodeBatch: decoding never panics, and whatever decodes re-encodes
-// to the same bytes (the format is canonical).
+// FuzzDecodeBatch: decoding never panics, agrees with the state machine's
+// scan, and whatever decodes re-encodes to the same bytes (the format is
+// canonical).
 func FuzzDecodeBatch(f *testing.F) {
-	f.Add(encodeBatch(nil, sampleRecords()))
-	f.Add([]byte{batchVersion})
+	f.Add(encodeBatch(nil, codecEpoch, sampleRecords()))
+	f.Add(appendEpoch(nil, codecEpoch))
+	f.Add([]byte{kindBatch})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		recs, err := decodeBatch(nil, in)
-		_, _, scanErr := scanBatch(in)
-		if (err == nil) != (scanErr == nil) {
-			t.Fatalf("decodeBatch err %v but scanBatch err %v", err, scanErr)
+		h, recs, err := decodeBatch(nil, in)
+		sh, _, _, _, scanErr := scanEntry(in)
+		isMarker := scanErr == nil && sh.kind == kindEpoch
+		if (err == nil) != (scanErr == nil && !isMarker) {
+			t.Fatalf("decodeBatch err %v but scanEntry err %v (kind %d)", err, scanErr, sh.kind)
 		}
 		if err != nil {
 			return
 		}
-		if out := encodeBatch(nil, recs); !bytes.Equal(out, in) {
+		var out []byte
+		if h.kind == kindBatch {
+			out = encodeBatch(nil, h.epoch, recs)
+		} else {
+			out = []byte{kindLegacyBatch, 0, 0}
+			for i := range recs {
+				out = binary.AppendUvarint(out, uint64(len(recs[i].Resource)))
+				out = append(out, recs[i].Resource...)
+				out = appendValue(out, &recs[i])
+			}
+			setBatchCount(out, len(recs))
+		}
+		if !bytes.Equal(out, in) {
 			t.Fatalf("encode(decode(%x)) = %x", in, out)
 		}
 	})

@@ -92,6 +92,11 @@ type RaftConfig struct {
 	// channel transport to cut, delay and drop messages between nodes.
 	Transport TransportFactory
 
+	// UnsafeNoFence switches the state machine's fence off (records apply
+	// with the advance-only guard alone, and records decided in a lost term
+	// are still proposed). Only for the fault tests' negative controls.
+	UnsafeNoFence bool
+
 	// inFlight and batchRecords override the group-commit constants in
 	// benchmarks.
 	inFlight     int
@@ -133,11 +138,12 @@ const (
 	// raftpb.RaftDataStatus.
 	dragonboatFlagFile = "dragonboat.ds"
 
-	defaultPartitions      = 8
-	defaultRTT             = 10 * time.Millisecond
+	defaultPartitions = 8
+	// DefaultRTT is the default Raft tick.
+	DefaultRTT             = 10 * time.Millisecond
 	defaultProposalTimeout = 5 * time.Second
 
-	electionRTT        = 10
+	electionRTT        = ElectionTicks
 	heartbeatRTT       = 1
 	snapshotEntries    = 10000
 	compactionOverhead = 5000
@@ -154,6 +160,10 @@ const (
 	// chanPort is the port of synthetic in-process addresses.
 	chanPort = 2073
 )
+
+// ElectionTicks is the Raft election timeout in ticks (with CheckQuorum on
+// every replica): it bounds the leader lease.
+const ElectionTicks = 10
 
 // memCounter makes in-memory synthetic addresses unique in the process.
 var memCounter atomic.Uint64
@@ -186,7 +196,7 @@ func (c RaftConfig) resolve() (*resolved, error) {
 		return nil, fmt.Errorf("durability: invalid partition count %d", c.Partitions)
 	}
 	if c.RTT == 0 {
-		c.RTT = defaultRTT
+		c.RTT = DefaultRTT
 	}
 	if c.RTT < time.Millisecond {
 		return nil, fmt.Errorf("durability: RTT %v below 1ms", c.RTT)

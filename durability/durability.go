@@ -4,7 +4,6 @@
 package durability
 
 import (
-	"context"
 	"errors"
 )
 
@@ -22,14 +21,28 @@ type Record struct {
 	Revision       uint64
 	Locked         bool // false = Unlocked (owner cleared, token kept)
 	LastModifiedMs int64
+
+	// Base, in a proposal, is the Index of the stored record the decision
+	// was made from (0: none stored). The state machine applies the record
+	// only if the stored one is still at Base (compare-and-set).
+	Base uint64
+	// Term, in a proposal, is the leader term the decision was made in;
+	// with the backend's replica ID it is the record's epoch, which must be
+	// the partition's current one for the record to apply.
+	Term uint64
+	// Index, in a loaded record, is the Raft index of the entry that last
+	// wrote it (0 for records stored before the fence existed).
+	Index uint64
 }
 
 // Completion receives the outcome of one proposed record.
 type Completion interface {
 	// Committed is called exactly once per Propose, from a backend goroutine.
-	// It must not block. err is nil when the record was applied, otherwise
-	// it matches one of ErrNotApplied, ErrUnknownOutcome or ErrRetry.
-	Committed(err error)
+	// It must not block. err is nil when the record was applied, and index
+	// is then the Raft index it was applied at (the record's new Index);
+	// otherwise err matches one of ErrFenced, ErrUnknownOutcome or
+	// ErrRetry.
+	Committed(index uint64, err error)
 }
 
 var (
@@ -40,9 +53,11 @@ var (
 	// was aborted; it may still commit. The caller must treat its cached
 	// state as unknown and reload it from the store.
 	ErrUnknownOutcome = errors.New("durability: outcome unknown")
-	// ErrNotApplied: the record committed but the state machine ignored it
-	// because it did not advance (Token, Revision).
-	ErrNotApplied = errors.New("durability: record did not advance, not applied")
+	// ErrFenced: the record committed but the state machine rejected
+	// it: it was decided in an epoch that is not the partition's current
+	// one, or from a base the stored record has moved past. Nothing
+	// changed; the decider's cached entry is stale and must be reloaded.
+	ErrFenced = errors.New("durability: record rejected by the fence (stale epoch or base), not applied")
 	// ErrClosed: the backend is closed.
 	ErrClosed = errors.New("durability: closed")
 )
@@ -55,12 +70,9 @@ type Backend interface {
 	// retained after Propose returns.
 	Propose(p int, rec *Record, c Completion)
 	// Load returns the applied record of resource in partition p from local
-	// storage. The caller is responsible for having passed a Barrier since it
-	// became leader, so the local state is current.
+	// storage. The caller is responsible for serving p only in an epoch it
+	// fenced (Raft.Fence), so the local state is current.
 	Load(p int, resource string) (rec Record, found bool, err error)
-	// Barrier returns once every entry committed in partition p before the
-	// call has been applied locally (a Raft read index).
-	Barrier(ctx context.Context, p int) error
 	// Close stops the backend. In-flight proposals complete with an error.
 	Close() error
 }

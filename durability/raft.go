@@ -79,7 +79,9 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 		}
 		return nil, fmt.Errorf("durability: start raft in %s%s: %w", rc.where(), hint, err)
 	}
-	create := func(shard, _ uint64) sm.IOnDiskStateMachine { return newStateMachine(db, shard, log) }
+	create := func(shard, _ uint64) sm.IOnDiskStateMachine {
+		return newStateMachine(db, shard, log, cfg.UnsafeNoFence)
+	}
 	for p := range rc.Partitions {
 		// Members only to found a partition (stack.md §9.7): given them,
 		// dragonboat would silently found again on a lost disk.
@@ -153,7 +155,7 @@ func (r *Raft) checkPartition(p int) error {
 // Propose implements Backend.
 func (r *Raft) Propose(p int, rec *Record, c Completion) {
 	if err := r.checkPartition(p); err != nil {
-		c.Committed(fmt.Errorf("%w: %w", ErrRetry, err))
+		c.Committed(0, fmt.Errorf("%w: %w", ErrRetry, err))
 		return
 	}
 	r.lanes[p].push(rec, c)
@@ -223,6 +225,123 @@ func (r *Raft) Barrier(ctx context.Context, p int) error {
 			}
 		}
 	}
+}
+
+// Leads reports whether this node leads partition p in term, as Raft says
+// now (not as the last leader event said).
+func (r *Raft) Leads(p int, term uint64) bool {
+	if r.checkPartition(p) != nil || r.closing.Load() {
+		return false
+	}
+	id, t, ok, err := r.nh.GetLeaderID(shardID(p))
+	return err == nil && ok && id == r.cfg.ReplicaID && t == term
+}
+
+var (
+	errNotLeaderOfTerm = fmt.Errorf("%w: not the leader of that term", ErrRetry)
+	errMarkerRejected  = fmt.Errorf("%w: epoch marker rejected (a later term was fenced)", ErrRetry)
+)
+
+// Fence starts this node's epoch over partition p in term: it proposes the
+// epoch marker (term, this replica) and returns nil once the state machine
+// accepted it here, which also means every earlier entry is applied here,
+// and this node still leads p in term. From then on the partition's state
+// machines apply only records decided in this epoch (statemachine.go).
+// Errors match ErrRetry (not leader, rejected, dropped, timed out: retry
+// while the term lasts) or ErrClosed.
+func (r *Raft) Fence(ctx context.Context, p int, term uint64) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	cmd := appendEpoch(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID})
+	rs, err := r.nh.Propose(r.lanes[p].session, cmd, r.cfg.ProposalTimeout)
+	if err != nil {
+		return fmt.Errorf("durability: fence partition %d: %w", p, proposeError(err))
+	}
+	defer rs.Release()
+	select {
+	case res := <-rs.ResultC():
+		if err := r.lanes[p].resultError(res); err != nil {
+			// A marker whose outcome is unknown is harmless: retrying
+			// proposes another one of the same term, which is refused if
+			// the first was accepted; then this node sees its own epoch.
+			return fmt.Errorf("durability: fence partition %d: %w (%w)", p, ErrRetry, err)
+		}
+		if res.GetResult().Value == 0 && !r.epochIs(p, term) {
+			return errMarkerRejected
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("durability: fence partition %d: %w (%w)", p, ErrRetry, ctx.Err())
+	case <-r.stop:
+		return fmt.Errorf("durability: fence partition %d: %w", p, ErrClosed)
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	return nil
+}
+
+// epochIs reports whether the stored epoch of p is this node's in term.
+func (r *Raft) epochIs(p int, term uint64) bool {
+	r.dbMu.RLock()
+	defer r.dbMu.RUnlock()
+	if r.dbClosed {
+		return false
+	}
+	var e Epoch
+	_ = r.db.View(func(txn *badger.Txn) error {
+		var err error
+		e, err = readEpoch(txn, shardID(p))
+		return err
+	})
+	return e == Epoch{Term: term, Replica: r.cfg.ReplicaID}
+}
+
+// Confirm proves that this node led partition p in term at some moment
+// after the call started: Raft says so before, a read index completes (a
+// quorum answered this leader's heartbeat), and Raft still says so after.
+// A read index alone proves nothing, since a follower forwards it to the
+// leader; the checks before and after rule that out, because a node leads
+// a term at most once. See partition.Leadership for the lease built on it.
+func (r *Raft) Confirm(ctx context.Context, p int, term uint64) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	timeout := r.cfg.RTT * electionRTT
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	rs, err := r.nh.ReadIndex(shardID(p), timeout)
+	if err != nil {
+		return fmt.Errorf("durability: confirm leadership of partition %d: %w", p, proposeError(err))
+	}
+	defer rs.Release()
+	select {
+	case res := <-rs.ResultC():
+		if !res.Completed() {
+			return fmt.Errorf("durability: confirm leadership of partition %d: %w (%w)", p, ErrRetry, r.lanes[p].resultError(res))
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("durability: confirm leadership of partition %d: %w (%w)", p, ErrRetry, ctx.Err())
+	case <-r.stop:
+		return fmt.Errorf("durability: confirm leadership of partition %d: %w", p, ErrClosed)
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	return nil
+}
+
+// Timing returns Raft's tick and election timeout in ticks, which bound the
+// leader lease (partition.Leadership).
+func (r *Raft) Timing() (rtt time.Duration, electionTicks int) {
+	return r.cfg.RTT, electionRTT
 }
 
 // readIndex runs one read index. Each attempt is bounded, because a read

@@ -23,7 +23,7 @@ const testWait = 30 * time.Second
 
 type chanCompletion chan error
 
-func (c chanCompletion) Committed(err error) { c <- err }
+func (c chanCompletion) Committed(_ uint64, err error) { c <- err }
 
 // onceCompletion fails the test if it is completed twice.
 type onceCompletion struct {
@@ -34,7 +34,7 @@ type onceCompletion struct {
 	onErr func(error) // optional, called before wg.Done
 }
 
-func (c *onceCompletion) Committed(err error) {
+func (c *onceCompletion) Committed(_ uint64, err error) {
 	if n := c.calls.Add(1); n != 1 {
 		c.t.Errorf("completion called %d times (err %v)", n, err)
 		return
@@ -50,6 +50,51 @@ func (c *onceCompletion) Committed(err error) {
 type node struct {
 	*Raft
 	events chan LeaderEvent
+
+	mu     sync.Mutex
+	fenced map[int]uint64 // partition → term this node fenced
+}
+
+// term fences partition p in the term this node leads it now (once per
+// term) and returns that term: records proposed in it are tagged with it.
+func (n *node) term(t testing.TB, p int) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for {
+		id, term, ok, err := n.nh.GetLeaderID(shardID(p))
+		if err == nil && ok && id == n.ReplicaID() {
+			n.mu.Lock()
+			done := n.fenced[p] == term
+			n.mu.Unlock()
+			if done {
+				return term
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err = n.Fence(ctx, p, term)
+			cancel()
+			if err == nil {
+				n.mu.Lock()
+				if n.fenced == nil {
+					n.fenced = map[int]uint64{}
+				}
+				n.fenced[p] = term
+				n.mu.Unlock()
+				return term
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d does not lead partition %d in a fenced term after %v (leader %d, %v)", n.ReplicaID(), p, testWait, id, err)
+		}
+		time.Sleep(n.cfg.RTT)
+	}
+}
+
+// sameRecord compares records as stored, ignoring the proposal-only fields
+// and the index the store assigns.
+func sameRecord(got, want Record) bool {
+	got.Base, got.Term, got.Index = 0, 0, 0
+	want.Base, want.Term, want.Index = 0, 0, 0
+	return reflect.DeepEqual(got, want)
 }
 
 func openNode(t testing.TB, cfg RaftConfig) *node {
@@ -86,10 +131,18 @@ func (n *node) awaitSelfLeader(t testing.TB) {
 	}
 }
 
-func propose(t testing.TB, b Backend, p int, r Record) error {
+// propose commits r on n as a leader's decision would: in the term n
+// fenced, from the record n has stored.
+func propose(t testing.TB, n *node, p int, r Record) error {
 	t.Helper()
+	r.Term = n.term(t, p)
+	stored, _, err := n.Load(p, r.Resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Base = stored.Index
 	c := make(chanCompletion, 1)
-	b.Propose(p, &r, c)
+	n.Propose(p, &r, c)
 	select {
 	case err := <-c:
 		return err
@@ -107,7 +160,7 @@ func TestSingleNodeInMemory(t *testing.T) {
 		t.Fatalf("propose: %v", err)
 	}
 	got, ok, err := n.Load(1, first.Resource)
-	if err != nil || !ok || !reflect.DeepEqual(got, first) {
+	if err != nil || !ok || !sameRecord(got, first) || got.Index == 0 {
 		t.Fatalf("Load = %+v, %v, %v", got, ok, err)
 	}
 	if _, ok, _ := n.Load(2, first.Resource); ok {
@@ -115,17 +168,20 @@ func TestSingleNodeInMemory(t *testing.T) {
 	}
 
 	// Proposed back to back, so most share an entry; partition order makes
-	// the outcome of each deterministic anyway.
+	// the outcome of each deterministic anyway: a record applies only from
+	// the stored record it was decided from, in the fenced term.
+	term, base := n.term(t, 1), got.Index
+	at := func(r Record, base, term uint64) Record { r.Base, r.Term = base, term; return r }
 	seq := []struct {
 		r    Record
 		want error
 	}{
-		{rec("tenant/a/x", 3, 1), ErrNotApplied}, // same pair
-		{rec("tenant/a/x", 2, 9), ErrNotApplied}, // older token
-		{rec("tenant/a/x", 3, 2), nil},
-		{rec("tenant/a/y", 1, 1), nil},
-		{rec("tenant/a/x", 3, 2), ErrNotApplied},
-		{Record{Resource: "tenant/a/x", Token: 3, Revision: 3}, nil}, // unlocked
+		{at(rec("tenant/a/x", 4, 2), base, term+1), ErrRetry}, // a term this node does not lead: never proposed
+		{at(rec("tenant/a/x", 2, 9), base, term), ErrFenced},  // lower token
+		{at(rec("tenant/a/x", 3, 2), base, term), nil},
+		{at(rec("tenant/a/y", 1, 1), 0, term), nil},
+		{at(rec("tenant/a/x", 3, 3), base, term), ErrFenced}, // x moved past base
+		{at(rec("tenant/a/y", 1, 2), 0, term), ErrFenced},    // y exists now
 	}
 	comps := make([]chanCompletion, len(seq))
 	for i := range seq {
@@ -143,8 +199,11 @@ func TestSingleNodeInMemory(t *testing.T) {
 		}
 	}
 	got, _, _ = n.Load(1, "tenant/a/x")
-	if want := seq[5].r; !reflect.DeepEqual(got, want) {
-		t.Fatalf("after sequence: %+v, want %+v", got, want)
+	if want := seq[2].r; !sameRecord(got, want) || got.Index <= base {
+		t.Fatalf("after sequence: %+v, want %+v at an index above %d", got, want, base)
+	}
+	if err := propose(t, n, 1, Record{Resource: "tenant/a/x", Token: 3, Revision: 3}); err != nil { // unlocked
+		t.Fatal(err)
 	}
 	if err := n.Barrier(context.Background(), 1); err != nil {
 		t.Fatalf("Barrier: %v", err)
@@ -238,7 +297,7 @@ func TestOnDiskReopen(t *testing.T) {
 		}
 		for p, r := range want {
 			got, ok, err := n.Load(p, r.Resource)
-			if err != nil || !ok || !reflect.DeepEqual(got, r) {
+			if err != nil || !ok || !sameRecord(got, r) {
 				t.Fatalf("round %d: Load(%d, %s) = %+v, %v, %v", round, p, r.Resource, got, ok, err)
 			}
 		}
@@ -311,6 +370,10 @@ func TestConcurrentPropose(t *testing.T) {
 	)
 	n := openNode(t, RaftConfig{Partitions: parts})
 	n.awaitSelfLeader(t)
+	terms := make([]uint64, parts)
+	for p := range terms {
+		terms[p] = n.term(t, p)
+	}
 	var wg sync.WaitGroup
 	comps := make([]*onceCompletion, workers*each)
 	wg.Add(len(comps))
@@ -322,7 +385,8 @@ func TestConcurrentPropose(t *testing.T) {
 			for i := range each {
 				c := &onceCompletion{t: t, wg: &wg}
 				comps[w*each+i] = c
-				r := rec(fmt.Sprintf("w%d", w), 1, uint64(i+1))
+				r := rec(fmt.Sprintf("w%d-%d", w, i), 1, 1)
+				r.Term = terms[w%parts]
 				n.Propose(w%parts, &r, c)
 			}
 		}()
@@ -335,9 +399,10 @@ func TestConcurrentPropose(t *testing.T) {
 		}
 	}
 	for w := range workers {
-		got, _, _ := n.Load(w%parts, fmt.Sprintf("w%d", w))
-		if got.Revision != each {
-			t.Fatalf("w%d at revision %d, want %d", w, got.Revision, each)
+		for i := range each {
+			if _, ok, _ := n.Load(w%parts, fmt.Sprintf("w%d-%d", w, i)); !ok {
+				t.Fatalf("w%d-%d missing", w, i)
+			}
 		}
 	}
 }
@@ -356,6 +421,10 @@ func waitGroup(t testing.TB, wg *sync.WaitGroup) {
 func TestCloseWithProposalsInFlight(t *testing.T) {
 	n := openNode(t, RaftConfig{Dir: t.TempDir(), Partitions: 4})
 	n.awaitSelfLeader(t)
+	terms := make([]uint64, 4)
+	for p := range terms {
+		terms[p] = n.term(t, p)
+	}
 	var (
 		wg      sync.WaitGroup
 		prod    sync.WaitGroup
@@ -386,7 +455,8 @@ func TestCloseWithProposalsInFlight(t *testing.T) {
 				mu.Lock()
 				comps = append(comps, c)
 				mu.Unlock()
-				r := rec(fmt.Sprintf("w%d", w), 1, uint64(i+1))
+				r := rec(fmt.Sprintf("w%d-%d", w, i), 1, 1)
+				r.Term = terms[w%4]
 				n.Propose(w%4, &r, c)
 			}
 		}()
@@ -468,7 +538,7 @@ func TestSingleNodeClusterStates(t *testing.T) {
 			if err := propose(t, n, 0, r); err != nil {
 				t.Fatal(err)
 			}
-		} else if got, ok, err := n.Load(0, r.Resource); err != nil || !ok || !reflect.DeepEqual(got, r) {
+		} else if got, ok, err := n.Load(0, r.Resource); err != nil || !ok || !sameRecord(got, r) {
 			t.Fatalf("start %d (state %q): Load = %+v, %v, %v", i, state, got, ok, err)
 		}
 		if err := n.Close(); err != nil {

@@ -12,21 +12,25 @@ import (
 
 // Snapshot stream of one shard:
 //
-//	version:byte uvarint(applied index)
-//	{ 0x01 uvarint(len) resource uvarint(len) value }*
+//	version:byte uvarint(applied index) uvarint(epoch term) uvarint(epoch replica)
+//	{ 0x01 uvarint(len) resource uvarint(len) stored value }*
 //	0x00 uvarint(record count)
 //
-// It carries the applied index because RecoverFromSnapshot gets none.
+// It carries the applied index because RecoverFromSnapshot gets none, and
+// the epoch because the fence depends on it. Version 1 (before the fence)
+// had no epoch.
 const (
-	snapshotVersion byte = 1
-	tagRecord       byte = 1
-	tagEnd          byte = 0
-	stopCheckEvery       = 256
+	snapshotVersion   byte = 2
+	snapshotVersionV1 byte = 1
+	tagRecord         byte = 1
+	tagEnd            byte = 0
+	stopCheckEvery         = 256
 )
 
 type snapshotView struct {
 	txn     *badger.Txn // a read txn is a point-in-time view
 	applied uint64
+	epoch   Epoch
 }
 
 // PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
@@ -34,11 +38,15 @@ type snapshotView struct {
 func (s *stateMachine) PrepareSnapshot() (any, error) {
 	txn := s.db.NewTransaction(false)
 	applied, err := readApplied(txn, s.shard)
+	var epoch Epoch
+	if err == nil {
+		epoch, err = readEpoch(txn, s.shard)
+	}
 	if err != nil {
 		txn.Discard()
 		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
 	}
-	return &snapshotView{txn: txn, applied: applied}, nil
+	return &snapshotView{txn: txn, applied: applied, epoch: epoch}, nil
 }
 
 // SaveSnapshot streams the view taken by PrepareSnapshot.
@@ -54,6 +62,8 @@ func (s *stateMachine) SaveSnapshot(ctx any, w io.Writer, stop <-chan struct{}) 
 func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	buf := binary.AppendUvarint([]byte{snapshotVersion}, v.applied)
+	buf = binary.AppendUvarint(buf, v.epoch.Term)
+	buf = binary.AppendUvarint(buf, v.epoch.Replica)
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
@@ -109,12 +119,21 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	if err != nil {
 		return err
 	}
-	if ver != snapshotVersion {
+	if ver != snapshotVersion && ver != snapshotVersionV1 {
 		return fmt.Errorf("%w: snapshot version %d", errCorrupt, ver)
 	}
 	applied, err := binary.ReadUvarint(br)
 	if err != nil {
 		return err
+	}
+	var epoch Epoch
+	if ver == snapshotVersion {
+		if epoch.Term, err = binary.ReadUvarint(br); err != nil {
+			return err
+		}
+		if epoch.Replica, err = binary.ReadUvarint(br); err != nil {
+			return err
+		}
 	}
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(s.appliedKey) }); err != nil {
 		return err
@@ -127,9 +146,19 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	}
 	var val [8]byte
 	binary.BigEndian.PutUint64(val[:], applied)
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set(s.appliedKey, val[:]) }); err != nil {
+	var ev [16]byte
+	binary.BigEndian.PutUint64(ev[:8], epoch.Term)
+	binary.BigEndian.PutUint64(ev[8:], epoch.Replica)
+	err = s.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(s.epochKey, ev[:]); err != nil {
+			return err
+		}
+		return txn.Set(s.appliedKey, val[:])
+	})
+	if err != nil {
 		return err
 	}
+	s.epoch = epoch
 	return s.db.Sync()
 }
 
@@ -190,7 +219,7 @@ func (s *stateMachine) loadRecords(br *bufio.Reader, stop <-chan struct{}) error
 			val, err = readChunk(br)
 		}
 		if err == nil {
-			err = decodeValue(val, &rec)
+			err = decodeStored(val, &rec)
 		}
 		if err == nil {
 			err = wb.Set(recordKey(nil, s.shard, res), val)

@@ -16,19 +16,39 @@ var errSMClosed = errors.New("durability: state machine closed")
 // stateMachine is one partition's dragonboat on-disk state machine. It
 // applies records to the shared badger DB under its shard's key prefix.
 //
-// Per entry, Result.Value is the number of records applied. When that is
-// less than the record count, Result.Data is a bitmap (bit i of byte i/8 set
-// = record i applied), or nil if the entry could not be applied at all.
+// The fence. dragonboat forwards a follower's proposal to whoever leads when
+// it arrives and shows Update no term (stack.md §9.5), so a deposed leader's
+// late proposal can commit in a new leader's reign. Update therefore
+// applies only what the current leader decided from what is stored:
+//   - an epoch marker (a new leader's term and ID, proposed before it
+//     serves) is accepted only with a higher term than the stored epoch;
+//   - a batch applies only if it was decided in the stored epoch;
+//   - each record of it applies only if the stored record is still at the
+//     Index the decision was made from (compare-and-set), and never lowers
+//     the token.
+//
+// A rejected record changes nothing, the same way on every replica.
+//
+// Per entry, Result.Value is the entry's index when it was applied (for a
+// batch: any of its records; a marker: accepted), and 0 when nothing of it
+// was. Result.Data is nil when every record applied, else a bitmap (bit i
+// of byte i/8 set = record i applied).
 type stateMachine struct {
 	db         *badger.DB
 	shard      uint64
 	log        *slog.Logger
 	closed     atomic.Bool
 	appliedKey []byte
+	epochKey   []byte
+	// unsafeNoFence applies batches with the advance-only guard alone: a
+	// negative control for the fault tests.
+	unsafeNoFence bool
 
-	// Used only by Update and RecoverFromSnapshot, which dragonboat never
-	// runs concurrently.
+	// Used only by Open, Update and RecoverFromSnapshot, which dragonboat
+	// never runs concurrently.
+	epoch      Epoch  // the stored epoch
 	keys       []byte // key arena
+	vals       []byte // stored-value arena
 	appliedVal [8]byte
 	orders     orderCache
 }
@@ -43,6 +63,7 @@ type orderCache struct {
 }
 
 type order struct {
+	index    uint64 // Raft index of the entry that stored the record
 	token    int64
 	revision uint64
 }
@@ -84,12 +105,14 @@ func (c *orderCache) clear() { c.m, c.bytes = nil, 0 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
 
-func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger) *stateMachine {
+func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFence bool) *stateMachine {
 	return &stateMachine{
-		db:         db,
-		shard:      shard,
-		log:        log.With("shard", shard),
-		appliedKey: shardKey(nil, shard, keyApplied),
+		db:            db,
+		shard:         shard,
+		log:           log.With("shard", shard),
+		appliedKey:    shardKey(nil, shard, keyApplied),
+		epochKey:      shardKey(nil, shard, keyEpoch),
+		unsafeNoFence: unsafeNoFence,
 	}
 }
 
@@ -98,11 +121,14 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 	var idx uint64
 	err := s.db.View(func(txn *badger.Txn) error {
 		var err error
-		idx, err = readApplied(txn, s.shard)
+		if idx, err = readApplied(txn, s.shard); err != nil {
+			return err
+		}
+		s.epoch, err = readEpoch(txn, s.shard)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("durability: shard %d: read applied index: %w", s.shard, err)
+		return 0, fmt.Errorf("durability: shard %d: read applied index and epoch: %w", s.shard, err)
 	}
 	return idx, nil
 }
@@ -113,7 +139,7 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 // that stops the node; a corrupt or oversized entry is logged and skipped
 // the same way on every replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	a := applier{s: s, txn: s.db.NewTransaction(true), keys: s.keys[:0]}
+	a := applier{s: s, txn: s.db.NewTransaction(true), keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch}
 	defer func() { a.txn.Discard() }()
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
@@ -125,7 +151,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		s.orders.clear()
 		return nil, fmt.Errorf("durability: shard %d: commit: %w", s.shard, err)
 	}
-	s.keys = a.keys[:0]
+	s.keys, s.vals = a.keys[:0], a.vals[:0]
 	return ents, nil
 }
 
@@ -140,16 +166,20 @@ type applier struct {
 	txn         *badger.Txn
 	count, size int64  // badger's accounting of txn, mirrored
 	last        uint64 // index of the last entry fully in txn; 0 = none
-	keys        []byte
+	keys, vals  []byte
+	epoch       Epoch // as this txn leaves it; the state machine's once committed
 }
 
 func (a *applier) entry(e *sm.Entry) error {
 	e.Result = sm.Result{}
-	n, cost, err := scanBatch(e.Cmd)
+	h, body, n, cost, err := scanEntry(e.Cmd)
 	if err != nil {
 		a.s.log.Warn("durability: skipping corrupt raft entry", "index", e.Index, "len", len(e.Cmd))
 		a.last = e.Index
 		return nil
+	}
+	if h.kind == kindEpoch {
+		return a.marker(e, h.epoch)
 	}
 	maxCount, maxSize := a.s.db.MaxBatchCount(), a.s.db.MaxBatchSize()
 	if a.count+n+1 >= maxCount || a.size+cost+appliedCost >= maxSize {
@@ -170,14 +200,17 @@ func (a *applier) entry(e *sm.Entry) error {
 		rec     Record
 		bits    []byte
 		applied uint64
-		body    = e.Cmd[batchHeaderLen:]
+		fenced  = h.kind == kindBatch && !a.s.unsafeNoFence
+		stale   = fenced && h.epoch != a.epoch
 	)
 	for j := range n {
 		var res, val []byte
-		res, val, body, _ = nextRecord(body, &rec) // validated by scanBatch
-		ok, err := a.put(res, val, rec.Token, rec.Revision)
-		if err != nil {
-			return err
+		res, val, body, _ = nextRecord(body, h.kind, &rec) // validated by scanEntry
+		ok := false
+		if !stale {
+			if ok, err = a.put(res, val, &rec, e.Index, fenced); err != nil {
+				return err
+			}
 		}
 		switch {
 		case ok:
@@ -192,36 +225,66 @@ func (a *applier) entry(e *sm.Entry) error {
 			}
 		}
 	}
-	e.Result = sm.Result{Value: applied, Data: bits}
+	if applied > 0 {
+		e.Result = sm.Result{Value: e.Index, Data: bits}
+	}
 	a.last = e.Index
 	return nil
 }
 
-// scanBatch validates a whole entry before any of it is applied and returns
-// its record count and badger cost.
-func scanBatch(cmd []byte) (n, cost int64, err error) {
-	body, count, err := batchBody(cmd)
-	if err != nil {
-		return 0, 0, err
+// marker applies a new leader's epoch marker: accepted only with a higher
+// term than the stored epoch, so a late marker of an older leader (forwarded
+// after a newer one was accepted) cannot roll the epoch back.
+func (a *applier) marker(e *sm.Entry, ep Epoch) error {
+	a.last = e.Index
+	if ep.Term <= a.epoch.Term {
+		return nil
 	}
-	var rec Record
-	for range count {
-		var res, val []byte
-		res, val, body, err = nextRecord(body, &rec)
-		if err != nil {
-			return 0, 0, err
-		}
-		cost += setCost(shardKeyLen+len(res), len(val))
+	var v [16]byte
+	binary.BigEndian.PutUint64(v[:8], ep.Term)
+	binary.BigEndian.PutUint64(v[8:], ep.Replica)
+	if err := a.txn.Set(a.s.epochKey, v[:]); err != nil {
+		return err
 	}
-	if len(body) != 0 {
-		return 0, 0, errCorrupt
-	}
-	return int64(count), cost, nil
+	a.count++
+	a.size += setCost(len(a.s.epochKey), len(v))
+	a.epoch = ep
+	e.Result = sm.Result{Value: e.Index}
+	return nil
 }
 
-// put stores val unless the stored record's (Token, Revision) is not older.
-// val aliases the entry, which outlives the txn's commit.
-func (a *applier) put(res, val []byte, token int64, revision uint64) (bool, error) {
+// storedIndexCost bounds what appendStored adds to a command-form value.
+const storedIndexCost = 10
+
+// scanEntry validates a whole entry before any of it is applied and returns
+// its header, its records part, and for a batch its record count and
+// badger cost.
+func scanEntry(cmd []byte) (h header, records []byte, n, cost int64, err error) {
+	h, body, err := parseHeader(cmd)
+	if err != nil || h.kind == kindEpoch {
+		return h, nil, 0, 0, err
+	}
+	records = body
+	var rec Record
+	for range h.count {
+		var res, val []byte
+		res, val, body, err = nextRecord(body, h.kind, &rec)
+		if err != nil {
+			return h, nil, 0, 0, err
+		}
+		cost += setCost(shardKeyLen+len(res), len(val)+storedIndexCost)
+	}
+	if len(body) != 0 {
+		return h, nil, 0, 0, errCorrupt
+	}
+	return h, records, int64(h.count), cost, nil
+}
+
+// put stores the record of resource res (command-form value val) as written
+// by the entry at index, if the guard lets it: fenced, the stored record
+// must still be at rec.Base and the token must not go down; otherwise (a
+// legacy batch, or the fence switched off) (Token, Revision) must advance.
+func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (bool, error) {
 	start := len(a.keys)
 	a.keys = recordKey(a.keys, a.s.shard, res)
 	key := a.keys[start:len(a.keys):len(a.keys)]
@@ -235,16 +298,26 @@ func (a *applier) put(res, val []byte, token int64, revision uint64) (bool, erro
 			a.s.orders.put(res, old)
 		}
 	}
-	if known && !advances(token, revision, old.token, old.revision) {
+	var ok bool
+	switch {
+	case fenced:
+		ok = old.index == rec.Base && (!known || rec.Token >= old.token)
+	default:
+		ok = !known || advances(rec.Token, rec.Revision, old.token, old.revision)
+	}
+	if !ok {
 		a.keys = a.keys[:start]
 		return false, nil
 	}
-	if err := a.txn.Set(key, val); err != nil {
+	vstart := len(a.vals)
+	a.vals = appendStored(a.vals, val, index)
+	stored := a.vals[vstart:len(a.vals):len(a.vals)]
+	if err := a.txn.Set(key, stored); err != nil {
 		return false, err
 	}
-	a.s.orders.put(res, order{token, revision})
+	a.s.orders.put(res, order{index: index, token: rec.Token, revision: rec.Revision})
 	a.count++
-	a.size += setCost(len(key), len(val))
+	a.size += setCost(len(key), len(stored))
 	return true, nil
 }
 
@@ -259,12 +332,13 @@ func (a *applier) stored(key, res []byte) (o order, known bool, err error) {
 		return order{}, false, err
 	}
 	err = item.Value(func(v []byte) error {
-		t, r, err := valueOrder(v)
-		if err != nil {
+		var err error
+		if o, err = storedOrder(v); err != nil {
 			a.s.log.Error("durability: overwriting corrupt stored record", "resource", string(res))
+			o = order{}
 			return nil
 		}
-		o, known = order{t, r}, true
+		known = true
 		return nil
 	})
 	return o, known, err
@@ -282,8 +356,9 @@ func (a *applier) commit() error {
 	if err := a.txn.Commit(); err != nil {
 		return err
 	}
+	a.s.epoch = a.epoch
 	a.count, a.size, a.last = 0, 0, 0
-	a.keys = a.keys[:0] // badger copied them on commit
+	a.keys, a.vals = a.keys[:0], a.vals[:0] // badger copied them on commit
 	return nil
 }
 

@@ -2,6 +2,7 @@ package durability
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -26,8 +27,51 @@ func rec(res string, token int64, rev uint64) Record {
 	return Record{Resource: res, Owner: []byte("o-" + res), ExpiresMs: 1000 * token, Token: token, Revision: rev, Locked: true, LastModifiedMs: int64(rev)}
 }
 
+// from returns r decided from the stored record at base.
+func from(r Record, base uint64) Record { r.Base = base; return r }
+
+// stored is r as Load returns it after the entry at index wrote it.
+func stored(r Record, index uint64) Record { r.Base, r.Term, r.Index = 0, 0, index; return r }
+
+// testEpoch is the epoch of entry's batches.
+var testEpoch = Epoch{Term: 3, Replica: 1}
+
 func entry(index uint64, recs ...Record) sm.Entry {
-	return sm.Entry{Index: index, Cmd: encodeBatch(nil, recs)}
+	return epochEntry(index, testEpoch, recs...)
+}
+
+func epochEntry(index uint64, e Epoch, recs ...Record) sm.Entry {
+	return sm.Entry{Index: index, Cmd: encodeBatch(nil, e, recs)}
+}
+
+func markerEntry(index uint64, e Epoch) sm.Entry {
+	return sm.Entry{Index: index, Cmd: appendEpoch(nil, e)}
+}
+
+// legacyEntry is a batch as kahuna wrote it before the fence.
+func legacyEntry(index uint64, recs ...Record) sm.Entry {
+	b := []byte{kindLegacyBatch, 0, 0}
+	for i := range recs {
+		b = binary.AppendUvarint(b, uint64(len(recs[i].Resource)))
+		b = append(b, recs[i].Resource...)
+		b = appendValue(b, &recs[i])
+	}
+	setBatchCount(b, len(recs))
+	return sm.Entry{Index: index, Cmd: b}
+}
+
+// fencedSM is a state machine of shard 3 whose epoch is testEpoch.
+func fencedSM(t *testing.T, db *badger.DB) *stateMachine {
+	t.Helper()
+	s := newStateMachine(db, 3, discard, false)
+	if _, err := s.Open(nil); err != nil {
+		t.Fatal(err)
+	}
+	ents := []sm.Entry{markerEntry(1, testEpoch)}
+	if _, err := s.Update(ents); err != nil || ents[0].Result.Value != 1 {
+		t.Fatalf("marker: %+v %v", ents[0].Result, err)
+	}
+	return s
 }
 
 func mustLoad(t *testing.T, db *badger.DB, shard uint64, res string) (Record, bool) {
@@ -56,60 +100,107 @@ func applied(t *testing.T, db *badger.DB, shard uint64) uint64 {
 	return idx
 }
 
-func TestStateMachineAdvanceOnly(t *testing.T) {
+func TestStateMachineFence(t *testing.T) {
 	db := memDB(t, 8<<20)
-	s := newStateMachine(db, 3, discard)
-	if idx, err := s.Open(nil); err != nil || idx != 0 {
-		t.Fatalf("Open = %d, %v", idx, err)
-	}
+	s := fencedSM(t, db)
 	ents := []sm.Entry{
-		entry(5, rec("a", 1, 1), rec("b", 1, 1)),
-		// a: same pair (ignored), older token (ignored), newer revision
-		// (applied) within one entry; b: newer token.
-		entry(6, rec("a", 1, 1), rec("a", 0, 9), rec("a", 1, 2), rec("b", 2, 1)),
+		entry(5, rec("a", 0, 1), rec("b", 0, 1)),
+		// a: from a base it has moved past (rejected), a lower token from
+		// the right base (rejected), the next write from the right base
+		// (applied); c: new; b: from a base that never existed (rejected).
+		entry(6, from(rec("a", 1, 2), 0), from(rec("a", -1, 9), 5), from(rec("a", 1, 2), 5), rec("c", 0, 1), from(rec("b", 1, 2), 4)),
 		{Index: 7, Cmd: []byte("garbage")},
+		// Decided in another epoch: nothing of it applies.
+		epochEntry(8, Epoch{Term: 3, Replica: 2}, from(rec("a", 2, 3), 6)),
+		epochEntry(9, Epoch{Term: 2, Replica: 1}, from(rec("a", 2, 3), 6)),
 	}
 	if _, err := s.Update(ents); err != nil {
 		t.Fatal(err)
 	}
-	if r := ents[0].Result; r.Value != 2 || r.Data != nil {
-		t.Fatalf("entry 5 result %+v", r)
+	for i, want := range []sm.Result{{Value: 5}, {Value: 6, Data: []byte{0b01100}}, {}, {}, {}} {
+		if r := ents[i].Result; r.Value != want.Value || !bytes.Equal(r.Data, want.Data) {
+			t.Errorf("entry %d result %+v, want %+v", ents[i].Index, r, want)
+		}
 	}
-	if r := ents[1].Result; r.Value != 2 || !bytes.Equal(r.Data, []byte{0b1100}) {
-		t.Fatalf("entry 6 result %+v", r)
-	}
-	if r := ents[2].Result; r.Value != 0 || r.Data != nil {
-		t.Fatalf("corrupt entry result %+v", r)
-	}
-	if got, _ := mustLoad(t, db, 3, "a"); !reflect.DeepEqual(got, rec("a", 1, 2)) {
-		t.Fatalf("a = %+v", got)
-	}
-	if got, _ := mustLoad(t, db, 3, "b"); !reflect.DeepEqual(got, rec("b", 2, 1)) {
-		t.Fatalf("b = %+v", got)
+	for res, want := range map[string]Record{"a": stored(rec("a", 1, 2), 6), "b": stored(rec("b", 0, 1), 5), "c": stored(rec("c", 0, 1), 6)} {
+		if got, _ := mustLoad(t, db, 3, res); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %+v, want %+v", res, got, want)
+		}
 	}
 	if _, ok := mustLoad(t, db, 4, "a"); ok {
 		t.Fatal("shard 4 sees shard 3's record")
 	}
-	if idx := applied(t, db, 3); idx != 7 {
-		t.Fatalf("applied index %d, want 7", idx)
+	if idx := applied(t, db, 3); idx != 9 {
+		t.Fatalf("applied index %d, want 9", idx)
 	}
-	if idx, _ := newStateMachine(db, 3, discard).Open(nil); idx != 7 {
-		t.Fatalf("reopened at %d", idx)
+
+	// Markers: an older or equal term is refused, a newer one (of any
+	// replica) accepted, and from then on only its batches apply.
+	ents = []sm.Entry{
+		markerEntry(10, Epoch{Term: 2, Replica: 2}),
+		markerEntry(11, Epoch{Term: 3, Replica: 2}),
+		markerEntry(12, Epoch{Term: 4, Replica: 2}),
+		entry(13, from(rec("a", 2, 3), 6)),
+		epochEntry(14, Epoch{Term: 4, Replica: 2}, from(rec("a", 2, 3), 6)),
 	}
-	// Later updates are checked against what is stored, whether the state
-	// machine remembers it (s) or must read it (a fresh one).
-	for i, m := range []*stateMachine{s, newStateMachine(db, 3, discard)} {
-		name := []string{"warm", "cold"}[i]
-		ents := []sm.Entry{entry(uint64(8+i), rec("a", 1, 2), rec("b", 1, 5), rec(name, 0, 1))}
-		if _, err := m.Update(ents); err != nil {
-			t.Fatal(err)
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{0, 0, 12, 0, 14} {
+		if r := ents[i].Result; r.Value != want || r.Data != nil {
+			t.Errorf("entry %d result %+v, want Value %d", ents[i].Index, r, want)
 		}
-		if r := ents[0].Result; r.Value != 1 || !bytes.Equal(r.Data, []byte{0b100}) {
-			t.Fatalf("%s: stale writes: result %+v, want only the new resource applied", name, r)
-		}
-		if got, _ := mustLoad(t, db, 3, "a"); !reflect.DeepEqual(got, rec("a", 1, 2)) {
-			t.Fatalf("%s: a = %+v", name, got)
-		}
+	}
+	// A fresh state machine (cold order cache) reads the epoch and the
+	// stored indexes back.
+	cold := newStateMachine(db, 3, discard, false)
+	if idx, err := cold.Open(nil); idx != 14 || err != nil || cold.epoch != (Epoch{Term: 4, Replica: 2}) {
+		t.Fatalf("reopened at %d with epoch %+v: %v", idx, cold.epoch, err)
+	}
+	ents = []sm.Entry{epochEntry(15, cold.epoch, from(rec("a", 3, 4), 6), from(rec("a", 3, 4), 14))}
+	if _, err := cold.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	if r := ents[0].Result; r.Value != 15 || !bytes.Equal(r.Data, []byte{0b10}) {
+		t.Fatalf("cold: result %+v, want only the write from base 14", r)
+	}
+}
+
+// Entries written before the fence are replayed with the advance-only
+// guard, and what they store is indexed like any other record.
+func TestStateMachineLegacyEntries(t *testing.T) {
+	db := memDB(t, 8<<20)
+	s := newStateMachine(db, 3, discard, false)
+	ents := []sm.Entry{
+		legacyEntry(5, rec("a", 1, 1), rec("b", 1, 1)),
+		legacyEntry(6, rec("a", 1, 1), rec("a", 0, 9), rec("a", 1, 2), rec("b", 2, 1)),
+	}
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	if r := ents[1].Result; r.Value != 6 || !bytes.Equal(r.Data, []byte{0b1100}) {
+		t.Fatalf("entry 6 result %+v", r)
+	}
+	if got, _ := mustLoad(t, db, 3, "a"); !reflect.DeepEqual(got, stored(rec("a", 1, 2), 6)) {
+		t.Fatalf("a = %+v", got)
+	}
+}
+
+// The negative control: with the fence off, a batch of a stale epoch and a
+// record from a stale base apply whenever (Token, Revision) advances.
+func TestStateMachineUnsafeNoFence(t *testing.T) {
+	db := memDB(t, 8<<20)
+	s := newStateMachine(db, 3, discard, true)
+	ents := []sm.Entry{
+		markerEntry(4, Epoch{Term: 9, Replica: 1}),
+		entry(5, rec("a", 0, 1)),
+		entry(6, from(rec("a", 1, 2), 0)),
+	}
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := mustLoad(t, db, 3, "a"); !reflect.DeepEqual(got, stored(rec("a", 1, 2), 6)) {
+		t.Fatalf("a = %+v", got)
 	}
 }
 
@@ -117,7 +208,10 @@ func TestStateMachineAdvanceOnly(t *testing.T) {
 // into several txns, each carrying the index of its last entry.
 func TestStateMachineSplitsLargeUpdates(t *testing.T) {
 	db := memDB(t, 1<<20)
-	s := newStateMachine(db, 1, discard)
+	s := newStateMachine(db, 1, discard, false)
+	if _, err := s.Update([]sm.Entry{markerEntry(99, testEpoch)}); err != nil {
+		t.Fatal(err)
+	}
 	owner := bytes.Repeat([]byte{'x'}, 200)
 	var ents []sm.Entry
 	for i := range 40 {
@@ -131,8 +225,8 @@ func TestStateMachineSplitsLargeUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, e := range ents {
-		if e.Result.Value != 50 {
-			t.Fatalf("entry %d applied %d of 50", i, e.Result.Value)
+		if e.Result.Value != e.Index || e.Result.Data != nil {
+			t.Fatalf("entry %d: result %+v, want every record applied", i, e.Result)
 		}
 	}
 	if _, ok := mustLoad(t, db, 1, "r39-49"); !ok {
@@ -145,12 +239,12 @@ func TestStateMachineSplitsLargeUpdates(t *testing.T) {
 
 func TestStateMachineSnapshot(t *testing.T) {
 	src := memDB(t, 8<<20)
-	s := newStateMachine(src, 2, discard)
+	s := newStateMachine(src, 2, discard, false)
 	var want []Record
 	for i := range 600 {
 		want = append(want, rec(fmt.Sprintf("res/%04d", i), int64(i+1), 1))
 	}
-	if _, err := s.Update([]sm.Entry{entry(40, want...)}); err != nil {
+	if _, err := s.Update([]sm.Entry{markerEntry(39, testEpoch), entry(40, want...)}); err != nil {
 		t.Fatal(err)
 	}
 	view, err := s.PrepareSnapshot()
@@ -167,19 +261,20 @@ func TestStateMachineSnapshot(t *testing.T) {
 	}
 
 	dst := memDB(t, 8<<20)
-	other := newStateMachine(dst, 7, discard)
-	d := newStateMachine(dst, 2, discard)
-	if _, err := other.Update([]sm.Entry{entry(3, rec("keep", 1, 1))}); err != nil {
+	other := newStateMachine(dst, 7, discard, false)
+	d := newStateMachine(dst, 2, discard, false)
+	if _, err := other.Update([]sm.Entry{markerEntry(2, testEpoch), entry(3, rec("keep", 1, 1))}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Update([]sm.Entry{entry(9, rec("stale", 5, 5), rec("res/0000", 99, 1))}); err != nil {
+	ep := Epoch{Term: 99, Replica: 2}
+	if _, err := d.Update([]sm.Entry{markerEntry(8, ep), epochEntry(9, ep, rec("stale", 5, 5), rec("res/0000", 99, 1))}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.RecoverFromSnapshot(bytes.NewReader(buf.Bytes()), make(chan struct{})); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range want {
-		if got, ok := mustLoad(t, dst, 2, r.Resource); !ok || !reflect.DeepEqual(got, r) {
+		if got, ok := mustLoad(t, dst, 2, r.Resource); !ok || !reflect.DeepEqual(got, stored(r, 40)) {
 			t.Fatalf("%s = %+v, %v", r.Resource, got, ok)
 		}
 	}
@@ -191,15 +286,15 @@ func TestStateMachineSnapshot(t *testing.T) {
 	if _, ok := mustLoad(t, dst, 7, "keep"); !ok {
 		t.Fatal("recovery touched another shard")
 	}
-	if idx, _ := d.Open(nil); idx != 40 {
-		t.Fatalf("recovered applied index %d, want 40", idx)
+	if idx, _ := d.Open(nil); idx != 40 || d.epoch != testEpoch {
+		t.Fatalf("recovered applied index %d epoch %+v, want 40 and %+v", idx, d.epoch, testEpoch)
 	}
-	// The recovered state, not what d wrote before, orders later writes.
-	next := []sm.Entry{entry(41, rec("stale", 0, 1), rec("res/0000", 1, 2), rec("res/0001", 2, 1))}
+	// The recovered state, not what d wrote before, fences later writes.
+	next := []sm.Entry{entry(41, rec("stale", 0, 1), from(rec("res/0000", 1, 2), 40), from(rec("res/0001", 2, 1), 9))}
 	if _, err := d.Update(next); err != nil {
 		t.Fatal(err)
 	}
-	if r := next[0].Result; r.Value != 2 || !bytes.Equal(r.Data, []byte{0b011}) {
+	if r := next[0].Result; r.Value != 41 || !bytes.Equal(r.Data, []byte{0b011}) {
 		t.Fatalf("writes after recovery: result %+v, want the first two applied", r)
 	}
 
@@ -220,7 +315,7 @@ func TestStateMachineSnapshot(t *testing.T) {
 }
 
 func TestStateMachineLookupAfterClose(t *testing.T) {
-	s := newStateMachine(memDB(t, 8<<20), 1, discard)
+	s := newStateMachine(memDB(t, 8<<20), 1, discard, false)
 	if _, err := s.Lookup(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +336,7 @@ func TestOrderCacheBound(t *testing.T) {
 	var c orderCache
 	key := func(i int) []byte { return fmt.Appendf(bytes.Repeat([]byte{'k'}, 1000), "%d", i) }
 	for i := range 20_000 {
-		c.put(key(i), order{int64(i), 1})
+		c.put(key(i), order{token: int64(i), revision: 1})
 		if c.bytes > maxOrderCacheBytes {
 			t.Fatalf("after %d puts: %d bytes cached, bound %d", i+1, c.bytes, maxOrderCacheBytes)
 		}
@@ -252,9 +347,9 @@ func TestOrderCacheBound(t *testing.T) {
 	if o, ok := c.get(key(19_999)); !ok || o.token != 19_999 {
 		t.Fatalf("the newest entry: %+v %v", o, ok)
 	}
-	c.put(key(19_999), order{5, 5}) // an update costs nothing more
+	c.put(key(19_999), order{token: 5, revision: 5}) // an update costs nothing more
 	before := c.bytes
-	c.put(key(19_999), order{6, 6})
+	c.put(key(19_999), order{token: 6, revision: 6})
 	if c.bytes != before {
 		t.Fatalf("update changed the size: %d → %d", before, c.bytes)
 	}

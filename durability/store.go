@@ -12,9 +12,11 @@ import (
 // One badger DB serves every partition. Keys:
 //
 //	's' shard:8 'a'            applied Raft index of the shard (8 bytes BE)
+//	's' shard:8 'e'            the shard's epoch: term, replica (8 bytes BE each)
 //	's' shard:8 'r' resource   the resource's stored value (codec.go)
 const (
 	keyApplied  byte = 'a'
+	keyEpoch    byte = 'e'
 	keyRecord   byte = 'r'
 	shardKeyLen      = 1 + 8 + 1
 )
@@ -91,6 +93,26 @@ func readApplied(txn *badger.Txn, shard uint64) (uint64, error) {
 	return idx, err
 }
 
+// readEpoch returns the stored epoch of shard (zero if none).
+func readEpoch(txn *badger.Txn, shard uint64) (Epoch, error) {
+	item, err := txn.Get(shardKey(nil, shard, keyEpoch))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return Epoch{}, nil
+	}
+	if err != nil {
+		return Epoch{}, err
+	}
+	var e Epoch
+	err = item.Value(func(v []byte) error {
+		if len(v) != 16 {
+			return fmt.Errorf("%w: epoch of %d bytes", errCorrupt, len(v))
+		}
+		e = Epoch{Term: binary.BigEndian.Uint64(v[:8]), Replica: binary.BigEndian.Uint64(v[8:])}
+		return nil
+	})
+	return e, err
+}
+
 // loadRecord reads one stored record; the result owns its memory.
 func loadRecord(txn *badger.Txn, shard uint64, resource string) (Record, bool, error) {
 	item, err := txn.Get(recordKey(nil, shard, []byte(resource)))
@@ -105,7 +127,7 @@ func loadRecord(txn *badger.Txn, shard uint64, resource string) (Record, bool, e
 		return Record{}, false, err
 	}
 	rec := Record{Resource: resource}
-	if err := decodeValue(v, &rec); err != nil {
+	if err := decodeStored(v, &rec); err != nil {
 		return Record{}, false, err
 	}
 	return rec, true, nil

@@ -41,14 +41,19 @@ var (
 	errTimedOut      = fmt.Errorf("%w: proposal timed out", ErrUnknownOutcome)
 	// dragonboat drops a proposal before appending it (no leader, leader
 	// transfer in progress), so a dropped one can never commit.
-	errDropped    = fmt.Errorf("%w: proposal dropped (no leader or leadership moving)", ErrRetry)
+	errDropped = fmt.Errorf("%w: proposal dropped (no leader or leadership moving)", ErrRetry)
+	// A batch decided in a term this node no longer leads is never proposed:
+	// dragonboat would forward it to the new leader.
+	errNotLeader  = fmt.Errorf("%w: this node no longer leads the term the records were decided in", ErrRetry)
 	errRejected   = fmt.Errorf("%w: proposal rejected", ErrUnknownOutcome)
 	errAborted    = fmt.Errorf("%w: proposal aborted", ErrUnknownOutcome)
 	errTerminated = fmt.Errorf("%w: shard terminated", ErrUnknownOutcome)
 )
 
-// batch is one future Raft entry: encoded records and their completions.
+// batch is one future Raft entry: encoded records of one term and their
+// completions.
 type batch struct {
+	term  uint64
 	buf   []byte
 	comps []Completion
 }
@@ -61,6 +66,9 @@ type flight struct {
 
 type lane struct {
 	nh           *dragonboat.NodeHost
+	shard        uint64
+	replica      uint64
+	fenced       bool // false: the negative control (RaftConfig.UnsafeNoFence)
 	session      *client.Session
 	timeout      time.Duration
 	batchRecords int
@@ -86,6 +94,9 @@ type lane struct {
 func newLane(nh *dragonboat.NodeHost, shard uint64, cfg *resolved, closing *atomic.Bool, stop <-chan struct{}) *lane {
 	return &lane{
 		nh:           nh,
+		shard:        shard,
+		replica:      cfg.ReplicaID,
+		fenced:       !cfg.UnsafeNoFence,
 		session:      nh.GetNoOPSession(shard),
 		timeout:      cfg.ProposalTimeout,
 		batchRecords: cfg.batchRecords,
@@ -107,26 +118,26 @@ func (l *lane) start() {
 func (l *lane) push(rec *Record, c Completion) {
 	size := recordSize(rec)
 	if size > maxRecordBytes {
-		c.Committed(errTooLarge)
+		c.Committed(0, errTooLarge)
 		return
 	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		c.Committed(errClosedRetry)
+		c.Committed(0, errClosedRetry)
 		return
 	}
 	if l.queued >= maxQueued {
 		l.mu.Unlock()
-		c.Committed(errQueueFull)
+		c.Committed(0, errQueueFull)
 		return
 	}
 	n := len(l.pend)
 	var b *batch
-	if n > 0 && len(l.pend[n-1].comps) < l.batchRecords && len(l.pend[n-1].buf)+size <= maxBatchBytes {
-		b = l.pend[n-1]
+	if last := n - 1; n > 0 && l.pend[last].term == rec.Term && len(l.pend[last].comps) < l.batchRecords && len(l.pend[last].buf)+size <= maxBatchBytes {
+		b = l.pend[last]
 	} else {
-		b = l.newBatch()
+		b = l.newBatch(rec.Term)
 		l.pend = append(l.pend, b)
 	}
 	b.buf = appendRecord(b.buf, rec)
@@ -143,19 +154,23 @@ func (l *lane) push(rec *Record, c Completion) {
 }
 
 // newBatch needs l.mu.
-func (l *lane) newBatch() *batch {
+func (l *lane) newBatch(term uint64) *batch {
+	var b *batch
 	if n := len(l.free); n > 0 {
-		b := l.free[n-1]
+		b = l.free[n-1]
 		l.free = l.free[:n-1]
-		return b
+	} else {
+		b = &batch{buf: make([]byte, 0, 4096)}
 	}
-	return &batch{buf: append(make([]byte, 0, 4096), batchVersion, 0, 0)}
+	b.term = term
+	b.buf = appendBatchHeader(b.buf[:0], Epoch{Term: term, Replica: l.replica})
+	return b
 }
 
 func (l *lane) recycle(b *batch) {
 	clear(b.comps)
 	b.comps = b.comps[:0]
-	b.buf = b.buf[:batchHeaderLen]
+	b.buf = b.buf[:0]
 	l.mu.Lock()
 	if len(l.free) < maxFreeBatches {
 		l.free = append(l.free, b)
@@ -186,9 +201,19 @@ func (l *lane) write() {
 			return
 		}
 		// Never blocks: a slot is held for this flight.
+		if l.fenced && !l.leads(b.term) {
+			l.flights <- flight{b: b, err: errNotLeader}
+			continue
+		}
 		rs, err := l.nh.Propose(l.session, b.buf, l.timeout)
 		l.flights <- flight{rs: rs, b: b, err: err}
 	}
+}
+
+// leads reports whether this node leads its shard in term, as Raft says now.
+func (l *lane) leads(term uint64) bool {
+	id, t, ok, err := l.nh.GetLeaderID(l.shard)
+	return err == nil && ok && id == l.replica && t == term
 }
 
 // next waits for the oldest queued batch; nil once the lane is shut.
@@ -224,7 +249,7 @@ func (l *lane) failQueued() {
 	l.mu.Unlock()
 	for _, b := range pend {
 		for _, c := range b.comps {
-			c.Committed(errClosedRetry)
+			c.Committed(0, errClosedRetry)
 		}
 	}
 }
@@ -239,9 +264,9 @@ func (l *lane) wait() {
 
 func (l *lane) settle(f flight) {
 	var (
-		applied uint64
-		bitmap  []byte
-		err     = f.err
+		index  uint64 // the entry's index if any of it applied (statemachine.go)
+		bitmap []byte
+		err    = f.err
 	)
 	if err != nil {
 		err = proposeError(err)
@@ -250,35 +275,35 @@ func (l *lane) settle(f flight) {
 		f.rs.Release()
 		err = l.resultError(r)
 		res := r.GetResult()
-		applied, bitmap = res.Value, res.Data
+		index, bitmap = res.Value, res.Data
 	}
 	<-l.slots // the writer may send the next batch while we complete this one
 	b := f.b
-	all := applied == uint64(len(b.comps))
 	l.proposals.Add(1)
-	if err == nil {
-		l.records.Add(applied)
-		l.failures.Add(uint64(len(b.comps)) - applied)
-	} else {
-		l.failures.Add(uint64(len(b.comps)))
-	}
+	var applied uint64
 	for i, c := range b.comps {
 		switch {
 		case err != nil:
-			c.Committed(err)
-		case all || (i/8 < len(bitmap) && bitmap[i/8]&(1<<(i%8)) != 0):
-			c.Committed(nil)
+			c.Committed(0, err)
+		case index != 0 && (bitmap == nil || (i/8 < len(bitmap) && bitmap[i/8]&(1<<(i%8)) != 0)):
+			applied++
+			c.Committed(index, nil)
 		default:
-			c.Committed(ErrNotApplied)
+			c.Committed(0, ErrFenced)
 		}
 	}
+	l.records.Add(applied)
+	l.failures.Add(uint64(len(b.comps)) - applied)
 	l.recycle(b)
 }
 
 // proposeError maps a refusal by nh.Propose: nothing was sent.
 func proposeError(err error) error {
-	if errors.Is(err, dragonboat.ErrClosed) {
+	switch {
+	case errors.Is(err, dragonboat.ErrClosed):
 		return errClosedRetry
+	case errors.Is(err, ErrRetry):
+		return err
 	}
 	return fmt.Errorf("%w: %w", ErrRetry, err)
 }

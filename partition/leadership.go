@@ -10,9 +10,15 @@ import (
 	"github.com/kahunago/kahuna/durability"
 )
 
-// Barrier waits until everything committed in a partition is applied locally.
-type Barrier interface {
-	Barrier(ctx context.Context, p int) error
+// Prover is what Leadership needs from the Raft backend (durability.Raft).
+type Prover interface {
+	// Fence starts this node's epoch over p in term: after it returns nil,
+	// only records decided in that epoch change p's state, and everything
+	// committed before it is applied locally.
+	Fence(ctx context.Context, p int, term uint64) error
+	// Confirm proves this node led p in term at some moment after the call
+	// started.
+	Confirm(ctx context.Context, p int, term uint64) error
 }
 
 // Purger forgets every cached entry of a partition.
@@ -20,18 +26,75 @@ type Purger interface {
 	DropPartition(ctx context.Context, p int) error
 }
 
-// barrierTimeout bounds one read-barrier attempt; a failed one is retried
-// while this node is still the leader.
-const barrierTimeout = 5 * time.Second
+// Options tune a Leadership.
+type Options struct {
+	// Lease is how long after the start of a successful Fence or Confirm this
+	// node may answer from its cache (see LeaseFor). 0 means leadership
+	// needs no lease: the node is the only voter, so no one else can be
+	// elected while it lives.
+	Lease time.Duration
+	// RenewEvery is how often a served partition's lease is renewed
+	// (default Lease/4).
+	RenewEvery time.Duration
+	// TransferGrace is how long after a leader transfer was requested the
+	// lease stays dropped in that term (default 1 s).
+	TransferGrace time.Duration
+	// UnsafeNoLease answers on the Raft leader flag alone, as a deposed
+	// leader that has not heard the news would: a negative control for the
+	// fault tests, never for production.
+	UnsafeNoLease bool
+	Logger        *slog.Logger
+}
+
+// LeaseFor is the leader lease for Raft tick rtt and an election timeout of
+// electionTicks ticks, with CheckQuorum on every voter:
+//
+//	(electionTicks − 2) · rtt · (1 − ρ) − margin,  ρ = 1%, margin = one tick
+//
+// Why it holds (stack.md §9.2–9.3): Confirm takes t0, then a read index
+// completes while this node leads term T before and after. The heartbeats
+// that confirmed it left this node after t0, in term T; every voter that
+// acked reset its election timer on receipt and, with CheckQuorum, drops
+// higher-term (pre)votes for electionTicks of its own ticks. A rival needs
+// a quorum of votes, which includes an acker, so it cannot be elected
+// before t0 + electionTicks ticks by that acker's clock. Two ticks are
+// lost to the ticker buffering one fire; ρ covers tick-rate differences
+// between hosts (NTP slews at most 0.05%); the margin covers scheduling
+// between the clock read and the answer. A node leads a term at most once,
+// so a read index forwarded by a follower (which would succeed) cannot
+// pass the check after it. The monotonic clock runs while a process is
+// stopped (SIGSTOP, GC, a VM freeze), so a paused leader wakes up with its
+// lease expired. Not covered: a leader transfer, whose TimeoutNow lets the
+// target campaign past the voters' stickiness: Relinquish drops the lease
+// first. With rtt 10 ms and 10 election ticks the lease is about 69 ms.
+func LeaseFor(rtt time.Duration, electionTicks int) time.Duration {
+	const rho = 0.01
+	d := time.Duration(float64(time.Duration(electionTicks-2)*rtt)*(1-rho)) - rtt
+	return max(d, 0)
+}
+
+// reign is this node's serving state of one partition: the term it fenced
+// and the end of its lease (nanoseconds on Leadership's monotonic clock).
+type reign struct {
+	term       uint64
+	until      int64
+	renewAfter int64 // no renewal before this (a transfer was requested)
+	relinquish bool  // a transfer was requested in this term
+}
 
 // Leadership tracks which partitions this node serves. It is fed Raft
-// leader events and turns "I became leader" into "I serve" only after a read
-// barrier (every entry committed before this term is applied) and a purge of
-// the actors' cached entries of the partition (they may be stale). Losing
-// leadership stops serving at once.
+// leader events and turns "I became leader of term T" into "I serve" only
+// after fencing the epoch (durability.Raft.Fence: every entry committed
+// before is applied, and no earlier leader's late record can apply after)
+// and purging the actors' cached entries of the partition (they may be
+// stale). Serving then also needs a live leader lease, renewed in the
+// background; losing leadership, the lease, or the term stops serving at
+// once.
 type Leadership struct {
-	serving []atomic.Bool
-	logger  *slog.Logger
+	parts  []atomic.Pointer[reign] // nil: not serving
+	opts   Options
+	logger *slog.Logger
+	base   time.Time // origin of the monotonic clock of leases
 
 	mu      sync.Mutex
 	latest  []durability.LeaderEvent // newest event per partition
@@ -41,17 +104,30 @@ type Leadership struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// Test hook (kahuna.PauseNode): while frozen, events are held in held
+	// instead of being acted upon.
+	frozen bool
+	held   []durability.LeaderEvent
 }
 
 // NewLeadership tracks n partitions. Events observed before Start are kept
 // and acted upon once it runs.
-func NewLeadership(n int, logger *slog.Logger) *Leadership {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+func NewLeadership(n int, opts Options) *Leadership {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.RenewEvery <= 0 {
+		opts.RenewEvery = opts.Lease / 4
+	}
+	if opts.TransferGrace <= 0 {
+		opts.TransferGrace = time.Second
 	}
 	return &Leadership{
-		serving: make([]atomic.Bool, n),
-		logger:  logger,
+		parts:   make([]atomic.Pointer[reign], n),
+		opts:    opts,
+		logger:  opts.Logger,
+		base:    time.Now(),
 		latest:  make([]durability.LeaderEvent, n),
 		dirty:   make([]bool, n),
 		changed: make(chan struct{}),
@@ -60,8 +136,22 @@ func NewLeadership(n int, logger *slog.Logger) *Leadership {
 	}
 }
 
-// Serving reports whether this node may serve partition p now.
-func (l *Leadership) Serving(p int) bool { return l.serving[p].Load() }
+// mono is the lease clock: monotonic nanoseconds since NewLeadership.
+func (l *Leadership) mono() int64 { return int64(time.Since(l.base)) }
+
+// Serving reports whether this node may answer for partition p now, and
+// the term of the epoch it serves (records decided now carry it). It is
+// called for every decision, so a deposed or paused leader stops at once.
+func (l *Leadership) Serving(p int) (term uint64, ok bool) {
+	r := l.parts[p].Load()
+	if r == nil {
+		return 0, false
+	}
+	if l.opts.Lease > 0 && !l.opts.UnsafeNoLease && l.mono() >= r.until {
+		return 0, false
+	}
+	return r.term, true
+}
 
 // LeaderOf returns the last known leader of p (0 if none) and whether it is
 // this node.
@@ -75,15 +165,20 @@ func (l *Leadership) LeaderOf(p int) (leaderID uint64, self bool) {
 // Observe records a leader event. It never blocks, so it may be called from
 // Raft's event goroutine.
 func (l *Leadership) Observe(ev durability.LeaderEvent) {
-	if ev.Partition < 0 || ev.Partition >= len(l.serving) {
+	if ev.Partition < 0 || ev.Partition >= len(l.parts) {
 		return
 	}
 	l.mu.Lock()
+	if l.frozen {
+		l.held = append(l.held, ev)
+		l.mu.Unlock()
+		return
+	}
 	prev := l.latest[ev.Partition]
 	l.latest[ev.Partition] = ev
 	l.dirty[ev.Partition] = true
 	if !ev.IsSelf || prev.Term != ev.Term {
-		l.setServing(ev.Partition, false)
+		l.stopServing(ev.Partition)
 	}
 	l.notify()
 	l.mu.Unlock()
@@ -93,9 +188,46 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 	}
 }
 
-// setServing must be called with mu held.
-func (l *Leadership) setServing(p int, on bool) {
-	if l.serving[p].Swap(on) != on {
+// Relinquish drops the lease of p before this node asks Raft to hand p to
+// another node: the target's campaign bypasses the voters' stickiness, so
+// no lease of this term is safe any more. Renewal stays off for
+// TransferGrace (a transfer that did not happen by then is taken as
+// abandoned: the residual assumption is that a TimeoutNow is not delayed
+// that long). It reports whether this node was serving p.
+func (l *Leadership) Relinquish(p int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.parts[p].Load()
+	if r == nil {
+		return false
+	}
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true})
+	l.notify()
+	return true
+}
+
+// Freeze holds every later event back until Thaw, as a paused process
+// would not see them: a test hook for process-pause faults.
+func (l *Leadership) Freeze() {
+	l.mu.Lock()
+	l.frozen = true
+	l.mu.Unlock()
+}
+
+// Thaw delivers the events held since Freeze, in order.
+func (l *Leadership) Thaw() {
+	l.mu.Lock()
+	held := l.held
+	l.frozen, l.held = false, nil
+	l.mu.Unlock()
+	for _, ev := range held {
+		l.Observe(ev)
+	}
+}
+
+// stopServing must be called with mu held.
+func (l *Leadership) stopServing(p int) {
+	if l.parts[p].Swap(nil) != nil {
 		l.notify()
 	}
 }
@@ -106,16 +238,25 @@ func (l *Leadership) notify() {
 	l.changed = make(chan struct{})
 }
 
-// Start acts on leader events until Close: barrier and purge on gaining
-// leadership, purge on losing it.
-func (l *Leadership) Start(b Barrier, purge Purger) {
+// Start acts on leader events until Close: fence and purge on gaining
+// leadership, purge on losing it, and renew the leases of served
+// partitions.
+func (l *Leadership) Start(prover Prover, purge Purger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	go l.run(ctx, b, purge)
+	var wg sync.WaitGroup
+	if l.opts.Lease > 0 {
+		for p := range l.parts {
+			wg.Add(1)
+			go func() { defer wg.Done(); l.renew(ctx, prover, p) }()
+		}
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); l.run(ctx, prover, purge) }()
+	go func() { wg.Wait(); close(l.done) }()
 }
 
-func (l *Leadership) run(ctx context.Context, b Barrier, purge Purger) {
-	defer close(l.done)
+func (l *Leadership) run(ctx context.Context, prover Prover, purge Purger) {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	for {
@@ -126,7 +267,7 @@ func (l *Leadership) run(ctx context.Context, b Barrier, purge Purger) {
 		case <-retry.C:
 		}
 		again := false
-		for p := range l.serving {
+		for p := range l.parts {
 			l.mu.Lock()
 			ev, dirty := l.latest[p], l.dirty[p]
 			l.dirty[p] = false
@@ -134,7 +275,7 @@ func (l *Leadership) run(ctx context.Context, b Barrier, purge Purger) {
 			if !dirty {
 				continue
 			}
-			if err := l.takeOver(ctx, ev, b, purge); err != nil {
+			if err := l.takeOver(ctx, ev, prover, purge); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
@@ -153,28 +294,72 @@ func (l *Leadership) run(ctx context.Context, b Barrier, purge Purger) {
 	}
 }
 
-// takeOver applies one event. For a loss it purges; for a gain it runs the
-// barrier and the purge, then serves if nothing changed meanwhile.
-func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, b Barrier, purge Purger) error {
+// fenceTimeout bounds one fence attempt; a failed one is retried while
+// this node is still the leader.
+const fenceTimeout = 5 * time.Second
+
+// takeOver applies one event. For a loss it purges; for a gain it fences
+// the epoch and purges, then serves if nothing changed meanwhile, with a
+// lease from before the fence (its commit was a quorum's answer in term).
+func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, prover Prover, purge Purger) error {
 	if !ev.IsSelf {
 		// Ephemeral locks of p lived here; the new leader starts afresh.
 		return purge.DropPartition(ctx, ev.Partition)
 	}
-	bctx, cancel := context.WithTimeout(ctx, barrierTimeout)
+	t0 := l.mono()
+	fctx, cancel := context.WithTimeout(ctx, fenceTimeout)
 	defer cancel()
-	if err := b.Barrier(bctx, ev.Partition); err != nil {
+	if err := prover.Fence(fctx, ev.Partition, ev.Term); err != nil {
 		return err
 	}
 	if err := purge.DropPartition(ctx, ev.Partition); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	if l.latest[ev.Partition] == ev {
-		l.setServing(ev.Partition, true)
-		l.logger.Info("serving partition", "partition", ev.Partition, "term", ev.Term)
+	defer l.mu.Unlock()
+	if l.latest[ev.Partition] != ev {
+		return nil
 	}
-	l.mu.Unlock()
+	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term && cur.relinquish {
+		return nil // a transfer was requested in this term: keep the lease dropped
+	}
+	l.parts[ev.Partition].Store(&reign{term: ev.Term, until: t0 + int64(l.opts.Lease)})
+	l.notify()
+	l.logger.Info("serving partition", "partition", ev.Partition, "term", ev.Term)
 	return nil
+}
+
+// renew keeps the lease of partition p alive while this node serves it:
+// every RenewEvery, a Confirm started at t0 extends it to t0 + Lease.
+func (l *Leadership) renew(ctx context.Context, prover Prover, p int) {
+	tick := time.NewTicker(l.opts.RenewEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r := l.parts[p].Load()
+		if r == nil {
+			continue
+		}
+		t0 := l.mono()
+		if r.relinquish && t0 < r.renewAfter {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, l.opts.Lease)
+		err := prover.Confirm(cctx, p, r.term)
+		cancel()
+		if err != nil {
+			continue // the lease runs out on its own
+		}
+		l.mu.Lock()
+		if cur := l.parts[p].Load(); cur != nil && cur.term == r.term && (!cur.relinquish || t0 >= cur.renewAfter) {
+			l.parts[p].Store(&reign{term: r.term, until: max(cur.until, t0+int64(l.opts.Lease))})
+		}
+		l.mu.Unlock()
+	}
 }
 
 // WaitReady waits until every partition has a known leader and this node
@@ -184,9 +369,9 @@ func (l *Leadership) WaitReady(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		all := true
-		for p := range l.serving {
+		for p := range l.parts {
 			ev := l.latest[p]
-			if ev.LeaderID == 0 || ev.IsSelf && !l.serving[p].Load() {
+			if ev.LeaderID == 0 || ev.IsSelf && l.parts[p].Load() == nil {
 				all = false
 				break
 			}
@@ -225,8 +410,8 @@ func (l *Leadership) WaitNotSelf(ctx context.Context, p int) error {
 // Close stops acting on events and stops serving every partition.
 func (l *Leadership) Close() {
 	l.mu.Lock()
-	for p := range l.serving {
-		l.setServing(p, false)
+	for p := range l.parts {
+		l.stopServing(p)
 	}
 	l.mu.Unlock()
 	if l.cancel != nil {

@@ -1,0 +1,168 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/durability"
+)
+
+// fakeProver fences and confirms on command.
+type fakeProver struct {
+	mu        sync.Mutex
+	fenceErr  error
+	confirmOK atomic.Bool
+	fenced    []uint64 // terms fenced
+	confirms  atomic.Int64
+}
+
+func (f *fakeProver) Fence(_ context.Context, _ int, term uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fenceErr != nil {
+		return f.fenceErr
+	}
+	f.fenced = append(f.fenced, term)
+	return nil
+}
+
+func (f *fakeProver) Confirm(context.Context, int, uint64) error {
+	f.confirms.Add(1)
+	if f.confirmOK.Load() {
+		return nil
+	}
+	return errors.New("no quorum")
+}
+
+type fakePurger struct{ drops atomic.Int64 }
+
+func (p *fakePurger) DropPartition(context.Context, int) error { p.drops.Add(1); return nil }
+
+// eventually polls cond until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func serving(l *Leadership, p int) bool { _, ok := l.Serving(p); return ok }
+
+func TestLeaseFor(t *testing.T) {
+	if got, want := LeaseFor(10*time.Millisecond, 10), 69200*time.Microsecond; got != want {
+		t.Fatalf("LeaseFor(10ms, 10) = %v, want %v", got, want)
+	}
+	if got := LeaseFor(10*time.Millisecond, 2); got != 0 {
+		t.Fatalf("LeaseFor with no room = %v, want 0", got)
+	}
+}
+
+// A gained partition is served only after its fence, in the fenced term,
+// and stops being served when the lease cannot be renewed.
+func TestLeadershipServesUnderLease(t *testing.T) {
+	prover, purge := &fakeProver{}, &fakePurger{}
+	prover.confirmOK.Store(true)
+	l := NewLeadership(2, Options{Lease: 40 * time.Millisecond})
+	l.Start(prover, purge)
+	defer l.Close()
+	l.Observe(durability.LeaderEvent{Partition: 1, LeaderID: 1, Term: 7, IsSelf: true})
+	eventually(t, 5*time.Second, "serving after the fence", func() bool { return serving(l, 1) })
+	if term, _ := l.Serving(1); term != 7 {
+		t.Fatalf("serving term %d, want 7", term)
+	}
+	if serving(l, 0) {
+		t.Fatal("partition 0 served without an event")
+	}
+	// Renewals keep it served well past one lease.
+	start := prover.confirms.Load()
+	eventually(t, 5*time.Second, "several renewals", func() bool { return prover.confirms.Load() >= start+8 })
+	if !serving(l, 1) {
+		t.Fatal("lease lapsed while renewals succeeded")
+	}
+	// No quorum: the lease runs out on its own, with no event.
+	prover.confirmOK.Store(false)
+	eventually(t, time.Second, "lease lapse", func() bool { return !serving(l, 1) })
+	// A quorum again: served again, same term.
+	prover.confirmOK.Store(true)
+	eventually(t, time.Second, "lease renewed", func() bool { return serving(l, 1) })
+	// Losing leadership stops serving at once.
+	l.Observe(durability.LeaderEvent{Partition: 1, LeaderID: 2, Term: 8})
+	if serving(l, 1) {
+		t.Fatal("served after another leader was announced")
+	}
+}
+
+func TestLeadershipNoLeaseNegativeControl(t *testing.T) {
+	prover := &fakeProver{}
+	l := NewLeadership(1, Options{Lease: 20 * time.Millisecond, UnsafeNoLease: true})
+	l.Start(prover, &fakePurger{})
+	defer l.Close()
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
+	time.Sleep(60 * time.Millisecond) // three leases with every renewal failing
+	if !serving(l, 0) {
+		t.Fatal("UnsafeNoLease must serve on the leader flag alone")
+	}
+}
+
+func TestLeadershipNotServedWithoutFence(t *testing.T) {
+	prover := &fakeProver{fenceErr: errors.New("marker rejected")}
+	l := NewLeadership(1, Options{})
+	l.Start(prover, &fakePurger{})
+	defer l.Close()
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := l.WaitReady(ctx); err == nil || serving(l, 0) {
+		t.Fatal("served a partition whose fence failed")
+	}
+	prover.mu.Lock()
+	prover.fenceErr = nil
+	prover.mu.Unlock()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := l.WaitReady(ctx2); err != nil || !serving(l, 0) {
+		t.Fatalf("not served once the fence succeeds (retried): %v", err)
+	}
+	// A single voter (Lease 0) needs no renewal.
+	time.Sleep(20 * time.Millisecond)
+	if !serving(l, 0) {
+		t.Fatal("lease-less leadership lapsed")
+	}
+}
+
+// Relinquish drops the lease before a transfer and keeps it dropped for the
+// grace, however many renewals would succeed, then renews again.
+func TestLeadershipRelinquish(t *testing.T) {
+	prover := &fakeProver{}
+	prover.confirmOK.Store(true)
+	l := NewLeadership(1, Options{Lease: 40 * time.Millisecond, TransferGrace: 300 * time.Millisecond})
+	l.Start(prover, &fakePurger{})
+	defer l.Close()
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
+	at := time.Now()
+	if !l.Relinquish(0) {
+		t.Fatal("Relinquish of a served partition reported not serving")
+	}
+	if serving(l, 0) {
+		t.Fatal("served right after Relinquish")
+	}
+	// The same event again (a duplicate) must not restore the lease either.
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "served again after the grace", func() bool { return serving(l, 0) })
+	if waited := time.Since(at); waited < 300*time.Millisecond {
+		t.Fatalf("served again after %v, before the grace", waited)
+	}
+	if l.Relinquish(0) && serving(l, 0) {
+		t.Fatal("second Relinquish kept serving")
+	}
+}
