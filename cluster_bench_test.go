@@ -216,6 +216,8 @@ func startBenchCluster(tb testing.TB, partitions int) *benchCluster {
 				Members:       members,
 				ListenAddress: m.Endpoint[len("http://"):],
 				Partitions:    partitions,
+				// A new cluster on fresh dirs.
+				InitialClusterState: kahuna.ClusterStateNew,
 			})
 			mu.Lock()
 			defer mu.Unlock()

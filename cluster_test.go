@@ -2,8 +2,10 @@ package kahuna_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +46,7 @@ func startCluster(t *testing.T, partitions int) *cluster {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.start(id, partitions); err != nil {
+			if err := c.start(id, partitions, kahuna.ClusterStateNew); err != nil {
 				errs <- err
 			}
 		}()
@@ -95,14 +97,17 @@ func (c *cluster) transfer(p int, to uint64) {
 	c.t.Fatalf("partition %d not led by node %d after 30s", p, to)
 }
 
-func (c *cluster) start(id uint64, partitions int) error {
+// start opens node id on its data dir; state is "" on a restart, as an
+// operator would leave it, and kahuna.ClusterStateNew on the first start.
+func (c *cluster) start(id uint64, partitions int, state kahuna.ClusterState) error {
 	n, err := kahuna.Open(kahuna.Config{
-		NodeID:        id,
-		DataDir:       c.dirs[id],
-		Members:       c.members,
-		ListenAddress: c.members[id].Endpoint[len("http://"):],
-		Partitions:    partitions,
-		LockActors:    2,
+		NodeID:              id,
+		DataDir:             c.dirs[id],
+		Members:             c.members,
+		ListenAddress:       c.members[id].Endpoint[len("http://"):],
+		Partitions:          partitions,
+		LockActors:          2,
+		InitialClusterState: state,
 	})
 	if err != nil {
 		return fmt.Errorf("node %d: %w", id, err)
@@ -349,7 +354,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 	}); r.Status != kahuna.Busy {
 		t.Fatalf("long lease after leader loss: %+v (double grant)", r)
 	}
-	if err := c.start(leader, 2); err != nil {
+	if err := c.start(leader, 2, ""); err != nil {
 		t.Fatal(err)
 	}
 	// The restarted node serves the latest state, through forwarding or as
@@ -365,5 +370,64 @@ func TestClusterLeaderLoss(t *testing.T) {
 	info, gr, err := c.node(leader).Get(ctx, held, kahuna.Persistent)
 	if err != nil || gr.Status != kahuna.Got || string(info.Owner) != "holder" {
 		t.Fatalf("long lease on the restarted leader: %+v %+v %v", gr, info, err)
+	}
+}
+
+// A member restarted on an empty data dir under its old ID is refused with
+// a message saying what happened and what to do (not founded again, which
+// would forget its votes and log), and the others go on serving.
+func TestClusterMemberWithLostDataDirRefused(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := context.Background()
+	if r := settled(t, func() (kahuna.Result, error) {
+		return c.node(1).TryLock(ctx, "lost/r", []byte("a"), time.Minute, kahuna.Persistent)
+	}); r.Status != kahuna.Locked {
+		t.Fatalf("lock: %+v", r)
+	}
+	c.stop(3)
+	c.dirs[3] = t.TempDir() // the disk was replaced
+	for _, state := range []kahuna.ClusterState{"", kahuna.ClusterStateExisting} {
+		err := c.start(3, 1, state)
+		if err == nil {
+			t.Fatalf("state %q: node 3 started on an empty data dir", state)
+		}
+		if msg := err.Error(); !errors.Is(err, kahuna.ErrNoRaftState) || !strings.Contains(msg, c.dirs[3]) ||
+			!strings.Contains(msg, "new ID") || !strings.Contains(msg, "--initial-cluster-state new") {
+			t.Fatalf("state %q: %v", state, err)
+		}
+	}
+	if r := settled(t, func() (kahuna.Result, error) {
+		return c.node(2).TryLock(ctx, "lost/r", []byte("b"), time.Minute, kahuna.Persistent)
+	}); r.Status != kahuna.Busy {
+		t.Fatalf("lock held through the two others: %+v", r)
+	}
+}
+
+// Open refuses a cluster member without a DataDir, and a bad
+// InitialClusterState, before starting anything.
+func TestClusterMemberConfigRefused(t *testing.T) {
+	members := map[uint64]kahuna.Member{
+		1: {RaftAddress: "127.0.0.1:1", Endpoint: "http://127.0.0.1:2"},
+		2: {RaftAddress: "127.0.0.1:3", Endpoint: "http://127.0.0.1:4"},
+		3: {RaftAddress: "127.0.0.1:5", Endpoint: "http://127.0.0.1:6"},
+	}
+	for _, c := range []struct {
+		cfg  kahuna.Config
+		want string
+	}{
+		{kahuna.Config{Members: members, InitialClusterState: kahuna.ClusterStateNew}, "needs a DataDir"},
+		{kahuna.Config{Members: members}, "needs a DataDir"},
+		{kahuna.Config{InitialClusterState: kahuna.ClusterStateExisting}, "needs a DataDir"},
+		{kahuna.Config{DataDir: t.TempDir(), InitialClusterState: "old"}, `"old"`},
+	} {
+		c.cfg.StartTimeout = time.Second // an error about waiting for leaders would be the bug
+		n, err := kahuna.Open(c.cfg)
+		if err == nil {
+			n.Close()
+			t.Fatalf("Open(%+v) succeeded", c.cfg)
+		}
+		if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "kahuna: invalid config: ") {
+			t.Fatalf("Open(%+v): %v, want %q", c.cfg, err, c.want)
+		}
 	}
 }

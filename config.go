@@ -23,7 +23,9 @@ const (
 // everything in memory.
 type Config struct {
 	// DataDir holds the Raft log and the lock store. "" keeps everything in
-	// memory: nothing survives Close.
+	// memory: nothing survives Close. A cluster member (more than one
+	// Members) must have one: in memory it would forget its votes and log
+	// on every restart.
 	DataDir string
 	// WALDir optionally puts the Raft log's WAL on a separate device.
 	WALDir string
@@ -40,8 +42,44 @@ type Config struct {
 	// Members lists every member of the cluster, this node included, by
 	// NodeID. Empty means a single node. Every member replicates every
 	// partition; a node forwards a request to the Endpoint of the
-	// partition's leader. All members must be given the same Members.
+	// partition's leader. All members must be given the same Members, on
+	// every start.
 	Members map[uint64]Member
+	// InitialClusterState says whether this node may found the cluster
+	// (etcd's --initial-cluster-state). It matters only for a DataDir that
+	// holds no Raft state yet: a node with state restarts from it, whatever
+	// the value.
+	//   - ClusterStateNew: found a new cluster with Members. Give it to
+	//     every member on its first start, and only then: left set, it
+	//     would found again on a lost disk.
+	//   - ClusterStateExisting: this node is a member of a running cluster,
+	//     so no Raft state means its disk was lost, and Open refuses
+	//     (ErrNoRaftState). A member back from an empty disk under its old
+	//     ID has forgotten its votes and acknowledged entries, which can
+	//     lose committed locks, and Raft cannot tell; such a node must be
+	//     removed and added back under a new NodeID.
+	//   - "" (default): ClusterStateNew for a single node, so a lone node
+	//     starts with no settings on a fresh or an existing DataDir (it has
+	//     no peers to disagree with); ClusterStateExisting for a cluster
+	//     member. etcd defaults to "new", which relies on the operator
+	//     dropping the flag after the first start; here a member founds
+	//     only when told to, so no default, forgotten flag or mistyped
+	//     DataDir can make it found again over a running cluster. The price
+	//     is one setting on a new cluster's first start.
+	InitialClusterState ClusterState
+	// InitialClusterToken keeps clusters from talking to each other (etcd's
+	// --initial-cluster-token). Raft's deployment ID, which every Raft
+	// message carries and a node checks, is a hash of the token and of
+	// Members' IDs and Raft addresses, so by default two clusters with
+	// different member lists never mix; a token also separates clusters
+	// that reuse the same addresses (two environments, a test cluster
+	// rebuilt at the addresses of an old one). It is recorded in DataDir
+	// with Members: a restart with another token or member list is refused
+	// (ErrOtherCluster). A single node without a token keeps the
+	// deployment ID of earlier versions, so its data dirs keep opening.
+	// Cluster data dirs created before tokens existed keep opening too,
+	// with that old ID, as long as no token is given.
+	InitialClusterToken string
 	// Partitions is the number of Raft shards locks are spread over
 	// (default 8). It is fixed when DataDir is first used.
 	Partitions int
@@ -79,6 +117,28 @@ type Config struct {
 	unsafeNoLeaseCheck bool // answer on the Raft leader flag alone, without the leader lease
 }
 
+// Open's errors about a data dir that does not fit the node (match them
+// with errors.Is).
+var (
+	// ErrNoRaftState: DataDir holds no Raft state and InitialClusterState
+	// does not found the cluster (a lost disk, or a first start without
+	// ClusterStateNew).
+	ErrNoRaftState = durability.ErrNoRaftState
+	// ErrOtherCluster: DataDir was created for another cluster (another
+	// InitialClusterToken or member list, or a single node's data given to
+	// a cluster member, or the reverse).
+	ErrOtherCluster = durability.ErrOtherCluster
+)
+
+// ClusterState is Config.InitialClusterState.
+type ClusterState = durability.ClusterState
+
+// The values of Config.InitialClusterState besides "" (the default).
+const (
+	ClusterStateNew      = durability.ClusterStateNew
+	ClusterStateExisting = durability.ClusterStateExisting
+)
+
 // Member is one node of a cluster.
 type Member struct {
 	RaftAddress string // host:port of its Raft listener
@@ -89,7 +149,7 @@ type Member struct {
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.Partitions < 0 {
-		errs = append(errs, fmt.Errorf("Partitions must be ≥ 1, got %d", c.Partitions))
+		errs = append(errs, fmt.Errorf("the partition count (Partitions) must be ≥ 1, got %d", c.Partitions))
 	}
 	if c.LockActors < 0 {
 		errs = append(errs, fmt.Errorf("LockActors must be ≥ 1, got %d", c.LockActors))
@@ -111,6 +171,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NodeID == 0 {
 		c.NodeID = 1
+	}
+	switch c.InitialClusterState {
+	case "", ClusterStateNew:
+	case ClusterStateExisting:
+		if c.DataDir == "" {
+			errs = append(errs, errors.New(`InitialClusterState "existing" needs a DataDir (in memory there is never any state to restart from)`))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("InitialClusterState must be %q or %q, got %q", ClusterStateNew, ClusterStateExisting, c.InitialClusterState))
+	}
+	if len(c.Members) > 1 && c.DataDir == "" {
+		errs = append(errs, fmt.Errorf("a cluster member needs a DataDir: in memory, node %d would forget its Raft votes and log on every restart and come back as a member that never was", c.NodeID))
 	}
 	if len(c.Members) > 0 {
 		self, ok := c.Members[c.NodeID]

@@ -67,6 +67,9 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int) *faultCluster 
 			ListenAddress: "127.0.0.1:0",
 			Partitions:    partitions,
 			LockActors:    2,
+			// Founds the cluster on the first start; every restart finds
+			// its data (no test empties a node's dir).
+			InitialClusterState: kahuna.ClusterStateNew,
 		}, c.net.Factory(nil))
 	}
 	var wg sync.WaitGroup

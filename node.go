@@ -75,17 +75,19 @@ func Open(cfg Config) (*Node, error) {
 		Logger:        cfg.Logger,
 	})
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{
-		Dir:            cfg.DataDir,
-		WALDir:         cfg.WALDir,
-		RaftAddress:    cfg.RaftAddress,
-		ReplicaID:      cfg.NodeID,
-		Members:        raftMembers,
-		Partitions:     cfg.Partitions,
-		RTT:            cfg.RaftRTT,
-		Logger:         cfg.Logger,
-		OnLeaderChange: n.leadership.Observe,
-		Transport:      cfg.raftTransport,
-		UnsafeNoFence:  cfg.unsafeNoFence,
+		Dir:                 cfg.DataDir,
+		WALDir:              cfg.WALDir,
+		RaftAddress:         cfg.RaftAddress,
+		ReplicaID:           cfg.NodeID,
+		Members:             raftMembers,
+		Partitions:          cfg.Partitions,
+		RTT:                 cfg.RaftRTT,
+		Logger:              cfg.Logger,
+		OnLeaderChange:      n.leadership.Observe,
+		Transport:           cfg.raftTransport,
+		UnsafeNoFence:       cfg.unsafeNoFence,
+		InitialClusterState: cfg.InitialClusterState,
+		ClusterToken:        cfg.InitialClusterToken,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)

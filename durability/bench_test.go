@@ -122,7 +122,7 @@ func BenchmarkProposeReplicated(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			id := uint64(i + 1)
-			nodes[i], errs[i] = OpenRaft(RaftConfig{Dir: b.TempDir(), ReplicaID: id, Members: members, RaftAddress: members[id], Partitions: partitions})
+			nodes[i], errs[i] = OpenRaft(RaftConfig{Dir: b.TempDir(), ReplicaID: id, Members: members, RaftAddress: members[id], Partitions: partitions, InitialClusterState: ClusterStateNew})
 		}()
 	}
 	wg.Wait()

@@ -1,11 +1,16 @@
 package durability
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +18,7 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	chantransport "github.com/lni/dragonboat/v4/plugin/chan"
 	"github.com/lni/dragonboat/v4/raftio"
+	"github.com/lni/dragonboat/v4/raftpb"
 	"github.com/lni/vfs"
 )
 
@@ -20,7 +26,9 @@ import (
 // with 8 partitions.
 type RaftConfig struct {
 	// Dir holds the data: Raft log and metadata in Dir/raft, the state
-	// machines' badger DB in Dir/state. "" keeps everything in memory.
+	// machines' badger DB in Dir/state. "" keeps everything in memory, which
+	// only a single node may do: a cluster member in memory would forget its
+	// votes and log on every restart.
 	Dir string
 	// WALDir, if set, holds the Raft log's WAL (a low-latency device).
 	WALDir string
@@ -34,8 +42,37 @@ type RaftConfig struct {
 	RaftAddress string
 	// Members maps every initial replica ID (this one included) to its Raft
 	// address. Empty means a single node {ReplicaID: RaftAddress}. Restarts
-	// must pass the same map.
+	// must pass the same map (with the default ClusterToken it is part of
+	// the deployment ID recorded in Dir, which catches a changed map).
 	Members map[uint64]string
+	// InitialClusterState says what happens to a partition for which Dir
+	// holds no Raft state yet. Where it does, the replica restarts from that
+	// state (dragonboat's restart form: no members, no join), whatever the
+	// value. Where it does not:
+	//   - ClusterStateNew founds the partition with Members: the first start
+	//     of every founding member of a new cluster;
+	//   - ClusterStateExisting refuses to start (ErrNoRaftState): this
+	//     replica ID belongs to a running cluster, so a missing state means
+	//     a lost disk, and a replica that comes back from an empty disk
+	//     under its old ID has forgotten its votes and acknowledged entries
+	//     (dragonboat cannot tell, stack.md §9.7);
+	//   - "" is ClusterStateNew for a single node and ClusterStateExisting
+	//     for a cluster member, so a member founds only when told to.
+	InitialClusterState ClusterState
+	// ClusterToken keeps clusters apart: the dragonboat deployment ID, which
+	// every Raft message carries (a node drops messages of another ID), is a
+	// hash of the token and the Members map, so two clusters differ unless
+	// both their tokens and their member lists are equal. "" is fine for
+	// clusters with distinct addresses; set one where two clusters could
+	// reuse the same addresses (two environments, ports reused on one
+	// box). A single node with no token keeps the constant ID of data dirs
+	// created before tokens existed. Dragonboat records the ID in Dir: a
+	// restart with another token or member list is refused
+	// (ErrOtherCluster). Data dirs of cluster members created before tokens
+	// existed hold that same constant; with no token they keep opening with
+	// it, their partitions restarting with Members, which dragonboat checks
+	// against the members they were founded with.
+	ClusterToken string
 	// Partitions is the number of partitions; partition p is Raft shard p+1.
 	// Default 8. Fixed for the life of the data.
 	Partitions int
@@ -64,11 +101,42 @@ type RaftConfig struct {
 	// benchmarks.
 	inFlight     int
 	batchRecords int
+	// preTokenDeployment makes the data dir the way kahuna did before
+	// cluster tokens (constant deployment ID, members on every start), to
+	// test that such dirs keep opening.
+	preTokenDeployment bool
 }
 
+// ClusterState is RaftConfig.InitialClusterState (etcd's spelling).
+type ClusterState string
+
 const (
-	// deploymentID keeps unrelated clusters from talking to each other.
-	deploymentID = 0x6b6168756e61 // "kahuna"
+	// ClusterStateNew founds a new cluster where there is no Raft state.
+	ClusterStateNew ClusterState = "new"
+	// ClusterStateExisting joins an existing cluster: no Raft state is an
+	// error.
+	ClusterStateExisting ClusterState = "existing"
+)
+
+var (
+	// ErrNoRaftState is OpenRaft refusing a replica whose data dir holds no
+	// Raft state when InitialClusterState does not found it.
+	ErrNoRaftState = errors.New("durability: no Raft state")
+	// ErrOtherCluster is OpenRaft refusing a data dir created for another
+	// deployment: another ClusterToken or member list, or a single node's
+	// data given to a cluster member (or the reverse).
+	ErrOtherCluster = errors.New("durability: data dir belongs to another cluster")
+)
+
+const (
+	// singleDeploymentID is the deployment ID of a single node without a
+	// ClusterToken, and of every data dir created before tokens existed.
+	singleDeploymentID = 0x6b6168756e61 // "kahuna"
+
+	// dragonboatFlagFile is where dragonboat records, among others, the
+	// deployment ID of a NodeHostDir: an 8-byte checksum, then a
+	// raftpb.RaftDataStatus.
+	dragonboatFlagFile = "dragonboat.ds"
 
 	defaultPartitions = 8
 	// DefaultRTT is the default Raft tick.
@@ -108,6 +176,13 @@ type resolved struct {
 	inProc   bool
 	rootFS   config.IFS // nil: the OS file system
 	raftDir  string
+	single   bool // the only member
+	founding bool // partitions without Raft state are founded with members
+	// deploymentID is the dragonboat deployment ID; preToken is set when
+	// it is the constant of a cluster member's data dir created before
+	// tokens (settleDeployment).
+	deploymentID uint64
+	preToken     bool
 }
 
 func (c RaftConfig) resolve() (*resolved, error) {
@@ -154,7 +229,134 @@ func (c RaftConfig) resolve() (*resolved, error) {
 	if err := r.settleMembers(); err != nil {
 		return nil, err
 	}
+	r.single = len(r.members) == 1
+	switch c.InitialClusterState {
+	case "":
+		r.founding = r.single
+	case ClusterStateNew:
+		r.founding = true
+	case ClusterStateExisting:
+		if c.Dir == "" {
+			return nil, errors.New("durability: InitialClusterState existing needs a data dir (in memory there is never any Raft state to restart from)")
+		}
+	default:
+		return nil, fmt.Errorf("durability: InitialClusterState %q is neither %q nor %q", c.InitialClusterState, ClusterStateNew, ClusterStateExisting)
+	}
+	if !r.single && c.Dir == "" {
+		return nil, fmt.Errorf("durability: cluster member %d (of %d) needs a data dir: in memory it would forget its votes and log on every restart and come back as a replica that never was", r.ReplicaID, len(r.members))
+	}
+	r.deploymentID = deploymentIDFor(c.ClusterToken, r.members)
+	if c.preTokenDeployment {
+		r.deploymentID, r.preToken = singleDeploymentID, !r.single
+	}
 	return r, nil
+}
+
+// deploymentIDFor is the dragonboat deployment ID of a cluster: a hash of
+// the token and of the sorted id=address pairs; the constant
+// singleDeploymentID for a single node without a token. It is never 0 or 1
+// (the same ID to dragonboat, stack.md §9.8) and never the constant for a
+// cluster.
+func deploymentIDFor(token string, members map[uint64]string) uint64 {
+	if len(members) == 1 && token == "" {
+		return singleDeploymentID
+	}
+	ids := make([]uint64, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	h := sha256.New()
+	fmt.Fprintf(h, "kahuna deployment\x00%d:%s\x00", len(token), token)
+	for _, id := range ids {
+		fmt.Fprintf(h, "%d=%s\n", id, cleanAddr(members[id]))
+	}
+	d := binary.BigEndian.Uint64(h.Sum(nil))
+	if d <= 1 || d == singleDeploymentID {
+		d += 2
+	}
+	return d
+}
+
+// recordedDeploymentID reads the deployment ID dragonboat recorded in
+// raftDir; ok is false if there is none yet.
+func recordedDeploymentID(raftDir string) (id uint64, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(raftDir, dragonboatFlagFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("durability: read the Raft data status in %s: %w", raftDir, err)
+	}
+	var s raftpb.RaftDataStatus
+	if len(b) < 8 || s.Unmarshal(b[8:]) != nil {
+		return 0, false, nil // dragonboat reports a damaged file itself
+	}
+	return s.DeploymentId, s.DeploymentId != 0, nil
+}
+
+// settleDeployment compares the deployment ID recorded in the data dir
+// with the configured one, before dragonboat does (ErrDeploymentIDChanged,
+// which names no cause). A cluster member's data dir created before cluster
+// tokens holds the single-node constant: with no ClusterToken it keeps
+// opening with that ID, and its partitions restart with Members, which
+// dragonboat checks against the members the data was founded with (as
+// kahuna did before tokens), so a single node's data dir cannot pass for a
+// cluster member's. Every other difference is refused.
+func (r *resolved) settleDeployment(log *slog.Logger) error {
+	if r.rootFS != nil {
+		return nil // in memory: nothing recorded
+	}
+	recorded, ok, err := recordedDeploymentID(r.raftDir)
+	if err != nil || !ok || recorded == r.deploymentID {
+		return err
+	}
+	if recorded == singleDeploymentID && !r.single && r.ClusterToken == "" {
+		log.Warn("data dir created before cluster tokens: it keeps its deployment ID, shared by every such kahuna data dir; to isolate this cluster with a token, found a new one",
+			"dir", r.Dir, "deployment_id", recorded)
+		r.deploymentID, r.preToken = recorded, true
+		return nil
+	}
+	what := fmt.Sprintf("cluster token %q and members %v", r.ClusterToken, r.members)
+	switch {
+	case r.single && r.ClusterToken == "":
+		what = "no cluster token as a single node"
+	case recorded == singleDeploymentID && r.single:
+		what = fmt.Sprintf("cluster token %q; the data was created without one", r.ClusterToken)
+	case recorded == singleDeploymentID:
+		what = fmt.Sprintf("cluster token %q; the data was created without one (a single node's, or a member's from before tokens)", r.ClusterToken)
+	}
+	return fmt.Errorf("%w: %s was created with Raft deployment ID %d, but this node is configured with %s (deployment ID %d): start it with the members and cluster token its data was created with",
+		ErrOtherCluster, r.Dir, recorded, what, r.deploymentID)
+}
+
+// initialMembers is what StartOnDiskReplica gets for partition p with or
+// without Raft state (hasState: nh.HasNodeInfo). A partition that is
+// neither restarted nor founded is refused here: dragonboat would panic
+// with ErrShardNotBootstrapped (nodehost.go:1555-1561).
+func (r *resolved) initialMembers(p int, hasState bool) (map[uint64]string, error) {
+	switch {
+	case hasState && r.preToken:
+		return r.members, nil // checked against the founding members, as before tokens
+	case hasState:
+		return nil, nil // dragonboat's restart form
+	case r.founding:
+		return r.members, nil
+	}
+	return nil, r.noRaftState(p)
+}
+
+// noRaftState refuses partition p, which has no Raft state to restart
+// from and is not to be founded.
+func (r *resolved) noRaftState(p int) error {
+	if r.single {
+		return fmt.Errorf("%w: data dir %s holds none for partition %d and InitialClusterState is %q, which never creates it: start with %q (kahuna --initial-cluster-state new) to create it",
+			ErrNoRaftState, r.Dir, p, ClusterStateExisting, ClusterStateNew)
+	}
+	return fmt.Errorf("%w: data dir %s holds none for member %d (partition %d). "+
+		"If this node's disk was lost or replaced, it must not rejoin under ID %d (it has forgotten its votes and log): remove member %d from the cluster and add it back under a new ID. "+
+		"If this is the first start of a new cluster, found it by starting every member with InitialClusterState %q (kahuna --initial-cluster-state new)",
+		ErrNoRaftState, r.Dir, r.ReplicaID, p, r.ReplicaID, r.ReplicaID, ClusterStateNew)
 }
 
 func (r *resolved) settleMembers() error {
@@ -216,7 +418,7 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 		WALDir:            r.WALDir,
 		RTTMillisecond:    uint64(r.RTT / time.Millisecond),
 		RaftAddress:       r.selfAddr,
-		DeploymentID:      deploymentID,
+		DeploymentID:      r.deploymentID,
 		RaftEventListener: events, // nil: dragonboat skips the event queue
 		Expert: config.ExpertConfig{
 			LogDB: logdb,

@@ -38,8 +38,11 @@ var _ Backend = (*Raft)(nil)
 
 // OpenRaft opens (or creates) the data in cfg.Dir and starts every
 // partition. It returns before leaders are elected: watch OnLeaderChange or
-// LeaderID. Restarts must use the same Dir, ReplicaID, addresses, Members
-// and Partitions.
+// LeaderID. Restarts must use the same Dir, ReplicaID, addresses, Members,
+// ClusterToken and Partitions. A partition without Raft state in Dir is
+// founded only as cfg.InitialClusterState says; otherwise OpenRaft fails
+// with ErrNoRaftState (a lost disk). A Dir of another deployment fails with
+// ErrOtherCluster.
 func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	rc, err := cfg.resolve()
 	if err != nil {
@@ -49,6 +52,9 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = discard
+	}
+	if err := rc.settleDeployment(log); err != nil {
+		return nil, err
 	}
 	db, err := openBadger(badgerOptions(rc))
 	if err != nil {
@@ -64,9 +70,12 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	if err != nil {
 		db.Close()
 		hint := ""
-		// dragonboat's sentinel is internal; its text is all we can test.
-		if strings.Contains(err.Error(), "not the owner") {
+		// dragonboat's sentinels are internal; their text is all we can test.
+		switch {
+		case strings.Contains(err.Error(), "not the owner"):
 			hint = fmt.Sprintf(" (the data was created with a RaftAddress other than %q)", rc.selfAddr)
+		case strings.Contains(err.Error(), "deployment ID changed"):
+			hint = " (the data was created with other members or another cluster token)"
 		}
 		return nil, fmt.Errorf("durability: start raft in %s%s: %w", rc.where(), hint, err)
 	}
@@ -74,13 +83,22 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 		return newStateMachine(db, shard, log, cfg.UnsafeNoFence)
 	}
 	for p := range rc.Partitions {
-		if err := r.nh.StartOnDiskReplica(rc.members, false, create, rc.shardConfig(p)); err != nil {
-			r.nh.Close()
-			db.Close()
+		// Members only to found a partition (stack.md §9.7): given them,
+		// dragonboat would silently found again on a lost disk.
+		members, err := rc.initialMembers(p, r.nh.HasNodeInfo(shardID(p), rc.ReplicaID))
+		if err == nil {
+			err = r.nh.StartOnDiskReplica(members, false, create, rc.shardConfig(p))
 			if errors.Is(err, dragonboat.ErrInvalidShardSettings) {
 				err = fmt.Errorf("members %v differ from those the data was created with: %w", rc.members, err)
 			}
-			return nil, fmt.Errorf("durability: start partition %d in %s: %w", p, rc.where(), err)
+			if err != nil {
+				err = fmt.Errorf("durability: start partition %d in %s: %w", p, rc.where(), err)
+			}
+		}
+		if err != nil {
+			r.nh.Close()
+			db.Close()
+			return nil, err
 		}
 	}
 	r.lanes = make([]*lane, rc.Partitions)

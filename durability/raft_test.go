@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -520,5 +523,78 @@ func TestSingleNodeTCP(t *testing.T) {
 	}
 	if _, err := OpenRaft(RaftConfig{RaftAddress: addr, Members: map[uint64]string{1: "127.0.0.1:1"}}); err == nil {
 		t.Fatal("members disagreeing with RaftAddress accepted")
+	}
+}
+
+// A single node founds on a fresh data dir and restarts on its own with no
+// InitialClusterState; "new" restarts too; "existing" refuses a fresh one.
+func TestSingleNodeClusterStates(t *testing.T) {
+	dir := t.TempDir()
+	r := rec("single", 1, 1)
+	for i, state := range []ClusterState{"", "", ClusterStateNew, ClusterStateExisting} {
+		n := openNode(t, RaftConfig{Dir: dir, Partitions: 1, InitialClusterState: state})
+		n.awaitSelfLeader(t)
+		if i == 0 {
+			if err := propose(t, n, 0, r); err != nil {
+				t.Fatal(err)
+			}
+		} else if got, ok, err := n.Load(0, r.Resource); err != nil || !ok || !sameRecord(got, r) {
+			t.Fatalf("start %d (state %q): Load = %+v, %v, %v", i, state, got, ok, err)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _, err := recordedDeploymentID(filepath.Join(dir, "raft")); err != nil || got != singleDeploymentID {
+		t.Fatalf("single node recorded deployment ID %d (%v), want the constant %d", got, err, uint64(singleDeploymentID))
+	}
+	fresh := t.TempDir()
+	if n, err := OpenRaft(RaftConfig{Dir: fresh, Partitions: 1, InitialClusterState: ClusterStateExisting}); err == nil {
+		n.Close()
+		t.Fatal("existing on a fresh data dir opened")
+	} else if !errors.Is(err, ErrNoRaftState) || !strings.Contains(err.Error(), fresh) {
+		t.Fatalf("existing on a fresh data dir: %v", err)
+	}
+	if n, err := OpenRaft(RaftConfig{InitialClusterState: ClusterStateExisting}); err == nil {
+		n.Close()
+		t.Fatal("existing in memory opened")
+	}
+}
+
+func TestDeploymentIDFor(t *testing.T) {
+	one := map[uint64]string{1: "a:1"}
+	three := map[uint64]string{1: "a:1", 2: "b:1", 3: "c:1"}
+	if got := deploymentIDFor("", one); got != singleDeploymentID {
+		t.Fatalf("single node without token: %d, want the constant", got)
+	}
+	ids := map[uint64]string{}
+	for _, c := range []struct {
+		name    string
+		token   string
+		members map[uint64]string
+	}{
+		{"single with token", "t", one},
+		{"three", "", three},
+		{"three with token", "t", three},
+		{"three, another address", "", map[uint64]string{1: "a:1", 2: "b:1", 3: "d:1"}},
+		{"three, other IDs", "", map[uint64]string{1: "a:1", 2: "b:1", 4: "c:1"}},
+		{"two", "", map[uint64]string{1: "a:1", 2: "b:1"}},
+	} {
+		d := deploymentIDFor(c.token, c.members)
+		if d <= 1 || d == singleDeploymentID {
+			t.Errorf("%s: deployment ID %d", c.name, d)
+		}
+		if prev, dup := ids[d]; dup {
+			t.Errorf("%s and %s share deployment ID %d", c.name, prev, d)
+		}
+		ids[d] = c.name
+		for range 20 { // map order does not matter
+			if again := deploymentIDFor(c.token, maps.Clone(c.members)); again != d {
+				t.Fatalf("%s: %d then %d", c.name, d, again)
+			}
+		}
+	}
+	if deploymentIDFor("", map[uint64]string{1: " A:1", 2: "b:1", 3: "C:1 "}) != deploymentIDFor("", three) {
+		t.Error("addresses differing in case or spaces (the same to dragonboat) give different IDs")
 	}
 }

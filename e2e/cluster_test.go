@@ -48,8 +48,10 @@ func testCluster(t *testing.T, bin binaries) {
 		initial = append(initial, fmt.Sprintf("%d=127.0.0.1:%d", id, n.raftPt))
 		endpoints = append(endpoints, fmt.Sprintf("%d=%s", id, n.endpoint()))
 	}
-	start := func(n *clusterNode) {
-		n.proc = startNode(t, bin, fmt.Sprintf("node %d", n.id), n.httpPort,
+	// start runs node n; extra is "--initial-cluster-state new" on the
+	// first start only, as an operator would do.
+	start := func(n *clusterNode, extra ...string) {
+		n.proc = startNode(t, bin, fmt.Sprintf("node %d", n.id), n.httpPort, append([]string{
 			"--raft-nodeid", strconv.FormatUint(n.id, 10),
 			"--raft-port", strconv.Itoa(n.raftPt),
 			"--http-ports", strconv.Itoa(n.httpPort),
@@ -59,13 +61,13 @@ func testCluster(t *testing.T, bin binaries) {
 			"--initial-cluster-endpoints", strings.Join(endpoints, ","),
 			"--initial-cluster-partitions", strconv.Itoa(clusterPartitions),
 			"--log-level", "warn",
-		)
+		}, extra...)...)
 	}
 	// All three at once: a node is ready once every partition has a
 	// leader, which takes a quorum.
 	began := time.Now()
 	for id := uint64(1); id <= 3; id++ {
-		start(nodes[id])
+		start(nodes[id], "--initial-cluster-state", "new")
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(nodes))

@@ -13,6 +13,12 @@
 #   scripts/cluster.sh node N [NODE FLAGS...]   # (re)start node N alone, in the foreground,
 #                                               # e.g. after kill -9 of it
 #
+# The first run (no nodeN/ dir yet) founds the cluster: every node gets
+# --initial-cluster-state new. Later runs restart the nodes on their data
+# (kahuna's default for a member, existing); a node whose dir is gone or
+# empty is refused by kahuna, since it would come back having forgotten
+# its Raft votes and log. To start over, remove the whole dir.
+#
 # With KAHUNA_READY_TIMEOUT (seconds, default 60) the wait for readiness is
 # bounded; a node that exits or is not ready in time stops the cluster.
 set -euo pipefail
@@ -23,7 +29,8 @@ if [[ "${1:-}" == node ]]; then
   [[ "$only" =~ ^[123]$ ]] || { echo "cluster.sh: node must be 1, 2 or 3, not $only" >&2; exit 2; }
   shift 2
   # A node restarted on an empty dir would be a new replica under an old
-  # ID, which the others' Raft logs contradict (it panics): refuse.
+  # ID, which the others' Raft logs contradict: kahuna refuses it, and this
+  # says so before building anything.
   if [[ ! -d "$base/node$only" ]]; then
     echo "cluster.sh: no data for node $only in $base/node$only; set KAHUNA_CLUSTER_DIR to the running cluster's dir" >&2
     exit 2
@@ -38,13 +45,21 @@ go build -o "$bin" ./cmd/kahuna
 cluster="1=127.0.0.1:2073,2=127.0.0.1:3073,3=127.0.0.1:4073"
 endpoints="1=http://127.0.0.1:2070,2=http://127.0.0.1:3070,3=http://127.0.0.1:4070"
 
+# found: the flags that found the cluster, on a first run only (no node
+# has a dir yet); a partly present cluster is restarted, not founded.
+found=(--initial-cluster-state new)
+for id in 1 2 3; do
+  if [[ -d "$base/node$id" ]]; then found=(); fi
+done
+
 # node_args N: sets args to the flags of node N.
 node_args() {
   local id=$1 port=$(($1 + 1))000
   args=(--raft-nodeid "$id" --raft-port $((port + 73))
     --http-ports $((port + 70)) --grpc-cleartext-ports $((port + 72))
     --storage-path "$base/node$id"
-    --initial-cluster "$cluster" --initial-cluster-endpoints "$endpoints")
+    --initial-cluster "$cluster" --initial-cluster-endpoints "$endpoints"
+    ${found[@]+"${found[@]}"})
 }
 
 if [[ -n "$only" ]]; then

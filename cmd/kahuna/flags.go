@@ -35,6 +35,8 @@ type options struct {
 	raftRTT              time.Duration
 	nodeID               uint64
 	members              map[uint64]kahuna.Member
+	clusterState         kahuna.ClusterState
+	clusterToken         string
 }
 
 // dataHome is where a node keeps its data unless told otherwise:
@@ -86,6 +88,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Uint64Var(&o.nodeID, "raft-nodeid", 1, "this node's ID in --initial-cluster")
 	fs.StringVar(&initialCluster, "initial-cluster", "", "every member's Raft address, e.g. 1=127.0.0.1:2073,2=127.0.0.1:3073,3=127.0.0.1:4073 (empty = single node)")
 	fs.StringVar(&initialEndpoints, "initial-cluster-endpoints", "", "every member's API URL, e.g. 1=http://127.0.0.1:2070,2=http://127.0.0.1:3070,3=http://127.0.0.1:4070")
+	var clusterState string
+	fs.StringVar(&clusterState, "initial-cluster-state", "", "new: found a new cluster (give it to every member on its first start only); existing: refuse to start on a data dir without Raft state (a lost disk). A node with data restarts from it either way. Default: new for a single node, existing for a cluster member")
+	fs.StringVar(&o.clusterToken, "initial-cluster-token", "", "keeps clusters apart: Raft messages of a cluster with another token or member list are dropped. Recorded in the data dir; default: none (the member list alone)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(out)
@@ -146,6 +151,11 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.nodeID == 0 {
 		errs = append(errs, errors.New("--raft-nodeid must be ≥ 1"))
+	}
+	switch o.clusterState = kahuna.ClusterState(clusterState); o.clusterState {
+	case "", kahuna.ClusterStateNew, kahuna.ClusterStateExisting:
+	default:
+		errs = append(errs, fmt.Errorf("--initial-cluster-state must be new or existing, got %q", clusterState))
 	}
 	if initialCluster != "" || initialEndpoints != "" {
 		o.members, err = parseMembers(initialCluster, initialEndpoints)

@@ -11,7 +11,7 @@ import (
 // FuzzParseFlags feeds parseFlags arbitrary command lines (the fuzz input
 // split on NUL bytes): it never panics, and options it accepts are
 // consistent (ports and partitions in range, this node among the members,
-// a data dir).
+// a data dir, a known --initial-cluster-state).
 //
 //	go test -run X -fuzz FuzzParseFlags -fuzztime 10m ./cmd/kahuna
 func FuzzParseFlags(f *testing.F) {
@@ -25,6 +25,8 @@ func FuzzParseFlags(f *testing.F) {
 		{"--https-certificate", "c.pem"},
 		{"-storage-path=/tmp/x", "extra"},
 		{"--initial-cluster", "0=x:1,1=:", "--initial-cluster-endpoints", "1=,1=y"},
+		{"--initial-cluster-state", "new", "--initial-cluster-token", "t"},
+		{"--initial-cluster-state", "New"},
 	} {
 		f.Add(strings.Join(args, "\x00"))
 	}
@@ -55,6 +57,9 @@ func FuzzParseFlags(f *testing.F) {
 		}
 		if o.nodeID == 0 || o.lockActors < 0 || o.cacheEntryTTL <= 0 || o.cacheEntriesToRemove < 1 || o.storagePath == "" {
 			t.Fatalf("%q: accepted %+v", args, o)
+		}
+		if o.clusterState != "" && o.clusterState != "new" && o.clusterState != "existing" {
+			t.Fatalf("%q: accepted --initial-cluster-state %q", args, o.clusterState)
 		}
 		if net.ParseIP(o.host) == nil && o.host != "localhost" {
 			t.Fatalf("%q: accepted host %q", args, o.host)

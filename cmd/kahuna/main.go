@@ -83,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		CacheEntryTTL:        o.cacheEntryTTL,
 		CacheEntriesToRemove: o.cacheEntriesToRemove,
 		Logger:               logger,
+		InitialClusterState:  o.clusterState,
+		InitialClusterToken:  o.clusterToken,
 	})
 	if err != nil {
 		closeAll(listeners)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna"
 )
 
 // output collects what run prints and signals once the node is ready.
@@ -60,6 +62,7 @@ func TestBadFlagsExitTwoWithOneLine(t *testing.T) {
 		{"--raft-nodeid", "2", "--initial-cluster", "1=127.0.0.1:2073", "--initial-cluster-endpoints", "1=http://127.0.0.1:2070"},
 		{"--initial-cluster", "1=127.0.0.1:2073"},
 		{"--raft-rtt", "0s"},
+		{"--initial-cluster-state", "old"},
 		{"extra-arg"},
 	} {
 		var stderr bytes.Buffer
@@ -92,6 +95,58 @@ func TestUnusablePortOrDataDirExitsOne(t *testing.T) {
 		code := run(context.Background(), args, io.Discard, &stderr)
 		if code != 1 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || !strings.HasPrefix(stderr.String(), "kahuna: ") {
 			t.Errorf("%s: exit %d, stderr %q", name, code, stderr.String())
+		}
+	}
+}
+
+func TestClusterStateAndTokenFlags(t *testing.T) {
+	t.Setenv("KAHUNA_HOME", t.TempDir())
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.clusterState != "" || o.clusterToken != "" {
+		t.Fatalf("defaults: %+v, %v", o, err)
+	}
+	o, err = parseFlags([]string{"--initial-cluster-state", "new", "--initial-cluster-token", "prod-eu"}, io.Discard)
+	if err != nil || o.clusterState != kahuna.ClusterStateNew || o.clusterToken != "prod-eu" {
+		t.Fatalf("new, prod-eu: %+v, %v", o, err)
+	}
+	if o, err = parseFlags([]string{"--initial-cluster-state", "existing"}, io.Discard); err != nil || o.clusterState != kahuna.ClusterStateExisting {
+		t.Fatalf("existing: %+v, %v", o, err)
+	}
+}
+
+// A node that may not found (a cluster member without
+// --initial-cluster-state new, or a single node with existing) refuses a
+// fresh data dir at once: exit 1 and one line saying what to do, not a wait
+// for a quorum.
+func TestFreshDataDirWithoutFoundingExitsOne(t *testing.T) {
+	raft1, raft2 := freePort(t), freePort(t)
+	cluster := []string{
+		"--initial-cluster", "1=127.0.0.1:" + strconv.Itoa(raft1) + ",2=127.0.0.1:" + strconv.Itoa(raft2),
+		"--initial-cluster-endpoints", "1=http://127.0.0.1:1,2=http://127.0.0.1:2",
+		"--raft-port", strconv.Itoa(raft1),
+	}
+	cases := map[string][]string{
+		"member, default":         cluster,
+		"member, existing":        append([]string{"--initial-cluster-state", "existing"}, cluster...),
+		"single node, existing":   {"--initial-cluster-state", "existing", "--raft-port", strconv.Itoa(freePort(t))},
+		"member, token, existing": append([]string{"--initial-cluster-state", "existing", "--initial-cluster-token", "t"}, cluster...),
+	}
+	for name, args := range cases {
+		dir := t.TempDir()
+		args = append([]string{"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--storage-path", dir, "--log-level", "error"}, args...)
+		var stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() { done <- run(context.Background(), args, io.Discard, &stderr) }()
+		var code int
+		select {
+		case code = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: still running after 20s (waiting for a quorum instead of refusing?)", name)
+		}
+		out := strings.TrimSpace(stderr.String())
+		if code != 1 || strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "kahuna: ") ||
+			!strings.Contains(out, dir) || !strings.Contains(out, "--initial-cluster-state new") {
+			t.Errorf("%s: exit %d, stderr %q", name, code, out)
 		}
 	}
 }
