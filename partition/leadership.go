@@ -66,7 +66,10 @@ type Options struct {
 // stopped (SIGSTOP, GC, a VM freeze), so a paused leader wakes up with its
 // lease expired. Not covered: a leader transfer, whose TimeoutNow lets the
 // target campaign past the voters' stickiness: Relinquish drops the lease
-// first. With rtt 10 ms and 10 election ticks the lease is about 69 ms.
+// first; and a membership change, which changes what a quorum is (there
+// is none yet: whoever adds one must drop the lease while it is pending
+// and renew only once it is applied). With rtt 10 ms and 10 election ticks
+// the lease is about 69 ms.
 func LeaseFor(rtt time.Duration, electionTicks int) time.Duration {
 	const rho = 0.01
 	d := time.Duration(float64(time.Duration(electionTicks-2)*rtt)*(1-rho)) - rtt
