@@ -324,8 +324,14 @@ func testPausedLeaderStale(t *testing.T, bin binaries) {
 }
 
 // Nemesis workload parameters.
+//
+// A pause (3-4.5 s) is longer than an election and than the short leases, so
+// the others take over and grant what lapsed meanwhile; it is shorter than
+// the long leases, so the stopped node's cache still holds live leases when
+// it resumes, which the others may have released and granted again since.
 const (
-	pauseTTL      = 2 * time.Second  // every workload lease
+	pauseShortTTL = 2 * time.Second
+	pauseLongTTL  = 8 * time.Second
 	pauseCallTime = 12 * time.Second // a call's deadline: late answers are observed, not excused
 	pauseRound    = 30 * time.Second // one round of faults (the short run is one round)
 	pauseMargin   = 50 * time.Millisecond
@@ -334,20 +340,24 @@ const (
 // pauseClient is one sequential client of the nemesis workload, with its
 // own kahuna.Client: some reach all three nodes (round robin, so one call
 // may go to the old leader and the next to the new one), some one node.
+// Some use one owner for every cycle (as a worker that names itself does),
+// so they re-lock with the same owner after a release; the others take a
+// fresh owner per cycle.
 type pauseClient struct {
-	id   int
-	name string
-	c    *kahuna.Client
-	rec  *checker.Recorder
-	rng  *rand.Rand
+	id     int
+	name   string
+	fixed  bool // one owner for every cycle
+	c      *kahuna.Client
+	rec    *checker.Recorder
+	rng    *rand.Rand
+	served *sync.Map // op ID → the node that answered it
 }
 
-func (cl *pauseClient) call(kind checker.Kind, res, owner string) checker.Op {
+func (cl *pauseClient) call(kind checker.Kind, res, owner string, ttl time.Duration) checker.Op {
 	ctx, cancel := context.WithTimeout(context.Background(), pauseCallTime)
 	defer cancel()
-	ttl := time.Duration(0)
-	if kind == checker.Acquire || kind == checker.Extend {
-		ttl = pauseTTL
+	if kind != checker.Acquire && kind != checker.Extend {
+		ttl = 0
 	}
 	pend := cl.rec.Begin(checker.Op{Client: cl.id, Kind: kind, Resource: res, Owner: owner, TTL: ttl})
 	var (
@@ -366,49 +376,84 @@ func (cl *pauseClient) call(kind checker.Kind, res, owner string) checker.Op {
 		info, r, err = cl.c.Get(ctx, res, kahuna.Persistent)
 	}
 	op := pend.EndGet(r.Status, r.FencingToken, string(info.Owner), err)
+	if node, err := strconv.ParseUint(r.ServedFrom, 10, 64); err == nil {
+		cl.served.Store(op.ID, node) // the history is annotated after the round
+	}
 	return op
 }
 
-// run cycles acquire → (re-lock with the same owner) → (extend) → release
-// on the hot resources, a fresh owner per cycle, until stop.
+// run cycles acquire → hold (re-lock with the same owner, or extend) →
+// release → think, on the hot resources until stop, mostly with a long
+// lease. The think time matters: a client calling a stopped node (or a node
+// forwarding to it) waits for it, so without idle clients the whole
+// workload would freeze with the node, and nothing would change behind its
+// back. A client with a fixed owner takes the resource it just released
+// again half of the time, and never extends (checker.HoldWindows would
+// credit one grant's lease with a later grant's extension: it does not tell
+// an owner's grants apart).
 func (cl *pauseClient) run(stop <-chan struct{}, hot []string) {
-	for n := 0; ; n++ {
+	last := ""
+	think := func(max int) bool {
 		select {
 		case <-stop:
-			return
-		default:
+			return false
+		case <-time.After(time.Duration(cl.rng.IntN(max+1)) * time.Millisecond):
+			return true
 		}
+	}
+	for n := 0; ; n++ {
 		res := hot[cl.rng.IntN(len(hot))]
-		owner := fmt.Sprintf("%s-%d", cl.name, n)
-		if cl.rng.IntN(8) == 0 {
-			cl.call(checker.Get, res, "")
+		owner := cl.name
+		if cl.fixed {
+			if last != "" && cl.rng.IntN(2) == 0 {
+				res = last
+			}
+		} else {
+			owner = fmt.Sprintf("%s-%d", cl.name, n)
 		}
-		a := cl.call(checker.Acquire, res, owner)
+		last = ""
+		ttl := pauseLongTTL
+		if cl.rng.IntN(10) < 3 {
+			ttl = pauseShortTTL
+		}
+		if cl.rng.IntN(8) == 0 {
+			cl.call(checker.Get, res, "", 0)
+		}
+		a := cl.call(checker.Acquire, res, owner, ttl)
 		switch {
 		case a.Outcome == checker.Indeterminate:
 			// Maybe granted: give it back (a release is safe to repeat).
-			cl.call(checker.Release, res, owner)
-			time.Sleep(time.Duration(20+cl.rng.IntN(50)) * time.Millisecond)
+			cl.call(checker.Release, res, owner, 0)
+			if !think(300) {
+				return
+			}
 			continue
 		case a.Status != kahuna.Locked:
-			time.Sleep(time.Duration(cl.rng.IntN(20)) * time.Millisecond)
+			if !think(200) {
+				return
+			}
 			continue
 		}
 		// The critical section: some re-lock (the same grant again), some
 		// extend, all hold a while.
-		for i := cl.rng.IntN(4); i > 0; i-- {
-			time.Sleep(time.Duration(cl.rng.IntN(200)) * time.Millisecond)
-			kind := checker.Extend
-			if cl.rng.IntN(2) == 0 {
-				kind = checker.Acquire
+		for i := 1 + cl.rng.IntN(3); i > 0; i-- {
+			if !think(400) {
+				break
 			}
-			if o := cl.call(kind, res, owner); o.Status != kahuna.Extended && o.Status != kahuna.Locked {
+			kind := checker.Acquire
+			if !cl.fixed && cl.rng.IntN(3) != 0 {
+				kind = checker.Extend
+			}
+			if o := cl.call(kind, res, owner, ttl); o.Status != kahuna.Extended && o.Status != kahuna.Locked {
 				break
 			}
 		}
-		time.Sleep(time.Duration(cl.rng.IntN(100)) * time.Millisecond)
-		if r := cl.call(checker.Release, res, owner); r.Outcome == checker.Indeterminate {
-			cl.call(checker.Release, res, owner)
+		if r := cl.call(checker.Release, res, owner, 0); r.Outcome == checker.Indeterminate {
+			cl.call(checker.Release, res, owner, 0)
+		}
+		last = res
+		if !think(800) {
+			return
 		}
 	}
 }
@@ -475,26 +520,26 @@ func testPauseNemesis(t *testing.T, bin binaries) {
 
 func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed uint64, round int) pauseRoundResult {
 	rng := rand.New(rand.NewPCG(seed, 0x7061757365))
-	// Hot resources: one per partition, fresh names each round.
-	hot := map[int]string{}
-	for i := 0; len(hot) < clusterPartitions; i++ {
-		res := fmt.Sprintf("nemesis-%d-%d", round, i)
-		if p := partition.Of(res, clusterPartitions); hot[p] == "" {
-			hot[p] = res
-		}
-	}
+	// Hot resources: two per partition, fresh names each round.
 	var hotList []string
-	for p := 0; p < clusterPartitions; p++ {
-		hotList = append(hotList, hot[p])
+	perPartition := map[int]int{}
+	for i := 0; len(hotList) < 2*clusterPartitions; i++ {
+		res := fmt.Sprintf("nemesis-%d-%d", round, i)
+		if p := partition.Of(res, clusterPartitions); perPartition[p] < 2 {
+			perPartition[p]++
+			hotList = append(hotList, res)
+		}
 	}
 
 	rec := checker.NewRecorder()
-	began := time.Now()
 	logf := func(format string, args ...any) {
-		t.Logf("round %d %6.2fs %s", round, time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+		t.Logf("round %d %6.2fs %s", round, rec.Now().Seconds(), fmt.Sprintf(format, args...))
 	}
-	var clients []*pauseClient
-	dial := func(name string, eps []string, opts ...kahuna.ClientOption) {
+	var (
+		clients []*pauseClient
+		served  sync.Map
+	)
+	dial := func(name string, fixed bool, eps []string, opts ...kahuna.ClientOption) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		opts = append(opts, kahuna.WithMustRetryBudget(pauseCallTime))
@@ -503,13 +548,16 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 			t.Fatalf("dial %v: %v", eps, err)
 		}
 		id := len(clients)
-		clients = append(clients, &pauseClient{id: id, name: fmt.Sprintf("%s%d", name, id), c: kc, rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(id)+1))})
+		clients = append(clients, &pauseClient{id: id, name: fmt.Sprintf("%s%d", name, id), fixed: fixed, c: kc, rec: rec, served: &served, rng: rand.New(rand.NewPCG(seed, uint64(id)+1))})
 	}
-	dial("all", endpoints)
-	dial("all", endpoints)
-	dial("rest-all", endpoints, kahuna.WithREST())
+	for range 2 {
+		dial("all-fixed", true, endpoints)
+		dial("all", false, endpoints)
+		dial("rest-all", false, endpoints, kahuna.WithREST())
+	}
 	for _, ep := range endpoints {
-		dial("one", []string{ep})
+		dial("one-fixed", true, []string{ep})
+		dial("one", false, []string{ep})
 	}
 	defer func() {
 		for _, cl := range clients {
@@ -536,14 +584,14 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 				target, why = l, fmt.Sprintf("leader of partition %d", p)
 			}
 		}
-		hold := pauseTTL + time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+		hold := pauseShortTTL + time.Second + time.Duration(rng.Int64N(int64(1500*time.Millisecond)))
 		logf("SIGSTOP node %d (%s) for %v", target, why, hold.Round(time.Millisecond))
 		c.stop(target)
 		res.pauses++
 		time.Sleep(hold) // the fault's length is the point: nothing to wait for
 		c.cont(target)
 		logf("SIGCONT node %d", target)
-		time.Sleep(time.Duration(1500+rng.IntN(2000)) * time.Millisecond)
+		time.Sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
 	}
 	// A healthy tail: the cluster must serve again.
 	time.Sleep(time.Second)
@@ -551,6 +599,11 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	wg.Wait()
 
 	h := rec.History()
+	for i := range h {
+		if n, ok := served.Load(h[i].ID); ok {
+			h[i].Node = n.(uint64)
+		}
+	}
 	res.ops = len(h)
 	opts := checker.Options{Margin: pauseMargin, Timeout: 2 * time.Minute}
 	dump := os.Getenv("KAHUNA_PAUSE_DUMP")
@@ -563,11 +616,14 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	logf("%d ops (%d ok, %d fail, %d indeterminate), %d hold windows, %d pauses; linearizability %s in %v; exclusion %d, fencing %d",
 		st.Ops, st.OK, st.Fail, st.Indeterminate, res.report.HoldWindows, res.pauses,
 		res.report.Linearizable.Result, res.report.Linearizable.Elapsed.Round(time.Millisecond), len(res.report.Exclusion), len(res.report.Fencing))
-	if err := res.report.Err(); err != nil {
-		path := filepath.Join(dump, fmt.Sprintf("pause-%d.history.txt", seed))
-		if os.WriteFile(path, []byte(h.String()), 0o644) == nil {
-			logf("history in %s", path)
+	if err := res.report.Err(); err != nil || os.Getenv("KAHUNA_PAUSE_DUMP") != "" {
+		path := filepath.Join(dump, fmt.Sprintf("pause-%d.history", seed))
+		js, _ := json.Marshal(h)
+		if os.WriteFile(path+".txt", []byte(h.String()), 0o644) == nil && os.WriteFile(path+".json", js, 0o644) == nil {
+			logf("history in %s.{txt,json}, porcupine's visualization (if not linearizable) in %s", path, opts.VisualizePath)
 		}
+	}
+	if err := res.report.Err(); err != nil {
 		t.Errorf("round %d (seed %d): violations:\n%v", round, seed, err)
 	}
 	if res.report.HoldWindows < 20 {
