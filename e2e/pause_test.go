@@ -29,7 +29,7 @@ import (
 // lease and an election, then resumed with SIGCONT.
 //
 //	go test -run 'TestPause/StaleLeader' -count=5 ./e2e
-//	go test -run 'TestPause/Nemesis' -v ./e2e                      # the short run (~30 s of faults)
+//	go test -run 'TestPause/Nemesis' -v ./e2e                      # the short run (one 36 s round of faults)
 //	KAHUNA_PAUSE_DURATION=10m go test -run 'TestPause/Nemesis' -timeout 0 -v ./e2e   # rounds until 10m, summary printed
 //	KAHUNA_PAUSE_SEED=7 ...                                          # replay a nemesis schedule (timing still varies)
 
@@ -333,7 +333,7 @@ const (
 	pauseShortTTL = 2 * time.Second
 	pauseLongTTL  = 8 * time.Second
 	pauseCallTime = 12 * time.Second // a call's deadline: late answers are observed, not excused
-	pauseRound    = 30 * time.Second // one round of faults (the short run is one round)
+	pauseRound    = 36 * time.Second // one round of faults (the short run is one round)
 	pauseMargin   = 50 * time.Millisecond
 )
 
@@ -520,12 +520,12 @@ func testPauseNemesis(t *testing.T, bin binaries) {
 
 func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed uint64, round int) pauseRoundResult {
 	rng := rand.New(rand.NewPCG(seed, 0x7061757365))
-	// Hot resources: two per partition, fresh names each round.
+	// Hot resources: three per partition, fresh names each round.
 	var hotList []string
 	perPartition := map[int]int{}
-	for i := 0; len(hotList) < 2*clusterPartitions; i++ {
+	for i := 0; len(hotList) < 3*clusterPartitions; i++ {
 		res := fmt.Sprintf("nemesis-%d-%d", round, i)
-		if p := partition.Of(res, clusterPartitions); perPartition[p] < 2 {
+		if p := partition.Of(res, clusterPartitions); perPartition[p] < 3 {
 			perPartition[p]++
 			hotList = append(hotList, res)
 		}
@@ -552,6 +552,7 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	}
 	for range 2 {
 		dial("all-fixed", true, endpoints)
+		dial("all", false, endpoints)
 		dial("all", false, endpoints)
 		dial("rest-all", false, endpoints, kahuna.WithREST())
 	}
@@ -591,7 +592,7 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 		time.Sleep(hold) // the fault's length is the point: nothing to wait for
 		c.cont(target)
 		logf("SIGCONT node %d", target)
-		time.Sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
+		time.Sleep(time.Duration(700+rng.IntN(1000)) * time.Millisecond)
 	}
 	// A healthy tail: the cluster must serve again.
 	time.Sleep(time.Second)
