@@ -71,6 +71,8 @@ func startTunedCluster(t *testing.T, seed uint64, partitions int, tune func(c *f
 			ListenAddress: "127.0.0.1:0",
 			Partitions:    partitions,
 			LockActors:    2,
+			// Founds the cluster on the first start; restarts find their data.
+			InitialClusterState: kahuna.ClusterStateNew,
 		}, c.net.Factory(nil))
 		if tune != nil {
 			cfg = tune(c, cfg)
