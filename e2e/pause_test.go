@@ -73,6 +73,7 @@ func startPauseCluster(t *testing.T, bin binaries) *pauseCluster {
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-endpoints", strings.Join(endpoints, ","),
 			"--initial-cluster-partitions", strconv.Itoa(clusterPartitions),
+			"--initial-cluster-state", "new", // a fresh cluster, never restarted
 			"--log-level", "warn",
 		)
 		p := n.proc
