@@ -237,10 +237,23 @@ func startBenchCluster(tb testing.TB, partitions int) *benchCluster {
 	for _, err := range errs {
 		tb.Fatal(err)
 	}
+	// Open's spreading is best effort (a target still catching up ignores
+	// a transfer): ask the leader again, once a second, where it did not
+	// happen.
 	deadline := time.Now().Add(20 * time.Second)
+	nextAsk := time.Now().Add(time.Second)
 	for !c.spread(partitions) {
 		if time.Now().After(deadline) {
 			tb.Fatal("leaders not spread over the 3 nodes after 20s")
+		}
+		if time.Now().After(nextAsk) {
+			for p := 0; p < partitions; p++ {
+				want := uint64(p%3 + 1)
+				if leader, _ := c.nodes[want].Leader(p); leader != want && c.nodes[leader] != nil {
+					_ = c.nodes[leader].TransferLeadership(p, want)
+				}
+			}
+			nextAsk = time.Now().Add(time.Second)
 		}
 		time.Sleep(10 * time.Millisecond) // polling Raft state, which has no signal
 	}
