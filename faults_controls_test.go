@@ -1,0 +1,120 @@
+package kahuna_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
+)
+
+// Negative controls: runs of the suite with one protection of the engine
+// switched off, each of which must be reported. A control that is not
+// caught fails: the suite could not see that class of bug.
+//
+//	go test -run 'FaultsNegativeControl' -v .
+//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v .
+var negativeControls = []negativeControl{
+	{
+		// A node answers from its cache whenever its own (late) view says
+		// it leads: a paused leader that wakes up, or a cut-off one that has
+		// not stepped down yet, answers after the new leader served. On
+		// ephemeral locks, which never touch Raft, so only the missing
+		// proof can be what is caught.
+		name: "no-leadership-proof", seed: 11,
+		opts: runOpts{
+			d: 5 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fPause, fPause, fIsolateLeader},
+			mod: kahuna.WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+		},
+	},
+	{
+		// Records apply without compare-and-set and epoch, and records
+		// queued when leadership moves are still proposed: a deposed
+		// leader's write commits through the new leader behind its cache.
+		// Persistent locks, leadership moved under write load.
+		name: "no-fencing", seed: 12,
+		opts: runOpts{
+			d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fTransfer, fTransfer, fIsolateLeader, fPause},
+			mod: kahuna.WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+		},
+	},
+	{
+		// Not a switch of the engine but of the checker: the ephemeral
+		// history of leader transfers, with its reign events taken out,
+		// must be flagged (tokens restart, holds vanish). It proves that the
+		// reigns are what excuse those, and that the runs do change
+		// leaders under the clients' feet.
+		name: "ephemeral-without-reigns", seed: 101, strip: true,
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}},
+	},
+}
+
+type negativeControl struct {
+	name  string
+	seed  uint64
+	opts  runOpts
+	strip bool // check the history without its reigns
+}
+
+// definite counts a report's definite findings (an undecided
+// linearizability search is not one).
+func definite(r checker.Report) int {
+	n := len(r.Exclusion) + len(r.Fencing) + len(r.StaleLeader)
+	if r.Linearizable.Result == checker.NotLinearizable {
+		n++
+	}
+	return n
+}
+
+// run runs the control with seed and fails t unless it is caught.
+func (nc negativeControl) run(t *testing.T, seed uint64) {
+	o := nc.opts
+	o.d = min(o.d, faultsRunLength())
+	o.name = "TestFaultsNegativeControl/" + nc.name
+	run := runFaults(t, seed, o)
+	if run.report.HoldWindows < 20 {
+		t.Fatalf("weak control run: only %d definite grants", run.report.HoldWindows)
+	}
+	r := run.report
+	if nc.strip {
+		if run.reigns < 2 {
+			t.Fatalf("no leader change in the control run (%d reigns)", run.reigns)
+		}
+		h := slices.DeleteFunc(run.history, func(o checker.Op) bool { return o.Kind == checker.Reign })
+		r = checker.Check(h, checker.Options{Margin: faultMargin, Timeout: 2 * time.Minute})
+		t.Logf("with its reigns the history has violations %s; without them %s", fmtViolations(run.report), fmtViolations(r))
+		if len(r.Fencing) == 0 || r.Linearizable.Result != checker.NotLinearizable {
+			t.Errorf("negative control %s not caught: without reigns fencing %d, linearizability %s", nc.name, len(r.Fencing), r.Linearizable.Result)
+		}
+		return
+	}
+	t.Logf("negative control %s: %d findings: %s", nc.name, definite(r), fmtViolations(r))
+	for _, vs := range [][]checker.Violation{r.StaleLeader, r.Exclusion, r.Fencing} {
+		if len(vs) > 0 {
+			t.Logf("e.g. %v", vs[0])
+		}
+	}
+	if definite(r) == 0 {
+		t.Errorf("negative control %s not caught: the suite reported no violation (linearizability %s)", nc.name, r.Linearizable.Result)
+	}
+}
+
+// TestFaultsNegativeControl runs every negative control once.
+func TestFaultsNegativeControl(t *testing.T) {
+	if *faultsDuration > 0 {
+		t.Skip("long run: see TestFaultsLong")
+	}
+	if testing.Short() {
+		t.Skip("cluster runs")
+	}
+	for _, nc := range negativeControls {
+		t.Run(nc.name, func(t *testing.T) {
+			seed := nc.seed
+			if *faultsSeed != 0 {
+				seed = *faultsSeed
+			}
+			nc.run(t, seed)
+		})
+	}
+}

@@ -1,0 +1,33 @@
+package kahuna
+
+import "time"
+
+// ServingTerm reports whether n serves partition p now (its own view, as
+// Leader reports it) and whether its Raft replica sees itself as p's
+// leader, in term term: a node that serves while leads is true serves the
+// reign of that term. A deposed node that has not heard the news (paused,
+// or cut off) may serve with leads false. The fault tests sample it to
+// record when a partition's leadership really changed (checker.Reign).
+func ServingTerm(n *Node, p int) (serving, leads bool, term uint64) {
+	_, serving = n.Leader(p)
+	if n.backend == nil || p < 0 || p >= n.cfg.Partitions {
+		return serving, false, 0
+	}
+	leader, term, ok := n.backend.LeaderID(p)
+	return serving, ok && leader == n.backend.ReplicaID(), term
+}
+
+// ResumeNodeLate is ResumeNode for a process that wakes up: it lets the
+// calls held by PauseNode in at once, but delivers the held leader events
+// only stepDown later. A process stopped while it led (SIGSTOP) still
+// believes it leads when it wakes: its Raft steps down at its next quorum
+// check or when the first message of the new term reaches it, and until
+// then it answers as the leader it was. In this process dragonboat kept
+// running through the pause, so only the node's own view can lag.
+func ResumeNodeLate(n *Node, stepDown time.Duration) {
+	if gate := n.paused.Swap(nil); gate != nil {
+		close(*gate)
+	}
+	time.Sleep(stepDown)
+	n.leadership.Thaw()
+}
