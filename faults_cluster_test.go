@@ -171,6 +171,23 @@ func (c *faultCluster) leaderOf(p int) uint64 {
 	return 0
 }
 
+// leaderNow is the node that serves partition p as the leader its Raft
+// replica knows it is, else p's leader as the first running node sees it.
+func (c *faultCluster) leaderNow(p int) uint64 {
+	var best, bestTerm uint64
+	for _, id := range c.up() {
+		if n := c.node(id); n != nil {
+			if serving, leads, term := kahuna.ServingTerm(n, p); serving && leads && term > bestTerm {
+				best, bestTerm = id, term
+			}
+		}
+	}
+	if best != 0 {
+		return best
+	}
+	return c.leaderOf(p)
+}
+
 // servingOf is a node that says it serves partition p (at random if
 // several do: a deposed one that has not heard the news, and the new
 // leader), else p's leader as a random running node sees it.

@@ -1,7 +1,5 @@
 package kahuna
 
-import "time"
-
 // ServingTerm reports whether n serves partition p now (its own view, as
 // Leader reports it) and whether its Raft replica sees itself as p's
 // leader, in term term: a node that serves while leads is true serves the
@@ -17,17 +15,21 @@ func ServingTerm(n *Node, p int) (serving, leads bool, term uint64) {
 	return serving, ok && leader == n.backend.ReplicaID(), term
 }
 
-// ResumeNodeLate is ResumeNode for a process that wakes up: it lets the
-// calls held by PauseNode in at once, but delivers the held leader events
-// only stepDown later. A process stopped while it led (SIGSTOP) still
-// believes it leads when it wakes: its Raft steps down at its next quorum
-// check or when the first message of the new term reaches it, and until
-// then it answers as the leader it was. In this process dragonboat kept
-// running through the pause, so only the node's own view can lag.
-func ResumeNodeLate(n *Node, stepDown time.Duration) {
+// ResumeCalls and ResumeView are ResumeNode in two steps, for a process
+// that wakes up: ResumeCalls lets the calls held by PauseNode in at once,
+// ResumeView delivers the held leader events (call it after ResumeCalls).
+// In between the node answers as the leader it believes it is. A process
+// stopped while it led (SIGSTOP) still believes it leads when it wakes: its
+// Raft steps down at its next quorum check or when the first message of
+// the new term reaches it, and its own view follows. In this process
+// dragonboat kept running through the pause, so only the node's view can
+// lag; with its links healed first, its Raft learns the new leader at once
+// and forwards whatever the node proposes meanwhile.
+func ResumeCalls(n *Node) {
 	if gate := n.paused.Swap(nil); gate != nil {
 		close(*gate)
 	}
-	time.Sleep(stepDown)
-	n.leadership.Thaw()
 }
+
+// ResumeView: see ResumeCalls.
+func ResumeView(n *Node) { n.leadership.Thaw() }

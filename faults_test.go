@@ -58,17 +58,23 @@ const (
 	fOneWayOut     faultKind = "partition-one-way-out"
 	fOneWayIn      faultKind = "partition-one-way-in"
 	fLossy         faultKind = "drop-delay"
-	// fPause freezes a node as SIGSTOP would (kahuna.PauseNode: calls wait
-	// at its door, its view of who leads is frozen) and cuts its Raft and
-	// forwarding links both ways, for longer than an election and than the
-	// leader lease, often longer than a lock's TTL; it then wakes up: the
-	// held calls are answered at once, before its view catches up (a
-	// process that wakes still believes it leads) and before the links
-	// heal.
+	// fPause freezes a node, mostly a hot partition's leader, as SIGSTOP
+	// would (kahuna.PauseNode: calls wait at its door, its view of who
+	// leads is frozen) and cuts its Raft and forwarding links both ways,
+	// for longer than an election and than the leader lease, a third of the
+	// time longer than a lock's TTL. It then wakes up: the held calls are
+	// answered at once, before its view catches up (a process that wakes
+	// still believes it leads), while it is still cut off or, half the
+	// time, once its Raft already follows the new leader.
 	fPause faultKind = "pause"
+	// fSlowTransfer slows every link of a hot partition's leader (Raft
+	// batches and forwarded bytes wait up to tens of milliseconds), so
+	// proposals pile up behind those in flight, then moves the leadership
+	// away while they are queued.
+	fSlowTransfer faultKind = "slow-leader-transfer"
 )
 
-var allFaults = []faultKind{fKill, fKillLeader, fTransfer, fTransfer, fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn, fLossy, fPause, fPause, fPause}
+var allFaults = []faultKind{fKill, fKillLeader, fTransfer, fSlowTransfer, fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn, fLossy, fPause, fPause, fPause}
 
 // scheduleKinds is allFaults, or the kinds -faults.kinds names.
 func scheduleKinds(t *testing.T) []faultKind {
@@ -106,7 +112,18 @@ type runOpts struct {
 	name  string                            // for the replay hint
 	// gap bounds the quiet time between faults (0: 200–800ms).
 	gapMin, gapMax time.Duration
+	perPartition   int           // hot resources per partition (0: 2)
+	healFirst      bool          // a paused node's links always heal before its view catches up
+	onePartition   bool          // the clients use the resources of one partition only
+	pauseMax       time.Duration // longest pause (0: 3s)
+	// linTimeout bounds the linearizability search (0: 2 minutes); a
+	// control, which is caught by definite findings, needs less.
+	linTimeout time.Duration
+	clients    []clientMode // nil: defaultClients
 }
+
+// defaultClients are the workload's clients.
+var defaultClients = []clientMode{direct, direct, forwarding, pool, pool, direct, pool, forwarding, pool}
 
 // durabilityOf is the durability of a seed's run.
 func durabilityOf(seed uint64) kahuna.Durability {
@@ -139,7 +156,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 	hold := func(min, max time.Duration) { time.Sleep(between(min, max)) }
 	randomNode := func() uint64 { return c.ids[rng.IntN(len(c.ids))] }
 	hotLeader := func() uint64 {
-		if l := c.leaderOf(hot[rng.IntN(len(hot))]); l != 0 {
+		if l := c.leaderNow(hot[rng.IntN(len(hot))]); l != 0 {
 			return l
 		}
 		return randomNode()
@@ -171,10 +188,29 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fTransfer:
 			p := hot[rng.IntN(len(hot))]
 			to := randomNode()
-			if n := c.node(c.leaderOf(p)); n != nil {
+			if n := c.node(c.leaderNow(p)); n != nil {
 				logf("transfer partition %d to node %d", p, to)
 				_ = n.TransferLeadership(p, to) // may be refused mid-election
 			}
+		case fSlowTransfer:
+			p := hot[rng.IntN(len(hot))]
+			id := c.leaderNow(p)
+			n := c.node(id)
+			if n == nil {
+				break
+			}
+			l := faults.Link{Delay: between(time.Millisecond, 8*time.Millisecond)}
+			to := c.others(id)[rng.IntN(len(c.ids)-1)]
+			logf("%s: links of node %d %s, then partition %d to node %d", k, id, l, p, to)
+			for _, o := range c.others(id) {
+				c.net.Set(id, o, l)
+				c.net.Set(o, id, l)
+			}
+			hold(100*time.Millisecond, 300*time.Millisecond)
+			_ = n.TransferLeadership(p, to)
+			hold(200*time.Millisecond, 800*time.Millisecond)
+			logf("heal")
+			c.net.Heal()
 		case fPause:
 			id := randomNode()
 			if rng.IntN(5) > 0 {
@@ -186,23 +222,40 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			}
 			// Past an election (≈100–300ms here) and the leader lease
 			// (≈70ms); past a lock's TTL about a third of the time.
-			d := between(400*time.Millisecond, 3*time.Second)
+			maxPause := o.pauseMax
+			if maxPause == 0 {
+				maxPause = 3 * time.Second
+			}
+			d := between(400*time.Millisecond, maxPause)
 			logf("pause node %d for %v", id, d.Round(time.Millisecond))
 			kahuna.PauseNode(n)
 			c.net.Isolate(id, c.others(id), true, true)
 			time.Sleep(d)
-			// It wakes: held calls are answered by a node that still
-			// believes it leads, until its Raft steps down (next quorum
-			// check, within an election timeout), while still cut off.
+			// It wakes: held calls are answered at once by a node that still
+			// believes it leads, until its view catches up (within an
+			// election timeout, when its Raft would step down or hear the new
+			// leader), while still cut off or, half the time, with its links
+			// back and its Raft already following the new leader (it then
+			// forwards what the node proposes).
 			stepDown := between(0, 150*time.Millisecond)
-			logf("resume node %d (its view catches up %v later)", id, stepDown.Round(time.Millisecond))
-			kahuna.ResumeNodeLate(n, stepDown)
-			hold(0, 100*time.Millisecond)
-			if rng.IntN(2) == 0 {
-				c.net.ResetProxies(id)
+			healFirst := o.healFirst || rng.IntN(2) == 0
+			logf("resume node %d (its view catches up %v later, links healed %s)", id, stepDown.Round(time.Millisecond), map[bool]string{true: "first", false: "after"}[healFirst])
+			if healFirst {
+				// Its Raft reads the new leader's messages first.
+				c.net.Heal()
+				time.Sleep(between(20*time.Millisecond, 60*time.Millisecond))
 			}
-			logf("heal")
-			c.net.Heal()
+			kahuna.ResumeCalls(n)
+			time.Sleep(stepDown)
+			kahuna.ResumeView(n)
+			if !healFirst {
+				hold(0, 100*time.Millisecond)
+				if rng.IntN(2) == 0 {
+					c.net.ResetProxies(id)
+				}
+				logf("heal")
+				c.net.Heal()
+			}
 		case fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn:
 			id := randomNode()
 			if k == fIsolateLeader || (k != fIsolate && rng.IntN(2) == 0) {
@@ -354,9 +407,14 @@ func (cl *lockClient) call(to target, kind checker.Kind, res, owner string, ttl 
 // held by a paused node, when the node wakes). So a pool client keeps
 // calling a paused or deposed node while it works with the new leader, and
 // one owner's calls reach the old and the new leader at once.
-func (cl *lockClient) once(kind checker.Kind, res, owner string, ttl time.Duration, attempt int) checker.Op {
+//
+// uncertain reports whether a call may have taken effect unseen (one that
+// is still out when the answer is used does not count: that answer is
+// definite).
+func (cl *lockClient) once(kind checker.Kind, res, owner string, ttl time.Duration, attempt int) (_ checker.Op, uncertain bool) {
 	if cl.mode != pool {
-		return cl.call(cl.pick(res, attempt), kind, res, owner, ttl)
+		op := cl.call(cl.pick(res, attempt), kind, res, owner, ttl)
+		return op, op.Outcome == checker.Indeterminate
 	}
 	ops := make(chan checker.Op, 8)
 	var tried []target
@@ -381,10 +439,11 @@ func (cl *lockClient) once(kind checker.Kind, res, owner string, ttl time.Durati
 		case op := <-ops:
 			out--
 			if op.Outcome != checker.Indeterminate && op.Status != kahuna.MustRetry {
-				return op
+				return op, false
 			}
+			uncertain = uncertain || op.Outcome == checker.Indeterminate
 			last = op
-			if out == 0 && len(tried) < 3 {
+			if out == 0 && len(tried) < 3 && !uncertain {
 				out++
 				launch()
 			}
@@ -394,7 +453,7 @@ func (cl *lockClient) once(kind checker.Kind, res, owner string, ttl time.Durati
 			wait *= 2
 		}
 	}
-	return last
+	return last, uncertain
 }
 
 // settle tries to make an operation's outcome known. It retries while the
@@ -409,8 +468,9 @@ func (cl *lockClient) once(kind checker.Kind, res, owner string, ttl time.Durati
 // uncertain reports whether an attempt may have taken effect unseen.
 func (cl *lockClient) settle(kind checker.Kind, res, owner string, ttl time.Duration, attempts int) (op checker.Op, uncertain bool) {
 	for i := 0; i < attempts; i++ {
-		op = cl.once(kind, res, owner, ttl, i)
-		if op.Outcome == checker.Indeterminate {
+		var maybe bool
+		op, maybe = cl.once(kind, res, owner, ttl, i)
+		if maybe {
 			uncertain = true
 			if cl.mode != forwarding || i > 0 {
 				return op, true
@@ -434,7 +494,7 @@ func (cl *lockClient) run(stop <-chan struct{}, hot []string) {
 		res := hot[cl.rng.IntN(len(hot))]
 		owner := fmt.Sprintf("c%d-%d", cl.id, n)
 		if cl.rng.IntN(10) == 0 {
-			cl.once(checker.Get, res, "", 0, 0)
+			_, _ = cl.once(checker.Get, res, "", 0, 0)
 		}
 		a, uncertain := cl.settle(checker.Acquire, res, owner, faultTTL, 10)
 		if a.Outcome != checker.OK {
@@ -452,16 +512,19 @@ func (cl *lockClient) run(stop <-chan struct{}, hot []string) {
 		// expiry not refreshed), sometimes read.
 		for i := cl.rng.IntN(4); i > 0; i-- {
 			time.Sleep(time.Duration(cl.rng.IntN(15)) * time.Millisecond)
-			var op checker.Op
+			var (
+				op    checker.Op
+				maybe bool
+			)
 			switch x := cl.rng.IntN(10); {
 			case x < 5:
-				op = cl.once(checker.Extend, res, owner, faultTTL, 0)
+				op, maybe = cl.once(checker.Extend, res, owner, faultTTL, 0)
 			case x < 9:
-				op = cl.once(checker.Acquire, res, owner, faultTTL, 0)
+				op, maybe = cl.once(checker.Acquire, res, owner, faultTTL, 0)
 			default:
-				op = cl.once(checker.Get, res, "", 0, 0)
+				op, maybe = cl.once(checker.Get, res, "", 0, 0)
 			}
-			if op.Outcome != checker.OK || (op.Kind == checker.Acquire && op.Token != a.Token) {
+			if maybe || op.Outcome != checker.OK || (op.Kind == checker.Acquire && op.Token != a.Token) {
 				break // lost, or unknown: let it go
 			}
 		}
@@ -482,9 +545,18 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	first := c.node(c.up()[0])
 	byPartition := map[int][]string{}
 	var hot []string
-	for _, r := range c.resourcesOnPartitions(fmt.Sprintf("hot%d", seed), 2) {
+	per := o.perPartition
+	if per == 0 {
+		per = 2
+	}
+	for _, r := range c.resourcesOnPartitions(fmt.Sprintf("hot%d", seed), per) {
 		hot = append(hot, r)
 		byPartition[first.Partition(r)] = append(byPartition[first.Partition(r)], r)
+	}
+	if o.onePartition {
+		p := first.Partition(hot[0])
+		hot = byPartition[p]
+		byPartition = map[int][]string{p: hot}
 	}
 	hotParts := make([]int, 0, len(byPartition))
 	for p := range byPartition {
@@ -499,7 +571,10 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	reigns, watched := c.watchReigns(rec, byPartition, o.dur == kahuna.Ephemeral, stopWatch)
 	stopClients := make(chan struct{})
 	var wg sync.WaitGroup
-	modes := []clientMode{direct, direct, forwarding, pool, pool, direct, pool, forwarding, pool}
+	modes := o.clients
+	if modes == nil {
+		modes = defaultClients
+	}
 	for i, m := range modes {
 		cl := &lockClient{id: i, mode: m, c: c, rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+100)), d: o.dur}
 		wg.Add(1)
@@ -525,6 +600,9 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		}
 	}
 	opts := checker.Options{Margin: faultMargin, Timeout: 2 * time.Minute}
+	if o.linTimeout > 0 {
+		opts.Timeout = o.linTimeout
+	}
 	dump := *faultsDump
 	if dump == "" {
 		dump = t.TempDir()
@@ -686,8 +764,8 @@ func TestFaultsLong(t *testing.T) {
 			failed = append(failed, seed)
 		}
 		// Every tenth seed also runs every negative control, each of which
-		// must be caught every time.
-		if runs%10 == 0 {
+		// must be caught every time (and the last seed, if none did yet).
+		if runs%10 == 0 || (controls == 0 && !time.Now().Add(d).Before(deadline)) {
 			for _, nc := range negativeControls {
 				controls++
 				name := fmt.Sprintf("control=%s/seed=%d", nc.name, seed)

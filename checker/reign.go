@@ -64,22 +64,47 @@ func epoch(rs []Op, call, ret time.Duration) (n int, sure bool) {
 // gave on its own, non-forwarding Locker (Op.Local) after its reign was
 // over: a reign of a later term had begun, surely, before the call was
 // made, and the node had begun no reign of a later term itself by the time
-// it answered. Such a node no longer led the partition when it decided, so
-// it answered from a stale view (or its stale decision was committed): a
-// node may answer only while it can prove it leads (DESIGN §8.3). Answers
-// whose linearizability the stale view happens not to break are flagged
-// too. A node with a reign of unknown term is given the benefit of the
-// doubt.
+// it answered. Such a node no longer led the partition when it decided.
+// Answers whose linearizability the stale view happens not to break are
+// flagged too. A node with a reign of unknown term is given the benefit of
+// the doubt. Two kinds:
+//
+//   - answer-from-deposed-leader: an answer that changed nothing (Busy,
+//     InvalidOwner, LockDoesNotExist, Got, a same-owner re-lock), or any
+//     answer on an ephemeral lock: given from a stale cache, or memory; a
+//     node may answer only while it can prove it leads (DESIGN §8.3);
+//   - write-from-deposed-leader: a change of a persistent lock (a grant,
+//     Extended, Unlocked) acknowledged as done: the deposed node's
+//     decision, made on a stale view, was committed through the new
+//     leader; decisions must be fenced (DESIGN §8.4).
 func CheckStaleLeader(h History) []Violation {
 	type reign struct {
 		op   Op
 		term uint64
 	}
+	type key struct{ res, owner string }
 	byRes := map[string][]reign{}
+	grants := map[key][]Op{} // definite Locked answers, to tell re-locks
 	for _, o := range h {
 		if o.Kind == Reign {
 			byRes[o.Resource] = append(byRes[o.Resource], reign{o, uint64(o.Token)})
 		}
+		if o.Kind == Acquire && o.Outcome == OK && o.Status == lease.Locked {
+			grants[key{o.Resource, o.Owner}] = append(grants[key{o.Resource, o.Owner}], o)
+		}
+	}
+	// write: o changed the lock, unless it is a re-lock by the holder (an
+	// earlier grant to the owner with the same token).
+	write := func(o Op) bool {
+		switch o.Status {
+		case lease.Extended, lease.Unlocked:
+			return true
+		case lease.Locked:
+			return !slices.ContainsFunc(grants[key{o.Resource, o.Owner}], func(g Op) bool {
+				return g.Call < o.Call && g.Token == o.Token
+			})
+		}
+		return false
 	}
 	var out []Violation
 	for _, o := range h {
@@ -116,8 +141,12 @@ func CheckStaleLeader(h History) []Violation {
 		if own != 0 {
 			ownText = fmt.Sprintf("its reign of term %d", own)
 		}
+		kind := "answer-from-deposed-leader"
+		if o.Outcome == OK && o.Kind != Get && !o.Ephemeral && write(o) {
+			kind = "write-from-deposed-leader"
+		}
 		out = append(out, Violation{
-			Checker: "stale-leader", Kind: "answer-from-deposed-leader",
+			Checker: "stale-leader", Kind: kind,
 			Text: fmt.Sprintf("%s: node %d answered %s in %s, called %v after node %d had begun to serve term %d",
 				o.Resource, o.Node, o.Status, ownText, o.Call-by.op.Return, by.op.Node, by.term),
 			Ops: []Op{by.op, o},

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ func (b *hb) ephemeral() History {
 type reignCase struct {
 	lin, excl, fence, stale bool // the checkers that must flag it
 	h                       func() History
+	staleKinds              []string // if set, the stale-leader kinds expected
 }
 
 var reignCases = map[string]reignCase{
@@ -141,7 +143,17 @@ var reignCases = map[string]reignCase{
 			acq(2, "c", time.Minute, 40*ms, 41*ms, lease.Locked, 1).on(1)
 		return b.ephemeral()
 	}},
-	"persistent-stale-busy-from-the-old-leader": {stale: true, h: func() History {
+	"persistent-stale-write-committed": {lin: true, excl: true, fence: true, stale: true, staleKinds: []string{"write-from-deposed-leader"}, h: func() History {
+		// Issue scenario 2, as the client sees it: the old leader grants c
+		// the token the new one gave b, and its record commits.
+		b := &hb{}
+		b.reign(1, 2, 0, 1*ms).
+			reign(2, 3, 20*ms, 22*ms).
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 0).on(2).
+			acq(2, "c", time.Minute, 40*ms, 60*ms, lease.Locked, 0).on(1)
+		return b.h
+	}},
+	"persistent-stale-busy-from-the-old-leader": {stale: true, staleKinds: []string{"answer-from-deposed-leader"}, h: func() History {
 		// Consistent with the state, but given by a deposed leader.
 		b := &hb{}
 		b.reign(1, 2, 0, 1*ms).
@@ -150,7 +162,7 @@ var reignCases = map[string]reignCase{
 			acq(2, "c", time.Minute, 40*ms, 41*ms, lease.Busy, 0).on(1)
 		return b.h
 	}},
-	"persistent-stale-relock-from-the-old-leader": {lin: true, excl: true, fence: true, stale: true, h: func() History {
+	"persistent-stale-relock-from-the-old-leader": {lin: true, excl: true, fence: true, stale: true, staleKinds: []string{"answer-from-deposed-leader"}, h: func() History {
 		// Issue scenario 1: a unlocks and b locks through the new leader;
 		// a's TryLock on the old one is answered Locked, token 0.
 		b := &hb{}
@@ -189,6 +201,15 @@ func TestReigns(t *testing.T) {
 			}
 			if got := len(r.StaleLeader) > 0; got != c.stale {
 				t.Errorf("stale-leader flagged=%v, want %v: %v", got, c.stale, r.StaleLeader)
+			}
+			if c.staleKinds != nil {
+				var kinds []string
+				for _, v := range r.StaleLeader {
+					kinds = append(kinds, v.Kind)
+				}
+				if !slices.Equal(kinds, c.staleKinds) {
+					t.Errorf("stale-leader kinds %v, want %v", kinds, c.staleKinds)
+				}
 			}
 			if t.Failed() {
 				t.Logf("history:\n%s", h)
