@@ -32,8 +32,15 @@ var negativeControls = []negativeControl{
 	{
 		// Records apply without compare-and-set and epoch, and records
 		// queued when leadership moves are still proposed: a deposed
-		// leader's write commits through the new leader behind its cache.
-		// Persistent locks, leadership moved under write load.
+		// leader's write commits through the new leader, behind its cache.
+		// Persistent locks on one partition under write load; its leader is
+		// paused and wakes with its Raft already following the new leader
+		// (links healed first), so what it decides on its stale view is
+		// forwarded and, unfenced, commits. Caught by such a write
+		// acknowledged, or by a violation left once every answer of a
+		// deposed node is discounted (the effect of a stale record on the
+		// new leader's cache); not by stale answers alone, which are the
+		// other control's class.
 		name: "no-fencing", seed: 12, residual: true,
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fPause},
@@ -58,10 +65,10 @@ type negativeControl struct {
 	seed  uint64
 	opts  runOpts
 	strip bool // check the history without its reigns
-	// residual: only findings that answers given by deposed nodes do not
-	// explain count (see withoutDeposedAnswers): with the leadership proof
-	// on there are none, and on an engine without it the control still
-	// proves that its own class of bug is seen.
+	// residual: caught only by a committed write of a deposed node, or by
+	// findings that answers given by deposed nodes do not explain (see
+	// withoutDeposedAnswers), so that on an engine that also lacks the
+	// leadership proof the control still shows its own class is seen.
 	residual bool
 }
 

@@ -29,11 +29,12 @@ import (
 //	go test -run 'Faults$' -faults.seed=42 -v .            # replay one seed
 //	go test -run Faults -faults.duration=10m -timeout=0 .  # the long run: seeds until 10m, summary printed
 var (
-	faultsSeed     = flag.Uint64("faults.seed", 0, "fault tests: run only this seed (0: the default seeds, or random ones in a long run)")
-	faultsDuration = flag.Duration("faults.duration", 0, "fault tests: keep running seeded schedules for this long and print a summary (0: the short run)")
-	faultsRun      = flag.Duration("faults.run", 0, "fault tests: length of one seeded run (default 6s)")
-	faultsKinds    = flag.String("faults.kinds", "", "fault tests: comma-separated fault kinds of TestFaults and TestFaultsLong (default: all)")
-	faultsDump     = flag.String("faults.dump", "", "fault tests: directory for the history (JSON and text) of every run, and porcupine's HTML of a non-linearizable one (default: a failed run's go to the test's temp dir, logged)")
+	faultsSeed      = flag.Uint64("faults.seed", 0, "fault tests: run only this seed (0: the default seeds, or random ones in a long run)")
+	faultsDuration  = flag.Duration("faults.duration", 0, "fault tests: keep running seeded schedules for this long and print a summary (0: the short run)")
+	faultsRun       = flag.Duration("faults.run", 0, "fault tests: length of one seeded run (default 6s)")
+	faultsMustRetry = flag.String("faults.mustretry", "no-effect", "fault tests: what a MustRetry answer (without an error) proves: no-effect (DESIGN §8.5: certainly not applied) or unknown (as before issue 10: a forwarded request may have applied)")
+	faultsKinds     = flag.String("faults.kinds", "", "fault tests: comma-separated fault kinds of TestFaults and TestFaultsLong (default: all)")
+	faultsDump      = flag.String("faults.dump", "", "fault tests: directory for the history (JSON and text) of every run, and porcupine's HTML of a non-linearizable one (default: a failed run's go to the test's temp dir, logged)")
 )
 
 const (
@@ -296,19 +297,18 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 type clientMode int
 
 const (
-	// direct calls the partition's leader (as the cluster sees it) on the
-	// leader's own Locker, which never forwards: a MustRetry from it
-	// promises the request was not committed, so it is a definite failure.
+	// direct calls a node that says it serves the partition (the new
+	// leader, or a deposed one that has not heard the news) on its own
+	// Locker, which never forwards.
 	direct clientMode = iota
-	// forwarding calls a node that does not lead the partition, so every
-	// call crosses the forwarding link, and a MustRetry may hide a request
-	// that got through; it retries directly.
+	// forwarding calls a node that does not lead the partition, so the
+	// call crosses the forwarding link; it retries directly.
 	forwarding
 	// pool is a client with every endpoint: each call goes to any of the
 	// three nodes, paused or deposed ones included, on the node's own
-	// Locker or on its forwarding one; some calls go to two nodes at once
-	// (a client racing its endpoints), so one owner talks to the old and
-	// the new leader together.
+	// Locker or on its forwarding one, and is hedged on other endpoints
+	// when it is slow (see once), so one owner talks to the old and the
+	// new leader together.
 	pool
 )
 
@@ -391,8 +391,13 @@ func (cl *lockClient) call(to target, kind checker.Kind, res, owner string, ttl 
 	default:
 		info, r, err = l.Get(ctx, res, cl.d)
 	}
+	// MustRetry means certainly not applied (DESIGN §8.5), forwarded or
+	// not: the suite holds the engine to it, which also keeps the
+	// operations of unknown outcome few (timeouts, transport errors,
+	// Errored). With -faults.mustretry=unknown only a node's own Locker is
+	// trusted with it, as Jepsen's Kahuna client trusts nothing.
 	outcome := checker.Classify(r.Status, err)
-	if err == nil && r.Status == kahuna.MustRetry && to.local {
+	if err == nil && r.Status == kahuna.MustRetry && (to.local || *faultsMustRetry != "unknown") {
 		outcome = checker.Fail
 	}
 	return p.EndOutcome(outcome, r.Status, r.FencingToken, string(info.Owner), err)
@@ -432,7 +437,7 @@ func (cl *lockClient) once(kind checker.Kind, res, owner string, ttl time.Durati
 	wait := time.Duration(10+cl.rng.IntN(40)) * time.Millisecond
 	for out := 1; out > 0; {
 		var hedge <-chan time.Time
-		if len(tried) < cap(ops) {
+		if len(tried) < cap(ops) && !uncertain {
 			hedge = time.After(wait)
 		}
 		select {
