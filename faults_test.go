@@ -611,6 +611,8 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	dump := *faultsDump
 	if dump == "" {
 		dump = t.TempDir()
+	} else if err := os.MkdirAll(dump, 0o755); err != nil {
+		t.Errorf("-faults.dump: %v", err)
 	}
 	opts.VisualizePath = filepath.Join(dump, fmt.Sprintf("faults-%d.html", seed))
 	run.report = checker.Check(run.history, opts)

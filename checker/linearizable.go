@@ -637,6 +637,10 @@ func byResource(h History) ([]string, map[string][]Op) {
 	return keys, m
 }
 
+// visualizeTimeout bounds the search for porcupine's drawing of a history
+// found not linearizable.
+const visualizeTimeout = 15 * time.Second
+
 // CheckLinearizable checks h against the lock state machine, one resource
 // at a time. Indeterminate operations may take effect at any instant after
 // their call, or never. Leases lapse nondeterministically within the
@@ -679,8 +683,10 @@ func CheckLinearizable(h History, opts Options) LinearizabilityResult {
 		}
 	}
 	if illegal != nil && opts.VisualizePath != "" {
-		// The verbose run computes the partial linearizations to draw.
-		_, info := porcupine.CheckOperationsVerbose(illegalModel, illegal, timeout)
+		// The verbose run computes the partial linearizations to draw; it
+		// may search as long again, so it gets less time (a drawing cut
+		// short still shows the longest partial linearizations found).
+		_, info := porcupine.CheckOperationsVerbose(illegalModel, illegal, min(timeout, visualizeTimeout))
 		_ = porcupine.VisualizePath(illegalModel, info, opts.VisualizePath)
 	}
 	res.Elapsed = time.Since(start)
