@@ -26,7 +26,7 @@ var negativeControls = []negativeControl{
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fPause, fPause, fIsolateLeader},
 			mod: kahuna.WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
-			pauseMax: 1500 * time.Millisecond, linTimeout: 20 * time.Second,
+			pauseMax: 1500 * time.Millisecond, linTimeout: 5 * time.Second,
 		},
 	},
 	{
@@ -138,6 +138,7 @@ func (nc negativeControl) run(t *testing.T, seed uint64) {
 	o := nc.opts
 	o.d = min(o.d, faultsRunLength())
 	o.name = "TestFaultsNegativeControl/" + nc.name
+	o.tag = nc.name
 	run := runFaults(t, seed, o)
 	if run.report.HoldWindows < 20 {
 		t.Fatalf("weak control run: only %d definite grants", run.report.HoldWindows)

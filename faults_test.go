@@ -111,6 +111,7 @@ type runOpts struct {
 	kinds []faultKind
 	mod   func(kahuna.Config) kahuna.Config // nil: the engine as it is
 	name  string                            // for the replay hint
+	tag   string                            // a negative control's name, in its files' names
 	// gap bounds the quiet time between faults (0: 200–800ms).
 	gapMin, gapMax time.Duration
 	perPartition   int           // hot resources per partition (0: 2)
@@ -604,7 +605,10 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 			run.late++
 		}
 	}
-	opts := checker.Options{Margin: faultMargin, Timeout: 2 * time.Minute}
+	// A correct run's history is decided in well under a second (its
+	// operations of unknown outcome are few); a search that takes longer
+	// is most likely lost in a history that is not linearizable.
+	opts := checker.Options{Margin: faultMargin, Timeout: time.Minute}
 	if o.linTimeout > 0 {
 		opts.Timeout = o.linTimeout
 	}
@@ -614,17 +618,27 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	} else if err := os.MkdirAll(dump, 0o755); err != nil {
 		t.Errorf("-faults.dump: %v", err)
 	}
-	opts.VisualizePath = filepath.Join(dump, fmt.Sprintf("faults-%d.html", seed))
+	base := fmt.Sprintf("faults-%d", seed)
+	if o.tag != "" {
+		base = fmt.Sprintf("faults-%s-%d", o.tag, seed)
+	}
+	if o.tag == "" || *faultsDump != "" {
+		opts.VisualizePath = filepath.Join(dump, base+".html") // a control is drawn only when asked
+	}
 	run.report = checker.Check(run.history, opts)
 	t.Logf("seed %d: %d ops (%d ok, %d fail, %d indeterminate, %d definite answers after more than 1s), %d reigns, %d hold windows, faults %v, raft batches dropped %d, delayed %d, forwarded chunks stalled %d; linearizability %s in %v; violations %s",
 		seed, run.report.Stats.Ops, run.report.Stats.OK, run.report.Stats.Fail, run.report.Stats.Indeterminate, run.late,
 		run.reigns, run.report.HoldWindows, fmtCounts(run.faults), run.net.dropped, run.net.delayed, run.net.stalled,
 		run.report.Linearizable.Result, run.report.Linearizable.Elapsed.Round(time.Millisecond), fmtViolations(run.report))
 	if run.report.Violations() > 0 || *faultsDump != "" {
-		path := filepath.Join(dump, fmt.Sprintf("faults-%d.history", seed))
+		path := filepath.Join(dump, base+".history")
 		js, _ := json.Marshal(run.history)
 		if os.WriteFile(path+".txt", []byte(run.history.String()), 0o644) == nil && os.WriteFile(path+".json", js, 0o644) == nil {
-			t.Logf("seed %d: history in %s.{txt,json}, porcupine visualization (if not linearizable) in %s", seed, path, opts.VisualizePath)
+			drawn := ""
+			if opts.VisualizePath != "" {
+				drawn = ", porcupine visualization (if not linearizable) in " + opts.VisualizePath
+			}
+			t.Logf("seed %d: history in %s.{txt,json}%s", seed, path, drawn)
 		}
 	}
 	return run
