@@ -2,11 +2,14 @@ package kahuna_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/faults"
 )
 
@@ -29,7 +32,9 @@ type faultCluster struct {
 
 var faultClusterSeq atomic.Uint64
 
-func startFaultCluster(t *testing.T, seed uint64, partitions int) *faultCluster {
+// startFaultCluster starts the cluster; mod, if not nil, changes each
+// node's config (the negative controls switch protections off with it).
+func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahuna.Config) kahuna.Config) *faultCluster {
 	t.Helper()
 	c := &faultCluster{
 		t: t, ids: []uint64{1, 2, 3}, net: faults.NewNetwork(seed), partitions: partitions,
@@ -71,6 +76,9 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int) *faultCluster 
 			// its data (no test empties a node's dir).
 			InitialClusterState: kahuna.ClusterStateNew,
 		}, c.net.Factory(nil))
+		if mod != nil {
+			c.cfgs[id] = mod(c.cfgs[id])
+		}
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(c.ids))
@@ -166,19 +174,164 @@ func (c *faultCluster) leaderOf(p int) uint64 {
 	return 0
 }
 
-// resourcesOnPartitions returns one resource name per partition.
-func (c *faultCluster) resourcesOnPartitions(prefix string) []string {
-	n := c.node(c.up()[0])
-	byP := map[int]string{}
-	for i := 0; len(byP) < c.partitions; i++ {
-		r := fmt.Sprintf("%s-%d", prefix, i) // no "/": the whole name is hashed
-		if _, ok := byP[n.Partition(r)]; !ok {
-			byP[n.Partition(r)] = r
+// leaderNow is the node that serves partition p as the leader its Raft
+// replica knows it is, else p's leader as the first running node sees it.
+func (c *faultCluster) leaderNow(p int) uint64 {
+	var best, bestTerm uint64
+	for _, id := range c.up() {
+		if n := c.node(id); n != nil {
+			if serving, leads, term := kahuna.ServingTerm(n, p); serving && leads && term > bestTerm {
+				best, bestTerm = id, term
+			}
 		}
 	}
-	out := make([]string, 0, len(byP))
+	if best != 0 {
+		return best
+	}
+	return c.leaderOf(p)
+}
+
+// servingOf is a node that says it serves partition p (at random if
+// several do: a deposed one that has not heard the news, and the new
+// leader), else p's leader as a random running node sees it.
+func (c *faultCluster) servingOf(p int, rng *rand.Rand) uint64 {
+	up := c.up()
+	var serving []uint64
+	for _, id := range up {
+		if n := c.node(id); n != nil {
+			if _, s := n.Leader(p); s {
+				serving = append(serving, id)
+			}
+		}
+	}
+	if len(serving) > 0 {
+		return serving[rng.IntN(len(serving))]
+	}
+	if len(up) == 0 {
+		return 0
+	}
+	if n := c.node(up[rng.IntN(len(up))]); n != nil {
+		l, _ := n.Leader(p)
+		return l
+	}
+	return 0
+}
+
+// resourcesOnPartitions returns per resource names on each partition,
+// partition by partition.
+func (c *faultCluster) resourcesOnPartitions(prefix string, per int) []string {
+	n := c.node(c.up()[0])
+	byP := map[int][]string{}
+	for i, full := 0, 0; full < c.partitions; i++ {
+		r := fmt.Sprintf("%s-%d", prefix, i) // no "/": the whole name is hashed
+		if p := n.Partition(r); len(byP[p]) < per {
+			byP[p] = append(byP[p], r)
+			if len(byP[p]) == per {
+				full++
+			}
+		}
+	}
+	out := make([]string, 0, per*c.partitions)
 	for p := 0; p < c.partitions; p++ {
-		out = append(out, byP[p])
+		out = append(out, byP[p]...)
 	}
 	return out
+}
+
+// others lists the nodes but id.
+func (c *faultCluster) others(id uint64) []uint64 {
+	var o []uint64
+	for _, x := range c.ids {
+		if x != id {
+			o = append(o, x)
+		}
+	}
+	return o
+}
+
+// watchReigns records, until stop is closed, every reign of the
+// partitions of byPartition into rec: each time a node begins to serve a
+// partition in a Raft term no node served it in before (its own view says
+// it serves, and its Raft replica says it leads in that term), one
+// checker.Reign per resource of the partition, over the instants between
+// the sample before (the node did not serve that term yet) and the sample
+// that saw it. A node that begins to serve while its Raft replica already
+// knows another leader gives a reign of unknown term. A view that changes
+// without a node beginning to serve (a follower learning the news, a
+// deposed node stepping down) is no reign. Samples every millisecond or
+// so; the first sweep is done when it returns.
+func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]string, ephemeral bool, stop <-chan struct{}) (reigns *atomic.Int64, done <-chan struct{}) {
+	type view struct {
+		inst      *kahuna.Node
+		prevBegin time.Duration // begin of this node's previous sample
+		cur       []uint64      // the term it serves per partition (0: none)
+		serving   []bool
+	}
+	views := map[uint64]*view{}
+	for _, id := range c.ids {
+		views[id] = &view{cur: make([]uint64, c.partitions), serving: make([]bool, c.partitions)}
+	}
+	seen := make([]map[uint64]bool, c.partitions)
+	for p := range seen {
+		seen[p] = map[uint64]bool{}
+	}
+	reigns = new(atomic.Int64)
+	record := func(p int, node, term uint64, from, to time.Duration) {
+		for _, res := range byPartition[p] {
+			rec.Reign(res, node, term, from, to, ephemeral)
+		}
+		reigns.Add(1)
+	}
+	sweep := func() {
+		for _, id := range c.ids {
+			v := views[id]
+			begin := rec.Now()
+			n := c.node(id)
+			if n != v.inst {
+				v.inst = n
+				clear(v.cur)
+				clear(v.serving)
+			}
+			if n == nil {
+				v.prevBegin = begin
+				continue
+			}
+			for p := range byPartition {
+				serving, leads, term := kahuna.ServingTerm(n, p)
+				end := rec.Now()
+				switch {
+				case serving && leads && term != v.cur[p]:
+					v.cur[p] = term
+					if !seen[p][term] {
+						seen[p][term] = true
+						record(p, id, term, v.prevBegin, end)
+					}
+				case serving && !leads && !v.serving[p]:
+					v.cur[p] = 0
+					record(p, id, 0, v.prevBegin, end)
+				case !serving:
+					v.cur[p] = 0
+				}
+				v.serving[p] = serving
+			}
+			v.prevBegin = begin
+		}
+	}
+	sweep()
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				sweep()
+				return
+			case <-tick.C:
+				sweep()
+			}
+		}
+	}()
+	return reigns, ch
 }

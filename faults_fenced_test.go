@@ -207,7 +207,7 @@ func TestFaultsFencedResource(t *testing.T) {
 		seed = *faultsSeed
 	}
 	t.Logf("seed %d", seed)
-	c := startFaultCluster(t, seed, 2)
+	c := startFaultCluster(t, seed, 2, nil)
 	for _, fenced := range []bool{true, false} {
 		name := map[bool]string{true: "fenced", false: "unfenced"}[fenced]
 		t.Run(name, func(t *testing.T) {

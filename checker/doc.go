@@ -11,6 +11,15 @@
 //   - CheckFencing: among acquisitions ordered in real time a different
 //     owner gets a strictly larger token, the same owner a token no smaller;
 //     no token is granted to two owners.
+//   - CheckStaleLeader: no definite answer from a node's own Locker after a
+//     reign of a later term had begun (a deposed leader answering from its
+//     cache, or its stale decision committed).
+//
+// Reign events (Kind Reign) record when a partition's leadership really
+// changed: a node began to serve it in a new Raft term. On ephemeral locks,
+// which live in the leader's memory, a reign ends every hold and restarts
+// the tokens; the other checkers allow that across a reign, and only
+// across one.
 //
 // A History is recorded by a Recorder (safe for concurrent use) around each
 // call to a lock service. Times are monotonic, relative to the recorder's

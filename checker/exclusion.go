@@ -41,14 +41,18 @@ func (w HoldWindow) String() string {
 //   - Any release by o on r that may come after A (whatever it answered)
 //     ends the window at its call, and so does any definite sign that o no
 //     longer holds: a later definite grant of another token to o.
+//   - On an ephemeral resource, a reign that may begin after A's grant took
+//     effect (after A's call) ends the window at its earliest instant: the
+//     new leader starts without the lock.
 //
 // Indeterminate acquires have no window: the caller never knew it held.
 func HoldWindows(h History, opts Options) []HoldWindow {
 	margin := opts.margin()
 	type key struct{ res, owner string }
 	per := map[key][]Op{}
+	resets := resetsByResource(h)
 	for _, o := range h {
-		if o.Kind == Get {
+		if o.Kind == Get || o.Kind == Reign {
 			continue
 		}
 		k := key{o.Resource, o.Owner}
@@ -70,13 +74,22 @@ func HoldWindows(h History, opts Options) []HoldWindow {
 					releasedAt = max(releasedAt, x.Call)
 				}
 			}
+			rs := resets[k.res]
+			// A reset surely between an earlier grant and A wiped it: A is
+			// a grant of its own.
+			wiped := func(x Op) bool {
+				return slices.ContainsFunc(rs, func(r Op) bool { return r.Call >= x.Returned() && r.Return <= a.Call })
+			}
 			// Earliest lapse from the possible grants.
 			lapse := time.Duration(math.MaxInt64)
-			for _, x := range ops[:ai+1] {
+			for xi, x := range ops[:ai+1] {
 				if x.Kind != Acquire || x.Outcome == Fail {
 					continue
 				}
 				if x.Outcome == OK && (x.Token != a.Token || x.Status != lease.Locked || x.Return < releasedAt) {
+					continue
+				}
+				if xi != ai && wiped(x) {
 					continue
 				}
 				lapse = min(lapse, x.Call+x.TTL)
@@ -123,6 +136,14 @@ func HoldWindows(h History, opts Options) []HoldWindow {
 			lapse -= margin
 			if lapse < end {
 				end, endedBy = lapse, nil
+			}
+			for ri := range rs {
+				r := &rs[ri]
+				if r.Return > a.Call {
+					if at := max(r.Call, a.Call); at < end {
+						end, endedBy = at, r
+					}
+				}
 			}
 			if end <= a.Return {
 				continue

@@ -19,6 +19,11 @@ import (
 //
 // The same owner re-acquiring may get the same token. Concurrent grants are
 // only compared for reuse.
+//
+// On an ephemeral resource tokens restart with every reign (see Reign), so
+// grants are compared only within one reign: those that surely fall in the
+// same one (no reign may begin between their effects). A grant that may
+// fall on either side of a reign's start is not compared.
 func CheckFencing(h History) []Violation {
 	v, _ := checkFencing(h)
 	return v
@@ -29,75 +34,93 @@ func checkFencing(h History) ([]Violation, int) {
 	keys, groups := byResource(h)
 	grants := 0
 	for _, k := range keys {
-		var gs []Op
+		rs := resets(groups[k])
+		byEpoch := map[int][]Op{}
+		var epochs []int
 		for _, o := range groups[k] {
 			if o.Kind == Acquire && o.Outcome == OK && o.Status == lease.Locked {
-				gs = append(gs, o)
+				grants++
+				e, sure := epoch(rs, o.Call, o.Return)
+				if !sure {
+					continue
+				}
+				if _, ok := byEpoch[e]; !ok {
+					epochs = append(epochs, e)
+				}
+				byEpoch[e] = append(byEpoch[e], o)
 			}
 		}
-		grants += len(gs)
-
-		// Reuse: one owner per token.
-		byToken := map[int64]Op{}
-		for _, g := range gs {
-			if prev, ok := byToken[g.Token]; ok && prev.Owner != g.Owner {
-				out = append(out, Violation{
-					Checker: "fencing", Kind: "token-reused-by-other-owner",
-					Text: fmt.Sprintf("%s: token %d granted to %s and to %s", k, g.Token, prev.Owner, g.Owner),
-					Ops:  []Op{prev, g},
-				})
-				continue
-			}
-			if _, ok := byToken[g.Token]; !ok {
-				byToken[g.Token] = g
-			}
-		}
-
-		// Real-time order: sweep grants by call; the grants completed before
-		// a call are those with an earlier return. Keep the largest token
-		// seen so far and, for that token, one grant per owner (at most two
-		// owners matter: B's own and any other).
-		byReturn := slices.Clone(gs)
-		slices.SortFunc(byReturn, func(a, b Op) int { return cmpDur(a.Return, b.Return) })
-		byCall := slices.Clone(gs)
-		slices.SortFunc(byCall, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
-		var (
-			maxTok    int64 = -1 << 63
-			maxOps    []Op  // grants completed so far with token maxTok, distinct owners
-			completed int
-		)
-		for _, b := range byCall {
-			for completed < len(byReturn) && byReturn[completed].Return < b.Call {
-				a := byReturn[completed]
-				completed++
-				switch {
-				case a.Token > maxTok:
-					maxTok, maxOps = a.Token, []Op{a}
-				case a.Token == maxTok && !slices.ContainsFunc(maxOps, func(o Op) bool { return o.Owner == a.Owner }):
-					maxOps = append(maxOps, a)
-				}
-			}
-			if len(maxOps) == 0 {
-				continue
-			}
-			switch {
-			case b.Token < maxTok:
-				out = append(out, Violation{
-					Checker: "fencing", Kind: "token-went-backwards",
-					Text: fmt.Sprintf("%s: %s got token %d after token %d had been granted", k, b.Owner, b.Token, maxTok),
-					Ops:  []Op{maxOps[0], b},
-				})
-			case b.Token == maxTok:
-				i := slices.IndexFunc(maxOps, func(o Op) bool { return o.Owner != b.Owner })
-				if i >= 0 {
-					out = append(out, Violation{
-						Checker: "fencing", Kind: "token-not-increased",
-						Text: fmt.Sprintf("%s: %s got token %d, already granted to %s before it asked", k, b.Owner, b.Token, maxOps[i].Owner),
-						Ops:  []Op{maxOps[i], b},
-					})
-				}
-			}
+		slices.Sort(epochs)
+		for _, e := range epochs {
+			out = append(out, fenceGrants(k, byEpoch[e])...)
 		}
 	}
 	return out, grants
+}
+
+// fenceGrants checks the grants gs of resource k, all of one reign.
+func fenceGrants(k string, gs []Op) []Violation {
+	var out []Violation
+	// Reuse: one owner per token.
+	byToken := map[int64]Op{}
+	for _, g := range gs {
+		if prev, ok := byToken[g.Token]; ok && prev.Owner != g.Owner {
+			out = append(out, Violation{
+				Checker: "fencing", Kind: "token-reused-by-other-owner",
+				Text: fmt.Sprintf("%s: token %d granted to %s and to %s", k, g.Token, prev.Owner, g.Owner),
+				Ops:  []Op{prev, g},
+			})
+			continue
+		}
+		if _, ok := byToken[g.Token]; !ok {
+			byToken[g.Token] = g
+		}
+	}
+
+	// Real-time order: sweep grants by call; the grants completed before
+	// a call are those with an earlier return. Keep the largest token
+	// seen so far and, for that token, one grant per owner (at most two
+	// owners matter: B's own and any other).
+	byReturn := slices.Clone(gs)
+	slices.SortFunc(byReturn, func(a, b Op) int { return cmpDur(a.Return, b.Return) })
+	byCall := slices.Clone(gs)
+	slices.SortFunc(byCall, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
+	var (
+		maxTok    int64 = -1 << 63
+		maxOps    []Op  // grants completed so far with token maxTok, distinct owners
+		completed int
+	)
+	for _, b := range byCall {
+		for completed < len(byReturn) && byReturn[completed].Return < b.Call {
+			a := byReturn[completed]
+			completed++
+			switch {
+			case a.Token > maxTok:
+				maxTok, maxOps = a.Token, []Op{a}
+			case a.Token == maxTok && !slices.ContainsFunc(maxOps, func(o Op) bool { return o.Owner == a.Owner }):
+				maxOps = append(maxOps, a)
+			}
+		}
+		if len(maxOps) == 0 {
+			continue
+		}
+		switch {
+		case b.Token < maxTok:
+			out = append(out, Violation{
+				Checker: "fencing", Kind: "token-went-backwards",
+				Text: fmt.Sprintf("%s: %s got token %d after token %d had been granted", k, b.Owner, b.Token, maxTok),
+				Ops:  []Op{maxOps[0], b},
+			})
+		case b.Token == maxTok:
+			i := slices.IndexFunc(maxOps, func(o Op) bool { return o.Owner != b.Owner })
+			if i >= 0 {
+				out = append(out, Violation{
+					Checker: "fencing", Kind: "token-not-increased",
+					Text: fmt.Sprintf("%s: %s got token %d, already granted to %s before it asked", k, b.Owner, b.Token, maxOps[i].Owner),
+					Ops:  []Op{maxOps[i], b},
+				})
+			}
+		}
+	}
+	return out
 }

@@ -20,6 +20,9 @@ const (
 	Extend
 	Release // Unlock
 	Get
+	// Reign is not a call but an event: a node began to serve the
+	// resource's partition in a new Raft term (see Recorder.Reign).
+	Reign
 )
 
 func (k Kind) String() string {
@@ -32,6 +35,8 @@ func (k Kind) String() string {
 		return "release"
 	case Get:
 		return "get"
+	case Reign:
+		return "reign"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -83,15 +88,32 @@ func Classify(status lease.Status, err error) Outcome {
 	return Indeterminate
 }
 
-// Op is one call in a history.
+// Op is one call in a history, or a Reign event.
+//
+// A Reign (Kind Reign) records that Node began to serve the partition of
+// Resource as its leader in Raft term Token (0: unknown), at one instant
+// of [Call, Return] (the instants the recorder last saw it not serving in
+// that term, and first saw it serving). It is a real leader change: a new
+// reign, not a node's view of who leads. With Ephemeral set the resource's
+// locks live in the leader's memory: the reign ends every hold of the
+// resource and its tokens restart (the linearizability, exclusion and
+// fencing checkers allow that across a reign, and only across one). For
+// every resource, the stale-leader checker flags an answer from a node
+// whose reign had been superseded before the call.
 type Op struct {
-	ID       int    // index in the history
-	Client   int    // the calling client (a sequential process)
-	Node     uint64 // the node asked (informational)
-	Kind     Kind
-	Resource string
-	Owner    string        // acquire/extend/release
-	TTL      time.Duration // acquire/extend
+	ID     int    // index in the history
+	Client int    // the calling client (a sequential process)
+	Node   uint64 // the node asked (a Reign: the leader)
+	// Local: the call went to Node's own, non-forwarding Locker, so a
+	// definite answer came from Node itself.
+	Local bool
+	// Ephemeral: a call on an ephemeral lock, or a Reign that ends the
+	// resource's ephemeral locks.
+	Ephemeral bool
+	Kind      Kind
+	Resource  string
+	Owner     string        // acquire/extend/release
+	TTL       time.Duration // acquire/extend
 	// Call and Return are monotonic times since the recorder started.
 	// Return is meaningless for Indeterminate operations: they may take
 	// effect at any time after Call.
@@ -113,6 +135,13 @@ func (o *Op) Returned() time.Duration {
 
 func (o Op) String() string {
 	var b strings.Builder
+	if o.Kind == Reign {
+		fmt.Fprintf(&b, "#%d reign %s node=%d term=%d [%v, %v]", o.ID, o.Resource, o.Node, o.Token, o.Call, o.Return)
+		if o.Ephemeral {
+			b.WriteString(" (ephemeral locks lost)")
+		}
+		return b.String()
+	}
 	fmt.Fprintf(&b, "#%d c%d %s %s", o.ID, o.Client, o.Kind, o.Resource)
 	if o.Owner != "" {
 		fmt.Fprintf(&b, " owner=%s", o.Owner)
@@ -138,6 +167,9 @@ func (o Op) String() string {
 	}
 	if o.Node != 0 {
 		fmt.Fprintf(&b, " node=%d", o.Node)
+		if o.Local {
+			b.WriteString(" (local)")
+		}
 	}
 	return b.String()
 }
@@ -145,15 +177,22 @@ func (o Op) String() string {
 // History is a list of operations. IDs are indexes.
 type History []Op
 
-// Stats counts a history's operations by outcome.
+// Stats counts a history's operations by outcome, and its Reign events
+// (which are not operations).
 type Stats struct {
 	Ops, OK, Fail, Indeterminate int
+	Reigns                       int
 }
 
 // Stats counts h's operations.
 func (h History) Stats() Stats {
-	s := Stats{Ops: len(h)}
+	var s Stats
 	for i := range h {
+		if h[i].Kind == Reign {
+			s.Reigns++
+			continue
+		}
+		s.Ops++
 		switch h[i].Outcome {
 		case OK:
 			s.OK++
@@ -245,6 +284,19 @@ func (p *Pending) EndOutcome(outcome Outcome, status lease.Status, token int64, 
 	return op
 }
 
+// Reign records a Reign event: node began to serve resource's partition
+// in Raft term term (0: unknown) at an instant of [from, to], recorder
+// times. ephemeral says the resource's locks are ephemeral (lost with the
+// reign).
+func (r *Recorder) Reign(resource string, node, term uint64, from, to time.Duration, ephemeral bool) Op {
+	op := Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: ephemeral}
+	r.mu.Lock()
+	op.ID = len(r.ops)
+	r.ops = append(r.ops, op)
+	r.mu.Unlock()
+	return op
+}
+
 // History returns a copy of what was recorded so far.
 func (r *Recorder) History() History {
 	r.mu.Lock()
@@ -279,7 +331,7 @@ func (o Options) margin() time.Duration {
 
 // Violation is one finding of a checker.
 type Violation struct {
-	Checker string // "linearizability", "exclusion", "fencing"
+	Checker string // "linearizability", "exclusion", "fencing", "stale-leader"
 	Kind    string // e.g. "overlap", "token-went-backwards"
 	Text    string
 	Ops     []Op // the operations involved
@@ -301,14 +353,15 @@ type Report struct {
 	Linearizable LinearizabilityResult
 	Exclusion    []Violation
 	Fencing      []Violation
-	HoldWindows  int // definite hold windows the exclusion checker built
-	FencedGrants int // definite grants the fencing checker compared
+	StaleLeader  []Violation // definite answers from a node whose reign was over (see CheckStaleLeader)
+	HoldWindows  int         // definite hold windows the exclusion checker built
+	FencedGrants int         // definite grants the fencing checker compared
 }
 
 // Violations counts the findings of all checkers (an Unknown
 // linearizability verdict counts as one: it is not a pass).
 func (r Report) Violations() int {
-	n := len(r.Exclusion) + len(r.Fencing)
+	n := len(r.Exclusion) + len(r.Fencing) + len(r.StaleLeader)
 	if r.Linearizable.Result != Linearizable {
 		n++
 	}
@@ -327,6 +380,9 @@ func (r Report) Err() error {
 	for _, v := range r.Fencing {
 		errs = append(errs, errors.New(v.String()))
 	}
+	for _, v := range r.StaleLeader {
+		errs = append(errs, errors.New(v.String()))
+	}
 	return errors.Join(errs...)
 }
 
@@ -337,6 +393,7 @@ func Check(h History, opts Options) Report {
 	var windows, grants int
 	r.Exclusion, windows = checkExclusion(h, opts)
 	r.Fencing, grants = checkFencing(h)
+	r.StaleLeader = CheckStaleLeader(h)
 	r.HoldWindows, r.FencedGrants = windows, grants
 	return r
 }

@@ -70,12 +70,13 @@ type lockState struct {
 // lockInput is an operation as the model sees it: the times are part of it,
 // since whether a lease may have lapsed depends on when the operation ran.
 type lockInput struct {
-	register  bool // an indeterminate operation's registration
-	idx       int  // register: its index in the model's table
-	kind      Kind
-	owner     string
-	ttl       int64
-	call, ret int64 // ret = MaxInt64 for a pending effect
+	register   bool // an indeterminate operation's registration
+	idx        int  // register: its index in the model's table
+	kind       Kind
+	owner      string
+	ttl        int64
+	call, ret  int64  // ret = MaxInt64 for a pending effect
+	node, term uint64 // a Reign's
 }
 
 type lockOutput struct {
@@ -396,6 +397,16 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 // from s, before merging.
 func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 	var next []lockState
+	if i.kind == Reign {
+		// A new leader starts serving with no ephemeral lock: pending
+		// effects may apply before (in the old reign), or after.
+		for _, c := range m.closure(s, i.ret) {
+			c = reset(c)
+			c.now = max(c.now, i.call)
+			next = append(next, m.normalize(c))
+		}
+		return next
+	}
 	if i.register {
 		// Pending effects may apply before the registration, which moves
 		// now on: at the registration's instant at the latest.
@@ -424,6 +435,19 @@ func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 		}
 	}
 	return next
+}
+
+// reset is s after a reign change of an ephemeral resource: nobody holds
+// it and the next grant gets token 0. An anonymous holder's remaining
+// pending operations become another anonymous instance.
+func reset(s lockState) lockState {
+	if isAnon(s.holder) {
+		if rest := s.holder[len(anonPrefix):]; hasAcquire(rest) {
+			s.anon = anonJoin(append(anonList(s.anon), rest))
+		}
+	}
+	s.holder, s.token, s.expLo, s.expHi = "", -1, 0, 0
+	return s
 }
 
 // step is the model's step on a set of states (the model is
@@ -511,6 +535,9 @@ func (m *model) porcupine() porcupine.Model {
 		},
 		DescribeOperation: func(in, out any) string {
 			i := in.(lockInput)
+			if i.kind == Reign {
+				return fmt.Sprintf("reign(node %d, term %d) → every lock lost", i.node, i.term)
+			}
 			s := fmt.Sprintf("%s(%s", i.kind, i.owner)
 			if i.ttl > 0 {
 				s += fmt.Sprintf(", %v", time.Duration(i.ttl))
@@ -539,8 +566,12 @@ func (m *model) porcupine() porcupine.Model {
 	}
 }
 
+// reignClient is the porcupine client ID of the reigns of node n (plus n).
+const reignClient = 1 << 20
+
 // build turns the operations of one resource into a model and porcupine's
-// history. Indeterminate operations become registrations; indeterminate
+// history. A Reign of an ephemeral resource becomes an operation that
+// resets the lock, once, somewhere in its window. Indeterminate operations become registrations; indeterminate
 // Gets, and failures that changed nothing and say nothing (MustRetry,
 // InvalidInput), are left out.
 func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
@@ -565,6 +596,11 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 			m.lastMention[mentioned] = max(m.lastMention[mentioned], end)
 		}
 		switch {
+		case o.Kind == Reign && !o.Ephemeral:
+			continue // persistent locks outlive reigns
+		case o.Kind == Reign:
+			in.node, in.term = o.Node, uint64(o.Token)
+			out = append(out, porcupine.Operation{ClientId: reignClient + int(o.Node), Input: in, Call: in.call, Output: lockOutput{}, Return: in.ret, Metadata: o.ID})
 		case o.Outcome == Indeterminate && o.Kind == Get:
 			continue
 		case o.Outcome == Indeterminate:
@@ -600,6 +636,10 @@ func byResource(h History) ([]string, map[string][]Op) {
 	slices.Sort(keys)
 	return keys, m
 }
+
+// visualizeTimeout bounds the search for porcupine's drawing of a history
+// found not linearizable.
+const visualizeTimeout = 15 * time.Second
 
 // CheckLinearizable checks h against the lock state machine, one resource
 // at a time. Indeterminate operations may take effect at any instant after
@@ -643,8 +683,10 @@ func CheckLinearizable(h History, opts Options) LinearizabilityResult {
 		}
 	}
 	if illegal != nil && opts.VisualizePath != "" {
-		// The verbose run computes the partial linearizations to draw.
-		_, info := porcupine.CheckOperationsVerbose(illegalModel, illegal, timeout)
+		// The verbose run computes the partial linearizations to draw; it
+		// may search as long again, so it gets less time (a drawing cut
+		// short still shows the longest partial linearizations found).
+		_, info := porcupine.CheckOperationsVerbose(illegalModel, illegal, min(timeout, visualizeTimeout))
 		_ = porcupine.VisualizePath(illegalModel, info, opts.VisualizePath)
 	}
 	res.Elapsed = time.Since(start)

@@ -6,8 +6,9 @@
 // A link is cut (a blackhole: Raft messages are dropped, forwarded bytes
 // stall until it heals, as TCP would retransmit them), lossy (Raft message
 // batches dropped with a probability) or slow (each batch or chunk delayed).
-// Symmetric, one-way and minority partitions, and a paused node (every link
-// to and from it cut), are combinations of links; see Isolate and Pause.
+// Symmetric, one-way and minority partitions, and the network side of a
+// paused node (every link to and from it cut, see Isolate), are
+// combinations of links.
 package faults
 
 import (

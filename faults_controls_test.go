@@ -1,0 +1,207 @@
+package kahuna_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
+)
+
+// Negative controls: runs of the suite with one protection of the engine
+// switched off, each of which must be reported. A control that is not
+// caught fails: the suite could not see that class of bug.
+//
+//	go test -run 'FaultsNegativeControl' -v .
+//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v .
+var negativeControls = []negativeControl{
+	{
+		// A node answers from its cache whenever its own (late) view says
+		// it leads: a paused leader that wakes up, or a cut-off one that has
+		// not stepped down yet, answers after the new leader served. On
+		// ephemeral locks, which never touch Raft, so only the missing
+		// proof can be what is caught.
+		name: "no-leadership-proof", seed: 11,
+		opts: runOpts{
+			d: 5 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fPause, fPause, fIsolateLeader},
+			mod: kahuna.WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+			pauseMax: 1500 * time.Millisecond, linTimeout: 5 * time.Second,
+		},
+	},
+	{
+		// Records apply without compare-and-set and epoch, and records
+		// queued when leadership moves are still proposed: a deposed
+		// leader's write commits through the new leader, behind its cache.
+		// Persistent locks on one partition under write load; its leader is
+		// paused and wakes with its Raft already following the new leader
+		// (links healed first), so what it decides on its stale view is
+		// forwarded and, unfenced, commits. Caught by such a write
+		// acknowledged, or by a violation left once every answer of a
+		// deposed node is discounted (the effect of a stale record on the
+		// new leader's cache); not by stale answers alone, which are the
+		// other control's class.
+		name: "no-fencing", seed: 12, residual: true,
+		opts: runOpts{
+			d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fPause},
+			mod: kahuna.WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond, healFirst: true, pauseMax: 1200 * time.Millisecond,
+			linTimeout:   20 * time.Second,
+			onePartition: true, perPartition: 8, clients: []clientMode{direct, direct, direct, direct, direct, direct, direct, direct, pool, pool, pool, forwarding},
+		},
+	},
+	{
+		// Not a switch of the engine but of the checker: the ephemeral
+		// history of leader transfers, with its reign events taken out,
+		// must be flagged (tokens restart, holds vanish). It proves that the
+		// reigns are what excuse those, and that the runs do change
+		// leaders under the clients' feet.
+		name: "ephemeral-without-reigns", seed: 101, strip: true,
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, linTimeout: 20 * time.Second},
+	},
+}
+
+type negativeControl struct {
+	name  string
+	seed  uint64
+	opts  runOpts
+	strip bool // check the history without its reigns
+	// residual: caught only by a committed write of a deposed node, or by
+	// findings that answers given by deposed nodes do not explain (see
+	// withoutDeposedAnswers), so that on an engine that also lacks the
+	// leadership proof the control still shows its own class is seen.
+	residual bool
+}
+
+// withoutDeposedAnswers is h without the evidence of stale answers: every
+// call made to a node after a reign of a later term than its own had
+// begun (called on its own Locker or on its forwarding one, which such a
+// node may answer itself) becomes unknown if it answered a change (it may
+// or may not have taken effect), and is left out if it changed nothing.
+// Both only weaken the history, so what the checkers still find is not
+// explained by such answers.
+func withoutDeposedAnswers(h checker.History) (out checker.History, changed int) {
+	type reign struct {
+		node, term uint64
+		from, to   time.Duration
+	}
+	reigns := map[string][]reign{}
+	for _, o := range h {
+		if o.Kind == checker.Reign {
+			reigns[o.Resource] = append(reigns[o.Resource], reign{o.Node, uint64(o.Token), o.Call, o.Return})
+		}
+	}
+	deposed := func(o checker.Op) bool {
+		var own uint64
+		for _, r := range reigns[o.Resource] {
+			if r.node == o.Node && r.from < o.Return {
+				if r.term == 0 {
+					return false
+				}
+				own = max(own, r.term)
+			}
+		}
+		if own == 0 && !o.Local {
+			return false // a node that never led forwards such calls
+		}
+		for _, r := range reigns[o.Resource] {
+			if r.term > own && r.to < o.Call {
+				return true
+			}
+		}
+		return false
+	}
+	for _, o := range h {
+		if o.Kind != checker.Reign && o.Node != 0 && o.Outcome != checker.Indeterminate && o.Status != kahuna.MustRetry && deposed(o) {
+			changed++
+			if o.Outcome == checker.Fail || o.Kind == checker.Get {
+				continue
+			}
+			o.Outcome = checker.Indeterminate
+		}
+		out = append(out, o)
+	}
+	return out, changed
+}
+
+// definite counts a report's definite findings (an undecided
+// linearizability search is not one).
+func definite(r checker.Report) int {
+	n := len(r.Exclusion) + len(r.Fencing) + len(r.StaleLeader)
+	if r.Linearizable.Result == checker.NotLinearizable {
+		n++
+	}
+	return n
+}
+
+// run runs the control with seed and fails t unless it is caught.
+func (nc negativeControl) run(t *testing.T, seed uint64) {
+	o := nc.opts
+	o.d = min(o.d, faultsRunLength())
+	o.name = "TestFaultsNegativeControl/" + nc.name
+	o.tag = nc.name
+	run := runFaults(t, seed, o)
+	if run.report.HoldWindows < 20 {
+		t.Fatalf("weak control run: only %d definite grants", run.report.HoldWindows)
+	}
+	r := run.report
+	if nc.strip {
+		if run.reigns < 2 {
+			t.Fatalf("no leader change in the control run (%d reigns)", run.reigns)
+		}
+		h := slices.DeleteFunc(run.history, func(o checker.Op) bool { return o.Kind == checker.Reign })
+		r = checker.Check(h, checker.Options{Margin: faultMargin, Timeout: 20 * time.Second})
+		t.Logf("with its reigns the history has violations %s; without them %s", fmtViolations(run.report), fmtViolations(r))
+		if len(r.Fencing) == 0 || r.Linearizable.Result != checker.NotLinearizable {
+			t.Errorf("negative control %s not caught: without reigns fencing %d, linearizability %s", nc.name, len(r.Fencing), r.Linearizable.Result)
+		}
+		return
+	}
+	t.Logf("negative control %s: %d findings: %s", nc.name, definite(r), fmtViolations(r))
+	if nc.residual {
+		writes := 0
+		for _, v := range r.StaleLeader {
+			if v.Kind == "write-from-deposed-leader" {
+				writes++
+			}
+		}
+		h, changed := withoutDeposedAnswers(run.history)
+		r = checker.Check(h, checker.Options{Margin: faultMargin, Timeout: 20 * time.Second})
+		t.Logf("negative control %s: %d writes of deposed nodes committed; without the %d answers of deposed nodes: %d findings: %s", nc.name, writes, changed, definite(r), fmtViolations(r))
+		for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing} {
+			if len(vs) > 0 {
+				t.Logf("e.g. %v", vs[0])
+			}
+		}
+		if writes == 0 && definite(r) == 0 {
+			t.Errorf("negative control %s not caught: no write of a deposed node was acknowledged, and no violation is left once answers of deposed nodes are discounted", nc.name)
+		}
+		return
+	}
+	for _, vs := range [][]checker.Violation{r.StaleLeader, r.Exclusion, r.Fencing} {
+		if len(vs) > 0 {
+			t.Logf("e.g. %v", vs[0])
+		}
+	}
+	if definite(r) == 0 {
+		t.Errorf("negative control %s not caught: the suite reported no violation (linearizability %s)", nc.name, r.Linearizable.Result)
+	}
+}
+
+// TestFaultsNegativeControl runs every negative control once.
+func TestFaultsNegativeControl(t *testing.T) {
+	if *faultsDuration > 0 {
+		t.Skip("long run: see TestFaultsLong")
+	}
+	if testing.Short() {
+		t.Skip("cluster runs")
+	}
+	for _, nc := range negativeControls {
+		t.Run(nc.name, func(t *testing.T) {
+			seed := nc.seed
+			if *faultsSeed != 0 {
+				seed = *faultsSeed
+			}
+			nc.run(t, seed)
+		})
+	}
+}
