@@ -15,21 +15,12 @@ func ServingTerm(n *Node, p int) (serving, leads bool, term uint64) {
 	return serving, ok && leader == n.backend.ReplicaID(), term
 }
 
-// ResumeCalls and ResumeView are ResumeNode in two steps, for a process
-// that wakes up: ResumeCalls lets the calls held by PauseNode in at once,
-// ResumeView delivers the held leader events (call it after ResumeCalls).
-// In between the node answers as the leader it believes it is. A process
-// stopped while it led (SIGSTOP) still believes it leads when it wakes: its
-// Raft steps down at its next quorum check or when the first message of
-// the new term reaches it, and its own view follows. In this process
-// dragonboat kept running through the pause, so only the node's view can
-// lag; with its links healed first, its Raft learns the new leader at once
-// and forwards whatever the node proposes meanwhile.
-func ResumeCalls(n *Node) {
-	if gate := n.paused.Swap(nil); gate != nil {
-		close(*gate)
-	}
-}
-
-// ResumeView: see ResumeCalls.
+// ResumeView delivers the leader events held since PauseNode, after
+// ResumeCalls let the held calls in: in between, the node answers as the
+// leader it believes it is, as a process that wakes from SIGSTOP does
+// until its Raft steps down at its next quorum check or the first message
+// of the new term. (In process, dragonboat kept running through the
+// pause, so only the node's view can lag; with its links healed first, its
+// Raft already follows the new leader and forwards whatever the node
+// proposes meanwhile.)
 func ResumeView(n *Node) { n.leadership.Thaw() }
