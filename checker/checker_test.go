@@ -2,6 +2,7 @@ package checker
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -58,6 +59,7 @@ func TestClassify(t *testing.T) {
 		{lease.Busy, nil, Fail}, {lease.InvalidOwner, nil, Fail}, {lease.LockDoesNotExist, nil, Fail}, {lease.InvalidInput, nil, Fail},
 		{lease.Errored, nil, Indeterminate}, {lease.MustRetry, nil, Indeterminate}, {lease.WaitingForReplication, nil, Indeterminate},
 		{lease.Aborted, nil, Indeterminate}, {lease.Locked, errors.New("deadline"), Indeterminate},
+		{lease.Locked, fmt.Errorf("never sent: %w", lease.ErrNotApplied), Fail},
 	} {
 		if got := Classify(c.st, c.err); got != c.want {
 			t.Errorf("Classify(%v, %v) = %v, want %v", c.st, c.err, got, c.want)

@@ -71,12 +71,18 @@ func (o Outcome) String() string {
 }
 
 // Classify maps a call's answer to an Outcome, as Jepsen's Kahuna client
-// does. Any error makes it Indeterminate (a request may have been sent
-// before the error), and so does MustRetry: a node that forwarded the
-// request and lost the answer reports MustRetry although the leader may
-// have applied it.
+// does, for any server speaking the protocol. An error makes it
+// Indeterminate (a request may have been sent before the error) unless it
+// wraps lease.ErrNotApplied; MustRetry is Indeterminate too, because
+// Kahuna's own nodes answer it for a forwarded request whose answer was
+// lost. kahuna promises more (MustRetry = certainly not applied, DESIGN
+// §8.5); a harness that checks that promise classifies MustRetry as Fail
+// itself, as the fault tests do.
 func Classify(status lease.Status, err error) Outcome {
 	if err != nil {
+		if errors.Is(err, lease.ErrNotApplied) {
+			return Fail
+		}
 		return Indeterminate
 	}
 	switch status {
