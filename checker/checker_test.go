@@ -449,3 +449,23 @@ func TestVisualizeOnFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An owner's Extended of a later grant (another token) says nothing of its
+// earlier grant's lease: that window still ends at the earlier TTL, so it
+// does not overlap the holder in between.
+func TestHoldWindowIgnoresOtherGrantsExtends(t *testing.T) {
+	b := &hb{}
+	b.acq(0, "o", 100*ms, 0, 1*ms, lease.Locked, 0).
+		acq(1, "p", time.Second, 150*ms, 151*ms, lease.Locked, 1).
+		acqMaybe(0, "o", time.Second, 1300*ms). // granted token 2, maybe
+		ext(0, "o", time.Second, 1400*ms, 1401*ms, lease.Extended, 2)
+	ws := HoldWindows(b.h, opts)
+	for _, w := range ws {
+		if w.Owner == "o" && w.End != 100*ms-opts.Margin {
+			t.Errorf("o's first window %v, want it to end at 95ms", w)
+		}
+	}
+	if v := CheckExclusion(b.h, opts); len(v) != 0 {
+		t.Errorf("false overlap: %v", v)
+	}
+}

@@ -34,7 +34,7 @@ func (w HoldWindow) String() string {
 //     o that is indeterminate or returned A's token, unless a definite
 //     release by o lies between it and A. It lapses no earlier than that
 //     call + TTL − margin.
-//   - A definite Extended by o on r proves the lease was live at its
+//   - A definite Extended by o on r with A's token proves the lease was live at its
 //     linearisation point, after its call, and moves the earliest lapse to
 //     that call + its TTL − margin; an extend that may have taken effect
 //     later (Extend may shorten a lease) pulls it back.
@@ -113,7 +113,10 @@ func HoldWindows(h History, opts Options) []HoldWindow {
 						end, endedBy = x.Call, x // o was granted anew: A's lease ended before
 					}
 				case Extend:
-					if x.Outcome == OK && x.Status == lease.Extended && (lastExt == nil || x.Call > lastExt.Call) {
+					// An Extended answer carries the token of the grant it
+					// extended: another token's (a later grant to o) says
+					// nothing of A's lease.
+					if x.Outcome == OK && x.Status == lease.Extended && x.Token == a.Token && (lastExt == nil || x.Call > lastExt.Call) {
 						lastExt = x
 					}
 				}
