@@ -469,3 +469,18 @@ func TestHoldWindowIgnoresOtherGrantsExtends(t *testing.T) {
 		t.Errorf("false overlap: %v", v)
 	}
 }
+
+// A call that failed before it was sent (an error wrapping
+// lease.ErrNotApplied) had no effect and says nothing of the lock, whatever
+// zero status it carries.
+func TestNotSentCallHasNoEffect(t *testing.T) {
+	b := &hb{}
+	b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0)
+	b.add(0, Release, "r", "a", 0, 2*ms, 3*ms, Fail, lease.Locked, 0)
+	b.h[len(b.h)-1].Err = "transport: request not sent"
+	b.get(1, 4*ms, 5*ms, lease.Got, "a", 0).
+		acq(1, "b", time.Minute, 6*ms, 7*ms, lease.Busy, 0)
+	if r := Check(b.h, opts); r.Violations() != 0 {
+		t.Fatalf("violations: %v", r.Err())
+	}
+}

@@ -607,8 +607,8 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 			in.register, in.idx = true, len(m.table)
 			m.table = append(m.table, in)
 			out = append(out, porcupine.Operation{ClientId: o.Client, Input: in, Call: in.call, Return: in.call, Metadata: o.ID})
-		case o.Outcome == Fail && (o.Status == lease.MustRetry || o.Status == lease.InvalidInput):
-			continue
+		case o.Outcome == Fail && (o.Status == lease.MustRetry || o.Status == lease.InvalidInput || o.Err != ""):
+			continue // no effect, and no answer about the lock (a Fail with an error was never sent)
 		default:
 			out = append(out, porcupine.Operation{
 				ClientId: o.Client,

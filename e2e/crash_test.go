@@ -122,6 +122,10 @@ func TestCrashDurability(t *testing.T) {
 		}
 	}
 
+	// notSent: the call failed before its request left (the node is down):
+	// nothing happened, the resource is as it was.
+	notSent := func(op checker.Op) bool { return op.Outcome == checker.Fail && op.Err != "" }
+
 	// step is one step of worker w on one of its resources.
 	step := func(w, n int, wrng *rand.Rand) {
 		res := resources(w)[wrng.IntN(2)]
@@ -135,7 +139,7 @@ func TestCrashDurability(t *testing.T) {
 			// (Unlocked if the grant happened, or the release did not;
 			// LockDoesNotExist if the lock is free).
 			op := call(w, checker.Release, res, pendingOwner)
-			if op.Outcome == checker.Indeterminate || op.Status == kahuna.MustRetry {
+			if op.Outcome == checker.Indeterminate || op.Status == kahuna.MustRetry || notSent(op) {
 				time.Sleep(20 * time.Millisecond)
 				return
 			}
@@ -147,6 +151,7 @@ func TestCrashDurability(t *testing.T) {
 			op := call(w, checker.Release, res, held.owner)
 			stateMu.Lock()
 			switch {
+			case notSent(op): // still held: release it at the next step
 			case op.Status == kahuna.Unlocked:
 				st.held = nil
 			case op.Outcome == checker.Indeterminate:
@@ -161,6 +166,7 @@ func TestCrashDurability(t *testing.T) {
 			op := call(w, checker.Acquire, res, owner)
 			stateMu.Lock()
 			switch {
+			case notSent(op): // still free
 			case op.Status == kahuna.Locked && op.Outcome == checker.OK:
 				if op.Token <= st.maxToken {
 					t.Errorf("%s: token %d after acknowledged token %d", res, op.Token, st.maxToken)
