@@ -338,12 +338,6 @@ func (r *Raft) Confirm(ctx context.Context, p int, term uint64) error {
 	return nil
 }
 
-// Timing returns Raft's tick and election timeout in ticks, which bound the
-// leader lease (partition.Leadership).
-func (r *Raft) Timing() (rtt time.Duration, electionTicks int) {
-	return r.cfg.RTT, electionRTT
-}
-
 // readIndex runs one read index. Each attempt is bounded, because a read
 // index sent to a leader that loses its term is dropped without an answer.
 func (r *Raft) readIndex(ctx context.Context, p int) error {
