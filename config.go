@@ -110,6 +110,10 @@ type Config struct {
 	// raftTransport replaces the Raft transport: fault tests only, set
 	// through faults_export_test.go.
 	raftTransport durability.TransportFactory
+	// proposalTimeout bounds one Raft proposal (0: durability's default,
+	// 5 s): fault tests only, set through faults_export_test.go, so that
+	// proposals stuck behind a stalled leader give way within a run.
+	proposalTimeout time.Duration
 	// Negative controls for the fault tests (faults_export_test.go): each
 	// switches one safety mechanism off, so the suite can show it catches
 	// the broken variant. Never set outside tests.

@@ -25,6 +25,7 @@ type faultCluster struct {
 	cfgs       map[uint64]kahuna.Config
 
 	proxiesTo map[uint64][]*faults.Proxy // the forwarding links into each node
+	fillerSeq atomic.Int64               // fillers' resource names
 
 	mu    sync.Mutex
 	nodes map[uint64]*kahuna.Node
@@ -76,6 +77,7 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahun
 			// its data (no test empties a node's dir).
 			InitialClusterState: kahuna.ClusterStateNew,
 		}, c.net.Factory(nil))
+		c.cfgs[id] = kahuna.WithProposalTimeout(c.cfgs[id], faultProposalTimeout)
 		if mod != nil {
 			c.cfgs[id] = mod(c.cfgs[id])
 		}
@@ -234,6 +236,20 @@ func (c *faultCluster) resourcesOnPartitions(prefix string, per int) []string {
 	out := make([]string, 0, per*c.partitions)
 	for p := 0; p < c.partitions; p++ {
 		out = append(out, byP[p]...)
+	}
+	return out
+}
+
+// fillers returns n resources of partition p that no one used before: the
+// nemesis writes to them, unrecorded, to fill a lane's in-flight slots (a
+// resource's first TryLock is always a write).
+func (c *faultCluster) fillers(node *kahuna.Node, p, n int) []string {
+	var out []string
+	for len(out) < n {
+		r := fmt.Sprintf("filler-%d", c.fillerSeq.Add(1)) // no "/": the whole name is hashed
+		if node.Partition(r) == p {
+			out = append(out, r)
+		}
 	}
 	return out
 }

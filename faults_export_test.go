@@ -1,6 +1,10 @@
 package kahuna
 
-import "github.com/kahunago/kahuna/durability"
+import (
+	"time"
+
+	"github.com/kahunago/kahuna/durability"
+)
 
 // WithRaftTransport returns cfg with its Raft transport replaced by f: the
 // fault tests wrap dragonboat's channel transport to cut, drop and delay
@@ -9,6 +13,20 @@ func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
 	cfg.raftTransport = f
 	return cfg
 }
+
+// WithProposalTimeout returns cfg with each Raft proposal bounded by d
+// instead of the default 5 s: the fault cluster uses about a second, so a
+// stalled leader's proposals time out, and the records queued behind them
+// in the partition's group-commit lane are sent (or, fenced, failed)
+// within a run.
+func WithProposalTimeout(cfg Config, d time.Duration) Config {
+	cfg.proposalTimeout = d
+	return cfg
+}
+
+// RaftShard is the Raft shard ID of partition p (faults.Network stalls a
+// node's replication by shard).
+func RaftShard(p int) uint64 { return durability.ShardID(p) }
 
 // WithoutFencing returns cfg with the state machine's fence switched off:
 // records apply with the advance-only token guard alone (no compare-and-set

@@ -85,6 +85,7 @@ func Open(cfg Config) (*Node, error) {
 		Logger:              cfg.Logger,
 		OnLeaderChange:      n.leadership.Observe,
 		Transport:           cfg.raftTransport,
+		ProposalTimeout:     cfg.proposalTimeout,
 		UnsafeNoFence:       cfg.unsafeNoFence,
 		InitialClusterState: cfg.InitialClusterState,
 		ClusterToken:        cfg.InitialClusterToken,

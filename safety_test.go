@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lni/dragonboat/v4/config"
-	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 
 	"github.com/kahunago/kahuna"
@@ -444,109 +442,43 @@ func TestStaleLeaderNegativeControl(t *testing.T) {
 	}
 }
 
-// replicationGate wraps a Raft transport factory. While held for a node
-// and shard, that node's Replicate messages for the shard are dropped and
-// its heartbeats pass: it stays leader (CheckQuorum is satisfied) and
-// nothing it proposes commits, so its proposals stay in flight. It also
-// reports which watched resources it has seen in an entry that node
-// replicated, as the sign that a record was proposed.
-type replicationGate struct {
-	inner config.TransportFactory
-
+// heldWatch reports which watched resources a node whose replication is
+// stalled (faults.Network.StallReplication) has put in an entry it tried
+// to replicate: the sign that a record was proposed.
+type heldWatch struct {
 	mu    sync.Mutex
-	from  string // Raft address whose replication is held ("" none)
-	shard uint64
 	watch map[string]chan struct{} // resource → closed once seen
 }
 
-func (g *replicationGate) hold(from string, shard uint64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.from, g.shard = from, shard
-}
-
-func (g *replicationGate) release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.from = ""
-}
-
-// seen returns a channel closed once res appears in an entry replicated by
-// the held node.
-func (g *replicationGate) seen(res string) <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.watch == nil {
-		g.watch = map[string]chan struct{}{}
-	}
-	ch, ok := g.watch[res]
-	if !ok {
-		ch = make(chan struct{})
-		g.watch[res] = ch
-	}
-	return ch
-}
-
-func (g *replicationGate) filter(self string, b pb.MessageBatch) (pb.MessageBatch, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.from == "" || self != g.from {
-		return b, true
-	}
-	kept := make([]pb.Message, 0, len(b.Requests))
-	for _, m := range b.Requests {
-		if m.ShardID != g.shard || m.Type != pb.Replicate {
-			kept = append(kept, m)
-			continue
-		}
-		for _, e := range m.Entries {
-			for res, ch := range g.watch {
-				if bytes.Contains(e.Cmd, []byte(res)) {
-					select {
-					case <-ch:
-					default:
-						close(ch)
-					}
+// watchHeld makes a heldWatch of net's held entries.
+func watchHeld(net *faults.Network) *heldWatch {
+	w := &heldWatch{watch: map[string]chan struct{}{}}
+	net.OnHeld(func(_, _ uint64, e pb.Entry) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for res, ch := range w.watch {
+			if bytes.Contains(e.Cmd, []byte(res)) {
+				select {
+				case <-ch:
+				default:
+					close(ch)
 				}
 			}
 		}
+	})
+	return w
+}
+
+// seen returns a channel closed once res appears in a held entry.
+func (w *heldWatch) seen(res string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.watch[res]
+	if !ok {
+		ch = make(chan struct{})
+		w.watch[res] = ch
 	}
-	b.Requests = kept
-	return b, len(kept) > 0
-}
-
-func (g *replicationGate) Create(nhc config.NodeHostConfig, h raftio.MessageHandler, ch raftio.ChunkHandler) raftio.ITransport {
-	return &gateTransport{ITransport: g.inner.Create(nhc, h, ch), g: g, self: nhc.RaftAddress}
-}
-
-func (g *replicationGate) Validate(addr string) bool { return g.inner.Validate(addr) }
-
-type gateTransport struct {
-	raftio.ITransport
-	g    *replicationGate
-	self string
-}
-
-func (t *gateTransport) GetConnection(ctx context.Context, target string) (raftio.IConnection, error) {
-	c, err := t.ITransport.GetConnection(ctx, target)
-	if err != nil {
-		return nil, err
-	}
-	return &gateConn{IConnection: c, g: t.g, self: t.self}, nil
-}
-
-type gateConn struct {
-	raftio.IConnection
-	g    *replicationGate
-	self string
-}
-
-func (c *gateConn) SendMessageBatch(b pb.MessageBatch) error {
-	b, send := c.g.filter(c.self, b)
-	if !send {
-		return nil // lost on the way
-	}
-	return c.IConnection.SendMessageBatch(b)
+	return ch
 }
 
 // fenceTTL is A's original lease in the queued-write scenario: longer than
@@ -555,8 +487,9 @@ func (c *gateConn) SendMessageBatch(b pb.MessageBatch) error {
 const fenceTTL = 6 * time.Second
 
 // deposedLeaderQueuedWrite is scenario 2 of issue 10. A holds r through
-// the leader L of its partition. L's replication of the partition is held
-// (its heartbeats pass: it stays leader, nothing commits) and four writes
+// the leader L of its partition. L's replication of the partition is
+// stalled (faults.Network.StallReplication: its heartbeats pass, it stays
+// leader, nothing commits) and four writes
 // to other resources of the partition fill its group-commit lane's four
 // in-flight slots, one Raft entry each; A's Extend (ttl 1 min) is decided
 // by L and its record queues behind them. L is cut off; the others elect M,
@@ -566,15 +499,13 @@ const fenceTTL = 6 * time.Second
 // violations seen: A told Extended for a minute while B, once A's original
 // lease has lapsed by M's stale cache, is told Locked.
 func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Config) []string {
-	gate := &replicationGate{}
-	c := startTunedCluster(t, 20, 3, func(c *faultCluster, cfg kahuna.Config) kahuna.Config {
-		gate.inner = c.net.Factory(nil)
-		cfg = kahuna.WithRaftTransport(cfg, gate)
+	c := startTunedCluster(t, 20, 3, func(_ *faultCluster, cfg kahuna.Config) kahuna.Config {
 		if tune != nil {
 			cfg = tune(cfg)
 		}
 		return cfg
 	})
+	gate := watchHeld(c.net)
 	const r = "fence/r"
 	p := c.node(c.ids[0]).Partition(r)
 	lid := waitServing(t, c, p, 0)
@@ -605,7 +536,7 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 		return ch
 	}
 
-	gate.hold(c.cfgs[lid].Members[lid].RaftAddress, uint64(p)+1)
+	c.net.StallReplication(lid, kahuna.RaftShard(p))
 	var fillers []<-chan result
 	for i := 1; i <= 4; i++ {
 		w := fmt.Sprintf("fence/w%d", i)
@@ -630,8 +561,7 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 		t.Fatalf("setup too slow: the new leader loaded r %v after A's grant, past its ttl %v", time.Since(aCall), fenceTTL)
 	}
 	logf("B: Busy through node %d", mid)
-	c.net.Heal()
-	gate.release()
+	c.net.Heal() // resumes the replication too
 	logf("healed")
 
 	e := <-ext

@@ -338,6 +338,28 @@ var illegal = map[string]struct {
 			acq(1, "w", time.Second, 500*ms, 501*ms, lease.Locked, 1)
 		return b.h
 	}},
+	"late-extend-overwritten": {true, true, false, func() History {
+		// Issue 10, scenario 2: a's Extend is decided by the old leader,
+		// queued, and committed through the new one, whose stale cache
+		// lets a's first lease lapse and grants b; a is told Extended
+		// after b is told Locked.
+		b := &hb{}
+		b.acq(0, "a", 100*ms, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", time.Minute, 50*ms, 300*ms, lease.Extended, 0).
+			acq(1, "b", time.Minute, 150*ms, 151*ms, lease.Locked, 1).
+			rel(0, "a", 310*ms, 311*ms, lease.InvalidOwner)
+		return b.h
+	}},
+	"late-release-stale-cache": {true, false, false, func() History {
+		// The same with a's Unlock: acknowledged late, while the new
+		// leader's stale cache still says a holds.
+		b := &hb{}
+		b.acq(0, "a", time.Second, 0, 1*ms, lease.Locked, 0).
+			rel(0, "a", 50*ms, 300*ms, lease.Unlocked).
+			get(1, 310*ms, 311*ms, lease.Got, "a", 0).
+			acq(1, "b", time.Minute, 320*ms, 321*ms, lease.Busy, 0)
+		return b.h
+	}},
 	"token-skipped": {true, false, false, func() History {
 		b := &hb{}
 		b.acq(0, "a", time.Minute, 0, 1*ms, lease.Locked, 0).

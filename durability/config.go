@@ -456,4 +456,7 @@ func (r *resolved) shardConfig(p int) config.Config {
 
 func shardID(p int) uint64 { return uint64(p) + 1 }
 
+// ShardID is the Raft shard ID of partition p.
+func ShardID(p int) uint64 { return shardID(p) }
+
 var errPartition = errors.New("durability: partition out of range")

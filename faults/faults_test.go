@@ -108,6 +108,58 @@ func TestTransportWrapper(t *testing.T) {
 	}
 }
 
+func TestStallReplication(t *testing.T) {
+	n := NewNetwork(1)
+	n.AddNode(1, "a:1")
+	n.AddNode(2, "b:1")
+	ft := &fakeTransport{sent: make(chan pb.MessageBatch, 10)}
+	tr := n.Factory(fakeFactory{ft}).Create(config.NodeHostConfig{RaftAddress: "a:1"}, nil, nil)
+	c, err := tr.GetConnection(context.Background(), "b:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []uint64
+	n.OnHeld(func(node, shard uint64, e pb.Entry) {
+		if node != 1 || shard != 7 {
+			t.Errorf("held entry of node %d shard %d", node, shard)
+		}
+		held = append(held, e.Index)
+	})
+	n.StallReplication(1, 7)
+	batch := pb.MessageBatch{Requests: []pb.Message{
+		{ShardID: 7, Type: pb.Replicate, Entries: []pb.Entry{{Index: 5}, {Index: 6}}},
+		{ShardID: 7, Type: pb.Heartbeat},
+		{ShardID: 8, Type: pb.Replicate},
+	}}
+	if err := c.SendMessageBatch(batch); err != nil {
+		t.Fatal(err)
+	}
+	got := <-ft.sent
+	if len(got.Requests) != 2 || got.Requests[0].Type != pb.Heartbeat || got.Requests[1].ShardID != 8 {
+		t.Fatalf("stalled batch delivered %+v", got.Requests)
+	}
+	if len(batch.Requests) != 3 || batch.Requests[0].Type != pb.Replicate {
+		t.Fatal("the caller's batch was changed")
+	}
+	if n.Held.Load() != 1 || len(held) != 2 || held[0] != 5 || held[1] != 6 {
+		t.Fatalf("held %d messages, entries %v", n.Held.Load(), held)
+	}
+	// Only Replicate messages of the stalled shard: nothing sent at all.
+	if err := c.SendMessageBatch(pb.MessageBatch{Requests: batch.Requests[:1]}); err != nil || len(ft.sent) != 0 {
+		t.Fatalf("all-stalled batch: %v, %d delivered", err, len(ft.sent))
+	}
+	n.Heal()
+	if err := c.SendMessageBatch(pb.MessageBatch{Requests: batch.Requests[:1]}); err != nil || len(ft.sent) != 1 {
+		t.Fatalf("after heal: %v, %d delivered", err, len(ft.sent))
+	}
+	<-ft.sent
+	n.StallReplication(1, 7)
+	n.ResumeReplication(1, 7)
+	if err := c.SendMessageBatch(pb.MessageBatch{Requests: batch.Requests[:1]}); err != nil || len(ft.sent) != 1 {
+		t.Fatalf("after resume: %v, %d delivered", err, len(ft.sent))
+	}
+}
+
 func TestProxyStallsWhileCut(t *testing.T) {
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -9,6 +9,12 @@
 // Symmetric, one-way and minority partitions, and the network side of a
 // paused node (every link to and from it cut, see Isolate), are
 // combinations of links.
+//
+// Apart from the links, a node's replication of one Raft shard can be
+// stalled (StallReplication): its Replicate messages for that shard are
+// dropped and everything else (heartbeats, votes, read-index traffic)
+// passes. A stalled leader stays leader, and keeps answering read indexes,
+// while nothing it proposes commits: its proposals stay in flight.
 package faults
 
 import (
@@ -54,6 +60,9 @@ func (l Link) String() string {
 
 type edge struct{ from, to uint64 }
 
+// replication is one node's replication of one shard.
+type replication struct{ node, shard uint64 }
+
 // Network is the table of links between nodes, by node ID. The zero link
 // (healthy) is the default. Safe for concurrent use.
 type Network struct {
@@ -63,10 +72,14 @@ type Network struct {
 	rng     *rand.Rand
 	changed chan struct{} // closed and replaced on every change
 	proxies map[*Proxy]struct{}
+	stalls  map[replication]struct{}
+	onHeld  func(node, shard uint64, e pb.Entry)
 
 	Dropped atomic.Int64 // Raft batches and chunks dropped
 	Delayed atomic.Int64 // Raft batches and forwarded chunks delayed
 	Stalled atomic.Int64 // forwarded chunks held back by a cut
+	// Held counts the Replicate messages dropped by stalled replications.
+	Held atomic.Int64
 }
 
 // NewNetwork returns a healthy network; seed drives the drops and delays.
@@ -77,6 +90,7 @@ func NewNetwork(seed uint64) *Network {
 		rng:     rand.New(rand.NewPCG(seed, 0x6661756c7473)),
 		changed: make(chan struct{}),
 		proxies: map[*Proxy]struct{}{},
+		stalls:  map[replication]struct{}{},
 	}
 }
 
@@ -127,12 +141,72 @@ func (n *Network) Isolate(id uint64, others []uint64, outbound, inbound bool) {
 	}
 }
 
-// Heal makes every link healthy.
+// Heal makes every link healthy and resumes every stalled replication.
 func (n *Network) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.links)
+	clear(n.stalls)
 	n.notifyLocked()
+}
+
+// StallReplication drops node's Replicate messages for Raft shard shard,
+// to every peer, until ResumeReplication or Heal; its other messages pass.
+// If node leads the shard it stays leader (its heartbeats keep CheckQuorum
+// satisfied and confirm read indexes) and nothing it appends commits, so
+// what it proposes stays in flight until the proposal times out.
+func (n *Network) StallReplication(node, shard uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stalls[replication{node, shard}] = struct{}{}
+}
+
+// ResumeReplication ends StallReplication(node, shard). Dropped messages
+// are not resent by the network; Raft retransmits what its followers lack.
+func (n *Network) ResumeReplication(node, shard uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.stalls, replication{node, shard})
+}
+
+// OnHeld sets a function called with every entry of a Replicate message
+// dropped by a stalled replication (nil: none), from the sending goroutine:
+// a test watching what a stalled leader proposes. It must not call back
+// into n.
+func (n *Network) OnHeld(f func(node, shard uint64, e pb.Entry)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.onHeld = f
+}
+
+// holdStalled removes from b the Replicate messages of stalled
+// replications of node from, and reports whether anything is left to send.
+func (n *Network) holdStalled(from uint64, b *pb.MessageBatch) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.stalls) == 0 {
+		return true
+	}
+	kept := b.Requests[:0:0]
+	held := false
+	for _, m := range b.Requests {
+		if _, stalled := n.stalls[replication{from, m.ShardID}]; !stalled || m.Type != pb.Replicate {
+			kept = append(kept, m)
+			continue
+		}
+		held = true
+		n.Held.Add(1)
+		if n.onHeld != nil {
+			for _, e := range m.Entries {
+				n.onHeld(from, m.ShardID, e)
+			}
+		}
+	}
+	if !held {
+		return true
+	}
+	b.Requests = kept
+	return len(kept) > 0
 }
 
 func (n *Network) notifyLocked() {
@@ -263,9 +337,13 @@ type conn struct {
 	from, to uint64
 }
 
-// SendMessageBatch drops or delays the batch as the link says. A dropped
-// batch is reported sent: the network lost it.
+// SendMessageBatch drops or delays the batch as the link says, without
+// the Replicate messages of a stalled replication. A dropped batch is
+// reported sent: the network lost it.
 func (c *conn) SendMessageBatch(b pb.MessageBatch) error {
+	if !c.net.holdStalled(c.from, &b) {
+		return nil
+	}
 	drop, delay := c.net.decide(c.from, c.to)
 	if drop {
 		c.net.Dropped.Add(1)
