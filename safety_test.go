@@ -33,66 +33,16 @@ const (
 	safetyPreHeal = 3 * time.Second
 )
 
-// startTunedCluster is startFaultCluster with tune applied to each node's
-// config (after the fault network's transport is set, so tune may wrap it).
-func startTunedCluster(t *testing.T, seed uint64, partitions int, tune func(c *faultCluster, cfg kahuna.Config) kahuna.Config) *faultCluster {
-	t.Helper()
-	c := &faultCluster{
-		t: t, ids: []uint64{1, 2, 3}, net: faults.NewNetwork(seed), partitions: partitions,
-		cfgs: map[uint64]kahuna.Config{}, nodes: map[uint64]*kahuna.Node{}, proxiesTo: map[uint64][]*faults.Proxy{},
-	}
-	seq := faultClusterSeq.Add(1)
-	raft := map[uint64]string{}
-	for _, id := range c.ids {
-		raft[id] = fmt.Sprintf("safety-%d-%d:%d", seq, id, 2073)
-		c.net.AddNode(id, raft[id])
-	}
-	for _, id := range c.ids {
-		members := map[uint64]kahuna.Member{}
-		for _, peer := range c.ids {
-			m := kahuna.Member{RaftAddress: raft[peer], Endpoint: "http://127.0.0.1:1"}
-			if peer != id {
-				p, err := c.net.Proxy(id, peer, "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { p.Close() })
-				c.proxiesTo[peer] = append(c.proxiesTo[peer], p)
-				m.Endpoint = "http://" + p.Addr()
-			}
-			members[peer] = m
-		}
-		cfg := kahuna.WithRaftTransport(kahuna.Config{
-			NodeID:        id,
-			DataDir:       t.TempDir(),
-			Members:       members,
-			ListenAddress: "127.0.0.1:0",
-			Partitions:    partitions,
-			LockActors:    2,
-			// Founds the cluster on the first start; restarts find their data.
-			InitialClusterState: kahuna.ClusterStateNew,
-		}, c.net.Factory(nil))
+// safetyCluster is the fault cluster with the default proposal timeout
+// (the scenarios' timing is written for it) and tune applied.
+func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Config) *faultCluster {
+	return startFaultCluster(t, seed, 3, func(cfg kahuna.Config) kahuna.Config {
+		cfg = kahuna.WithProposalTimeout(cfg, 0)
 		if tune != nil {
-			cfg = tune(c, cfg)
+			cfg = tune(cfg)
 		}
-		c.cfgs[id] = cfg
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(c.ids))
-	for _, id := range c.ids {
-		wg.Go(func() {
-			if err := c.start(id); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
-	return c
+		return cfg
+	})
 }
 
 // waitServing polls until a node other than except serves partition p as
@@ -337,12 +287,7 @@ var staleCases = []staleCase{
 // as a resumed process would; after the answers (or safetyPreHeal) the
 // network heals. It returns, by case, what L answered wrong.
 func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) map[string]string {
-	c := startTunedCluster(t, 10, 3, func(_ *faultCluster, cfg kahuna.Config) kahuna.Config {
-		if tune != nil {
-			cfg = tune(cfg)
-		}
-		return cfg
-	})
+	c := safetyCluster(t, 10, tune)
 	res := func(k staleCase) string { return "stale/" + k.name } // one partition: the part before '/' is hashed
 	p := c.node(c.ids[0]).Partition(res(staleCases[0]))
 	lid := waitServing(t, c, p, 0)
@@ -499,12 +444,7 @@ const fenceTTL = 6 * time.Second
 // violations seen: A told Extended for a minute while B, once A's original
 // lease has lapsed by M's stale cache, is told Locked.
 func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Config) []string {
-	c := startTunedCluster(t, 20, 3, func(_ *faultCluster, cfg kahuna.Config) kahuna.Config {
-		if tune != nil {
-			cfg = tune(cfg)
-		}
-		return cfg
-	})
+	c := safetyCluster(t, 20, tune)
 	gate := watchHeld(c.net)
 	const r = "fence/r"
 	p := c.node(c.ids[0]).Partition(r)
