@@ -627,6 +627,20 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	}
 	if err := res.report.Err(); err != nil {
 		t.Errorf("round %d (seed %d): violations:\n%v", round, seed, err)
+		// The dump dir may be a temporary one that CI throws away: keep
+		// the evidence in the log too, the operations of the first
+		// resources that failed.
+		for i, r := range res.report.Linearizable.Failed {
+			if i == 2 {
+				break
+			}
+			t.Logf("operations on %s:", r)
+			for _, o := range h {
+				if o.Resource == r {
+					t.Logf("  %s", o)
+				}
+			}
+		}
 	}
 	if res.report.HoldWindows < 20 {
 		t.Errorf("round %d: only %d definite grants: an empty test is not a pass", round, res.report.HoldWindows)
