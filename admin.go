@@ -52,9 +52,24 @@ func (n *Node) AdminHandler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("bad transfer request: %v", err)})
 			return
 		}
-		err := n.TransferLeadership(req.Partition, req.To)
+		// While the partition is electing or its new leader is fencing its
+		// epoch there is nobody to ask: wait a little for one, as a client
+		// retries MustRetry.
+		var err error
 		var nl *NotLeaderError
-		if errors.As(err, &nl) && nl.Leader != 0 && r.Header.Get(adminForwardedHeader) == "" {
+		deadline := time.Now().Add(adminTransferWait)
+		for {
+			err, nl = n.TransferLeadership(req.Partition, req.To), nil
+			if !errors.As(err, &nl) || nl.Leader != 0 || !time.Now().Before(deadline) {
+				break
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if nl != nil && nl.Leader != 0 && r.Header.Get(adminForwardedHeader) == "" {
 			// Only the leader may start a transfer: pass it on, once.
 			n.forwardAdmin(w, r, nl.Leader, req)
 			return
@@ -71,6 +86,10 @@ func (n *Node) AdminHandler() http.Handler {
 	})
 	return mux
 }
+
+// adminTransferWait bounds how long a transfer request waits for the
+// partition to have a serving leader.
+const adminTransferWait = 5 * time.Second
 
 // adminForwardedHeader marks an admin request passed on by another node.
 const adminForwardedHeader = "Kahuna-Forwarded"
