@@ -112,6 +112,13 @@ func TestKeepAliveReportsLoss(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("loss not reported")
 	}
+	// Lost closes first (whoever sees the Context done sees Lost closed),
+	// then the Context ends.
+	select {
+	case <-l.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Context not cancelled after the loss")
+	}
 	if l.Context().Err() != context.Canceled || !errors.Is(context.Cause(l.Context()), kahuna.ErrLockLost) {
 		t.Fatalf("Context on loss: err %v, cause %v", l.Context().Err(), context.Cause(l.Context()))
 	}
