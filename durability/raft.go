@@ -233,8 +233,30 @@ func (r *Raft) Leads(p int, term uint64) bool {
 	if r.checkPartition(p) != nil || r.closing.Load() {
 		return false
 	}
-	id, t, ok, err := r.nh.GetLeaderID(shardID(p))
-	return err == nil && ok && id == r.cfg.ReplicaID && t == term
+	return leads(r.nh, shardID(p), r.cfg.ReplicaID, term)
+}
+
+// leads reports whether replica leads shard in term, as dragonboat says now.
+func leads(nh *dragonboat.NodeHost, shard, replica, term uint64) bool {
+	id, t, ok, err := nh.GetLeaderID(shard)
+	return err == nil && ok && id == replica && t == term
+}
+
+// await waits for a proposal or read index of partition p: its result once
+// completed, ErrRetry wrapping what else ended it, or ErrClosed.
+func (r *Raft) await(ctx context.Context, rs *dragonboat.RequestState, p int, what string) (sm.Result, error) {
+	defer rs.Release()
+	select {
+	case res := <-rs.ResultC():
+		if err := r.lanes[p].resultError(res); err != nil {
+			return sm.Result{}, fmt.Errorf("durability: %s partition %d: %w (%w)", what, p, ErrRetry, err)
+		}
+		return res.GetResult(), nil
+	case <-ctx.Done():
+		return sm.Result{}, fmt.Errorf("durability: %s partition %d: %w (%w)", what, p, ErrRetry, ctx.Err())
+	case <-r.stop:
+		return sm.Result{}, fmt.Errorf("durability: %s partition %d: %w", what, p, ErrClosed)
+	}
 }
 
 var (
@@ -261,22 +283,15 @@ func (r *Raft) Fence(ctx context.Context, p int, term uint64) error {
 	if err != nil {
 		return fmt.Errorf("durability: fence partition %d: %w", p, proposeError(err))
 	}
-	defer rs.Release()
-	select {
-	case res := <-rs.ResultC():
-		if err := r.lanes[p].resultError(res); err != nil {
-			// A marker whose outcome is unknown is harmless: retrying
-			// proposes another one of the same term, which is refused if
-			// the first was accepted; then this node sees its own epoch.
-			return fmt.Errorf("durability: fence partition %d: %w (%w)", p, ErrRetry, err)
-		}
-		if res.GetResult().Value == 0 && !r.epochIs(p, term) {
-			return errMarkerRejected
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("durability: fence partition %d: %w (%w)", p, ErrRetry, ctx.Err())
-	case <-r.stop:
-		return fmt.Errorf("durability: fence partition %d: %w", p, ErrClosed)
+	// A marker whose outcome is unknown is harmless: retrying proposes
+	// another one of the same term, which is refused if the first was
+	// accepted; then this node finds its own epoch stored.
+	res, err := r.await(ctx, rs, p, "fence")
+	if err != nil {
+		return err
+	}
+	if res.Value == 0 && !r.epochIs(p, term) {
+		return errMarkerRejected
 	}
 	if !r.Leads(p, term) {
 		return errNotLeaderOfTerm
@@ -321,16 +336,8 @@ func (r *Raft) Confirm(ctx context.Context, p int, term uint64) error {
 	if err != nil {
 		return fmt.Errorf("durability: confirm leadership of partition %d: %w", p, proposeError(err))
 	}
-	defer rs.Release()
-	select {
-	case res := <-rs.ResultC():
-		if !res.Completed() {
-			return fmt.Errorf("durability: confirm leadership of partition %d: %w (%w)", p, ErrRetry, r.lanes[p].resultError(res))
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("durability: confirm leadership of partition %d: %w (%w)", p, ErrRetry, ctx.Err())
-	case <-r.stop:
-		return fmt.Errorf("durability: confirm leadership of partition %d: %w", p, ErrClosed)
+	if _, err := r.await(ctx, rs, p, "confirm leadership of"); err != nil {
+		return err
 	}
 	if !r.Leads(p, term) {
 		return errNotLeaderOfTerm

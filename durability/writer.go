@@ -201,19 +201,13 @@ func (l *lane) write() {
 			return
 		}
 		// Never blocks: a slot is held for this flight.
-		if l.fenced && !l.leads(b.term) {
+		if l.fenced && !leads(l.nh, l.shard, l.replica, b.term) {
 			l.flights <- flight{b: b, err: errNotLeader}
 			continue
 		}
 		rs, err := l.nh.Propose(l.session, b.buf, l.timeout)
 		l.flights <- flight{rs: rs, b: b, err: err}
 	}
-}
-
-// leads reports whether this node leads its shard in term, as Raft says now.
-func (l *lane) leads(term uint64) bool {
-	id, t, ok, err := l.nh.GetLeaderID(l.shard)
-	return err == nil && ok && id == l.replica && t == term
 }
 
 // next waits for the oldest queued batch; nil once the lane is shut.
