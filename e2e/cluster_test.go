@@ -25,21 +25,9 @@ type clusterNode struct {
 
 func (n *clusterNode) endpoint() string { return "http://127.0.0.1:" + strconv.Itoa(n.httpPort) }
 
-// partitionsJSON is kahunactl partitions --format json.
-type partitionsJSON struct {
-	Node       uint64 `json:"node"`
-	Partitions []struct {
-		Partition int    `json:"partition"`
-		Leader    uint64 `json:"leader"`
-		Serving   bool   `json:"serving"`
-	} `json:"partitions"`
-}
-
-// testCluster runs three kahuna processes as a cluster: a lock through node
-// 1 is busy through node 2, leaders are spread and can be moved with
-// kahunactl, a kill -9 of a node leaves its persistent locks served by the
-// others, and the node restarted on its data catches up.
-func testCluster(t *testing.T, bin binaries) {
+// newProcessCluster lays out three nodes on loopback ports and returns them
+// with start, which runs node n with the cluster's flags and extra.
+func newProcessCluster(t *testing.T, bin binaries) (map[uint64]*clusterNode, func(n *clusterNode, extra ...string)) {
 	nodes := map[uint64]*clusterNode{}
 	var initial, endpoints []string
 	for id := uint64(1); id <= 3; id++ {
@@ -48,8 +36,6 @@ func testCluster(t *testing.T, bin binaries) {
 		initial = append(initial, fmt.Sprintf("%d=127.0.0.1:%d", id, n.raftPt))
 		endpoints = append(endpoints, fmt.Sprintf("%d=%s", id, n.endpoint()))
 	}
-	// start runs node n; extra is "--initial-cluster-state new" on the
-	// first start only, as an operator would do.
 	start := func(n *clusterNode, extra ...string) {
 		n.proc = startNode(t, bin, fmt.Sprintf("node %d", n.id), n.httpPort, append([]string{
 			"--raft-nodeid", strconv.FormatUint(n.id, 10),
@@ -63,8 +49,14 @@ func testCluster(t *testing.T, bin binaries) {
 			"--log-level", "warn",
 		}, extra...)...)
 	}
-	// All three at once: a node is ready once every partition has a
-	// leader, which takes a quorum.
+	return nodes, start
+}
+
+// startAll founds the cluster: all three nodes at once (a node is ready
+// once every partition has a leader, which takes a quorum), with
+// "--initial-cluster-state new" as an operator gives it on a first start.
+func startAll(t *testing.T, nodes map[uint64]*clusterNode, start func(n *clusterNode, extra ...string)) {
+	t.Helper()
 	began := time.Now()
 	for id := uint64(1); id <= 3; id++ {
 		start(nodes[id], "--initial-cluster-state", "new")
@@ -82,6 +74,26 @@ func testCluster(t *testing.T, bin binaries) {
 		}
 	}
 	t.Logf("3 nodes ready in %v", time.Since(began).Round(time.Millisecond))
+}
+
+// partitionsJSON is kahunactl partitions --format json.
+type partitionsJSON struct {
+	Node       uint64 `json:"node"`
+	Partitions []struct {
+		Partition int    `json:"partition"`
+		Leader    uint64 `json:"leader"`
+		Serving   bool   `json:"serving"`
+	} `json:"partitions"`
+}
+
+// testCluster runs three kahuna processes as a cluster: a lock through node
+// 1 is busy through node 2, leaders are spread and can be moved with
+// kahunactl, a kill -9 of a node leaves its persistent locks served by the
+// others, and the node restarted on its data catches up.
+func testCluster(t *testing.T, bin binaries) {
+	nodes, start := newProcessCluster(t, bin)
+	began := time.Now()
+	startAll(t, nodes, start)
 	ep1, ep2 := nodes[1].endpoint(), nodes[2].endpoint()
 
 	// leaders polls kahunactl partitions on ep until cond holds or the

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -53,29 +52,11 @@ type pauseCluster struct {
 // stopped process behind (it runs before startNode's kill).
 func startPauseCluster(t *testing.T, bin binaries) *pauseCluster {
 	t.Helper()
-	c := &pauseCluster{t: t, ids: []uint64{1, 2, 3}, nodes: map[uint64]*clusterNode{}, http: &http.Client{Timeout: 10 * time.Second}}
-	var initial, endpoints []string
-	for _, id := range c.ids {
-		n := &clusterNode{id: id, httpPort: freePort(t), grpcPort: freePort(t), raftPt: freePort(t), dir: t.TempDir()}
-		c.nodes[id] = n
-		initial = append(initial, fmt.Sprintf("%d=127.0.0.1:%d", id, n.raftPt))
-		endpoints = append(endpoints, fmt.Sprintf("%d=%s", id, n.endpoint()))
-	}
-	began := time.Now()
-	for _, id := range c.ids {
-		n := c.nodes[id]
-		n.proc = startNode(t, bin, fmt.Sprintf("node %d", n.id), n.httpPort,
-			"--raft-nodeid", strconv.FormatUint(n.id, 10),
-			"--raft-port", strconv.Itoa(n.raftPt),
-			"--http-ports", strconv.Itoa(n.httpPort),
-			"--grpc-cleartext-ports", strconv.Itoa(n.grpcPort),
-			"--storage-path", n.dir,
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-endpoints", strings.Join(endpoints, ","),
-			"--initial-cluster-partitions", strconv.Itoa(clusterPartitions),
-			"--initial-cluster-state", "new", // a fresh cluster, never restarted
-			"--log-level", "warn",
-		)
+	c := &pauseCluster{t: t, ids: []uint64{1, 2, 3}, http: &http.Client{Timeout: 10 * time.Second}}
+	var start func(n *clusterNode, extra ...string)
+	c.nodes, start = newProcessCluster(t, bin)
+	startAll(t, c.nodes, start)
+	for _, n := range c.nodes {
 		p := n.proc
 		t.Cleanup(func() {
 			select {
@@ -85,19 +66,6 @@ func startPauseCluster(t *testing.T, bin binaries) *pauseCluster {
 			}
 		})
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(c.ids))
-	for _, n := range c.nodes {
-		wg.Go(func() { errs <- n.proc.ready() })
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("3 nodes ready in %v", time.Since(began).Round(time.Millisecond))
 	return c
 }
 
