@@ -73,6 +73,8 @@ func ExampleLock_Lost() {
 	}
 	defer lock.Unlock(ctx)
 	<-lock.Lost()
+	// The lock's Context ends just after Lost closes, caused by ErrLockLost.
+	<-lock.Context().Done()
 	fmt.Println("lost:", errors.Is(context.Cause(lock.Context()), kahuna.ErrLockLost))
 	fmt.Println("past the deadline:", !time.Now().Before(lock.Expires()))
 	// Output:
