@@ -121,6 +121,10 @@ type Config struct {
 	unsafeNoLeaseCheck bool // answer on the Raft leader flag alone, without the leader lease
 }
 
+// unsafeKnobs is set only in a binary built with -tags kahuna_unsafe
+// (unsafe_knobs.go), for the process-level negative controls.
+var unsafeKnobs func(*Config) error
+
 // Open's errors about a data dir that does not fit the node (match them
 // with errors.Is).
 var (

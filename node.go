@@ -61,6 +61,11 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if unsafeKnobs != nil {
+		if err := unsafeKnobs(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkLayout(cfg); err != nil {
 		return nil, err
 	}

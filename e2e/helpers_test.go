@@ -55,11 +55,27 @@ func moduleRoot(t *testing.T) string {
 // binaries are the built kahuna and kahunactl executables.
 type binaries struct {
 	root, kahuna, kahunactl string
+	env                     []string // added to the nodes' environment
 }
 
 // build builds cmd/kahuna and cmd/kahunactl into t.TempDir(), with -race
 // when this test runs with -race.
 func build(t *testing.T) binaries {
+	t.Helper()
+	return buildTagged(t, "", "./cmd/kahuna", "./cmd/kahunactl")
+}
+
+// buildUnsafe builds a kahuna binary with the kahuna_unsafe tag whose nodes
+// run with the protections in knobs switched off (KAHUNA_UNSAFE, see
+// unsafe_knobs.go at the module root): the negative controls' binary.
+func buildUnsafe(t *testing.T, knobs string) binaries {
+	t.Helper()
+	b := buildTagged(t, "kahuna_unsafe", "./cmd/kahuna")
+	b.env = []string{"KAHUNA_UNSAFE=" + knobs}
+	return b
+}
+
+func buildTagged(t *testing.T, tags string, pkgs ...string) binaries {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("process-level test: builds and runs the binaries")
@@ -74,7 +90,10 @@ func build(t *testing.T) binaries {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "./cmd/kahuna", "./cmd/kahunactl")
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	args = append(args, pkgs...)
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool, args...)
@@ -83,7 +102,7 @@ func build(t *testing.T) binaries {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	t.Logf("built kahuna and kahunactl (race=%v) in %v", raceEnabled, time.Since(start).Round(time.Millisecond))
+	t.Logf("built %s (race=%v, tags %q) in %v", strings.Join(pkgs, " "), raceEnabled, tags, time.Since(start).Round(time.Millisecond))
 	return binaries{root: root, kahuna: filepath.Join(dir, "kahuna"), kahunactl: filepath.Join(dir, "kahunactl")}
 }
 
@@ -189,7 +208,7 @@ func startNode(t *testing.T, bin binaries, name string, httpPort int, args ...st
 		done:     make(chan struct{}),
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.Env = procEnv()
+	p.cmd.Env = append(procEnv(), bin.env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("%s: start: %v", name, err)
 	}

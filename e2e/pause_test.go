@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -35,8 +37,53 @@ import (
 // TestPause builds the binaries once and runs the pause scenarios.
 func TestPause(t *testing.T) {
 	bin := build(t)
-	t.Run("StaleLeader", func(t *testing.T) { testPausedLeaderStale(t, bin) })
+	t.Run("StaleLeader", func(t *testing.T) {
+		for _, f := range pausedLeaderStale(t, bin) {
+			t.Error(f)
+		}
+	})
 	t.Run("Nemesis", func(t *testing.T) { testPauseNemesis(t, bin) })
+	// The same scenarios against nodes that answer on the Raft leader flag
+	// alone (no leader lease): they must report what that lets through, or
+	// their passing above proves nothing.
+	t.Run("NegativeControl", func(t *testing.T) {
+		unsafe := buildUnsafe(t, "no-lease")
+		t.Run("StaleLeader", func(t *testing.T) {
+			for try := 1; ; try++ {
+				f := pausedLeaderStale(t, unsafe)
+				if len(f) > 0 {
+					t.Logf("caught on try %d: %s", try, strings.Join(f, "; "))
+					return
+				}
+				if try == 3 {
+					t.Fatal("without the leader lease the resumed old leader never answered from its cache in 3 tries: the scenario cannot see the bug")
+				}
+			}
+		})
+		t.Run("Nemesis", func(t *testing.T) {
+			c := startPauseCluster(t, unsafe)
+			endpoints := c.endpoints()
+			seed := uint64(time.Now().UnixNano()) % 1_000_000
+			for round := 0; ; round++ {
+				r := pauseNemesisRound(t, c, endpoints, seed+uint64(round), round, true)
+				if n := r.report.Violations(); n > 0 {
+					t.Logf("caught in round %d (seed %d): %d violations", round, seed+uint64(round), n)
+					return
+				}
+				if round == 2 {
+					t.Fatalf("without the leader lease 3 nemesis rounds (seed %d) found no violation: the nemesis cannot see the bug", seed)
+				}
+			}
+		})
+	})
+}
+
+func (c *pauseCluster) endpoints() []string {
+	var endpoints []string
+	for _, id := range c.ids {
+		endpoints = append(endpoints, c.nodes[id].endpoint())
+	}
+	return endpoints
 }
 
 // pauseCluster is three kahuna processes forming a cluster.
@@ -97,6 +144,34 @@ func (c *pauseCluster) partitions(id uint64) ([]kahuna.PartitionInfo, error) {
 		return nil, err
 	}
 	return v.Partitions, nil
+}
+
+// views is what every node but skip says of each partition's leader, one
+// field per node: "n1[0=1* 1=3 …]", * where the node serves the partition.
+func (c *pauseCluster) views(skip uint64) string {
+	var b strings.Builder
+	for _, id := range c.ids {
+		if id == skip {
+			continue
+		}
+		fmt.Fprintf(&b, " n%d[", id)
+		ps, err := c.partitions(id)
+		if err != nil {
+			fmt.Fprintf(&b, "%v]", err)
+			continue
+		}
+		for i, p := range ps {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%d=%d", p.Partition, p.Leader)
+			if p.Serving {
+				b.WriteByte('*')
+			}
+		}
+		b.WriteByte(']')
+	}
+	return b.String()
 }
 
 // servingLeader is the node among candidates that says it leads and serves
@@ -237,14 +312,14 @@ func (r *rawCall) answer() (restReply, error) {
 	return rep, nil
 }
 
-// testPausedLeaderStale is scenario 1 of issue 10 with real processes: A
+// pausedLeaderStale is scenario 1 of issue 10 with real processes: A
 // locks r through its partition's leader L; L is SIGSTOPped; the other two
 // elect M; through M, A unlocks and B locks (token 1); A's TryLock and a
 // Get are written to L's socket while it is stopped; L is SIGCONTed. L
 // must not answer A Locked (two holders, token backwards), nor the Get
 // with A's lease: MustRetry, an error, Busy, or B's lease are the correct
-// answers.
-func testPausedLeaderStale(t *testing.T, bin binaries) {
+// answers. It returns what the old leader answered wrongly.
+func pausedLeaderStale(t *testing.T, bin binaries) (findings []string) {
 	c := startPauseCluster(t, bin)
 	const (
 		relock = "pause/relock"
@@ -285,11 +360,12 @@ func testPausedLeaderStale(t *testing.T, bin binaries) {
 	t.Logf("node %d stopped for %v; after SIGCONT it answered A's TryLock: %v (err %v); the Get: %v (err %v)",
 		lid, time.Since(began).Round(time.Millisecond), lockAns, lockErr, getAns, getErr)
 	if lockErr == nil && lockAns.Type == kahuna.Locked {
-		t.Errorf("the resumed old leader answered A's TryLock %v while B holds %s with token 1: two holders, token backwards", lockAns, relock)
+		findings = append(findings, fmt.Sprintf("the resumed old leader answered A's TryLock %v while B holds %s with token 1: two holders, token backwards", lockAns, relock))
 	}
 	if getErr == nil && (getAns.Type == kahuna.LockDoesNotExist || getAns.Type == kahuna.Got && (string(getAns.Owner) != "B" || getAns.FencingToken != 1)) {
-		t.Errorf("the resumed old leader answered a Get of %s %v while B holds it with token 1", got, getAns)
+		findings = append(findings, fmt.Sprintf("the resumed old leader answered a Get of %s %v while B holds it with token 1", got, getAns))
 	}
+	return findings
 }
 
 // Nemesis workload parameters.
@@ -455,17 +531,14 @@ func testPauseNemesis(t *testing.T, bin binaries) {
 	}
 	t.Logf("seed %d (replay the schedule: KAHUNA_PAUSE_SEED=%d)", seed, seed)
 	c := startPauseCluster(t, bin)
-	var endpoints []string
-	for _, id := range c.ids {
-		endpoints = append(endpoints, c.nodes[id].endpoint())
-	}
+	endpoints := c.endpoints()
 	deadline := time.Now().Add(total)
 	var (
 		rounds, ops, pauses, violations, failed int
 		byChecker                               = map[string]int{}
 	)
 	for round := 0; round == 0 || time.Now().Before(deadline); round++ {
-		r := pauseNemesisRound(t, c, endpoints, seed+uint64(round), round)
+		r := pauseNemesisRound(t, c, endpoints, seed+uint64(round), round, false)
 		rounds++
 		ops += r.ops
 		pauses += r.pauses
@@ -487,7 +560,10 @@ func testPauseNemesis(t *testing.T, bin binaries) {
 	}
 }
 
-func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed uint64, round int) pauseRoundResult {
+// pauseNemesisRound runs one round and checks its history. A control round
+// (the cluster runs with a protection off) logs its violations instead of
+// failing the test; the caller asserts there are some.
+func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed uint64, round int, control bool) pauseRoundResult {
 	rng := rand.New(rand.NewPCG(seed, 0x7061757365))
 	// Hot resources: three per partition, fresh names each round.
 	var hotList []string
@@ -543,7 +619,14 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	// The nemesis: one node stopped at a time, past a lease and an
 	// election; then it runs a while, so a quorum is there between pauses.
 	res := pauseRoundResult{}
+	wallStart := time.Now()
 	end := time.Now().Add(pauseRound)
+	// The leadership timeline, logged if the round fails: what each running
+	// node says of every partition just before each pause and after it.
+	var timeline []string
+	view := func(when string, skip uint64) {
+		timeline = append(timeline, fmt.Sprintf("%6.2fs %s: %s", rec.Now().Seconds(), when, c.views(skip)))
+	}
 	time.Sleep(500 * time.Millisecond) // warm-up: the workload runs before the first fault
 	for time.Now().Before(end) {
 		target := c.ids[rng.IntN(len(c.ids))]
@@ -555,18 +638,30 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 			}
 		}
 		hold := pauseShortTTL + time.Second + time.Duration(rng.Int64N(int64(1500*time.Millisecond)))
+		view("before the pause", 0)
 		logf("SIGSTOP node %d (%s) for %v", target, why, hold.Round(time.Millisecond))
 		c.stop(target)
 		res.pauses++
-		time.Sleep(hold) // the fault's length is the point: nothing to wait for
+		time.Sleep(hold / 2) // the fault's length is the point: nothing to wait for
+		view(fmt.Sprintf("node %d stopped", target), target)
+		time.Sleep(hold - hold/2)
 		c.cont(target)
 		logf("SIGCONT node %d", target)
 		time.Sleep(time.Duration(700+rng.IntN(1000)) * time.Millisecond)
 	}
+	view("end", 0)
 	// A healthy tail: the cluster must serve again.
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
+
+	// Leases are measured on monotonic clocks, but a persistent record
+	// carries its expiry in wall-clock time to the next leader: a step of
+	// the machine's wall clock during the round moves every such expiry.
+	wallStep := time.Now().Round(0).Sub(wallStart.Round(0)) - time.Since(wallStart)
+	if wallStep > 20*time.Millisecond || wallStep < -20*time.Millisecond {
+		logf("the wall clock moved %v against the monotonic clock during the round", wallStep)
+	}
 
 	h := rec.History()
 	for i := range h {
@@ -593,16 +688,24 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 			logf("history in %s.{txt,json}, porcupine's visualization (if not linearizable) in %s", path, opts.VisualizePath)
 		}
 	}
-	if err := res.report.Err(); err != nil {
+	if err := res.report.Err(); err != nil && control {
+		logf("violations (expected of the control):\n%v", err)
+	} else if err != nil {
 		t.Errorf("round %d (seed %d): violations:\n%v", round, seed, err)
 		// The dump dir may be a temporary one that CI throws away: keep
-		// the evidence in the log too, the operations of the first
-		// resources that failed.
-		for i, r := range res.report.Linearizable.Failed {
-			if i == 2 {
-				break
+		// the evidence in the log too: the leadership timeline, the wall
+		// clock, and the operations of the resources that failed.
+		t.Logf("wall clock against monotonic over the round: %v", wallStep)
+		t.Logf("leadership timeline (node: partition=leader, * = serving):\n%s", strings.Join(timeline, "\n"))
+		failed := slices.Clone(res.report.Linearizable.Failed)
+		for _, v := range slices.Concat(res.report.Exclusion, res.report.Fencing) {
+			for _, o := range v.Ops {
+				failed = append(failed, o.Resource)
 			}
-			t.Logf("operations on %s:", r)
+		}
+		slices.Sort(failed)
+		for _, r := range slices.Compact(failed) {
+			t.Logf("operations on %s (partition %d):", r, partition.Of(r, clusterPartitions))
 			for _, o := range h {
 				if o.Resource == r {
 					t.Logf("  %s", o)

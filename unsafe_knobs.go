@@ -1,0 +1,38 @@
+//go:build kahuna_unsafe
+
+package kahuna
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// A binary built with -tags kahuna_unsafe reads KAHUNA_UNSAFE, a
+// comma-separated list of protections to switch off, so that the
+// process-level fault tests (e2e) can show they catch the broken variant:
+//
+//	no-lease   answer on the Raft leader flag alone, without the leader lease
+//	no-fence   apply records without the state machine's compare-and-set and epoch
+//
+// The build tag is the only way in: a release build has no such switch.
+func init() { unsafeKnobs = unsafeFromEnv }
+
+func unsafeFromEnv(cfg *Config) error {
+	v := os.Getenv("KAHUNA_UNSAFE")
+	if v == "" {
+		return nil
+	}
+	for _, k := range strings.Split(v, ",") {
+		switch strings.TrimSpace(k) {
+		case "no-lease":
+			cfg.unsafeNoLeaseCheck = true
+		case "no-fence":
+			cfg.unsafeNoFence = true
+		default:
+			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence)", k)
+		}
+	}
+	cfg.Logger.Warn("SAFETY PROTECTIONS SWITCHED OFF (a negative-control build)", "KAHUNA_UNSAFE", v)
+	return nil
+}
