@@ -10,9 +10,45 @@ import (
 
 // Client is a Locker served by remote kahuna nodes (or Kahuna servers),
 // over gRPC (default) or REST. Safe for concurrent use; Close it when done.
+//
+// Its methods are the raw protocol, as on a *Node: lock outcomes (Busy,
+// InvalidOwner, MustRetry, ...) are Statuses in the Result, and the error
+// is for the call itself (context ended, client closed, no endpoint
+// reachable). Acquire gives a handle with retries, waiting and keep-alive
+// on a Client as on a Node.
 type Client struct {
-	Locker
-	close func() error
+	locker Locker
+	close  func() error
+}
+
+var _ Locker = (*Client)(nil)
+
+// TryLock grants resource to owner for ttl if it is free or its lease has
+// lapsed (Locked, with the fencing token); another owner's live lease
+// answers Busy; the same owner re-locking a live lease gets its token
+// back, without its expiry refreshed.
+func (c *Client) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	return c.locker.TryLock(ctx, resource, owner, ttl, d)
+}
+
+// Extend sets owner's live lease on resource to end ttl from now
+// (Extended); LockDoesNotExist if there is no live lease, InvalidOwner if
+// another owner holds it.
+func (c *Client) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	return c.locker.Extend(ctx, resource, owner, ttl, d)
+}
+
+// Unlock releases owner's lock on resource, even if its lease has lapsed
+// (Unlocked); LockDoesNotExist if there is none, InvalidOwner if another
+// owner holds it.
+func (c *Client) Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error) {
+	return c.locker.Unlock(ctx, resource, owner, d)
+}
+
+// Get describes the live lock on resource (Got, with its owner, expiry and
+// fencing token), or answers LockDoesNotExist.
+func (c *Client) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
+	return c.locker.Get(ctx, resource, d)
 }
 
 // Close releases the client's connections.
@@ -60,11 +96,11 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 		if err != nil {
 			return nil, err
 		}
-		return &Client{Locker: c, close: c.Close}, nil
+		return &Client{locker: c, close: c.Close}, nil
 	}
 	c, err := transport.Dial(ctx, endpoints, o.transport...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Locker: c, close: c.Close}, nil
+	return &Client{locker: c, close: c.Close}, nil
 }

@@ -55,6 +55,10 @@ func dataHome() (string, error) {
 	return filepath.Join(home, ".local", "share", "kahuna"), nil
 }
 
+// errVersion is parseFlags' answer to --version: print the version, run
+// nothing.
+var errVersion = errors.New("version requested")
+
 // parseFlags parses args (without the program name). Output goes to out.
 func parseFlags(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("kahuna", flag.ContinueOnError)
@@ -91,12 +95,16 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	var clusterState string
 	fs.StringVar(&clusterState, "initial-cluster-state", "", "new: found a new cluster (give it to every member on its first start only); existing: refuse to start on a data dir without Raft state (a lost disk). A node with data restarts from it either way. Default: new for a single node, existing for a cluster member")
 	fs.StringVar(&o.clusterToken, "initial-cluster-token", "", "keeps clusters apart: Raft messages of a cluster with another token or member list are dropped. Recorded in the data dir; default: none (the member list alone)")
+	showVersion := fs.Bool("version", false, "print the version (module version and VCS revision) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(out)
 			fs.PrintDefaults()
 		}
 		return o, err
+	}
+	if *showVersion {
+		return o, errVersion
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))

@@ -4,6 +4,7 @@
 //
 //	go run ./cmd/kahuna            # defaults: ports 2070 (REST+gRPC), 2072 (gRPC), Raft 2073
 //	go run ./cmd/kahuna -help
+//	go run ./cmd/kahuna --version
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +43,10 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Fprintln(stdout, version())
 		return 0
 	}
 	if err != nil {
@@ -212,4 +218,46 @@ func checkFree(addr string) error {
 // oneLine folds a (possibly joined) error into one line.
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// version is what --version prints: the module version and the VCS
+// revision the binary was built from, as recorded by the go command.
+func version() string {
+	bi, _ := debug.ReadBuildInfo()
+	return "kahuna " + describeBuild(bi)
+}
+
+// describeBuild says "VERSION [revision REV[ (modified)]] GOVERSION";
+// VERSION is "(devel)" when the build has none (go build in a checkout),
+// and the revision is left out when the go command recorded none (a
+// build without -buildvcs, or outside a repository).
+func describeBuild(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "(devel)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	parts := []string{v}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev != "" {
+		r := "revision " + rev
+		if modified == "true" {
+			r += " (modified)"
+		}
+		parts = append(parts, r)
+	}
+	if bi.GoVersion != "" {
+		parts = append(parts, bi.GoVersion)
+	}
+	return strings.Join(parts, " ")
 }

@@ -46,10 +46,6 @@ func partitions(ctx context.Context, o options, out printer, stderr io.Writer) i
 }
 
 func transferLeadership(ctx context.Context, o options, out printer, stderr io.Writer) int {
-	if o.partition < 0 || o.to == 0 {
-		fmt.Fprintln(stderr, "kahunactl: transfer-leadership needs --partition P and --to NODE")
-		return exitUsage
-	}
 	payload, _ := json.Marshal(kahuna.TransferRequest{Partition: o.partition, To: o.to})
 	if code := adminCall(ctx, o.endpoints, http.MethodPost, kahuna.AdminTransferPath, payload, nil, stderr); code != exitOK {
 		return code

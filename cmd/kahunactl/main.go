@@ -1,15 +1,52 @@
 // Command kahunactl locks, extends, unlocks and inspects locks on kahuna
-// nodes, and moves partition leadership.
+// nodes, runs a command under a lock, and moves partition leadership.
 //
 //	kahunactl lock jobs/export --ttl 30s            # prints owner and fencing token
+//	kahunactl lock jobs/export -- ./export.sh --all # runs the script while holding the lock
 //	kahunactl extend jobs/export --owner OWNER --ttl 30s
 //	kahunactl unlock jobs/export --owner OWNER
 //	kahunactl get jobs/export
 //	kahunactl partitions                             # who leads each partition
 //	kahunactl transfer-leadership --partition 3 --to 2
+//	kahunactl --version
 //
-// Exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the
-// owner, or no such lock).
+// kahunactl COMMAND -h describes a command and lists its flags.
+//
+// # Running a command under a lock
+//
+// kahunactl lock RESOURCE [flags] -- CMD [ARGS...] waits for the lock
+// (for --wait if given, else until interrupted), then runs CMD with the
+// parent's environment plus KAHUNA_LOCK_RESOURCE, KAHUNA_LOCK_OWNER and
+// KAHUNA_FENCING_TOKEN, extends the lease in the background (every third
+// of --ttl) while CMD runs, releases the lock when CMD exits and exits with
+// CMD's status (128+N if CMD was killed by signal N, as a shell reports
+// it). kahunactl itself prints nothing on stdout: that is CMD's.
+//
+// If the lock is lost while CMD runs (the lease could not be extended
+// before it ran out, say the nodes are unreachable, or a node reports it
+// held by another owner), kahunactl sends CMD SIGTERM, then SIGKILL after
+// --grace (default 10s), and exits 4. SIGINT and SIGTERM sent to kahunactl
+// are passed on to CMD (which is in kahunactl's process group, so a Ctrl-C
+// in a terminal also reaches it directly); kahunactl then waits for CMD to
+// exit and releases the lock as usual. Interrupted while still waiting for
+// the lock, kahunactl runs nothing and exits 128+N. Signals go to CMD's
+// process only: use `sh -c 'exec ...'` or a CMD that passes them on to
+// its own children.
+//
+// # Timeouts
+//
+// --timeout (default 30s) bounds the calls to the nodes: a lock, extend,
+// unlock or get, dialling, and the release after CMD. lock's --wait comes
+// on top of it: lock --wait 2m --timeout 30s gives up after at most 2m30s,
+// with exit 3 if the lock was busy for the whole 2m. The time CMD runs is
+// not bounded.
+//
+// # Exit codes
+//
+// 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the owner, or no
+// such lock; with -- CMD: the lock was lost while CMD ran); lock -- CMD
+// exits with CMD's status, and 128+N when interrupted by signal N while
+// waiting.
 package main
 
 import (
@@ -21,6 +58,8 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -44,6 +83,8 @@ type options struct {
 	endpoints  []string
 	ttl        time.Duration
 	wait       time.Duration
+	waitGiven  bool // --wait was on the command line
+	grace      time.Duration
 	durability kahuna.Durability
 	owner      string
 	format     string
@@ -52,163 +93,178 @@ type options struct {
 	to         uint64
 }
 
-const usage = `usage: kahunactl COMMAND [RESOURCE] [flags]
+// A command is one of kahunactl's commands.
+type command struct {
+	name     string
+	args     string // what follows the name in its synopsis
+	summary  string // one line, for -h and the command list
+	resource bool   // takes a RESOURCE
+	// flags registers the command's own flags (the common ones are added
+	// for every command).
+	flags func(fs *flag.FlagSet, o *options, durability *string)
+}
 
-commands:
-  lock RESOURCE       acquire; prints the owner and fencing token
-  extend RESOURCE     extend the lease (needs --owner)
-  unlock RESOURCE     release (needs --owner)
-  get RESOURCE        show the live lock
-  partitions          show each partition's leader
-  transfer-leadership move a partition's leadership (--partition, --to)
+var commands = []command{
+	{name: "lock", args: "RESOURCE [flags] [-- CMD [ARGS...]]", resource: true,
+		summary: "acquire RESOURCE and print its owner and fencing token; with -- CMD, hold it while CMD runs",
+		flags: func(fs *flag.FlagSet, o *options, d *string) {
+			durabilityFlag(fs, d)
+			ttlFlag(fs, o, "lease length (with -- CMD: extended every third of it while CMD runs)")
+			durationVar(fs, &o.wait, "wait", 0, "keep trying this long while the lock is busy (default: try once; with -- CMD: wait until interrupted)")
+			fs.StringVar(&o.owner, "owner", "", "owner to lock as (default a fresh random one)")
+			durationVar(fs, &o.grace, "grace", 10*time.Second, "with -- CMD: once the lock is lost, how long CMD gets after SIGTERM before SIGKILL")
+		}},
+	{name: "extend", args: "RESOURCE --owner OWNER [flags]", resource: true,
+		summary: "extend the lease of RESOURCE held by OWNER",
+		flags: func(fs *flag.FlagSet, o *options, d *string) {
+			durabilityFlag(fs, d)
+			ttlFlag(fs, o, "new lease length, from now")
+			fs.StringVar(&o.owner, "owner", "", "the owner lock printed (required)")
+		}},
+	{name: "unlock", args: "RESOURCE --owner OWNER [flags]", resource: true,
+		summary: "release RESOURCE held by OWNER",
+		flags: func(fs *flag.FlagSet, o *options, d *string) {
+			durabilityFlag(fs, d)
+			fs.StringVar(&o.owner, "owner", "", "the owner lock printed (required)")
+		}},
+	{name: "get", args: "RESOURCE [flags]", resource: true,
+		summary: "show the live lock on RESOURCE: owner, fencing token, expiry",
+		flags: func(fs *flag.FlagSet, o *options, d *string) {
+			durabilityFlag(fs, d)
+		}},
+	{name: "partitions", args: "[flags]",
+		summary: "show which node leads each partition",
+		flags:   func(*flag.FlagSet, *options, *string) {}},
+	{name: "transfer-leadership", args: "--partition P --to NODE [flags]",
+		summary: "move the leadership of partition P to node NODE",
+		flags: func(fs *flag.FlagSet, o *options, _ *string) {
+			fs.IntVar(&o.partition, "partition", -1, "the partition (required)")
+			fs.Uint64Var(&o.to, "to", 0, "ID of the node to lead it (required)")
+		}},
+}
 
-common flags (kahunactl COMMAND -h lists them all):
+func findCommand(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func durabilityFlag(fs *flag.FlagSet, d *string) {
+	fs.StringVar(d, "durability", "persistent", "persistent or ephemeral")
+}
+
+func ttlFlag(fs *flag.FlagSet, o *options, usage string) {
+	durationVar(fs, &o.ttl, "ttl", 30*time.Second, usage)
+}
+
+// durationValue is a duration flag whose parse error says what a
+// duration looks like (the flag package's says "parse error").
+type durationValue struct{ d *time.Duration }
+
+func durationVar(fs *flag.FlagSet, d *time.Duration, name string, value time.Duration, usage string) {
+	*d = value
+	fs.Var(durationValue{d}, name, usage)
+}
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (a number and a unit: 500ms, 30s, 5m, 1h)")
+	}
+	*v.d = d
+	return nil
+}
+
+// Get makes PrintDefaults show the flag as a duration.
+func (v durationValue) Get() any { return *v.d }
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: kahunactl COMMAND [RESOURCE] [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-20s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+kahunactl COMMAND -h describes a command and lists its flags; kahunactl --version
+prints the version. Common flags:
   --endpoints URLS    comma-separated node URLs (default http://127.0.0.1:2070)
-  --durability D      persistent (default) or ephemeral
-  --owner OWNER       the owner lock printed (extend, unlock)
-  --ttl D, --wait D   lease length and how long lock waits while busy
+  --timeout D         bound on the calls to the nodes (default 30s; lock adds --wait)
   --format F          text (default) or json
 
-exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the
-owner, or no such lock)
-`
-
-// commands are kahunactl's commands and whether each takes a RESOURCE.
-var commands = map[string]bool{
-	"lock": true, "extend": true, "unlock": true, "get": true,
-	"partitions": false, "transfer-leadership": false,
+exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the owner,
+or no such lock; lock -- CMD: lost while CMD ran); lock -- CMD exits with
+CMD's status, 128+N when interrupted by signal N while waiting
+`)
+	return b.String()
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return exitUsage
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, usage)
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage())
+		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, version())
 		return exitOK
 	}
-	cmd, args := args[0], args[1:]
-	needsResource, known := commands[cmd]
+	name, args := args[0], args[1:]
+	cmd, known := findCommand(name)
 	if !known {
-		fmt.Fprintf(stderr, "kahunactl: unknown command %q\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "kahunactl: unknown command %q (kahunactl -h lists them)\n", name)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("kahunactl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o options
-	var endpoints, durability string
-	fs.StringVar(&endpoints, "endpoints", "http://127.0.0.1:2070", "comma-separated node URLs (http:// = h2c, https:// = TLS)")
-	fs.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease length for lock and extend")
-	fs.DurationVar(&o.wait, "wait", 0, "for lock: keep trying this long while the lock is busy")
-	fs.StringVar(&durability, "durability", "persistent", "persistent or ephemeral")
-	fs.StringVar(&o.owner, "owner", "", "owner (lock: default a fresh random one; extend/unlock: required)")
-	fs.StringVar(&o.format, "format", "text", "text or json")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
-	fs.IntVar(&o.partition, "partition", -1, "for transfer-leadership: the partition")
-	fs.Uint64Var(&o.to, "to", 0, "for transfer-leadership: the node to lead it")
-	// The RESOURCE may come before, after or between the flags: the flag
-	// package stops at the first non-flag argument, so take it and go on.
-	var (
-		resource     string
-		haveResource bool
-		extra        []string
-	)
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
-			}
-			return exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if needsResource && !haveResource {
-			resource, haveResource = fs.Arg(0), true
-		} else {
-			extra = append(extra, fs.Arg(0))
-		}
-		args = fs.Args()[1:]
+	o, resource, argv, code := parseArgs(cmd, args, stdout, stderr)
+	if code >= 0 {
+		return code
 	}
-	if len(extra) > 0 {
-		if !needsResource {
-			fmt.Fprintf(stderr, "kahunactl: %s takes no RESOURCE (got %q)\n", cmd, extra[0])
-		} else {
-			fmt.Fprintf(stderr, "kahunactl: unexpected argument %q\n", extra[0])
-		}
-		return exitUsage
-	}
-	switch durability {
-	case "persistent":
-		o.durability = kahuna.Persistent
-	case "ephemeral":
-		o.durability = kahuna.Ephemeral
-	default:
-		fmt.Fprintf(stderr, "kahunactl: --durability must be persistent or ephemeral, not %q\n", durability)
-		return exitUsage
-	}
-	if o.format != "text" && o.format != "json" {
-		fmt.Fprintf(stderr, "kahunactl: --format must be text or json, not %q\n", o.format)
-		return exitUsage
-	}
-	for _, e := range strings.Split(endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			o.endpoints = append(o.endpoints, e)
-		}
-	}
-	switch {
-	case needsResource && resource == "":
-		fmt.Fprintf(stderr, "kahunactl: %s needs a RESOURCE\n", cmd)
-		return exitUsage
-	case (cmd == "extend" || cmd == "unlock") && o.owner == "":
-		fmt.Fprintf(stderr, "kahunactl: %s needs --owner (the one lock printed)\n", cmd)
-		return exitUsage
-	case (cmd == "lock" || cmd == "extend") && o.ttl <= 0:
-		fmt.Fprintf(stderr, "kahunactl: --ttl must be positive, not %v\n", o.ttl)
-		return exitUsage
-	case o.wait < 0:
-		fmt.Fprintf(stderr, "kahunactl: --wait must not be negative, not %v\n", o.wait)
-		return exitUsage
-	case o.timeout <= 0:
-		fmt.Fprintf(stderr, "kahunactl: --timeout must be positive, not %v\n", o.timeout)
-		return exitUsage
-	case len(o.endpoints) == 0:
-		fmt.Fprintln(stderr, "kahunactl: --endpoints is empty")
-		return exitUsage
-	}
-	for _, e := range o.endpoints {
-		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			fmt.Fprintf(stderr, "kahunactl: --endpoints: %q is not an http:// or https:// URL\n", e)
-			return exitUsage
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+
+	dctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	out := printer{w: stdout, json: o.format == "json"}
-	switch cmd {
+	switch cmd.name {
 	case "partitions":
-		return partitions(ctx, o, out, stderr)
+		return partitions(dctx, o, out, stderr)
 	case "transfer-leadership":
-		return transferLeadership(ctx, o, out, stderr)
+		return transferLeadership(dctx, o, out, stderr)
 	}
-	client, err := transport.Dial(ctx, o.endpoints)
+	client, err := transport.Dial(dctx, o.endpoints)
 	if err != nil {
 		fmt.Fprintf(stderr, "kahunactl: %s\n", oneLine(err))
 		return exitError
 	}
 	defer client.Close()
-	switch cmd {
+	switch cmd.name {
 	case "lock":
-		return lock(ctx, client, resource, o, out, stderr)
+		if argv != nil {
+			return lockAndRun(ctx, client, resource, argv, o, stdout, stderr)
+		}
+		// The overall timeout covers the wait: --timeout for the calls,
+		// on top of --wait for a busy lock.
+		lctx, cancel := context.WithTimeout(ctx, o.timeout+o.wait)
+		defer cancel()
+		return lock(lctx, client, resource, o, out, stderr)
 	case "extend":
-		r, err := client.Extend(ctx, resource, []byte(o.owner), o.ttl, o.durability)
+		r, err := client.Extend(dctx, resource, []byte(o.owner), o.ttl, o.durability)
 		return report(out, stderr, "extend", resource, o.owner, r, err, kahuna.Extended)
 	case "unlock":
-		r, err := client.Unlock(ctx, resource, []byte(o.owner), o.durability)
+		r, err := client.Unlock(dctx, resource, []byte(o.owner), o.durability)
 		return report(out, stderr, "unlock", resource, o.owner, r, err, kahuna.Unlocked)
 	default:
-		info, r, err := client.Get(ctx, resource, o.durability)
+		info, r, err := client.Get(dctx, resource, o.durability)
 		if err == nil && r.Status == kahuna.Got {
 			out.print(map[string]any{"resource": resource, "status": r.Status.String(), "owner": string(info.Owner),
 				"fencingToken": info.FencingToken, "expires": info.Expires.UTC().Format(time.RFC3339Nano)},
@@ -217,6 +273,175 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return report(out, stderr, "get", resource, "", r, err, kahuna.Got)
 	}
+}
+
+// parseArgs parses a command's arguments: its flags, its RESOURCE and,
+// for lock, a CMD after "--". code is the exit code when kahunactl is to
+// stop here (help, or a usage error already printed), else -1.
+func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options, resource string, argv []string, code int) {
+	fs := flag.NewFlagSet("kahunactl "+cmd.name, flag.ContinueOnError)
+	// The flag package prints the whole flag list on any error; say one
+	// line instead (below), and print the help on stdout for -h.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var endpoints, durability string
+	fs.StringVar(&endpoints, "endpoints", "http://127.0.0.1:2070", "comma-separated node URLs (http:// = h2c, https:// = TLS)")
+	durationVar(fs, &o.timeout, "timeout", 30*time.Second, "bound on the calls to the nodes (lock: on top of --wait)")
+	fs.StringVar(&o.format, "format", "text", "text or json")
+	cmd.flags(fs, &o, &durability)
+
+	usageErr := func(format string, a ...any) (options, string, []string, int) {
+		fmt.Fprintf(stderr, "kahunactl: "+format+"\n", a...)
+		return o, "", nil, exitUsage
+	}
+	// The RESOURCE may come before, after or between the flags: the flag
+	// package stops at the first non-flag argument, so take it and go on.
+	// A "--" before the RESOURCE lets it start with '-'; after it, for
+	// lock, the rest is the CMD to run.
+	var (
+		haveResource bool
+		extra        []string
+	)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stdout, commandHelp(cmd, fs))
+				return o, "", nil, exitOK
+			}
+			return usageErr("%s", flagError(cmd.name, err))
+		}
+		rest := fs.Args()
+		terminated := len(rest) < len(args) && args[len(args)-len(rest)-1] == "--"
+		if terminated && haveResource && cmd.name == "lock" {
+			if len(rest) == 0 {
+				return usageErr("lock %s --: no CMD to run after --", resource)
+			}
+			argv = rest
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		if cmd.resource && !haveResource {
+			resource, haveResource = rest[0], true
+		} else {
+			extra = append(extra, rest[0])
+		}
+		args = rest[1:]
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "wait" {
+			o.waitGiven = true
+		}
+	})
+	if len(extra) > 0 {
+		switch {
+		case !cmd.resource:
+			return usageErr("%s takes no RESOURCE (got %q)", cmd.name, extra[0])
+		case cmd.name == "lock":
+			return usageErr("unexpected argument %q (to run a command under the lock: kahunactl lock RESOURCE -- CMD [ARGS...])", extra[0])
+		}
+		return usageErr("unexpected argument %q", extra[0])
+	}
+	if cmd.resource {
+		switch durability {
+		case "persistent":
+			o.durability = kahuna.Persistent
+		case "ephemeral":
+			o.durability = kahuna.Ephemeral
+		default:
+			return usageErr("--durability must be persistent or ephemeral, not %q", durability)
+		}
+	}
+	if o.format != "text" && o.format != "json" {
+		return usageErr("--format must be text or json, not %q", o.format)
+	}
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			o.endpoints = append(o.endpoints, e)
+		}
+	}
+	switch {
+	case cmd.resource && resource == "":
+		return usageErr("%s needs a RESOURCE", cmd.name)
+	case (cmd.name == "extend" || cmd.name == "unlock") && o.owner == "":
+		return usageErr("%s needs --owner (the one lock printed)", cmd.name)
+	case (cmd.name == "lock" || cmd.name == "extend") && o.ttl <= 0:
+		return usageErr("--ttl must be positive, not %v", o.ttl)
+	case o.wait < 0:
+		return usageErr("--wait must not be negative, not %v", o.wait)
+	case o.grace < 0:
+		return usageErr("--grace must not be negative, not %v", o.grace)
+	case o.timeout <= 0:
+		return usageErr("--timeout must be positive, not %v", o.timeout)
+	case len(o.endpoints) == 0:
+		return usageErr("--endpoints is empty")
+	case cmd.name == "transfer-leadership" && (o.partition < 0 || o.to == 0):
+		return usageErr("transfer-leadership needs --partition P and --to NODE")
+	}
+	for _, e := range o.endpoints {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usageErr("--endpoints: %q is not an http:// or https:// URL", e)
+		}
+	}
+	return o, resource, argv, -1
+}
+
+// commandHelp is a command's -h: its synopsis, what it does and its flags.
+func commandHelp(cmd command, fs *flag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: kahunactl %s %s\n\n%s.\n\nflags:\n", cmd.name, cmd.args, upperFirst(cmd.summary))
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	sort.Strings(names)
+	for _, n := range names {
+		f := fs.Lookup(n)
+		kind, u := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(durationValue); ok {
+			kind = "duration"
+		}
+		line := "  --" + n
+		if kind != "" {
+			line += " " + kind
+		}
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
+			u += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(&b, "%-24s %s\n", line, u)
+	}
+	return b.String()
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+var (
+	invalidValue = regexp.MustCompile(`^invalid (?:value|boolean value) (".*") for flag -([^:]+): (.*)$`)
+	undefined    = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	needsValue   = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+)
+
+// flagError says in one line which flag was wrong and why.
+func flagError(cmd string, err error) string {
+	s := err.Error()
+	if m := invalidValue.FindStringSubmatch(s); m != nil {
+		why := m[3]
+		if why == "parse error" || why == "value out of range" {
+			why = "not a valid number"
+		}
+		return fmt.Sprintf("--%s %s: %s", m[2], m[1], why)
+	}
+	if m := undefined.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("%s has no flag --%s (kahunactl %s -h lists its flags)", cmd, m[1], cmd)
+	}
+	if m := needsValue.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("--%s needs a value", m[1])
+	}
+	return s
 }
 
 // oneLine folds a (possibly joined, multi-line) error into one line,
@@ -239,36 +464,52 @@ next:
 	return strings.Join(parts, "; ")
 }
 
-func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out printer, stderr io.Writer) int {
-	opts := []kahuna.AcquireOption{kahuna.WithTTL(o.ttl), kahuna.WithWait(o.wait), kahuna.WithDurability(o.durability)}
+func acquireOptions(o options) []kahuna.AcquireOption {
+	opts := []kahuna.AcquireOption{kahuna.WithTTL(o.ttl), kahuna.WithDurability(o.durability)}
 	if o.owner != "" {
 		opts = append(opts, kahuna.WithOwner([]byte(o.owner)))
 	}
-	h, err := kahuna.Acquire(ctx, l, resource, opts...)
+	return opts
+}
+
+func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out printer, stderr io.Writer) int {
+	h, err := kahuna.Acquire(ctx, l, resource, append(acquireOptions(o), kahuna.WithWait(o.wait))...)
 	if err != nil {
-		var se *kahuna.StatusError
-		if errors.As(err, &se) {
-			return report(out, stderr, "lock", resource, o.owner, kahuna.Result{Status: se.Status}, nil, kahuna.Locked)
-		}
-		return report(out, stderr, "lock", resource, o.owner, kahuna.Result{}, err, kahuna.Locked)
+		return acquireFailed(out, stderr, resource, o.owner, err)
 	}
 	out.print(map[string]any{"resource": resource, "status": "Locked", "owner": string(h.Owner()), "fencingToken": h.FencingToken()},
 		"locked %s owner %s fencing token %d\n", resource, h.Owner(), h.FencingToken())
 	return exitOK
 }
 
-// report prints the outcome of a call and picks the exit code.
+// acquireFailed reports an Acquire that gave up.
+func acquireFailed(out printer, stderr io.Writer, resource, owner string, err error) int {
+	var se *kahuna.StatusError
+	if errors.As(err, &se) {
+		return report(out, stderr, "lock", resource, owner, kahuna.Result{Status: se.Status}, nil, kahuna.Locked)
+	}
+	return report(out, stderr, "lock", resource, owner, kahuna.Result{}, err, kahuna.Locked)
+}
+
+// report prints the outcome of a call and picks the exit code. A fencing
+// token is shown only where there is one: a lock, extend or get that
+// succeeded.
 func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.Result, err error, success kahuna.Status) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "kahunactl: %s %s: %s\n", op, resource, oneLine(err))
 		return exitError
 	}
-	fields := map[string]any{"resource": resource, "status": r.Status.String(), "fencingToken": r.FencingToken}
+	fields := map[string]any{"resource": resource, "status": r.Status.String()}
 	if owner != "" {
 		fields["owner"] = owner
 	}
 	switch r.Status {
 	case success:
+		if success == kahuna.Unlocked {
+			out.print(fields, "%s %s: %s\n", op, resource, r.Status)
+			return exitOK
+		}
+		fields["fencingToken"] = r.FencingToken
 		out.print(fields, "%s %s: %s, fencing token %d\n", op, resource, r.Status, r.FencingToken)
 		return exitOK
 	case kahuna.Busy:

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,7 +147,7 @@ func TestLifecycleText(t *testing.T) {
 				t.Fatalf("unlock by another owner output: %s", r)
 			}
 			r = c("unlock", res, "--owner", owner).want(t, exitOK, "unlock")
-			if r.stdout != "unlock "+res+": Unlocked, fencing token 0\n" {
+			if r.stdout != "unlock "+res+": Unlocked\n" {
 				t.Fatalf("unlock output: %s", r)
 			}
 			r = c("unlock", res, "--owner", owner).want(t, exitLost, "unlock again")
@@ -193,7 +194,10 @@ func TestLifecycleJSON(t *testing.T) {
 			}
 
 			m = c("lock", res, "--owner", "intruder").want(t, exitBusy, "busy").jsonOut(t)
-			check(m, map[string]any{"resource": res, "status": "Busy", "owner": "intruder", "fencingToken": 0})
+			check(m, map[string]any{"resource": res, "status": "Busy", "owner": "intruder"})
+			if _, ok := m["fencingToken"]; ok {
+				t.Fatalf("busy answer with a fencing token: %v", m)
+			}
 
 			m = c("extend", res, "--owner", owner).want(t, exitOK, "extend").jsonOut(t)
 			check(m, map[string]any{"resource": res, "status": "Extended", "owner": owner, "fencingToken": 0})
@@ -208,6 +212,9 @@ func TestLifecycleJSON(t *testing.T) {
 			check(m, map[string]any{"status": "InvalidOwner"})
 			m = c("unlock", res, "--owner", owner).want(t, exitOK, "unlock").jsonOut(t)
 			check(m, map[string]any{"resource": res, "status": "Unlocked", "owner": owner})
+			if _, ok := m["fencingToken"]; ok {
+				t.Fatalf("unlock answer with a fencing token: %v", m)
+			}
 			m = c("unlock", res, "--owner", owner).want(t, exitLost, "unlock again").jsonOut(t)
 			check(m, map[string]any{"status": "LockDoesNotExist"})
 			m = c("get", res).want(t, exitLost, "get after unlock").jsonOut(t)
@@ -287,10 +294,23 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%q: stderr should say %q: %s", c.args, c.says, r)
 		}
 	}
-	// Bad flags are reported by the flag package, with the command's flags.
-	for _, args := range [][]string{{"lock", "r", "--bogus"}, {"get", "r", "--ttl", "soon"}} {
-		if r := ctl(t, args...); r.code != exitUsage || !strings.Contains(r.stderr, "Usage of kahunactl "+args[0]) {
-			t.Errorf("%q: %s", args, r)
+	// A bad flag is one line saying which flag and why, not the flag list.
+	for _, c := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"lock", "r", "--bogus"}, "kahunactl: lock has no flag --bogus (kahunactl lock -h lists its flags)"},
+		{[]string{"get", "r", "--ttl", "5s"}, "kahunactl: get has no flag --ttl (kahunactl get -h lists its flags)"},
+		{[]string{"lock", "r", "--ttl", "5sec"}, `kahunactl: --ttl "5sec": not a duration (a number and a unit: 500ms, 30s, 5m, 1h)`},
+		{[]string{"lock", "r", "--wait=soon"}, `kahunactl: --wait "soon": not a duration (a number and a unit: 500ms, 30s, 5m, 1h)`},
+		{[]string{"get", "r", "--timeout", "10"}, `kahunactl: --timeout "10": not a duration (a number and a unit: 500ms, 30s, 5m, 1h)`},
+		{[]string{"lock", "r", "--ttl"}, "kahunactl: --ttl needs a value"},
+		{[]string{"transfer-leadership", "--partition", "three", "--to", "1"}, `kahunactl: --partition "three": not a valid number`},
+		{[]string{"lock", "r", "--"}, "kahunactl: lock r --: no CMD to run after --"},
+	} {
+		r := ctl(t, c.args...)
+		if r.code != exitUsage || r.stdout != "" || r.stderr != c.line+"\n" {
+			t.Errorf("%q: want exit 2 and the one line %q, got %s", c.args, c.line, r)
 		}
 	}
 	// No arguments at all: the usage, on stderr.
@@ -305,8 +325,86 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("%q: %s", args, r)
 		}
 	}
-	if r := ctl(t, "lock", "-h"); r.code != exitOK || !strings.Contains(r.stderr, "-durability") {
-		t.Errorf("lock -h: %s", r)
+}
+
+// TestCommandHelp: each command's -h prints its synopsis, a one-line
+// description and its own flags only, on stdout, and exits 0.
+func TestCommandHelp(t *testing.T) {
+	want := map[string][]string{
+		"lock":                {"durability", "endpoints", "format", "grace", "owner", "timeout", "ttl", "wait"},
+		"extend":              {"durability", "endpoints", "format", "owner", "timeout", "ttl"},
+		"unlock":              {"durability", "endpoints", "format", "owner", "timeout"},
+		"get":                 {"durability", "endpoints", "format", "timeout"},
+		"partitions":          {"endpoints", "format", "timeout"},
+		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
+	}
+	flagLine := regexp.MustCompile(`^  --([a-z-]+) `)
+	for _, c := range commands {
+		for _, h := range []string{"-h", "--help"} {
+			r := ctl(t, c.name, h).want(t, exitOK, c.name+" "+h)
+			lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+			if r.stderr != "" || len(lines) < 5 || lines[0] != "usage: kahunactl "+c.name+" "+c.args || lines[1] != "" ||
+				lines[2] != strings.ToUpper(c.summary[:1])+c.summary[1:]+"." || lines[3] != "" || lines[4] != "flags:" {
+				t.Fatalf("%s %s: %s", c.name, h, r)
+			}
+			var got []string
+			for _, l := range lines[5:] {
+				m := flagLine.FindStringSubmatch(l)
+				if m == nil {
+					t.Fatalf("%s %s: not a flag line %q", c.name, h, l)
+				}
+				got = append(got, m[1])
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want[c.name]) {
+				t.Errorf("%s %s lists flags %v, want %v", c.name, h, got, want[c.name])
+			}
+		}
+		if !strings.Contains(ctl(t, "-h").stdout, "  "+c.name+" ") {
+			t.Errorf("kahunactl -h does not list %s", c.name)
+		}
+	}
+	if r := ctl(t, "lock", "-h").stdout; !strings.Contains(r, "--ttl duration ") || !strings.Contains(r, "(default 30s)") {
+		t.Errorf("lock -h: durations should show as such, with their defaults: %s", r)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "-version", "version"} {
+		r := ctl(t, arg).want(t, exitOK, arg)
+		if !strings.HasPrefix(r.stdout, "kahunactl ") || strings.Count(r.stdout, "\n") != 1 || r.stderr != "" {
+			t.Errorf("%s: %s", arg, r)
+		}
+	}
+	for _, c := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{nil, "(devel)"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0"}, "(devel) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}}, "(devel) revision 0123abcd (modified) go1.26.0"},
+		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "false"}}}, "v1.2.3 revision 0123abcd go1.26.0"},
+	} {
+		if got := describeBuild(c.bi); got != c.want {
+			t.Errorf("describeBuild = %q, want %q", got, c.want)
+		}
+	}
+}
+
+// TestWaitLongerThanTimeout: --timeout bounds the calls and --wait comes
+// on top of it, so a wait longer than the timeout on a busy lock ends in
+// exit 3 (busy) after the whole wait, not in a timeout error.
+func TestWaitLongerThanTimeout(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "wt/r", "--owner", "holder", "--ttl", "1m", "--endpoints", ep).want(t, exitOK, "lock")
+	start := time.Now()
+	r := ctl(t, "lock", "wt/r", "--owner", "waiter", "--wait", "1500ms", "--timeout", "300ms", "--endpoints", ep).want(t, exitBusy, "wait over the timeout")
+	if took := time.Since(start); took < 1500*time.Millisecond {
+		t.Fatalf("busy after %v, before the 1.5s wait was over: %s", took, r)
+	}
+	if r.stdout != "lock wt/r: busy (held by another owner)\n" {
+		t.Fatalf("output: %s", r)
 	}
 }
 

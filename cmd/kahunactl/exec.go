@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// notifySignals subscribes c to the signals lock -- CMD passes on to CMD
+// (and that end a wait for the lock). Tests wrap it to learn when the
+// subscription is in place.
+var notifySignals = func(c chan<- os.Signal) { signal.Notify(c, syscall.SIGINT, syscall.SIGTERM) }
+
+// waitRound is how long one Acquire waits when lock -- CMD has no --wait
+// and waits until interrupted: Acquire is called again after each round.
+// A day is well under the longest wait a node accepts (the TTL limit).
+const waitRound = 24 * time.Hour
+
+// lockAndRun is lock RESOURCE -- CMD: wait for the lock, run CMD under it
+// with the lease kept alive, release it when CMD exits and exit with CMD's
+// status; stop CMD if the lock is lost. See the package doc.
+func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []string, o options, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 8)
+	notifySignals(sigs)
+	defer signal.Stop(sigs)
+
+	h, sig, err := acquireUntilSignal(ctx, l, resource, o, sigs)
+	if sig != nil {
+		if h != nil {
+			release(h, o.timeout, stderr)
+		}
+		fmt.Fprintf(stderr, "kahunactl: lock %s: interrupted by %v while waiting; %s not run\n", resource, sig, argv[0])
+		return 128 + signalNumber(sig)
+	}
+	if err != nil {
+		return acquireFailed(printer{w: stderr}, stderr, resource, o.owner, err)
+	}
+
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = append(os.Environ(),
+		"KAHUNA_LOCK_RESOURCE="+resource,
+		"KAHUNA_LOCK_OWNER="+string(h.Owner()),
+		"KAHUNA_FENCING_TOKEN="+strconv.FormatInt(h.FencingToken(), 10))
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
+	if err := c.Start(); err != nil {
+		release(h, o.timeout, stderr)
+		fmt.Fprintf(stderr, "kahunactl: lock %s: %s\n", resource, oneLine(err))
+		return exitError
+	}
+	alive, stopAlive := context.WithCancel(context.Background())
+	defer stopAlive()
+	h.KeepAlive(alive, 0) // every third of the TTL
+
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+	lost := h.Lost()
+	var (
+		wasLost bool
+		kill    <-chan time.Time
+		killer  *time.Timer
+	)
+	defer func() {
+		if killer != nil {
+			killer.Stop()
+		}
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			_ = c.Process.Signal(s)
+		case <-lost:
+			lost, wasLost = nil, true
+			fmt.Fprintf(stderr, "kahunactl: lock %s lost (%s): sent %s SIGTERM, SIGKILL in %v\n",
+				resource, oneLine(context.Cause(h.Context())), argv[0], o.grace)
+			_ = c.Process.Signal(syscall.SIGTERM)
+			killer = time.NewTimer(o.grace)
+			kill = killer.C
+		case <-kill:
+			kill = nil
+			_ = c.Process.Kill()
+		case err := <-exited:
+			stopAlive()
+			if wasLost {
+				return exitLost
+			}
+			status := exitStatus(err, stderr, resource)
+			if errors.Is(release(h, o.timeout, stderr), kahuna.ErrLockLost) {
+				return exitLost
+			}
+			return status
+		}
+	}
+}
+
+// acquireUntilSignal waits for the lock: for --wait (plus --timeout) if
+// given, else until a signal. A signal ends the wait: sig is then the
+// signal, and h the lock if it was granted all the same.
+func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o options, sigs <-chan os.Signal) (h *kahuna.Lock, sig os.Signal, err error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.waitGiven {
+		actx, cancel = context.WithTimeout(actx, o.timeout+o.wait)
+		defer cancel()
+	}
+	got := make(chan os.Signal, 1)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			got <- s
+			cancel()
+		case <-stop:
+		}
+	}()
+	opts := acquireOptions(o)
+	for {
+		wait := o.wait
+		if !o.waitGiven {
+			wait = waitRound
+		}
+		h, err = kahuna.Acquire(actx, l, resource, append(opts, kahuna.WithWait(wait))...)
+		if o.waitGiven || !errors.Is(err, kahuna.ErrBusy) || actx.Err() != nil {
+			break
+		}
+	}
+	close(stop)
+	<-watched
+	select {
+	case sig = <-got:
+	default:
+	}
+	return h, sig, err
+}
+
+// release unlocks h after CMD, bounded by timeout, and says so if that
+// failed: the lease then ends by itself at its deadline.
+func release(h *kahuna.Lock, timeout time.Duration, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := h.Unlock(ctx)
+	switch {
+	case errors.Is(err, kahuna.ErrLockLost):
+		fmt.Fprintf(stderr, "kahunactl: lock %s was lost before the release (%s)\n", h.Resource(), oneLine(err))
+	case err != nil:
+		fmt.Fprintf(stderr, "kahunactl: release %s: %s (the lease ends by itself by %s)\n",
+			h.Resource(), oneLine(err), h.Expires().UTC().Format(time.RFC3339))
+	}
+	return err
+}
+
+// exitStatus is the status a shell would report for CMD.
+func exitStatus(err error, stderr io.Writer, resource string) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	fmt.Fprintf(stderr, "kahunactl: lock %s: %s\n", resource, strings.TrimSpace(err.Error()))
+	return exitError
+}
+
+func signalNumber(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return int(syscall.SIGTERM)
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// output is a writer safe for a child process and the test at once, which
+// tells when a line has been written.
+type output struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	waits map[string]chan struct{}
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, err := o.buf.Write(p)
+	for s, c := range o.waits {
+		if strings.Contains(o.buf.String(), s) {
+			close(c)
+			delete(o.waits, s)
+		}
+	}
+	return n, err
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// seen is closed once s has been written.
+func (o *output) seen(s string) <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := make(chan struct{})
+	if strings.Contains(o.buf.String(), s) {
+		close(c)
+		return c
+	}
+	if o.waits == nil {
+		o.waits = map[string]chan struct{}{}
+	}
+	o.waits[s] = c
+	return c
+}
+
+// started is a kahunactl run in the background.
+type started struct {
+	stdout, stderr *output
+	done           chan result
+}
+
+func start(args ...string) *started {
+	s := &started{stdout: &output{}, stderr: &output{}, done: make(chan result, 1)}
+	go func() {
+		code := run(context.Background(), args, s.stdout, s.stderr)
+		s.done <- result{code, s.stdout.String(), s.stderr.String()}
+	}()
+	return s
+}
+
+// await waits for c, failing the test after d.
+func await(t *testing.T, c <-chan struct{}, d time.Duration, what string, s *started) {
+	t.Helper()
+	select {
+	case <-c:
+	case r := <-s.done:
+		t.Fatalf("kahunactl ended before %s: %s", what, r)
+	case <-time.After(d):
+		t.Fatalf("no %s after %v: stdout %q, stderr %q", what, d, s.stdout, s.stderr)
+	}
+}
+
+func (s *started) result(t *testing.T, d time.Duration) result {
+	t.Helper()
+	select {
+	case r := <-s.done:
+		return r
+	case <-time.After(d):
+		t.Fatalf("kahunactl still running after %v: stdout %q, stderr %q", d, s.stdout, s.stderr)
+		return result{}
+	}
+}
+
+// subscribed makes kahunactl's signal subscription tell the test when it
+// is in place, so a signal the test sends itself is kahunactl's to handle
+// rather than the end of the test binary.
+func subscribed(t *testing.T) <-chan struct{} {
+	t.Helper()
+	ready := make(chan struct{})
+	var once sync.Once
+	old := notifySignals
+	notifySignals = func(c chan<- os.Signal) {
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		once.Do(func() { close(ready) })
+	}
+	t.Cleanup(func() { notifySignals = old })
+	return ready
+}
+
+// TestLockRunEnvironment: CMD runs with the lock's resource, owner and
+// fencing token in its environment, next to the parent's variables, and
+// while it runs the lock is held by that owner.
+func TestLockRunEnvironment(t *testing.T) {
+	_, ep := startNode(t)
+	t.Setenv("KAHUNA_TEST_PARENT", "from the parent")
+	script := `echo "$KAHUNA_LOCK_RESOURCE|$KAHUNA_LOCK_OWNER|$KAHUNA_FENCING_TOKEN|$KAHUNA_TEST_PARENT|$1"`
+	r := ctl(t, "lock", "run/env", "--owner", "me", "--endpoints", ep, "--", "sh", "-c", script, "sh", "an argument").want(t, exitOK, "lock -- sh")
+	if want := "run/env|me|0|from the parent|an argument\n"; r.stdout != want || r.stderr != "" {
+		t.Fatalf("CMD saw %s, want stdout %q", r, want)
+	}
+	// A fresh random owner by default, and the next grant's token.
+	r = ctl(t, "lock", "run/env", "--endpoints", ep, "--", "sh", "-c", `echo "$KAHUNA_LOCK_OWNER $KAHUNA_FENCING_TOKEN"`).want(t, exitOK, "second run")
+	if f := strings.Fields(r.stdout); len(f) != 2 || len(f[0]) != 32 || f[1] != "1" {
+		t.Fatalf("second run: %s, want a 32-hex owner and token 1", r)
+	}
+}
+
+// TestLockRunHeldWhileRunning: while CMD runs, the lock is held by the
+// owner CMD was given (another owner is busy); once CMD exits it is free.
+func TestLockRunHeldWhileRunning(t *testing.T) {
+	_, ep := startNode(t)
+	dir := t.TempDir()
+	gate := dir + "/go-on"
+	s := start("lock", "run/held", "--owner", "runner", "--endpoints", ep, "--", "sh", "-c",
+		`echo ready; while [ ! -e "$1" ]; do sleep 0.02; done; echo done`, "sh", gate)
+	await(t, s.stdout.seen("ready\n"), 30*time.Second, "CMD's ready", s)
+	r := ctl(t, "get", "run/held", "--endpoints", ep).want(t, exitOK, "get while CMD runs")
+	if !strings.HasPrefix(r.stdout, "run/held owned by runner, fencing token 0, ") {
+		t.Fatalf("get while CMD runs: %s", r)
+	}
+	ctl(t, "lock", "run/held", "--owner", "other", "--endpoints", ep).want(t, exitBusy, "another owner while CMD runs")
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = s.result(t, 30*time.Second).want(t, exitOK, "lock -- sh")
+	if r.stdout != "ready\ndone\n" {
+		t.Fatalf("CMD output: %s", r)
+	}
+	ctl(t, "get", "run/held", "--endpoints", ep).want(t, exitLost, "get after CMD exited")
+}
+
+// TestLockRunExitStatus: kahunactl exits with CMD's status, releases the
+// lock whatever the status (another owner gets it at once, no wait), and
+// reports a signal death as a shell does.
+func TestLockRunExitStatus(t *testing.T) {
+	_, ep := startNode(t)
+	for _, c := range []struct {
+		script string
+		code   int
+	}{
+		{"exit 0", 0},
+		{"exit 7", 7},
+		{"exit 1", 1},
+		{"kill -TERM $$", 128 + int(syscall.SIGTERM)},
+	} {
+		r := ctl(t, "lock", "run/status", "--endpoints", ep, "--", "sh", "-c", c.script).want(t, c.code, c.script)
+		if r.stdout != "" || r.stderr != "" {
+			t.Fatalf("%s: kahunactl printed something: %s", c.script, r)
+		}
+		ctl(t, "lock", "run/status", "--owner", "next", "--endpoints", ep).want(t, exitOK, "lock after CMD "+c.script)
+		ctl(t, "unlock", "run/status", "--owner", "next", "--endpoints", ep).want(t, exitOK, "unlock")
+	}
+	// A CMD that cannot start: an error, and the lock released.
+	r := ctl(t, "lock", "run/status", "--endpoints", ep, "--", "/nonexistent/cmd").want(t, exitError, "missing CMD")
+	oneStderrLine(t, r, "/nonexistent/cmd")
+	ctl(t, "lock", "run/status", "--owner", "next", "--endpoints", ep).want(t, exitOK, "lock after a CMD that did not start")
+}
+
+// TestLockRunBusy: with --wait, a lock busy for the whole wait exits 3
+// without running CMD; without --wait it waits until the holder lets go.
+func TestLockRunBusy(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "run/busy", "--owner", "holder", "--ttl", "1m", "--endpoints", ep).want(t, exitOK, "holder")
+	r := ctl(t, "lock", "run/busy", "--wait", "200ms", "--endpoints", ep, "--", "sh", "-c", "echo ran").want(t, exitBusy, "busy with --wait")
+	if r.stdout != "" || r.stderr != "lock run/busy: busy (held by another owner)\n" {
+		t.Fatalf("busy: %s", r)
+	}
+
+	// No --wait: it waits until the lock is free, past --timeout (which
+	// bounds the calls only): here until the holder's short lease runs out.
+	ctl(t, "lock", "run/busy2", "--owner", "holder", "--ttl", "1500ms", "--endpoints", ep).want(t, exitOK, "short holder")
+	held := time.Now()
+	r = ctl(t, "lock", "run/busy2", "--timeout", "200ms", "--endpoints", ep, "--", "sh", "-c", "echo ran").want(t, exitOK, "waiter")
+	if r.stdout != "ran\n" || r.stderr != "" {
+		t.Fatalf("waiter: %s", r)
+	}
+	if took := time.Since(held); took < 1400*time.Millisecond {
+		t.Fatalf("CMD ran %v after the holder's 1.5s lease began", took)
+	}
+}
+
+// TestLockRunInterruptedWhileWaiting: a signal while waiting for the lock
+// ends the wait; CMD never runs; the exit code is 128+signal.
+func TestLockRunInterruptedWhileWaiting(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "run/int", "--owner", "holder", "--ttl", "1m", "--endpoints", ep).want(t, exitOK, "holder")
+	ready := subscribed(t)
+	s := start("lock", "run/int", "--endpoints", ep, "--", "sh", "-c", "echo ran")
+	await(t, ready, 30*time.Second, "the signal subscription", s)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	r := s.result(t, 30*time.Second).want(t, 128+int(syscall.SIGINT), "interrupted waiter")
+	if r.stdout != "" {
+		t.Fatalf("CMD ran: %s", r)
+	}
+	oneStderrLine(t, r, "interrupted by interrupt while waiting; sh not run")
+	r = ctl(t, "get", "run/int", "--endpoints", ep).want(t, exitOK, "get")
+	if !strings.HasPrefix(r.stdout, "run/int owned by holder,") {
+		t.Fatalf("after the interrupted wait: %s", r)
+	}
+}
+
+// TestLockRunForwardsSignals: SIGTERM sent to kahunactl reaches CMD;
+// kahunactl exits with CMD's status and releases the lock.
+func TestLockRunForwardsSignals(t *testing.T) {
+	_, ep := startNode(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			subscribed(t)
+			s := start("lock", "run/sig", "--endpoints", ep, "--", "sh", "-c",
+				`trap 'echo "got $1"; exit 7' TERM INT; echo ready; while :; do sleep 0.02; done`, "sh", sig.String())
+			// CMD starts after kahunactl subscribed: the signal is kahunactl's.
+			await(t, s.stdout.seen("ready\n"), 30*time.Second, "CMD's ready", s)
+			if err := syscall.Kill(os.Getpid(), sig); err != nil {
+				t.Fatal(err)
+			}
+			r := s.result(t, 30*time.Second).want(t, 7, "CMD's status after the trap")
+			if r.stdout != "ready\ngot "+sig.String()+"\n" || r.stderr != "" {
+				t.Fatalf("output: %s", r)
+			}
+			ctl(t, "lock", "run/sig", "--owner", "next", "--endpoints", ep).want(t, exitOK, "lock after CMD exited")
+			ctl(t, "unlock", "run/sig", "--owner", "next", "--endpoints", ep).want(t, exitOK, "unlock")
+		})
+	}
+}
+
+// TestLockRunKeepsAlive: a CMD that outlives the TTL keeps the lock: the
+// lease is extended while it runs.
+func TestLockRunKeepsAlive(t *testing.T) {
+	_, ep := startNode(t)
+	dir := t.TempDir()
+	gate := dir + "/go-on"
+	s := start("lock", "run/alive", "--owner", "runner", "--ttl", "600ms", "--endpoints", ep, "--", "sh", "-c",
+		`echo ready; while [ ! -e "$1" ]; do sleep 0.02; done`, "sh", gate)
+	await(t, s.stdout.seen("ready\n"), 30*time.Second, "CMD's ready", s)
+	// Three TTLs later the lock is still the runner's, with the same token.
+	deadline := time.Now().Add(1800 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		r := ctl(t, "get", "run/alive", "--endpoints", ep).want(t, exitOK, "get while CMD runs")
+		if !strings.HasPrefix(r.stdout, "run/alive owned by runner, fencing token 0, ") {
+			t.Fatalf("while CMD runs: %s", r)
+		}
+		ctl(t, "lock", "run/alive", "--owner", "other", "--endpoints", ep).want(t, exitBusy, "another owner while CMD runs")
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.result(t, 30*time.Second).want(t, exitOK, "lock -- sh")
+}
+
+// TestLockRunLost: the node goes away while CMD runs (as a crash or a
+// network partition would do): keep-alive cannot extend, the lease runs
+// out, and kahunactl sends CMD SIGTERM and exits 4. A CMD that ignores
+// SIGTERM is killed after --grace.
+func TestLockRunLost(t *testing.T) {
+	for _, c := range []struct {
+		name, trap, says string
+	}{
+		{"stops on SIGTERM", `trap 'echo term; exit 0' TERM`, "ready\nterm\n"},
+		{"ignores SIGTERM", `trap '' TERM`, "ready\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n, ep := startNode(t)
+			s := start("lock", "run/lost", "--ttl", "1s", "--grace", "300ms", "--timeout", "2s", "--endpoints", ep, "--", "sh", "-c",
+				c.trap+`; echo ready; while :; do sleep 0.02; done`)
+			await(t, s.stdout.seen("ready\n"), 30*time.Second, "CMD's ready", s)
+			closed := make(chan error, 1)
+			go func() { closed <- n.Close() }()
+			r := s.result(t, 30*time.Second).want(t, exitLost, "lock lost")
+			if r.stdout != c.says {
+				t.Fatalf("CMD output %q, want %q (%s)", r.stdout, c.says, r)
+			}
+			oneStderrLine(t, r, "lock run/lost lost (kahuna: lock lost")
+			if !strings.Contains(r.stderr, "sent sh SIGTERM, SIGKILL in 300ms") {
+				t.Fatalf("stderr: %s", r)
+			}
+			if err := <-closed; err != nil {
+				t.Fatalf("close: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"runtime/debug"
+	"strings"
+)
+
+// version is what --version prints: the module version and the VCS
+// revision the binary was built from, as recorded by the go command.
+func version() string {
+	bi, _ := debug.ReadBuildInfo()
+	return "kahunactl " + describeBuild(bi)
+}
+
+// describeBuild says "VERSION [revision REV[ (modified)]] GOVERSION";
+// VERSION is "(devel)" when the build has none (go build in a checkout),
+// and the revision is left out when the go command recorded none (a
+// build without -buildvcs, or outside a repository).
+func describeBuild(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return "(devel)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	parts := []string{v}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev != "" {
+		r := "revision " + rev
+		if modified == "true" {
+			r += " (modified)"
+		}
+		parts = append(parts, r)
+	}
+	if bi.GoVersion != "" {
+		parts = append(parts, bi.GoVersion)
+	}
+	return strings.Join(parts, " ")
+}
