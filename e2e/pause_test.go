@@ -605,6 +605,18 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 		dial("one-fixed", true, []string{ep})
 		dial("one", false, []string{ep})
 	}
+	// Probes: one client per node, for Gets sent to a node while it is
+	// stopped (see probe below). Dialed and used before the first pause, so
+	// their connections exist when the node stops.
+	workers := len(clients)
+	for _, ep := range endpoints {
+		dial("probe", false, []string{ep})
+	}
+	probes := map[uint64]*pauseClient{}
+	for i, id := range c.ids {
+		probes[id] = clients[workers+i]
+		probes[id].call(checker.Get, hotList[0], "", 0)
+	}
 	defer func() {
 		for _, cl := range clients {
 			cl.c.Close()
@@ -612,8 +624,24 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	}()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for _, cl := range clients {
+	for _, cl := range clients[:workers] {
 		wg.Go(func() { cl.run(stop, hotList) })
+	}
+	// probe sends a Get of every hot resource to the stopped node target
+	// during its pause: the kernel queues them, and the node
+	// answers once it runs again. By then the others have usually granted
+	// some of those locks anew, so an answer from the node's old cache
+	// (the node not yet knowing it was deposed) names a holder or token
+	// that no longer held at any point of the Get's span: the
+	// linearizability checker sees it. Each Get is a client of its own.
+	nextProbe := 10_000
+	probe := func(target uint64) {
+		for _, res := range hotList {
+			pc := *probes[target]
+			pc.id = nextProbe
+			nextProbe++
+			wg.Go(func() { pc.call(checker.Get, res, "", 0) })
+		}
 	}
 
 	// The nemesis: one node stopped at a time, past a lease and an
@@ -642,9 +670,17 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 		logf("SIGSTOP node %d (%s) for %v", target, why, hold.Round(time.Millisecond))
 		c.stop(target)
 		res.pauses++
-		time.Sleep(hold / 2) // the fault's length is the point: nothing to wait for
+		// The fault's length is the point: nothing to wait for. Probes go
+		// out at 1/2, 3/4 and near the end of the pause: the later, the
+		// more the others have changed meanwhile.
+		time.Sleep(hold / 2)
 		view(fmt.Sprintf("node %d stopped", target), target)
-		time.Sleep(hold - hold/2)
+		probe(target)
+		time.Sleep(hold / 4)
+		probe(target)
+		time.Sleep(hold/4 - 100*time.Millisecond)
+		probe(target)
+		time.Sleep(100 * time.Millisecond)
 		c.cont(target)
 		logf("SIGCONT node %d", target)
 		time.Sleep(time.Duration(700+rng.IntN(1000)) * time.Millisecond)
