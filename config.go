@@ -101,8 +101,19 @@ type Config struct {
 	// ten ticks (several nodes sharing a small machine), or leadership will
 	// move under load.
 	RaftRTT time.Duration
-	// Logger receives the node's logs (nil = discard).
+	// Logger receives the node's logs (nil = discard). Each request is
+	// logged at debug (RequestEvent), peers and partition leaders that
+	// change at info.
 	Logger *slog.Logger
+	// RaftLogLevel is the least level of the Raft libraries' own lines
+	// (dragonboat, pebble, badger) passed on to Logger, which filters them
+	// again; nil means warnings and errors only. It is process-wide, as
+	// dragonboat's logger is: the node opened last decides.
+	RaftLogLevel slog.Leveler
+	// Observe, when set, is called once per lock request the node answers
+	// (its callers' and those its peers forward to it), on the request's
+	// goroutine: for metrics. It must be fast and must not block.
+	Observe func(RequestEvent)
 	// Clock returns the current time (default time.Now). Leases are measured
 	// on its monotonic reading; tests inject a clock they can move.
 	Clock func() time.Time

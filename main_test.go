@@ -8,9 +8,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// dragonboat's capnslog takes over the std logger at import and pebble
-	// prints a harmless "vfs: not supported" through it on in-memory
-	// filesystems; keep test and benchmark output readable.
-	log.SetOutput(io.Discard)
+	// Keep test and benchmark output free of any std log line, except in
+	// the child of TestEmbeddedNodeWritesNothingToStderr, which must see
+	// what an embedder sees.
+	if os.Getenv(quietChildEnv) == "" {
+		log.SetOutput(io.Discard)
+	}
 	os.Exit(m.Run())
 }

@@ -51,6 +51,8 @@ type Node struct {
 
 	// paused, when set, holds calls at the door (PauseNode, tests only).
 	paused atomic.Pointer[chan struct{}]
+
+	partLog partitionLog // node_stats.go
 }
 
 var _ Locker = (*Node)(nil)
@@ -70,6 +72,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID)}
+	n.peers.logger = cfg.Logger
 	raftMembers := map[uint64]string{}
 	for id, m := range cfg.Members {
 		raftMembers[id] = m.RaftAddress
@@ -88,7 +91,9 @@ func Open(cfg Config) (*Node, error) {
 		Partitions:          cfg.Partitions,
 		RTT:                 cfg.RaftRTT,
 		Logger:              cfg.Logger,
-		OnLeaderChange:      n.leadership.Observe,
+		LibraryLogLevel:     cfg.RaftLogLevel,
+		OnLeaderChange:      n.observeLeader, // node_stats.go
+		OnPeer:              n.peers.observe,
 		Transport:           cfg.raftTransport,
 		ProposalTimeout:     cfg.proposalTimeout,
 		UnsafeNoFence:       cfg.unsafeNoFence,

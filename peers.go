@@ -3,29 +3,65 @@ package kahuna
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
 
-// peers holds one forwarding client per other member, dialled on first use.
+// peers holds one forwarding client per other member, dialled on first use,
+// and whether each member is reachable over Raft.
 type peers struct {
 	endpoints map[uint64]string
+	logger    *slog.Logger
 
 	mu      sync.Mutex
 	clients map[uint64]*transport.Client
 	closed  bool
+	up      map[uint64]bool // absent: not heard of yet
 }
 
 func newPeers(members map[uint64]Member, self uint64) *peers {
-	ps := &peers{endpoints: map[uint64]string{}, clients: map[uint64]*transport.Client{}}
+	ps := &peers{endpoints: map[uint64]string{}, clients: map[uint64]*transport.Client{}, up: map[uint64]bool{}, logger: slog.New(slog.DiscardHandler)}
 	for id, m := range members {
 		if id != self {
 			ps.endpoints[id] = m.Endpoint
 		}
 	}
 	return ps
+}
+
+// observe is durability.RaftConfig.OnPeer: this node's Raft connection to
+// member id came up or failed. A change is logged at info; a first
+// failure, as members start one after another, only at debug.
+func (ps *peers) observe(id uint64, up bool) {
+	ps.mu.Lock()
+	was, known := ps.up[id]
+	ps.up[id] = up
+	closed := ps.closed
+	ps.mu.Unlock()
+	switch {
+	case closed || known && was == up:
+	case up:
+		ps.logger.Info("peer up", "peer", id)
+	case known:
+		ps.logger.Info("peer down", "peer", id)
+	default:
+		ps.logger.Debug("peer not reachable yet", "peer", id)
+	}
+}
+
+// stats reports every other member's reachability.
+func (ps *peers) stats() []PeerStats {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]PeerStats, 0, len(ps.endpoints))
+	for id := range ps.endpoints {
+		up, known := ps.up[id]
+		out = append(out, PeerStats{ID: id, Known: known, Reachable: up})
+	}
+	return out
 }
 
 // get returns the forwarding client of member id. It speaks the

@@ -14,7 +14,9 @@ import (
 // else forwarded once to the partition's leader. forwarded marks a request
 // that already took its hop: it is never forwarded again (MustRetry
 // instead), so two nodes with different views cannot bounce it.
-func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (LockInfo, Result, error) {
+func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ LockInfo, r Result, err error) {
+	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
+	defer func() { n.endRequest(ctx, &t, req, r, err) }()
 	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) {
 		return LockInfo{}, Result{Status: InvalidInput}, nil
 	}
@@ -30,6 +32,7 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (Lock
 		if forwarded {
 			return LockInfo{}, Result{Status: MustRetry}, nil
 		}
+		t.to, _ = n.leadership.LeaderOf(req.Partition) // for the trace only
 		return n.forward(ctx, req)
 	}
 	// The actor checks again when it decides: every answer, reads

@@ -84,6 +84,14 @@ type RaftConfig struct {
 	// Logger receives dragonboat's and badger's logs. nil discards them.
 	// dragonboat's logger is process-wide: the last non-nil Logger wins.
 	Logger *slog.Logger
+	// LibraryLogLevel is the least level of dragonboat's, pebble's and
+	// badger's own lines passed to Logger (nil: DefaultLibraryLogLevel,
+	// warnings and errors). Process-wide, like Logger.
+	LibraryLogLevel slog.Leveler
+	// OnPeer is called on a dragonboat goroutine when this node's Raft
+	// connection to member id is established (up) or fails (down); it
+	// may repeat a state. It must not block. nil: not called.
+	OnPeer func(id uint64, up bool)
 	// OnLeaderChange is called on a dragonboat goroutine whenever this node
 	// learns of a new leader (or of none) for a partition. It must not block.
 	OnLeaderChange func(LeaderEvent)

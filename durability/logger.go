@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,15 +19,30 @@ import (
 var (
 	raftLogOnce sync.Once
 	raftLog     atomic.Pointer[slog.Logger]
+	raftLevel   atomic.Pointer[slog.Leveler] // nil: DefaultLibraryLogLevel
 )
+
+// DefaultLibraryLogLevel is the least level of dragonboat's and badger's own
+// logs that reaches the Logger unless RaftConfig.LibraryLogLevel says
+// otherwise: their Info and Debug lines (some 190 per start) are for
+// debugging those libraries, not for running kahuna.
+const DefaultLibraryLogLevel = slog.LevelWarn
 
 var discard = slog.New(slog.DiscardHandler)
 
-func installRaftLogger(l *slog.Logger) {
+// installRaftLogger points the process-wide library logs at l (if not nil)
+// with least level min (nil: DefaultLibraryLogLevel).
+func installRaftLogger(l *slog.Logger, min slog.Leveler) {
 	if l != nil {
 		raftLog.Store(l)
+		if min != nil {
+			raftLevel.Store(&min)
+		} else {
+			raftLevel.Store(nil)
+		}
 	}
 	raftLogOnce.Do(func() {
+		installStdLogFormatter() // stdlog.go
 		defer func() {
 			// Someone else set the factory first; theirs stays.
 			if recover() != nil && l != nil {
@@ -44,8 +61,9 @@ func (raftLogger) SetLevel(dlogger.LogLevel) {}
 
 func (l raftLogger) Debugf(f string, a ...any) { l.log(slog.LevelDebug, f, a) }
 
-// Infof goes to Debug: dragonboat logs ~50 Info lines per start.
-func (l raftLogger) Infof(f string, a ...any) { l.log(slog.LevelDebug, f, a) }
+// Infof stays Info, below DefaultLibraryLogLevel: dragonboat logs ~50 Info
+// lines per start.
+func (l raftLogger) Infof(f string, a ...any) { l.log(slog.LevelInfo, f, a) }
 
 func (l raftLogger) Warningf(f string, a ...any) { l.log(l.noisy(slog.LevelWarn, f), f, a) }
 
@@ -70,7 +88,8 @@ func (l raftLogger) noisy(level slog.Level, format string) slog.Level {
 	if l.pkg == "raft" {
 		// Elections and transfers are routine: dragonboat logs every step
 		// of them as a warning.
-		for _, s := range []string{"became", "received", "vote", "Vote", "campaign", "dropped proposal", "eaderTransfer", "eader transfer", "leader transferring"} {
+		for _, s := range []string{"became", "become follower", "received", "vote", "Vote", "campaign", "cast ",
+			"dropped proposal", "eaderTransfer", "eader transfer", "leader transferring", "no leader"} {
 			if strings.Contains(format, s) {
 				return slog.LevelDebug
 			}
@@ -90,22 +109,52 @@ func (l raftLogger) noisy(level slog.Level, format string) slog.Level {
 
 func (l raftLogger) log(level slog.Level, f string, a []any) {
 	lg := raftLog.Load()
-	if lg == nil || !lg.Enabled(context.Background(), level) {
+	if lg == nil || !libraryEnabled(lg, level) {
 		return
 	}
-	lg.Log(context.Background(), level, fmt.Sprintf(f, a...), "pkg", l.pkg)
+	msg, attrs := partitionAttrs(fmt.Sprintf(f, a...))
+	lg.Log(context.Background(), level, msg, append(attrs, "pkg", l.pkg)...)
 }
 
-// badgerLogger passes badger's warnings and errors to slog.
+// libraryEnabled reports whether a library line at level goes to lg.
+func libraryEnabled(lg *slog.Logger, level slog.Level) bool {
+	min := DefaultLibraryLogLevel
+	if lv := raftLevel.Load(); lv != nil {
+		min = (*lv).Level()
+	}
+	return level >= min && lg.Enabled(context.Background(), level)
+}
+
+// replicaTag is how dragonboat names a replica in its lines: [shard:replica].
+var replicaTag = regexp.MustCompile(`\[(\d{5}):(\d{5})\] ?`)
+
+// partitionAttrs takes dragonboat's [shard:replica] tag out of msg and
+// returns it as partition (shard − 1, as kahuna numbers them) and replica
+// attributes, so a line names the partition an operator knows.
+func partitionAttrs(msg string) (string, []any) {
+	m := replicaTag.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg, nil
+	}
+	shard, err1 := strconv.ParseUint(msg[m[2]:m[3]], 10, 64)
+	replica, err2 := strconv.ParseUint(msg[m[4]:m[5]], 10, 64)
+	if err1 != nil || err2 != nil || shard == 0 {
+		return msg, nil
+	}
+	return msg[:m[0]] + msg[m[1]:], []any{"partition", int(shard - 1), "replica", replica}
+}
+
+// badgerLogger passes badger's logs to slog, at or above the library level.
 type badgerLogger struct{ l *slog.Logger }
 
-func (b badgerLogger) Errorf(f string, a ...any) {
-	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, a...)), "pkg", "badger")
+func (b badgerLogger) log(level slog.Level, f string, a []any) {
+	if !libraryEnabled(b.l, level) {
+		return
+	}
+	b.l.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(f, a...)), "pkg", "badger")
 }
 
-func (b badgerLogger) Warningf(f string, a ...any) {
-	b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, a...)), "pkg", "badger")
-}
-
-func (badgerLogger) Infof(string, ...any)  {}
-func (badgerLogger) Debugf(string, ...any) {}
+func (b badgerLogger) Errorf(f string, a ...any)   { b.log(slog.LevelError, f, a) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.log(slog.LevelWarn, f, a) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.log(slog.LevelInfo, f, a) }
+func (b badgerLogger) Debugf(f string, a ...any)   { b.log(slog.LevelDebug, f, a) }

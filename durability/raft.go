@@ -48,7 +48,7 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	if err != nil {
 		return nil, err
 	}
-	installRaftLogger(cfg.Logger)
+	installRaftLogger(cfg.Logger, cfg.LibraryLogLevel)
 	log := cfg.Logger
 	if log == nil {
 		log = discard
@@ -66,7 +66,9 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 		leaders: make([]atomic.Pointer[LeaderEvent], rc.Partitions),
 		stop:    make(chan struct{}),
 	}
-	r.nh, err = dragonboat.NewNodeHost(rc.nodeHostConfig(&leaderEvents{r: r, fn: cfg.OnLeaderChange}))
+	nhc := rc.nodeHostConfig(&leaderEvents{r: r, fn: cfg.OnLeaderChange})
+	nhc.SystemEventListener = newPeerEvents(rc.members, rc.ReplicaID, cfg.OnPeer) // events.go
+	r.nh, err = dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		db.Close()
 		hint := ""

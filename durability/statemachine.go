@@ -109,7 +109,7 @@ func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFenc
 	return &stateMachine{
 		db:            db,
 		shard:         shard,
-		log:           log.With("shard", shard),
+		log:           log.With("partition", int(shard)-1), // as kahuna numbers them (shard p+1)
 		appliedKey:    shardKey(nil, shard, keyApplied),
 		epochKey:      shardKey(nil, shard, keyEpoch),
 		unsafeNoFence: unsafeNoFence,

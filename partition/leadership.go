@@ -181,7 +181,9 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 	l.latest[ev.Partition] = ev
 	l.dirty[ev.Partition] = true
 	if !ev.IsSelf || prev.Term != ev.Term {
-		l.stopServing(ev.Partition)
+		if l.stopServing(ev.Partition) {
+			l.logger.Info("stopped serving partition", "partition", ev.Partition, "term", ev.Term, "leader", ev.LeaderID)
+		}
 	}
 	l.notify()
 	l.mu.Unlock()
@@ -228,11 +230,13 @@ func (l *Leadership) Thaw() {
 	}
 }
 
-// stopServing must be called with mu held.
-func (l *Leadership) stopServing(p int) {
+// stopServing must be called with mu held. It reports whether p was served.
+func (l *Leadership) stopServing(p int) bool {
 	if l.parts[p].Swap(nil) != nil {
 		l.notify()
+		return true
 	}
+	return false
 }
 
 // notify wakes WaitReady; it must be called with mu held.
@@ -262,6 +266,7 @@ func (l *Leadership) Start(prover Prover, purge Purger) {
 func (l *Leadership) run(ctx context.Context, prover Prover, purge Purger) {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	failing := make([]time.Time, len(l.parts)) // since when p's takeover fails (zero: it does not)
 	for {
 		select {
 		case <-ctx.Done():
@@ -282,19 +287,41 @@ func (l *Leadership) run(ctx context.Context, prover Prover, purge Purger) {
 				if ctx.Err() != nil {
 					return
 				}
-				l.logger.Warn("partition not served yet, retrying", "partition", p, "term", ev.Term, "err", err)
+				l.logRetry(failing, p, ev, err)
 				l.mu.Lock()
 				if l.latest[p] == ev {
 					l.dirty[p] = true
 					again = true
 				}
 				l.mu.Unlock()
+			} else {
+				failing[p] = time.Time{}
 			}
 		}
 		if again {
 			retry.Reset(50 * time.Millisecond)
 		}
 	}
+}
+
+// slowTakeOver is how long a partition's takeover may keep failing before
+// it is worth a warning: during elections a fence fails routinely (the
+// term moved on) and is retried every 50 ms.
+const slowTakeOver = 5 * time.Second
+
+// logRetry logs a failed takeover of p: at debug while it is young, once
+// at warn when it has failed for slowTakeOver.
+func (l *Leadership) logRetry(failing []time.Time, p int, ev durability.LeaderEvent, err error) {
+	now := time.Now()
+	if failing[p].IsZero() {
+		failing[p] = now
+	}
+	level := slog.LevelDebug
+	if since := now.Sub(failing[p]); since >= slowTakeOver {
+		level = slog.LevelWarn
+		failing[p] = now // warn again after another slowTakeOver
+	}
+	l.logger.Log(context.Background(), level, "partition not served yet, retrying", "partition", p, "term", ev.Term, "err", err)
 }
 
 // fenceTimeout bounds one fence attempt; a failed one is retried while

@@ -30,6 +30,7 @@ type options struct {
 	cacheEntryTTL        time.Duration
 	cacheEntriesToRemove int
 	logLevel             slog.Level
+	raftLogLevel         slog.Level
 	raftHost             string
 	raftPort             int
 	raftRTT              time.Duration
@@ -69,7 +70,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		o                              options
 		httpPorts, grpcPorts, tlsPorts string
 		cacheTTLSeconds                int
-		logLevel                       string
+		logLevel, raftLogLevel         string
 	)
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address the API listeners bind to (0.0.0.0 for every interface)")
 	fs.StringVar(&httpPorts, "http-ports", "2070", "comma-separated ports serving REST (HTTP/1.1) and gRPC (h2c) on one listener")
@@ -84,6 +85,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&cacheTTLSeconds, "cache-entry-ttl", 1800, "seconds an idle cached lock entry is kept before it may be evicted")
 	fs.IntVar(&o.cacheEntriesToRemove, "cache-entries-to-remove", 100, "most entries one eviction pass removes")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&raftLogLevel, "raft-log-level", "warn", "least level of the Raft libraries' own logs (dragonboat, pebble, badger) passed to the log, which --log-level filters again")
 	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")
 	fs.IntVar(&o.raftPort, "raft-port", 2073, "port of this node's Raft listener")
 	fs.DurationVar(&o.raftRTT, "raft-rtt", 10*time.Millisecond, "Raft tick: heartbeat every tick, election after 10 silent ticks; raise it (e.g. 50ms) when cluster nodes share a small machine")
@@ -144,6 +146,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %q is not debug, info, warn or error", logLevel))
+	}
+	if err := o.raftLogLevel.UnmarshalText([]byte(raftLogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--raft-log-level: %q is not debug, info, warn or error", raftLogLevel))
 	}
 	if o.raftRTT < time.Millisecond || o.raftRTT > time.Second {
 		errs = append(errs, fmt.Errorf("--raft-rtt must be between 1ms and 1s, got %v", o.raftRTT))

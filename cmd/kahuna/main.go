@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,10 +53,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	// dragonboat's capnslog takes over the std logger at import; pebble
-	// logs through it. Route it to slog at debug level.
-	log.SetFlags(0)
-	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelDebug).Writer())
+	// The std logger is left to dragonboat's capnslog, which took it over at
+	// import: kahuna.Open routes pebble's lines from it to logger, at
+	// --raft-log-level like dragonboat's and badger's own.
 
 	stopProfiling, err := startProfiling() // pprof.go
 	if err != nil {
@@ -77,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kahuna: raft listener %s: %s\n", raftAddr, oneLine(err))
 		return 1
 	}
+	m := newMetrics() // metrics.go
 	node, err := kahuna.Open(kahuna.Config{
 		NodeID:               o.nodeID,
 		RaftRTT:              o.raftRTT,
@@ -89,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		CacheEntryTTL:        o.cacheEntryTTL,
 		CacheEntriesToRemove: o.cacheEntriesToRemove,
 		Logger:               logger,
+		RaftLogLevel:         o.raftLogLevel,
+		Observe:              m.observeRequest,
 		InitialClusterState:  o.clusterState,
 		InitialClusterToken:  o.clusterToken,
 	})
@@ -97,12 +98,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
 		return 1
 	}
-	m := newMetrics(node)
+	m.watch(node)
 	srv := transport.NewServer(node, transport.ServerOptions{
 		NodeName:  strconv.FormatUint(o.nodeID, 10),
 		Forwarded: node.Local(),
 		Logger:    logger,
-		Observe:   m.observe,
+		Observe:   m.observeWire,
 		Extra: map[string]http.Handler{
 			"/metrics":                 m.handler(),
 			kahuna.AdminPartitionsPath: node.AdminHandler(),
@@ -142,6 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger.Error("closing node", "err", err)
 		code = 1
 	}
+	logger.Info("stopped", "exit_code", code)
 	return code
 }
 

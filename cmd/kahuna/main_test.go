@@ -200,7 +200,7 @@ func TestServeRestartAndShutdown(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(metrics), `kahuna_requests_total{op="TryLock",status="Locked"} 1`) || !strings.Contains(string(metrics), `kahuna_held_locks{durability="persistent"} 1`) {
+	if !strings.Contains(string(metrics), `kahuna_requests_total{durability="persistent",op="TryLock",status="Locked"} 1`) || !strings.Contains(string(metrics), `kahuna_held_locks{durability="persistent"} 1`) {
 		t.Fatalf("metrics lack the request or the held lock:\n%s", metrics)
 	}
 	cancel()

@@ -1,0 +1,177 @@
+package kahuna
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/partition"
+)
+
+// RequestEvent describes one lock request a node answered. It is what
+// Config.Observe receives, and what the node logs per request at debug.
+type RequestEvent struct {
+	Op         lease.Op
+	Resource   string
+	Durability Durability
+	Partition  int
+	// Status is the answer. A call that failed (Err set) is counted as the
+	// wire API answers it: MustRetry when it certainly did not apply,
+	// Errored otherwise.
+	Status  Status
+	Err     error
+	Latency time.Duration
+	// Forwarded marks a request a peer forwarded to this node.
+	Forwarded bool
+	// ForwardedTo is the leader this node forwarded the request to (0: it
+	// was served here, or no leader was known and it was not sent).
+	ForwardedTo uint64
+}
+
+// requestTrace follows one request through (*Node).do.
+type requestTrace struct {
+	start     time.Time // zero: nobody observes, nothing to record
+	forwarded bool
+	to        uint64 // the leader forward is about to send the request to
+}
+
+// startRequest begins the trace of a request, if anyone is to hear of it.
+func (n *Node) startRequest(ctx context.Context, forwarded bool) requestTrace {
+	if n.cfg.Observe == nil && !n.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		return requestTrace{}
+	}
+	return requestTrace{start: time.Now(), forwarded: forwarded}
+}
+
+// maxLoggedResource bounds the resource name in a log line.
+const maxLoggedResource = 128
+
+// endRequest reports the answer r (or the failure err) to req to
+// Config.Observe and, at debug, to the Logger.
+func (n *Node) endRequest(ctx context.Context, t *requestTrace, req actors.Request, r Result, err error) {
+	if t.start.IsZero() {
+		return
+	}
+	ev := RequestEvent{
+		Op: req.Op, Resource: req.Resource, Durability: req.Durability,
+		Partition: partition.Of(req.Resource, n.cfg.Partitions),
+		Status:    r.Status, Err: err, Latency: time.Since(t.start),
+		Forwarded: t.forwarded, ForwardedTo: t.to,
+	}
+	if ev.ForwardedTo == n.cfg.NodeID {
+		ev.ForwardedTo = 0 // leader here, not serving yet: not sent
+	}
+	if err != nil {
+		ev.Status = Errored
+		if errors.Is(err, lease.ErrNotApplied) {
+			ev.Status = MustRetry
+		}
+	}
+	if n.cfg.Observe != nil {
+		n.cfg.Observe(ev)
+	}
+	if !n.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	resource := ev.Resource
+	if len(resource) > maxLoggedResource {
+		resource = resource[:maxLoggedResource] + "…"
+	}
+	attrs := make([]slog.Attr, 0, 9)
+	attrs = append(attrs,
+		slog.String("op", ev.Op.String()), slog.String("resource", resource),
+		slog.String("durability", ev.Durability.String()), slog.Int("partition", ev.Partition),
+		slog.String("status", ev.Status.String()), slog.Duration("latency", ev.Latency))
+	if ev.ForwardedTo != 0 {
+		attrs = append(attrs, slog.Uint64("forwarded_to", ev.ForwardedTo))
+	}
+	if ev.Forwarded {
+		attrs = append(attrs, slog.Bool("forwarded_in", true))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.Any("err", err))
+	}
+	n.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "request", attrs...)
+}
+
+// PartitionStats is what a node knows of one partition.
+type PartitionStats struct {
+	Partition int
+	Leader    uint64 // the leader as this node last heard (0: none known)
+	Term      uint64 // the term of that leader
+	Serving   bool   // this node answers for the partition now
+	// LeaderChanges counts the new leaders this node heard of since Open.
+	LeaderChanges uint64
+}
+
+// partitionLog keeps the latest leader of each partition, for
+// PartitionStats and the log.
+type partitionLog struct {
+	mu    sync.Mutex
+	parts []PartitionStats
+}
+
+// observeLeader is the node's durability.RaftConfig.OnLeaderChange: it
+// records and logs the event, then passes it to the partition leadership.
+// It runs on dragonboat's event goroutine and must not block.
+func (n *Node) observeLeader(ev durability.LeaderEvent) {
+	if ev.Partition >= 0 && ev.Partition < n.cfg.Partitions {
+		pl := &n.partLog
+		pl.mu.Lock()
+		if pl.parts == nil {
+			pl.parts = make([]PartitionStats, n.cfg.Partitions)
+		}
+		ps := &pl.parts[ev.Partition]
+		changed := ev.LeaderID != 0 && ev.LeaderID != ps.Leader
+		if changed {
+			ps.LeaderChanges++
+		}
+		ps.Leader, ps.Term = ev.LeaderID, ev.Term
+		pl.mu.Unlock()
+		switch {
+		case changed && ev.IsSelf: // partition.Leadership logs "serving partition" once fenced
+			n.cfg.Logger.Debug("partition leader is this node", "partition", ev.Partition, "term", ev.Term)
+		case changed:
+			n.cfg.Logger.Info("partition leader", "partition", ev.Partition, "leader", ev.LeaderID, "term", ev.Term)
+		case ev.LeaderID == 0:
+			n.cfg.Logger.Debug("partition has no leader (electing)", "partition", ev.Partition, "term", ev.Term)
+		}
+	}
+	n.leadership.Observe(ev)
+}
+
+// PartitionStats reports every partition as this node sees it. It is
+// cheap: meant for metrics scrapes and admin pages.
+func (n *Node) PartitionStats() []PartitionStats {
+	out := make([]PartitionStats, n.cfg.Partitions)
+	n.partLog.mu.Lock()
+	copy(out, n.partLog.parts)
+	n.partLog.mu.Unlock()
+	for p := range out {
+		out[p].Partition = p
+		_, out[p].Serving = n.leadership.Serving(p)
+	}
+	return out
+}
+
+// PeerStats is this node's view of one other member.
+type PeerStats struct {
+	ID uint64
+	// Known is false until the first Raft connection to the peer succeeded
+	// or failed; Reachable reports the latest of those.
+	Known, Reachable bool
+}
+
+// PeerStats reports the other members, in ID order.
+func (n *Node) PeerStats() []PeerStats {
+	out := n.peers.stats()
+	slices.SortFunc(out, func(a, b PeerStats) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
