@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -179,41 +180,64 @@ func TestRaftMutualTLS(t *testing.T) {
 			c.PeerCAFile, c.PeerCertFile, c.PeerKeyFile = ca.File, p.CertFile, p.KeyFile
 		}
 	}
-	// Forwarding would go to the peer ports (https://, as peer TLS asks);
-	// this test calls each partition's leader directly.
+	// Every member forwards to the others' peer ports: native gRPC over
+	// mutual TLS with the same certificates, guarded by the cluster secret.
+	peerLis := map[uint64]net.Listener{}
 	for id, m := range members {
-		m.PeerEndpoint = "https://" + freeAddr(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peerLis[id] = l
+		m.PeerEndpoint = "https://" + l.Addr().String()
 		members[id] = m
 	}
-	nodes, errs := openMembers(t, members, dirs, []uint64{1, 2}, func(id uint64, c *kahuna.Config) { withCA(ca, pairs[id])(id, c) })
+	secret, _ := transport.NewTokens("cluster-secret")
+	mutate := func(id uint64, c *kahuna.Config) {
+		withCA(ca, pairs[id])(id, c)
+		c.PeerTokens = secret
+	}
+	servePeer := func(id uint64, n *kahuna.Node) {
+		tc, err := kahuna.PeerTLSConfig(pairs[id].CertFile, pairs[id].KeyFile, ca.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := transport.NewServer(n, transport.ServerOptions{Forwarded: n.Local(), PeerTokens: secret, Tokens: secret})
+		done := make(chan struct{})
+		go func() { defer close(done); _ = srv.ServeGRPCTLS(peerLis[id], tc) }()
+		t.Cleanup(func() { srv.Close(); <-done })
+	}
+	nodes, errs := openMembers(t, members, dirs, []uint64{1, 2}, mutate)
 	for id, err := range errs {
 		t.Fatalf("node %d over mutual TLS: %v", id, err)
+	}
+	for id, n := range nodes {
+		servePeer(id, n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p := nodes[1].Partition("over-tls")
-	leaderOf := func() *kahuna.Node {
-		var n *kahuna.Node
-		eventually(t, "a serving leader of the partition", func() bool {
-			for _, cand := range nodes {
-				if _, serving := cand.Leader(p); serving {
-					n = cand
-					return true
-				}
-			}
-			return false
-		})
-		return n
-	}
+	// Node 2 leads the partition, so node 1 forwards over the peer port.
+	eventually(t, "node 2 to lead the partition", func() bool {
+		leader, _ := nodes[1].Leader(p)
+		if _, serving := nodes[2].Leader(p); serving && leader == 2 {
+			return true
+		}
+		if n := nodes[leader]; n != nil {
+			_ = n.TransferLeadership(p, 2)
+		}
+		time.Sleep(50 * time.Millisecond) // give the requested transfer a moment before asking again
+		return false
+	})
 	res := settled(t, func() (kahuna.Result, error) {
-		return leaderOf().TryLock(ctx, "over-tls", []byte("o"), time.Minute, kahuna.Persistent)
+		return nodes[1].TryLock(ctx, "over-tls", []byte("o"), time.Minute, kahuna.Persistent)
 	})
 	if res.Status != kahuna.Locked {
-		t.Fatalf("persistent lock over mutual TLS: %v", res.Status)
+		t.Fatalf("persistent lock forwarded over mutual TLS: %v", res.Status)
 	}
-
 	strayPair := stray.Issue(t, certDir, "node3", "127.0.0.1")
 	_, errs = openMembers(t, members, dirs, []uint64{3}, func(id uint64, c *kahuna.Config) {
+		mutate(id, c)
 		withCA(stray, strayPair)(id, c)
 		c.StartTimeout = 3 * time.Second
 	})
@@ -222,7 +246,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	}
 
 	// The positive control: the same member with the cluster's CA joins.
-	joined, errs := openMembers(t, members, dirs, []uint64{3}, func(id uint64, c *kahuna.Config) { withCA(ca, pairs[3])(id, c) })
+	joined, errs := openMembers(t, members, dirs, []uint64{3}, mutate)
 	if errs[3] != nil {
 		t.Fatalf("node 3 with the cluster's certificate: %v", errs[3])
 	}
@@ -231,8 +255,10 @@ func TestRaftMutualTLS(t *testing.T) {
 		if _, serving := joined[3].Leader(p); serving {
 			return true
 		}
-		if l := leaderOf(); l != nil {
-			_ = l.TransferLeadership(p, 3)
+		for _, n := range nodes {
+			if _, serving := n.Leader(p); serving {
+				_ = n.TransferLeadership(p, 3)
+			}
 		}
 		time.Sleep(50 * time.Millisecond) // give the requested transfer a moment before asking again
 		return false
