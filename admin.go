@@ -112,6 +112,9 @@ func (n *Node) forwardAdmin(w http.ResponseWriter, r *http.Request, leader uint6
 	}
 	fr.Header.Set("Content-Type", "application/json")
 	fr.Header.Set(adminForwardedHeader, "1")
+	if auth := r.Header.Get("Authorization"); auth != "" { // the caller's token holds on every member
+		fr.Header.Set("Authorization", auth)
+	}
 	resp, err := http.DefaultClient.Do(fr)
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("pass the transfer on to node %d (the leader of partition %d): %v", leader, req.Partition, err)})

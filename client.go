@@ -104,3 +104,10 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 	}
 	return &Client{locker: c, close: c.Close}, nil
 }
+
+// WithToken makes the client present token ("authorization: Bearer
+// TOKEN", in gRPC metadata or the REST header) on every call, for nodes
+// started with an --auth-token-file listing it.
+func WithToken(token string) ClientOption {
+	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithToken(token)) }
+}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/transport"
 )
 
 // Defaults of Config. A zero field takes its default.
@@ -101,6 +103,29 @@ type Config struct {
 	// ten ticks (several nodes sharing a small machine), or leadership will
 	// move under load.
 	RaftRTT time.Duration
+	// AuthTokens, when set, makes the wire API served at ListenAddress
+	// refuse lock and admin calls without one of its bearer tokens (see
+	// transport.ServerOptions.Tokens; /healthz stays open). nil serves
+	// every caller. cmd/kahuna fills it from --auth-token-file and reloads
+	// it on SIGHUP.
+	AuthTokens *transport.Tokens
+	// PeerTokens is the cluster secret, the same on every member: this
+	// node presents PeerTokens.Primary() on every forwarding stream it
+	// opens, and its ListenAddress server accepts only PeerTokens on the
+	// node-to-node stream. nil: AuthTokens doubles as the secret (its
+	// first token is presented, any of its tokens accepted); both nil:
+	// forwarding carries no token.
+	PeerTokens *transport.Tokens
+	// PeerCertFile, PeerKeyFile and PeerCAFile (PEM files; all three or
+	// none) make the links between members mutual TLS: Raft (dragonboat's
+	// MutualTLS, which needs a RaftAddress) and forwarding, dialled with
+	// this certificate and verifying the member's against the CA, so every
+	// PeerEndpoint must then be https://. Any certificate the CA signed is
+	// taken for a member: use a CA for this cluster's links only. Each
+	// member's certificate needs SANs for the hosts of its RaftAddress and
+	// PeerEndpoint (IP SANs for IP addresses). Read at Open; rotating them
+	// needs a restart.
+	PeerCertFile, PeerKeyFile, PeerCAFile string
 	// Logger receives the node's logs (nil = discard). Each request is
 	// logged at debug (RequestEvent), peers and partition leaders that
 	// change at info.
@@ -161,7 +186,33 @@ const (
 // Member is one node of a cluster.
 type Member struct {
 	RaftAddress string // host:port of its Raft listener
-	Endpoint    string // its API URL, e.g. "http://10.0.0.2:2070", for forwarding
+	Endpoint    string // its API URL, e.g. "http://10.0.0.2:2070", for forwarding and the admin API
+	// PeerEndpoint, if set, is where other members forward lock calls:
+	// the member's native gRPC listener, "http://host:port" in cleartext or
+	// "https://host:port" for its mutual-TLS peer port (cmd/kahuna
+	// --peer-port). "" forwards to Endpoint.
+	PeerEndpoint string
+}
+
+// forwardTo is the URL other members forward to.
+func (m Member) forwardTo() string {
+	if m.PeerEndpoint != "" {
+		return m.PeerEndpoint
+	}
+	return m.Endpoint
+}
+
+// peerTLS is true when c secures the links between members.
+func (c Config) peerTLS() bool { return c.PeerCertFile != "" }
+
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // withDefaults validates c and fills in the defaults.
@@ -203,6 +254,9 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Members) > 1 && c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("a cluster member needs a DataDir: in memory, node %d would forget its Raft votes and log on every restart and come back as a member that never was", c.NodeID))
 	}
+	if n := countSet(c.PeerCertFile, c.PeerKeyFile, c.PeerCAFile); n != 0 && n != 3 {
+		errs = append(errs, errors.New("PeerCertFile, PeerKeyFile and PeerCAFile go together"))
+	}
 	if len(c.Members) > 0 {
 		self, ok := c.Members[c.NodeID]
 		switch {
@@ -223,6 +277,14 @@ func (c Config) withDefaults() (Config, error) {
 			if len(c.Members) > 1 {
 				if u, err := url.Parse(m.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 					errs = append(errs, fmt.Errorf("member %d: Endpoint %q is not an http:// or https:// URL", id, m.Endpoint))
+				}
+				if m.PeerEndpoint != "" {
+					if u, err := url.Parse(m.PeerEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+						errs = append(errs, fmt.Errorf("member %d: PeerEndpoint %q is not an http:// or https:// URL", id, m.PeerEndpoint))
+					}
+				}
+				if c.peerTLS() && id != c.NodeID && !strings.HasPrefix(m.forwardTo(), "https://") {
+					errs = append(errs, fmt.Errorf("member %d: with peer TLS, forwarding to %q would be cleartext: give it an https:// PeerEndpoint (its peer port)", id, m.forwardTo()))
 				}
 			}
 		}

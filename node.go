@@ -71,7 +71,11 @@ func Open(cfg Config) (*Node, error) {
 	if err := checkLayout(cfg); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID)}
+	dial, err := cfg.peerDialOptions() // peer_auth.go
+	if err != nil {
+		return nil, fmt.Errorf("kahuna: open: %w", err)
+	}
+	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...)}
 	n.peers.logger = cfg.Logger
 	raftMembers := map[uint64]string{}
 	for id, m := range cfg.Members {
@@ -99,6 +103,10 @@ func Open(cfg Config) (*Node, error) {
 		UnsafeNoFence:       cfg.unsafeNoFence,
 		InitialClusterState: cfg.InitialClusterState,
 		ClusterToken:        cfg.InitialClusterToken,
+		MutualTLS:           cfg.peerTLS(),
+		CAFile:              cfg.PeerCAFile,
+		CertFile:            cfg.PeerCertFile,
+		KeyFile:             cfg.PeerKeyFile,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
@@ -145,10 +153,12 @@ func (n *Node) serve(addr string) error {
 	}
 	n.listenAddr = lis.Addr().String()
 	n.server = transport.NewServer(n, transport.ServerOptions{
-		NodeName:  fmt.Sprint(n.cfg.NodeID),
-		Forwarded: n.Local(),
-		Logger:    n.cfg.Logger,
-		Extra:     map[string]http.Handler{AdminPartitionsPath: n.AdminHandler(), AdminTransferPath: n.AdminHandler()},
+		NodeName:   fmt.Sprint(n.cfg.NodeID),
+		Forwarded:  n.Local(),
+		Logger:     n.cfg.Logger,
+		Extra:      map[string]http.Handler{AdminPartitionsPath: n.AdminHandler(), AdminTransferPath: n.AdminHandler()},
+		Tokens:     n.cfg.AuthTokens,
+		PeerTokens: n.cfg.PeerTokens,
 	})
 	go func() {
 		if err := n.server.ServeHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {

@@ -15,6 +15,7 @@ import (
 type peers struct {
 	endpoints map[uint64]string
 	logger    *slog.Logger
+	dial      []transport.ClientOption // the peer secret and TLS (auth), after WithForwarding
 
 	mu      sync.Mutex
 	clients map[uint64]*transport.Client
@@ -22,11 +23,11 @@ type peers struct {
 	up      map[uint64]bool // absent: not heard of yet
 }
 
-func newPeers(members map[uint64]Member, self uint64) *peers {
-	ps := &peers{endpoints: map[uint64]string{}, clients: map[uint64]*transport.Client{}, up: map[uint64]bool{}, logger: slog.New(slog.DiscardHandler)}
+func newPeers(members map[uint64]Member, self uint64, dial ...transport.ClientOption) *peers {
+	ps := &peers{endpoints: map[uint64]string{}, clients: map[uint64]*transport.Client{}, up: map[uint64]bool{}, logger: slog.New(slog.DiscardHandler), dial: dial}
 	for id, m := range members {
 		if id != self {
-			ps.endpoints[id] = m.Endpoint
+			ps.endpoints[id] = m.forwardTo()
 		}
 	}
 	return ps
@@ -88,7 +89,7 @@ func (ps *peers) get(ctx context.Context, id uint64) (lease.Locker, error) {
 	}
 	// Dial without the lock: a peer that does not answer must not hold up
 	// forwarding to the others.
-	c, err := transport.Dial(ctx, []string{endpoint}, transport.WithForwarding())
+	c, err := transport.Dial(ctx, []string{endpoint}, append([]transport.ClientOption{transport.WithForwarding()}, ps.dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: dial member %d at %s: %w", id, endpoint, err)
 	}

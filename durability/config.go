@@ -99,6 +99,16 @@ type RaftConfig struct {
 	// (TCP, or in-process channels). For tests: the fault tests wrap the
 	// channel transport to cut, delay and drop messages between nodes.
 	Transport TransportFactory
+	// MutualTLS makes the TCP transport mutual TLS (dragonboat's
+	// NodeHostConfig.MutualTLS): every Raft connection presents CertFile
+	// and KeyFile and must present a certificate CAFile signed, and the
+	// peer's certificate must name the host part of its Raft address (an
+	// IP SAN for an IP). Any certificate from CAFile is taken for a peer,
+	// so use a CA for this cluster's links only (stack.md §9.9). It needs
+	// a RaftAddress: the in-process transport has no TLS. Server
+	// certificates are read once at start; client ones on every dial.
+	MutualTLS                 bool
+	CAFile, CertFile, KeyFile string
 
 	// UnsafeNoFence switches the state machine's fence off (records apply
 	// with the advance-only guard alone, and records decided in a lost term
@@ -223,6 +233,12 @@ func (c RaftConfig) resolve() (*resolved, error) {
 	}
 	c.batchRecords = min(c.batchRecords, formatMaxRecords)
 	r := &resolved{RaftConfig: c, inProc: c.RaftAddress == ""}
+	if c.MutualTLS && (c.CAFile == "" || c.CertFile == "" || c.KeyFile == "") {
+		return nil, errors.New("durability: MutualTLS needs CAFile, CertFile and KeyFile")
+	}
+	if c.MutualTLS && (r.inProc || c.Transport != nil) {
+		return nil, errors.New("durability: MutualTLS needs the TCP transport (a RaftAddress and no Transport)")
+	}
 	if c.Dir == "" {
 		r.rootFS = vfs.NewMem()
 		r.raftDir = "/kahuna/raft"
@@ -428,6 +444,10 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 		RaftAddress:       r.selfAddr,
 		DeploymentID:      r.deploymentID,
 		RaftEventListener: events, // nil: dragonboat skips the event queue
+		MutualTLS:         r.MutualTLS,
+		CAFile:            r.CAFile,
+		CertFile:          r.CertFile,
+		KeyFile:           r.KeyFile,
 		Expert: config.ExpertConfig{
 			LogDB: logdb,
 			Engine: config.EngineConfig{

@@ -40,6 +40,7 @@ type clientConfig struct {
 	streams            int
 	mustRetryBudget    time.Duration
 	forwarding         bool
+	token              func() string // nil: no token (auth.go)
 }
 
 // WithTLSConfig sets the TLS configuration for https:// endpoints (for
@@ -170,13 +171,17 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 	for _, p := range eps {
 		ep := &endpoint{}
 		c.endpoints = append(c.endpoints, ep)
+		dialOpts := []grpc.DialOption{
+			grpc.WithTransportCredentials(p.creds),
+			// Notice a peer that vanished without closing the
+			// connection, so calls on it fail instead of hanging.
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		}
+		if cfg.token != nil {
+			dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tokenCreds{cfg.token}))
+		}
 		for range cfg.streams {
-			conn, err := grpc.NewClient(p.target,
-				grpc.WithTransportCredentials(p.creds),
-				// Notice a peer that vanished without closing the
-				// connection, so calls on it fail instead of hanging.
-				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-			)
+			conn, err := grpc.NewClient(p.target, dialOpts...)
 			if err != nil {
 				c.Close()
 				return nil, fmt.Errorf("transport: endpoint %q: %w", p.raw, err)

@@ -33,6 +33,7 @@ type RESTClient struct {
 	endpoints []string
 	next      atomic.Uint64
 	budget    time.Duration
+	token     func() string // nil: no Authorization header
 	closed    atomic.Bool
 }
 
@@ -40,8 +41,8 @@ var _ lease.Locker = (*RESTClient)(nil)
 
 // DialREST returns a REST client of endpoints ("http://host:port" or
 // "https://host:port"). It does not connect until the first call. Of the
-// options, WithTLSConfig, WithInsecureSkipVerify and WithMustRetryBudget
-// apply.
+// options, WithTLSConfig, WithInsecureSkipVerify, WithMustRetryBudget and
+// WithToken apply.
 func DialREST(endpoints []string, opts ...ClientOption) (*RESTClient, error) {
 	cfg := clientConfig{mustRetryBudget: DefaultMustRetryBudget}
 	for _, o := range opts {
@@ -68,7 +69,7 @@ func DialREST(endpoints []string, opts ...ClientOption) (*RESTClient, error) {
 		}
 		tr.TLSClientConfig.InsecureSkipVerify = true //nolint:gosec // asked for explicitly
 	}
-	return &RESTClient{client: &http.Client{Transport: tr}, endpoints: eps, budget: cfg.mustRetryBudget}, nil
+	return &RESTClient{client: &http.Client{Transport: tr}, endpoints: eps, budget: cfg.mustRetryBudget, token: cfg.token}, nil
 }
 
 // Close drops the idle connections; later calls fail with ErrClosed.
@@ -189,6 +190,11 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 		return fmt.Errorf("transport: rest %s: %w", path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.token != nil {
+		if tok := r.token(); tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,12 +23,16 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) newHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/locks/try-lock", s.restLock(lease.TryLock))
-	mux.Handle("/v1/locks/try-extend", s.restLock(lease.Extend))
-	mux.Handle("/v1/locks/try-unlock", s.restLock(lease.Unlock))
-	mux.Handle("/v1/locks/get-info", s.restGet())
+	guard := func(h http.Handler) http.Handler { return requireToken(s.opts.Tokens, h) } // auth.go
+	mux.Handle("/v1/locks/try-lock", guard(s.restLock(lease.TryLock)))
+	mux.Handle("/v1/locks/try-extend", guard(s.restLock(lease.Extend)))
+	mux.Handle("/v1/locks/try-unlock", guard(s.restLock(lease.Unlock)))
+	mux.Handle("/v1/locks/get-info", guard(s.restGet()))
 	mux.HandleFunc("/healthz", healthz)
 	for pattern, h := range s.opts.Extra {
+		if !slices.Contains(s.opts.Unauthenticated, pattern) {
+			h = guard(h)
+		}
 		mux.Handle(pattern, h)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -78,6 +83,17 @@ func (s *Server) ServeGRPC(lis net.Listener) error {
 		return ErrServerClosed
 	}
 	return err
+}
+
+// ServeGRPCTLS is ServeGRPC over TLS with cfg (cloned, offering "h2" by
+// ALPN as gRPC requires): with ClientAuth tls.RequireAndVerifyClientCert
+// and a ClientCAs pool it is the mutual-TLS listener peers forward to.
+func (s *Server) ServeGRPCTLS(lis net.Listener, cfg *tls.Config) error {
+	cfg = cfg.Clone()
+	if !slices.Contains(cfg.NextProtos, "h2") {
+		cfg.NextProtos = append(cfg.NextProtos, "h2")
+	}
+	return s.ServeGRPC(tls.NewListener(lis, cfg))
 }
 
 func (s *Server) newHTTPServer() *http.Server {

@@ -55,6 +55,19 @@ type ServerOptions struct {
 	// at once (default DefaultMaxInFlightPerStream); a stream that sends
 	// more waits, so a flood cannot spawn unbounded goroutines.
 	MaxInFlightPerStream int
+	// Tokens, when set, makes every lock call (gRPC, unary or stream, and
+	// REST) and every Extra handler not listed in Unauthenticated refuse a
+	// caller without one of its bearer tokens: gRPC metadata or the HTTP
+	// header "authorization: Bearer TOKEN", else gRPC Unauthenticated or
+	// HTTP 401 with a JSON body saying why. /healthz is always open. nil
+	// accepts every call (see auth.go).
+	Tokens *Tokens
+	// PeerTokens, when set, guards the node-to-node stream
+	// (BatchServerLockRequests) instead of Tokens: the cluster secret.
+	PeerTokens *Tokens
+	// Unauthenticated lists Extra patterns served without a token even
+	// when Tokens is set (e.g. "/metrics").
+	Unauthenticated []string
 }
 
 // Server serves a lease.Locker over gRPC and REST. Create it with
@@ -111,6 +124,8 @@ func NewServer(l lease.Locker, opts ServerOptions) *Server {
 func (s *Server) newGRPCServer() *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.opts.MaxRequestBytes),
+		grpc.UnaryInterceptor(s.authUnary), // auth.go
+		grpc.StreamInterceptor(s.authStream),
 		// Batch stream messages are (de)coded by hand, the rest by the
 		// standard proto codec (see serverCodec).
 		grpc.ForceServerCodecV2(serverCodec{}),

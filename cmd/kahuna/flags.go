@@ -38,6 +38,12 @@ type options struct {
 	members              map[uint64]kahuna.Member
 	clusterState         kahuna.ClusterState
 	clusterToken         string
+	authTokenFile        string // --auth-token-file (auth.go)
+	peerTokenFile        string
+	metricsAuth          bool
+	peerCert, peerKey    string
+	peerCA               string
+	peerPort             int // 0: no peer listener
 }
 
 // dataHome is where a node keeps its data unless told otherwise:
@@ -97,6 +103,15 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	var clusterState string
 	fs.StringVar(&clusterState, "initial-cluster-state", "", "new: found a new cluster (give it to every member on its first start only); existing: refuse to start on a data dir without Raft state (a lost disk). A node with data restarts from it either way. Default: new for a single node, existing for a cluster member")
 	fs.StringVar(&o.clusterToken, "initial-cluster-token", "", "keeps clusters apart: Raft messages of a cluster with another token or member list are dropped. Recorded in the data dir; default: none (the member list alone)")
+	var peerEndpoints string
+	fs.StringVar(&peerEndpoints, "initial-cluster-peer-endpoints", "", "every member's forwarding URL: its --peer-port, e.g. 1=https://10.0.0.1:2074,... (default: --initial-cluster-endpoints; required with --peer-cert)")
+	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file of bearer tokens (one a line, # comments): the lock and admin APIs refuse calls without one; reloaded on SIGHUP. Default: no authentication")
+	fs.StringVar(&o.peerTokenFile, "peer-token-file", "", "file holding the cluster secret (the same on every member): the first token is sent when forwarding, any listed one accepted on the forwarding stream; reloaded on SIGHUP. Default: the --auth-token-file serves as the secret")
+	fs.BoolVar(&o.metricsAuth, "metrics-auth", false, "with --auth-token-file, /metrics needs a token too (default: open, like /healthz)")
+	fs.StringVar(&o.peerCert, "peer-cert", "", "this member's certificate (PEM) for mutual TLS between members: Raft and forwarding; needs --peer-key and --peer-ca")
+	fs.StringVar(&o.peerKey, "peer-key", "", "private key (PEM) of --peer-cert")
+	fs.StringVar(&o.peerCA, "peer-ca", "", "CA (PEM) that signs every member's --peer-cert; any certificate it signed is taken for a member, so use one for this cluster only")
+	fs.IntVar(&o.peerPort, "peer-port", 0, "port serving native gRPC over mutual TLS (--peer-cert) for forwarding between members (0 = none)")
 	showVersion := fs.Bool("version", false, "print the version (module version and VCS revision) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -170,8 +185,19 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	default:
 		errs = append(errs, fmt.Errorf("--initial-cluster-state must be new or existing, got %q", clusterState))
 	}
+	if n := countSet(o.peerCert, o.peerKey, o.peerCA); n != 0 && n != 3 {
+		errs = append(errs, errors.New("--peer-cert, --peer-key and --peer-ca go together"))
+	}
+	if o.peerPort < 0 || o.peerPort > 65535 {
+		errs = append(errs, fmt.Errorf("--peer-port must be 1..65535, got %d", o.peerPort))
+	} else if o.peerPort != 0 && o.peerCert == "" {
+		errs = append(errs, errors.New("--peer-port serves mutual TLS: give --peer-cert, --peer-key and --peer-ca"))
+	}
+	if o.metricsAuth && o.authTokenFile == "" {
+		errs = append(errs, errors.New("--metrics-auth needs --auth-token-file"))
+	}
 	if initialCluster != "" || initialEndpoints != "" {
-		o.members, err = parseMembers(initialCluster, initialEndpoints)
+		o.members, err = parseMembers(initialCluster, initialEndpoints, peerEndpoints)
 		if err != nil {
 			errs = append(errs, err)
 		} else if m, ok := o.members[o.nodeID]; !ok {
@@ -193,8 +219,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	return o, nil
 }
 
-// parseMembers reads "1=host:port,2=..." and "1=http://host:port,2=...".
-func parseMembers(cluster, endpoints string) (map[uint64]kahuna.Member, error) {
+// parseMembers reads "1=host:port,2=..." and "1=http://host:port,2=...",
+// and the optional peer endpoints alike.
+func parseMembers(cluster, endpoints, peerEndpoints string) (map[uint64]kahuna.Member, error) {
 	raft, err := parseIDMap("--initial-cluster", cluster)
 	if err != nil {
 		return nil, err
@@ -202,6 +229,17 @@ func parseMembers(cluster, endpoints string) (map[uint64]kahuna.Member, error) {
 	api, err := parseIDMap("--initial-cluster-endpoints", endpoints)
 	if err != nil {
 		return nil, err
+	}
+	peer := map[uint64]string{}
+	if peerEndpoints != "" {
+		if peer, err = parseIDMap("--initial-cluster-peer-endpoints", peerEndpoints); err != nil {
+			return nil, err
+		}
+		for id := range peer {
+			if _, ok := raft[id]; !ok {
+				return nil, fmt.Errorf("--initial-cluster has no Raft address for node %d of --initial-cluster-peer-endpoints", id)
+			}
+		}
 	}
 	members := map[uint64]kahuna.Member{}
 	for id, addr := range raft {
@@ -212,7 +250,7 @@ func parseMembers(cluster, endpoints string) (map[uint64]kahuna.Member, error) {
 		if !ok {
 			return nil, fmt.Errorf("--initial-cluster-endpoints has no URL for node %d", id)
 		}
-		members[id] = kahuna.Member{RaftAddress: addr, Endpoint: ep}
+		members[id] = kahuna.Member{RaftAddress: addr, Endpoint: ep, PeerEndpoint: peer[id]}
 	}
 	for id := range api {
 		if _, ok := raft[id]; !ok {
@@ -220,6 +258,16 @@ func parseMembers(cluster, endpoints string) (map[uint64]kahuna.Member, error) {
 		}
 	}
 	return members, nil
+}
+
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
 }
 
 func parseIDMap(name, s string) (map[uint64]string, error) {

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,6 +65,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer stopProfiling()
 
+	tokens, err := loadTokens(o) // auth.go
+	if err != nil {
+		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		return 1
+	}
+	var peerTLS *tls.Config
+	if o.peerCert != "" {
+		if peerTLS, err = kahuna.PeerTLSConfig(o.peerCert, o.peerKey, o.peerCA); err != nil {
+			fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+			return 1
+		}
+	}
 	listeners, err := listen(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
@@ -92,6 +105,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Observe:              m.observeRequest,
 		InitialClusterState:  o.clusterState,
 		InitialClusterToken:  o.clusterToken,
+		AuthTokens:           tokens.auth,
+		PeerTokens:           tokens.peer,
+		PeerCertFile:         o.peerCert,
+		PeerKeyFile:          o.peerKey,
+		PeerCAFile:           o.peerCA,
 	})
 	if err != nil {
 		closeAll(listeners)
@@ -109,7 +127,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			kahuna.AdminPartitionsPath: node.AdminHandler(),
 			kahuna.AdminTransferPath:   node.AdminHandler(),
 		},
+		Tokens:          tokens.auth,
+		PeerTokens:      tokens.peer,
+		Unauthenticated: openPaths(o),
 	})
+	stopReload := tokens.reloadOnHUP(logger)
+	defer stopReload()
 
 	// The ready block goes out in one write, so whoever waits for its
 	// first line has the whole block.
@@ -122,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		fmt.Fprintf(&ready, "  %-5s %s\n", l.kind+":", l.url())
-		go func() { serveErr <- l.serve(srv, o) }()
+		go func() { serveErr <- l.serve(srv, o, peerTLS) }()
 	}
 	_, _ = io.WriteString(stdout, ready.String())
 
@@ -147,9 +170,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// openPaths are the Extra handlers served without a token: /metrics,
+// unless --metrics-auth.
+func openPaths(o options) []string {
+	if o.metricsAuth {
+		return nil
+	}
+	return []string{"/metrics"}
+}
+
 // listener is one bound API port and what it serves.
 type listener struct {
-	kind string // http (REST + h2c gRPC), grpc (native) or https
+	kind string // http (REST + h2c gRPC), grpc (native), https or peer (native gRPC, mutual TLS)
 	net.Listener
 }
 
@@ -159,13 +191,17 @@ func (l listener) url() string {
 		return "https://" + l.Addr().String()
 	case "grpc":
 		return "http://" + l.Addr().String() + " (native gRPC, cleartext)"
+	case "peer":
+		return "https://" + l.Addr().String() + " (native gRPC, mutual TLS, forwarding)"
 	}
 	return "http://" + l.Addr().String() + " (REST + gRPC)"
 }
 
-func (l listener) serve(srv *transport.Server, o options) error {
+func (l listener) serve(srv *transport.Server, o options, peerTLS *tls.Config) error {
 	var err error
 	switch l.kind {
+	case "peer":
+		err = srv.ServeGRPCTLS(l.Listener, peerTLS)
 	case "https":
 		err = srv.ServeTLS(l.Listener, o.certFile, o.keyFile)
 	case "grpc":
@@ -194,7 +230,11 @@ func listen(o options) ([]listener, error) {
 		}
 		return nil
 	}
-	if err := errors.Join(bind("http", o.httpPorts), bind("grpc", o.grpcPorts), bind("https", o.httpsPorts)); err != nil {
+	var peer []int
+	if o.peerPort != 0 {
+		peer = []int{o.peerPort}
+	}
+	if err := errors.Join(bind("http", o.httpPorts), bind("grpc", o.grpcPorts), bind("https", o.httpsPorts), bind("peer", peer)); err != nil {
 		closeAll(ls)
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,11 +12,12 @@ import (
 	"github.com/kahunago/kahuna"
 )
 
-// adminClient talks to a node's admin API over HTTP/1.1 (REST port).
-func adminClient(endpoint string) (*http.Client, string) {
+// adminClient talks to a node's admin API over HTTP/1.1 (REST port),
+// trusting cc's CA for https://.
+func adminClient(cc conn, endpoint string) (*http.Client, string) {
 	c := &http.Client{}
 	if strings.HasPrefix(endpoint, "https://") {
-		c.Transport = &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+		c.Transport = &http.Transport{TLSClientConfig: cc.tls.Clone()}
 	}
 	return c, strings.TrimSuffix(endpoint, "/")
 }
@@ -60,8 +60,9 @@ func transferLeadership(ctx context.Context, o options, out printer, stderr io.W
 // successful answer into into.
 func adminCall(ctx context.Context, endpoints []string, method, path string, payload []byte, into any, stderr io.Writer) int {
 	var failures []string
+	cc := connFrom(ctx) // conn.go: the token and CA
 	for _, ep := range endpoints {
-		c, base := adminClient(ep)
+		c, base := adminClient(cc, ep)
 		var body io.Reader
 		if payload != nil {
 			body = bytes.NewReader(payload)
@@ -74,6 +75,7 @@ func adminCall(ctx context.Context, endpoints []string, method, path string, pay
 		if payload != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
+		cc.authorize(req)
 		resp, err := c.Do(req)
 		if err != nil {
 			// Not reached: try the next node, unless time is up.

@@ -91,6 +91,8 @@ type options struct {
 	timeout    time.Duration
 	partition  int
 	to         uint64
+	token      string // --token, else $KAHUNA_TOKEN
+	caFile     string // --ca-file: trust this CA for https:// endpoints
 }
 
 // A command is one of kahunactl's commands.
@@ -200,6 +202,8 @@ prints the version. Common flags:
   --endpoints URLS    comma-separated node URLs (default http://127.0.0.1:2070)
   --timeout D         bound on the calls to the nodes (default 30s; lock adds --wait)
   --format F          text (default) or json
+  --token T           bearer token (default $KAHUNA_TOKEN)
+  --ca-file F         CA (PEM) for https:// endpoints signed by a private CA
 
 exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the owner,
 or no such lock; lock -- CMD: lost while CMD ran); lock -- CMD exits with
@@ -232,6 +236,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 
+	cc, err := newConn(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "kahunactl: %s\n", oneLine(err))
+		return exitUsage
+	}
+	ctx = withConn(ctx, cc)
 	dctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	out := printer{w: stdout, json: o.format == "json"}
@@ -241,7 +251,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "transfer-leadership":
 		return transferLeadership(dctx, o, out, stderr)
 	}
-	client, err := transport.Dial(dctx, o.endpoints)
+	client, err := transport.Dial(dctx, o.endpoints, cc.clientOptions()...)
 	if err != nil {
 		fmt.Fprintf(stderr, "kahunactl: %s\n", oneLine(err))
 		return exitError
@@ -288,6 +298,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	fs.StringVar(&endpoints, "endpoints", "http://127.0.0.1:2070", "comma-separated node URLs (http:// = h2c, https:// = TLS)")
 	durationVar(fs, &o.timeout, "timeout", 30*time.Second, "bound on the calls to the nodes (lock: on top of --wait)")
 	fs.StringVar(&o.format, "format", "text", "text or json")
+	fs.StringVar(&o.token, "token", "", "bearer token for nodes started with --auth-token-file (default $KAHUNA_TOKEN)")
+	fs.StringVar(&o.caFile, "ca-file", "", "CA certificate (PEM) to verify https:// endpoints with, for a private CA (default: the system's roots)")
 	cmd.flags(fs, &o, &durability)
 
 	usageErr := func(format string, a ...any) (options, string, []string, int) {
@@ -355,6 +367,9 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	}
 	if o.format != "text" && o.format != "json" {
 		return usageErr("--format must be text or json, not %q", o.format)
+	}
+	if o.token == "" {
+		o.token = os.Getenv("KAHUNA_TOKEN")
 	}
 	for _, e := range strings.Split(endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {

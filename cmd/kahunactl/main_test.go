@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -337,6 +338,10 @@ func TestCommandHelp(t *testing.T) {
 		"get":                 {"durability", "endpoints", "format", "timeout"},
 		"partitions":          {"endpoints", "format", "timeout"},
 		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
+	}
+	for name, flags := range want { // the common connection flags (conn.go)
+		want[name] = append(flags, "ca-file", "token")
+		sort.Strings(want[name])
 	}
 	flagLine := regexp.MustCompile(`^  --([a-z-]+) `)
 	for _, c := range commands {
