@@ -80,6 +80,7 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 			_ = c.Process.Signal(s)
 		case <-lost:
 			lost, wasLost = nil, true
+			<-h.Context().Done() // ends just after Lost closes, with the cause
 			fmt.Fprintf(stderr, "kahunactl: lock %s lost (%s): sent %s SIGTERM, SIGKILL in %v\n",
 				resource, oneLine(context.Cause(h.Context())), argv[0], o.grace)
 			_ = c.Process.Signal(syscall.SIGTERM)
