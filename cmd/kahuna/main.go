@@ -98,16 +98,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	m := newMetrics(node)
+	extra := node.AdminRoutes()
+	extra["/metrics"] = m.handler()
 	srv := transport.NewServer(node, transport.ServerOptions{
 		NodeName:  strconv.FormatUint(o.nodeID, 10),
 		Forwarded: node.Local(),
 		Logger:    logger,
 		Observe:   m.observe,
-		Extra: map[string]http.Handler{
-			"/metrics":                 m.handler(),
-			kahuna.AdminPartitionsPath: node.AdminHandler(),
-			kahuna.AdminTransferPath:   node.AdminHandler(),
-		},
+		Extra:     extra,
 	})
 
 	// The ready block goes out in one write, so whoever waits for its
