@@ -117,7 +117,8 @@ func (r *Raft) awaitChange(ctx context.Context, rs *dragonboat.RequestState, err
 }
 
 // PartitionStatus is one partition as this node sees it now, without
-// asking anyone (for status displays: it may be stale).
+// asking anyone (for status displays: it may be stale; dragonboat
+// refreshes the voters it reports here every few ticks).
 type PartitionStatus struct {
 	Partition         int
 	Leader            uint64 // 0: none known
@@ -145,6 +146,9 @@ func (r *Raft) Status() []PartitionStatus {
 		}
 		s := &out[p]
 		s.Running, s.Leader, s.Term, s.ConfigChangeIndex = true, si.LeaderID, si.Term, si.ConfigChangeIndex
+		if ev := r.leaders[p].Load(); ev != nil && ev.Term >= s.Term {
+			s.Leader, s.Term = ev.LeaderID, ev.Term // fresher than dragonboat's cached ShardInfo
+		}
 		for id := range si.Replicas {
 			s.Voters = append(s.Voters, id)
 		}
