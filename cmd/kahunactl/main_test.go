@@ -337,6 +337,8 @@ func TestCommandHelp(t *testing.T) {
 		"get":                 {"durability", "endpoints", "format", "timeout"},
 		"partitions":          {"endpoints", "format", "timeout"},
 		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
+		"member":              {"endpoint", "endpoints", "format", "raft-address", "timeout"},
+		"status":              {"endpoints", "format", "timeout"},
 	}
 	flagLine := regexp.MustCompile(`^  --([a-z-]+) `)
 	for _, c := range commands {
