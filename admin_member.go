@@ -113,6 +113,9 @@ func (n *Node) Status() NodeStatus {
 	st := NodeStatus{Node: n.cfg.NodeID, Healthy: !n.closing.Load()}
 	for _, s := range n.backend.Status() {
 		_, serving := n.leadership.Serving(s.Partition)
+		if leader, _ := n.leadership.LeaderOf(s.Partition); s.Leader == 0 && leader != 0 {
+			s.Leader = leader // the leader this node forwards to (a step ahead of dragonboat's cached view)
+		}
 		st.Partitions = append(st.Partitions, PartitionStatus{
 			Partition: s.Partition, Leader: s.Leader, Term: s.Term, Applied: s.Applied,
 			Serving: serving, Voters: s.Voters, Running: s.Running,
