@@ -368,12 +368,6 @@ func (b *book) get(id uint64) (Member, bool) {
 	return Member{RaftAddress: e.RaftAddress, Endpoint: e.Endpoint}, ok
 }
 
-func (b *book) joined(id uint64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Members[id].Joined
-}
-
 func (b *book) removed(id uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
