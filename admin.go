@@ -32,10 +32,12 @@ type TransferRequest struct {
 }
 
 // AdminHandler serves GET AdminPartitionsPath (the leader of every
-// partition) and POST AdminTransferPath (a TransferRequest), for operators
-// and kahunactl.
+// partition), POST AdminTransferPath (a TransferRequest), and the
+// membership and status paths (AdminMembersPath, AdminStatusPath), for
+// operators and kahunactl. AdminRoutes lists the patterns to mount it on.
 func (n *Node) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	n.memberRoutes(mux)
 	mux.HandleFunc("GET "+AdminPartitionsPath, func(w http.ResponseWriter, _ *http.Request) {
 		infos := make([]PartitionInfo, n.cfg.Partitions)
 		for p := range infos {
@@ -97,7 +99,7 @@ const adminForwardedHeader = "Kahuna-Forwarded"
 // forwardAdmin passes a transfer request on to the partition's leader and
 // relays its answer.
 func (n *Node) forwardAdmin(w http.ResponseWriter, r *http.Request, leader uint64, req TransferRequest) {
-	m, ok := n.cfg.Members[leader]
+	m, ok := n.book.get(leader)
 	if !ok || m.Endpoint == "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": fmt.Sprintf("partition %d is led by node %d, which has no endpoint", req.Partition, leader)})
 		return
@@ -111,7 +113,7 @@ func (n *Node) forwardAdmin(w http.ResponseWriter, r *http.Request, leader uint6
 		return
 	}
 	fr.Header.Set("Content-Type", "application/json")
-	fr.Header.Set(adminForwardedHeader, "1")
+	authorizePeer(fr, n.cfg.peerSecret())
 	if auth := r.Header.Get("Authorization"); auth != "" { // the caller's token holds on every member
 		fr.Header.Set("Authorization", auth)
 	}

@@ -44,8 +44,13 @@ type Config struct {
 	// Members lists every member of the cluster, this node included, by
 	// NodeID. Empty means a single node. Every member replicates every
 	// partition; a node forwards a request to the Endpoint of the
-	// partition's leader. All members must be given the same Members, on
-	// every start.
+	// partition's leader. All founding members must be given the same
+	// Members. A node joining a running cluster (added with
+	// Node.AddMember, started with ClusterStateExisting) lists the current
+	// members, itself included. Once a node has run, its DataDir records
+	// the membership (membership.json): later changes are made with
+	// AddMember and RemoveMember, and Members on a restart may stay as
+	// it was.
 	Members map[uint64]Member
 	// InitialClusterState says whether this node may found the cluster
 	// (etcd's --initial-cluster-state). It matters only for a DataDir that

@@ -41,6 +41,11 @@ type Node struct {
 	peers      *peers
 	server     *transport.Server // nil unless Config.ListenAddress
 	listenAddr string
+	book       *book // members and their endpoints (member.go)
+
+	// ccHook, if set, is called by the leader proposing a membership
+	// change (tests only: SetConfigChangeHook).
+	ccHook atomic.Pointer[func(p int, phase string)]
 
 	inflight  atomic.Int64
 	closing   atomic.Bool
@@ -77,6 +82,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...)}
 	n.peers.logger = cfg.Logger
+	if err := n.openBook(); err != nil {
+		return nil, err
+	}
 	raftMembers := map[uint64]string{}
 	for id, m := range cfg.Members {
 		raftMembers[id] = m.RaftAddress
@@ -137,6 +145,7 @@ func Open(cfg Config) (*Node, error) {
 		_ = n.Close()
 		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v: %w", cfg.StartTimeout, err)
 	}
+	n.finishBook()
 	if n.clustered() {
 		n.spreadLeaders()
 	}
@@ -156,7 +165,7 @@ func (n *Node) serve(addr string) error {
 		NodeName:   fmt.Sprint(n.cfg.NodeID),
 		Forwarded:  n.Local(),
 		Logger:     n.cfg.Logger,
-		Extra:      map[string]http.Handler{AdminPartitionsPath: n.AdminHandler(), AdminTransferPath: n.AdminHandler()},
+		Extra:      n.AdminRoutes(),
 		Tokens:     n.cfg.AuthTokens,
 		PeerTokens: n.cfg.PeerTokens,
 	})
@@ -177,7 +186,7 @@ func (n *Node) ListenAddress() string { return n.listenAddr }
 // MustRetry for the others, never forwarding a second time.
 func (n *Node) Local() Locker { return local{n} }
 
-func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 }
+func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.members()) > 1 }
 
 // leaderLease is how long a confirmation of leadership lets this node
 // answer from its cache (partition.LeaseFor). A single voter needs none:
@@ -197,8 +206,9 @@ func (n *Node) leaderLease() time.Duration {
 // leader (members in ID order, round robin), so leaders are spread over
 // the cluster after start instead of piling up on the first node up.
 func (n *Node) spreadLeaders() {
-	ids := make([]uint64, 0, len(n.cfg.Members))
-	for id := range n.cfg.Members {
+	members := n.book.members()
+	ids := make([]uint64, 0, len(members))
+	for id := range members {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -249,7 +259,7 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	if p < 0 || p >= n.cfg.Partitions {
 		return fmt.Errorf("kahuna: no partition %d (this node has %d)", p, n.cfg.Partitions)
 	}
-	if _, ok := n.cfg.Members[to]; !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
+	if _, ok := n.book.get(to); !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
 		return fmt.Errorf("kahuna: node %d is not a member", to)
 	}
 	if n.closing.Load() {

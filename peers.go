@@ -116,3 +116,29 @@ func (ps *peers) close() {
 	}
 	clear(ps.clients)
 }
+
+// learn sets the forwarding endpoint of member id (a member added, or
+// one whose endpoint changed), dropping a client dialled to the old one.
+func (ps *peers) learn(id uint64, endpoint string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.endpoints[id] == endpoint {
+		return
+	}
+	ps.endpoints[id] = endpoint
+	if c, ok := ps.clients[id]; ok {
+		_ = c.Close()
+		delete(ps.clients, id)
+	}
+}
+
+// forget drops member id (removed from the cluster).
+func (ps *peers) forget(id uint64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.endpoints, id)
+	if c, ok := ps.clients[id]; ok {
+		_ = c.Close()
+		delete(ps.clients, id)
+	}
+}

@@ -53,6 +53,10 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	if log == nil {
 		log = discard
 	}
+	join, err := rc.settleBook()
+	if err != nil {
+		return nil, err
+	}
 	if err := rc.settleDeployment(log); err != nil {
 		return nil, err
 	}
@@ -87,9 +91,14 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	for p := range rc.Partitions {
 		// Members only to found a partition (stack.md §9.7): given them,
 		// dragonboat would silently found again on a lost disk.
-		members, err := rc.initialMembers(p, r.nh.HasNodeInfo(shardID(p), rc.ReplicaID))
+		hasState := r.nh.HasNodeInfo(shardID(p), rc.ReplicaID)
+		members, err := rc.initialMembers(p, hasState)
+		if !hasState && join {
+			// Added by a member first (Book.Join): join with no members.
+			members, err = nil, nil
+		}
 		if err == nil {
-			err = r.nh.StartOnDiskReplica(members, false, create, rc.shardConfig(p))
+			err = r.nh.StartOnDiskReplica(members, !hasState && join, create, rc.shardConfig(p))
 			if errors.Is(err, dragonboat.ErrInvalidShardSettings) {
 				err = fmt.Errorf("members %v differ from those the data was created with: %w", rc.members, err)
 			}

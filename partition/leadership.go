@@ -66,9 +66,11 @@ type Options struct {
 // stopped (SIGSTOP, GC, a VM freeze), so a paused leader wakes up with its
 // lease expired. Not covered: a leader transfer, whose TimeoutNow lets the
 // target campaign past the voters' stickiness: Relinquish drops the lease
-// first; and a membership change, which changes what a quorum is (there
-// is none yet: whoever adds one must drop the lease while it is pending
-// and renew only once it is applied). With rtt 10 ms and 10 election ticks
+// first; and a membership change, which changes what a quorum is:
+// Suspend drops the lease before the change is proposed and keeps it
+// dropped (no renewal) until Resume, once it is applied; the next renewal
+// then starts after the apply, so its quorum is counted in the new
+// configuration (kahuna.Node.AddMember has the argument). With rtt 10 ms and 10 election ticks
 // the lease is about 69 ms.
 func LeaseFor(rtt time.Duration, electionTicks int) time.Duration {
 	const rho = 0.01
@@ -83,6 +85,7 @@ type reign struct {
 	until      int64
 	renewAfter int64 // no renewal before this (a transfer was requested)
 	relinquish bool  // a transfer was requested in this term
+	changing   bool  // a membership change is pending (Suspend): no lease, no renewal
 }
 
 // Leadership tracks which partitions this node serves. It is fed Raft
@@ -206,9 +209,43 @@ func (l *Leadership) Relinquish(p int) bool {
 	if r == nil {
 		return false
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true})
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, changing: r.changing})
 	l.notify()
 	return true
+}
+
+// Suspend drops the lease of p, which this node must serve in a fenced
+// term, before it proposes a membership change of p, and keeps it dropped
+// (Serving false, no renewal, no new lease from a takeover in the same
+// term) until Resume. It returns the term, and false if this node does not
+// serve p (not its leader, or not fenced yet). See LeaseFor.
+func (l *Leadership) Suspend(p int) (term uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.parts[p].Load()
+	if r == nil || r.changing {
+		return 0, false
+	}
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, changing: true})
+	l.notify()
+	if l.opts.Lease == 0 {
+		l.logger.Warn("membership change on a node without a leader lease", "partition", p)
+	}
+	return r.term, true
+}
+
+// Resume ends the Suspend of p in term once the change is applied here
+// (or known never to apply). The lease stays expired until the next
+// renewal, whose confirmation starts after this call.
+func (l *Leadership) Resume(p int, term uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.parts[p].Load()
+	if r == nil || r.term != term || !r.changing {
+		return
+	}
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish})
+	l.notify()
 }
 
 // Freeze holds every later event back until Thaw, as a paused process
@@ -350,8 +387,8 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if l.latest[ev.Partition] != ev {
 		return nil
 	}
-	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term && cur.relinquish {
-		return nil // a transfer was requested in this term: keep the lease dropped
+	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term && (cur.relinquish || cur.changing) {
+		return nil // a transfer or membership change was requested in this term: keep the lease dropped
 	}
 	l.parts[ev.Partition].Store(&reign{term: ev.Term, until: t0 + int64(l.opts.Lease)})
 	l.notify()
@@ -371,7 +408,7 @@ func (l *Leadership) renew(ctx context.Context, prover Prover, p int) {
 		case <-tick.C:
 		}
 		r := l.parts[p].Load()
-		if r == nil {
+		if r == nil || r.changing {
 			continue
 		}
 		t0 := l.mono()
@@ -385,7 +422,10 @@ func (l *Leadership) renew(ctx context.Context, prover Prover, p int) {
 			continue // the lease runs out on its own
 		}
 		l.mu.Lock()
-		if cur := l.parts[p].Load(); cur != nil && cur.term == r.term && (!cur.relinquish || t0 >= cur.renewAfter) {
+		// A Suspend since t0 (cur.changing), or a Suspend and Resume (cur
+		// is another reign than r), voids this confirmation: it may have
+		// been counted in the configuration before the change.
+		if cur := l.parts[p].Load(); cur == r && (!cur.relinquish || t0 >= cur.renewAfter) {
 			l.parts[p].Store(&reign{term: r.term, until: max(cur.until, t0+int64(l.opts.Lease))})
 		}
 		l.mu.Unlock()

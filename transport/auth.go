@@ -200,6 +200,28 @@ func requireToken(t *Tokens, h http.Handler) http.Handler {
 	})
 }
 
+// requireTokenOrSecret guards an Extra handler (the admin API, metrics):
+// with t set, a token of t or of the cluster secret peer passes, since
+// members call each other's admin API with the secret (membership
+// changes, joining). nil t: unguarded, as requireToken.
+func requireTokenOrSecret(t, peer *Tokens, h http.Handler) http.Handler {
+	if t == nil || peer == nil {
+		return requireToken(t, h)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		why := check(t, r.Header.Values("Authorization"))
+		if why != "" && check(peer, r.Header.Values("Authorization")) == "" {
+			why = ""
+		}
+		if why != "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kahuna"`)
+			writeError(w, http.StatusUnauthorized, why)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // tokensFor is the set that guards a gRPC method: PeerTokens for the
 // node-to-node stream (else Tokens), Tokens for the rest.
 func (s *Server) tokensFor(fullMethod string) *Tokens {

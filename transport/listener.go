@@ -31,7 +31,7 @@ func (s *Server) newHandler() http.Handler {
 	mux.HandleFunc("/healthz", healthz)
 	for pattern, h := range s.opts.Extra {
 		if !slices.Contains(s.opts.Unauthenticated, pattern) {
-			h = guard(h)
+			h = requireTokenOrSecret(s.opts.Tokens, s.opts.PeerTokens, h)
 		}
 		mux.Handle(pattern, h)
 	}

@@ -117,16 +117,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	m.watch(node)
+	extra := node.AdminRoutes()
+	extra["/metrics"] = m.handler()
 	srv := transport.NewServer(node, transport.ServerOptions{
-		NodeName:  strconv.FormatUint(o.nodeID, 10),
-		Forwarded: node.Local(),
-		Logger:    logger,
-		Observe:   m.observeWire,
-		Extra: map[string]http.Handler{
-			"/metrics":                 m.handler(),
-			kahuna.AdminPartitionsPath: node.AdminHandler(),
-			kahuna.AdminTransferPath:   node.AdminHandler(),
-		},
+		NodeName:        strconv.FormatUint(o.nodeID, 10),
+		Forwarded:       node.Local(),
+		Logger:          logger,
+		Observe:         m.observeWire,
+		Extra:           extra,
 		Tokens:          tokens.auth,
 		PeerTokens:      tokens.peer,
 		Unauthenticated: openPaths(o),

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
+	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/kahunago/kahuna"
 )
@@ -114,4 +120,259 @@ func answer(resp *http.Response, req *http.Request, into any, stderr io.Writer) 
 		}
 	}
 	return exitOK
+}
+
+// memberCommand is kahunactl member, listed with the other commands; it
+// has subcommands, so member parses its own arguments.
+var memberCommand = command{name: "member", args: "list | add ID --raft-address HOST:PORT --endpoint URL | remove ID [flags]",
+	summary: "list, add or remove cluster members: add, then start the new node with --initial-cluster-state existing; a removed ID never comes back; an add or remove that stopped half way is finished by running it again",
+	flags:   func(*flag.FlagSet, *options, *string) {}}
+
+// member runs kahunactl member list|add|remove.
+func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kahunactl member", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var endpoints, raftAddr, endpoint, format string
+	var timeout time.Duration
+	fs.StringVar(&endpoints, "endpoints", "http://127.0.0.1:2070", "comma-separated node URLs (any member will do)")
+	durationVar(fs, &timeout, "timeout", 2*time.Minute, "bound on the whole change")
+	fs.StringVar(&format, "format", "text", "text or json")
+	fs.StringVar(&raftAddr, "raft-address", "", "add: the new member's Raft host:port (its --raft-host:--raft-port)")
+	fs.StringVar(&endpoint, "endpoint", "", "add: the new member's API URL, e.g. http://10.0.0.4:2070")
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stdout, commandHelp(memberCommand, fs))
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "kahunactl: member: %v\n", err)
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "kahunactl: member: "+format+" (kahunactl member -h)\n", a...)
+		return exitUsage
+	}
+	if len(pos) == 0 {
+		return usageErr("list, add or remove?")
+	}
+	if format != "text" && format != "json" {
+		return usageErr("--format must be text or json, not %q", format)
+	}
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return usageErr("--endpoints is empty")
+	}
+	out := printer{w: stdout, json: format == "json"}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sub, rest := pos[0], pos[1:]
+	var id uint64
+	if sub == "add" || sub == "remove" {
+		if len(rest) != 1 {
+			return usageErr("%s takes one ID", sub)
+		}
+		var err error
+		if id, err = strconv.ParseUint(rest[0], 10, 64); err != nil || id == 0 {
+			return usageErr("ID %q is not a number ≥ 1", rest[0])
+		}
+	} else if len(rest) > 0 {
+		return usageErr("unexpected argument %q", rest[0])
+	}
+	switch sub {
+	case "list":
+		var v kahuna.MembersView
+		if code := adminCall(ctx, eps, http.MethodGet, kahuna.AdminMembersPath, nil, &v, stderr); code != exitOK {
+			return code
+		}
+		if out.json {
+			_ = json.NewEncoder(out.w).Encode(v)
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "ID\tRAFT ADDRESS\tENDPOINT\tJOINED\tVOTER IN PARTITIONS\n")
+		for _, m := range v.Members {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", m.ID, m.RaftAddress, m.Endpoint, m.Joined, ints(m.Partitions))
+		}
+		tw.Flush()
+		if len(v.Removed) > 0 {
+			fmt.Fprintf(out.w, "removed (never to come back): %s\n", uints(v.Removed))
+		}
+		fmt.Fprintf(out.w, "as seen by node %d\n", v.Node)
+		return exitOK
+	case "add":
+		if raftAddr == "" || endpoint == "" {
+			return usageErr("add needs --raft-address and --endpoint")
+		}
+		payload, _ := json.Marshal(kahuna.MemberRequest{ID: id, RaftAddress: raftAddr, Endpoint: endpoint})
+		return memberChange(ctx, eps, http.MethodPost, kahuna.AdminMembersPath, payload, out, stderr)
+	case "remove":
+		return memberChange(ctx, eps, http.MethodDelete, kahuna.AdminMembersPath+"/"+strconv.FormatUint(id, 10), nil, out, stderr)
+	}
+	return usageErr("unknown subcommand %q", sub)
+}
+
+// memberChange sends an add or remove and reports what is done and left.
+func memberChange(ctx context.Context, eps []string, method, path string, payload []byte, out printer, stderr io.Writer) int {
+	var failures []string
+	cc := connFrom(ctx) // conn.go: the token and CA
+	for _, ep := range eps {
+		c, base := adminClient(cc, ep)
+		var body io.Reader
+		if payload != nil {
+			body = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+		if err != nil {
+			fmt.Fprintf(stderr, "kahunactl: %v\n", err)
+			return exitUsage
+		}
+		req.Header.Set("Content-Type", "application/json")
+		cc.authorize(req)
+		resp, err := c.Do(req)
+		if err != nil {
+			failures = append(failures, err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		defer resp.Body.Close()
+		var res kahuna.MemberChangeResult
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &res) != nil || res.Op == "" {
+			fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", method, path, resp.Status, strings.TrimSpace(string(data)))
+			return exitError
+		}
+		if out.json {
+			_ = json.NewEncoder(out.w).Encode(res)
+		}
+		if resp.StatusCode == http.StatusOK {
+			if !out.json {
+				fmt.Fprintf(out.w, "member %d: %s done on every partition (%s)\n", res.ID, res.Op, ints(res.Done))
+			}
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "kahunactl: member %d: %s: %s\n", res.ID, res.Op, res.Error)
+		if len(res.Left) > 0 {
+			fmt.Fprintf(stderr, "  done on partitions %s; left:\n", ints(res.Done))
+			ps := make([]int, 0, len(res.Left))
+			for p := range res.Left {
+				ps = append(ps, p)
+			}
+			sort.Ints(ps)
+			for _, p := range ps {
+				fmt.Fprintf(stderr, "    partition %d: %s\n", p, res.Left[p])
+			}
+			if !res.Removed {
+				fmt.Fprintf(stderr, "  run the same command again to finish\n")
+			}
+		}
+		return exitError
+	}
+	fmt.Fprintf(stderr, "kahunactl: %s: no endpoint reachable: %s\n", path, strings.Join(failures, "; "))
+	return exitError
+}
+
+// status prints every member's view, asking each member found through
+// the first endpoint that answers (and every --endpoints URL).
+func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
+	var v kahuna.MembersView
+	if code := adminCall(ctx, o.endpoints, http.MethodGet, kahuna.AdminMembersPath, nil, &v, io.Discard); code != exitOK {
+		v = kahuna.MembersView{} // still ask the endpoints given
+	}
+	type target struct {
+		id       uint64
+		endpoint string
+	}
+	var targets []target
+	seen := map[string]bool{}
+	for _, m := range v.Members {
+		if m.Endpoint != "" && !seen[strings.TrimSuffix(m.Endpoint, "/")] {
+			seen[strings.TrimSuffix(m.Endpoint, "/")] = true
+			targets = append(targets, target{m.ID, m.Endpoint})
+		}
+	}
+	for _, ep := range o.endpoints {
+		if !seen[strings.TrimSuffix(ep, "/")] {
+			seen[strings.TrimSuffix(ep, "/")] = true
+			targets = append(targets, target{0, ep})
+		}
+	}
+	type row struct {
+		Endpoint string             `json:"endpoint"`
+		Status   *kahuna.NodeStatus `json:"status,omitempty"`
+		Error    string             `json:"error,omitempty"`
+	}
+	rows := make([]row, len(targets))
+	code := exitOK
+	for i, t := range targets {
+		rows[i].Endpoint = t.endpoint
+		var st kahuna.NodeStatus
+		var msg bytes.Buffer
+		if adminCall(ctx, []string{t.endpoint}, http.MethodGet, kahuna.AdminStatusPath, nil, &st, &msg) != exitOK {
+			rows[i].Error = strings.TrimSpace(strings.TrimPrefix(msg.String(), "kahunactl: "))
+			code = exitError
+			continue
+		}
+		rows[i].Status = &st
+		if !st.Healthy {
+			code = exitError
+		}
+	}
+	if out.json {
+		_ = json.NewEncoder(out.w).Encode(rows)
+		return code
+	}
+	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ENDPOINT\tNODE\tHEALTH\tPARTITION\tLEADER\tTERM\tAPPLIED\tSERVING\tVOTERS\n")
+	for _, r := range rows {
+		if r.Status == nil {
+			fmt.Fprintf(tw, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%s\n", r.Endpoint, r.Error)
+			continue
+		}
+		health := "healthy"
+		if !r.Status.Healthy {
+			health = "unhealthy"
+		}
+		for _, p := range r.Status.Partitions {
+			serving := ""
+			if p.Serving {
+				serving = "yes"
+			}
+			leader := strconv.FormatUint(p.Leader, 10)
+			if !p.Running {
+				leader = "(not running)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Endpoint, r.Status.Node, health, p.Partition, leader, p.Term, p.Applied, serving, uints(p.Voters))
+		}
+	}
+	tw.Flush()
+	return code
+}
+
+func ints(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func uints(xs []uint64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(s, ",")
 }

@@ -8,6 +8,8 @@
 //	kahunactl get jobs/export
 //	kahunactl partitions                             # who leads each partition
 //	kahunactl transfer-leadership --partition 3 --to 2
+//	kahunactl member list|add|remove                 # cluster membership (admin.go)
+//	kahunactl status                                 # every member's view of every partition
 //	kahunactl --version
 //
 // kahunactl COMMAND -h describes a command and lists its flags.
@@ -143,6 +145,10 @@ var commands = []command{
 			fs.IntVar(&o.partition, "partition", -1, "the partition (required)")
 			fs.Uint64Var(&o.to, "to", 0, "ID of the node to lead it (required)")
 		}},
+	memberCommand, // admin.go
+	{name: "status", args: "[flags]",
+		summary: "show every member's view: per partition its leader, term and applied index, and the member's health",
+		flags:   func(*flag.FlagSet, *options, *string) {}},
 }
 
 func findCommand(name string) (command, bool) {
@@ -226,6 +232,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	name, args := args[0], args[1:]
+	if name == memberCommand.name {
+		return member(ctx, args, stdout, stderr) // admin.go: has subcommands
+	}
 	cmd, known := findCommand(name)
 	if !known {
 		fmt.Fprintf(stderr, "kahunactl: unknown command %q (kahunactl -h lists them)\n", name)
@@ -250,6 +259,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return partitions(dctx, o, out, stderr)
 	case "transfer-leadership":
 		return transferLeadership(dctx, o, out, stderr)
+	case "status":
+		return status(dctx, o, out, stderr)
 	}
 	client, err := transport.Dial(dctx, o.endpoints, cc.clientOptions()...)
 	if err != nil {

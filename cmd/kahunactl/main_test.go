@@ -338,6 +338,8 @@ func TestCommandHelp(t *testing.T) {
 		"get":                 {"durability", "endpoints", "format", "timeout"},
 		"partitions":          {"endpoints", "format", "timeout"},
 		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
+		"member":              {"endpoint", "endpoints", "format", "raft-address", "timeout"},
+		"status":              {"endpoints", "format", "timeout"},
 	}
 	for name, flags := range want { // the common connection flags (conn.go)
 		want[name] = append(flags, "ca-file", "token")
