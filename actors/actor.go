@@ -262,7 +262,7 @@ func (a *lockActor) handle(c *call) {
 		return
 	}
 	a.decide(c, s, term, now)
-	a.arm(s)
+	a.settle(s) // c may have freed the lock: the head is granted in this same step
 }
 
 // decide makes c's decision on s, which has no write in flight, and answers
@@ -279,6 +279,9 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.queuedAt = now
 		s.waiters = append(s.waiters, c)
 		a.nwaiting++
+		if a.cfg.onWait != nil {
+			a.cfg.onWait(req.Resource)
+		}
 		return
 	}
 	if !c.queuedAt.IsZero() {

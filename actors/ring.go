@@ -75,6 +75,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	onQueued  func(resource string)                   // test hook: a call waits behind a write
+	onWait    func(resource string)                   // test hook: a call joined the wait queue
 	afterFunc func(d time.Duration, f func()) stopper // the holders' expiry timers (default time.AfterFunc; tests swap it)
 }
 
