@@ -307,3 +307,48 @@ func TestAcquireWaitForeverEndsWithCtx(t *testing.T) {
 	}
 	waiters(t, n, 0)
 }
+
+// In a cluster: a waiting Lock on a node that does not lead the partition
+// polls the leader until granted; one name is one lock across nodes; and
+// a leadership move answers the leader's waiters MustRetry.
+func TestClusterWaitingLock(t *testing.T) {
+	c := startCluster(t, 4)
+	ctx := context.Background()
+	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
+	res := ""
+	for i := 0; res == ""; i++ {
+		if name := fmt.Sprintf("cq%d/r", i); n1.Partition(name)%3 == 0 { // led by node 1
+			res = name
+		}
+	}
+	p := n1.Partition(res)
+	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("a"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked {
+		t.Fatalf("holder: %+v", r)
+	}
+	// One lock across kinds and nodes.
+	if r := settled(t, func() (kahuna.Result, error) { return n2.TryLock(ctx, res, []byte("b"), time.Minute, kahuna.Persistent) }); r.Status != kahuna.Busy {
+		t.Fatalf("persistent TryLock via node 2 on an ephemeral holder: %+v", r)
+	}
+	remote := lockAsync(ctx, n2, res, "b", 20*time.Second, kahuna.Persistent)
+	if r, _ := n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent); r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock via node 3: %+v", r)
+	}
+	if a := <-remote; a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 1 {
+		t.Fatalf("remote waiter: %+v %v", a.r, a.err)
+	}
+	// A waiter queued on the leader is told MustRetry when the partition moves.
+	local := lockAsync(ctx, n1, res, "c", kahuna.WaitForever, kahuna.Persistent)
+	waiters(t, n1, 1)
+	c.transfer(p, 2)
+	if a := <-local; a.err != nil || a.r.Status != kahuna.MustRetry {
+		t.Fatalf("waiter after the move: %+v %v, want MustRetry", a.r, a.err)
+	}
+	waiters(t, n1, 0)
+	// The persistent holder moved with the partition; its token is the floor.
+	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("b"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock after the move: %+v", r)
+	}
+	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("d"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked || r.FencingToken != 2 {
+		t.Fatalf("grant after the move: %+v, want token 2", r)
+	}
+}
