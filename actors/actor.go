@@ -405,7 +405,13 @@ func (a *lockActor) complete(c *call) {
 		resp = Response{Status: lease.Errored}
 		s.dropped = true
 	}
-	if h != nil {
+	switch {
+	case h == nil:
+	case h.gone:
+		// Its caller left while the hand-off was in flight: nothing to keep.
+	case h.waitOver:
+		h.reply <- Response{Status: lease.Busy}
+	default:
 		// The hand-off did not commit (or may have): the waiter keeps its
 		// place at the head. If its grant did apply, the reload shows it as
 		// the holder and it is answered Locked with that token.

@@ -423,3 +423,31 @@ func TestHandOffAcrossDurabilities(t *testing.T) {
 		t.Fatalf("stored %+v", rec)
 	}
 }
+
+// A waiter that leaves while its hand-off record is in flight is not put
+// back in the queue when the record fails.
+func TestWaiterLeavingDuringFailedHandOffIsDropped(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := f.waitFor(t, ctx, "r", "gone", lease.WaitForever, lease.Persistent)
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held // the hand-off to "gone" is in flight
+	cancel()
+	<-w
+	get := f.async(lease.Get, "r", "", lease.Persistent)
+	<-f.queued // the Get, sent after the leave, waits behind the write: the leave was handled
+	p.c.Committed(0, durability.ErrRetry)
+	if r := <-unlock; r.Status != lease.MustRetry {
+		t.Fatalf("unlock: %+v", r)
+	}
+	f.backend.setHold("r", false)
+	if r := <-get; r.Status != lease.Got || string(r.Owner) != "a" {
+		t.Fatalf("get: %+v", r)
+	}
+	f.sync(t, "r") // Stats is published after each message: one more
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters = %d, want 0: the gone waiter was put back", s.Waiters)
+	}
+}
