@@ -326,7 +326,9 @@ func TestClusterWaitingLock(t *testing.T) {
 		t.Fatalf("holder: %+v", r)
 	}
 	// One lock across kinds and nodes.
-	if r := settled(t, func() (kahuna.Result, error) { return n2.TryLock(ctx, res, []byte("b"), time.Minute, kahuna.Persistent) }); r.Status != kahuna.Busy {
+	if r := settled(t, func() (kahuna.Result, error) {
+		return n2.TryLock(ctx, res, []byte("b"), time.Minute, kahuna.Persistent)
+	}); r.Status != kahuna.Busy {
 		t.Fatalf("persistent TryLock via node 2 on an ephemeral holder: %+v", r)
 	}
 	remote := lockAsync(ctx, n2, res, "b", 20*time.Second, kahuna.Persistent)
