@@ -332,7 +332,7 @@ func TestClusterWaitingLock(t *testing.T) {
 		t.Fatalf("persistent TryLock via node 2 on an ephemeral holder: %+v", r)
 	}
 	remote := lockAsync(ctx, n2, res, "b", 20*time.Second, kahuna.Persistent)
-	if r, _ := n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent); r.Status != kahuna.Unlocked {
+	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock via node 3: %+v", r)
 	}
 	if a := <-remote; a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 1 {
