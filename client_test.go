@@ -28,7 +28,7 @@ func TestSemanticsOverTheWire(t *testing.T) {
 			defer c.Close()
 			for _, d := range durabilities {
 				t.Run(d.String(), func(t *testing.T) {
-					runScenarios(t, proto.name, c, clk, d)
+					runScenarios(t, proto.name+"/"+d.String(), c, clk, d) // one name is one lock: each durability its own names
 				})
 			}
 			// Bad input answers InvalidInput over the wire too.

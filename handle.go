@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/kahunago/kahuna/lease"
 )
 
 var (
@@ -111,9 +113,23 @@ type AcquireOption func(*acquireOptions)
 // milliseconds, so the handle counts a TTL truncated to the millisecond.
 func WithTTL(ttl time.Duration) AcquireOption { return func(o *acquireOptions) { o.ttl = ttl } }
 
-// WithWait keeps trying while the lock is busy for up to wait (default 0:
-// one attempt).
+// WithWait lets Acquire wait up to wait for a busy lock (default 0: one
+// attempt). With a Locker that is a WaitLocker (the embedded *Node),
+// Acquire waits on the server, in the resource's first-in first-out queue
+// of waiters: the lock goes to the longest waiter the moment it is
+// released or its lease ends, with no polling. With any other Locker (a
+// plain Kahuna server) Acquire polls TryLock with jittered exponential
+// backoff (1 to 50 ms), which is neither fair nor prompt under contention.
+//
+// wait may be WaitForever (see WithWaitForever). A negative wait other
+// than that, or one over MaxWait, makes Acquire return a *StatusError with
+// InvalidInput without a request.
 func WithWait(wait time.Duration) AcquireOption { return func(o *acquireOptions) { o.wait = wait } }
+
+// WithWaitForever lets Acquire wait for a busy lock until ctx ends (like
+// etcd's Mutex.Lock): WithWait(WaitForever). Retries of MustRetry and of
+// unknown outcomes are then bounded by ctx alone too.
+func WithWaitForever() AcquireOption { return WithWait(WaitForever) }
 
 // WithDurability chooses Ephemeral or Persistent (default Persistent).
 func WithDurability(d Durability) AcquireOption {
@@ -236,6 +252,10 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // held the lock for the whole wait, a *StatusError for any other refusal,
 // and ctx.Err() unchanged if ctx ends first.
 //
+// Waiting (WithWait, WithWaitForever): each attempt on a WaitLocker is a
+// Lock call that waits on the server for what is left of the wait; on any
+// other Locker it is a TryLock, and Busy answers are polled (below).
+//
 // Retries: a TryLock by the owner that already holds the lock answers
 // Locked with the same token, so asking again is safe. Acquire retries,
 // with jittered exponential backoff (1 ms to 50 ms):
@@ -262,7 +282,9 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // refresh it): every attempt except those certainly not applied (MustRetry,
 // Busy, InvalidInput). A Busy answer shows another owner held the lock
 // then, so no earlier attempt of this owner can have started the lease
-// before it; the count restarts at that answer's send time. If retries
+// before it; the count restarts at that answer's send time. A grant after
+// a wait on the server counts from the attempt's send time plus the
+// Result's Waited (less 1 %). If retries
 // took so long that this deadline has already passed, the returned Lock
 // is already lost (Unlock it).
 func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOption) (*Lock, error) {
@@ -270,13 +292,20 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if !lease.ValidWait(o.wait) {
+		return nil, &StatusError{Op: "lock", Resource: resource, Status: InvalidInput}
+	}
 	if o.owner == nil {
 		o.owner, o.ownOwner = NewOwner(), true
 	}
+	wl, serverWaits := l.(WaitLocker)
+	serverWaits = serverWaits && o.wait != 0
+	forever := o.wait == WaitForever
 	c := o.clock
 	start := c.Now()
 	busyUntil := start.Add(o.wait)
 	retryUntil := start.Add(max(o.wait, mustRetryBudget))
+	over := func(until time.Time) bool { return !forever && !c.Now().Before(until) }
 	backoff := minBackoff
 	var (
 		since   time.Time // send time of the earliest attempt that may have granted the lease; zero: none
@@ -291,7 +320,19 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 	}
 	for {
 		sent := c.Now()
-		r, err := l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
+		var (
+			r   Result
+			err error
+		)
+		if serverWaits {
+			wait := WaitForever
+			if !forever {
+				wait = max(busyUntil.Sub(sent), 0)
+			}
+			r, err = wl.Lock(ctx, resource, o.owner, o.ttl, wait, o.durability)
+		} else {
+			r, err = l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
+		}
 		var until time.Time
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -305,7 +346,11 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 			until = retryUntil
 		case r.Status == Locked:
 			if since.IsZero() {
-				since = sent
+				// A grant after a wait on the server started the lease no
+				// earlier than sent + Waited (the server measured Waited
+				// from receiving the request, after sent); the server's
+				// clock may run fast over the wait: take 1 % off.
+				since = sent.Add(r.Waited - r.Waited/marginFraction)
 			}
 			return newLock(l, resource, r.FencingToken, o, since), nil
 		case r.Status == Busy:
@@ -331,10 +376,14 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 			unknown = true
 			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status})
 		}
-		if !c.Now().Before(until) {
+		if over(until) {
 			return fail(verdict)
 		}
-		if err := sleep(ctx, min(jitter(backoff), until.Sub(c.Now()))); err != nil {
+		pause := jitter(backoff)
+		if !forever {
+			pause = min(pause, until.Sub(c.Now()))
+		}
+		if err := sleep(ctx, pause); err != nil {
 			return fail(err)
 		}
 		backoff = min(backoff*2, maxBackoff)

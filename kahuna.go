@@ -52,3 +52,15 @@ type LockInfo = lease.LockInfo
 // (context done, node closed, transport down); lock outcomes, Busy and
 // InvalidInput included, are Statuses. See lease.Locker for each method.
 type Locker = lease.Locker
+
+// WaitLocker is a Locker that waits on the server for a busy lock, in a
+// FIFO queue per resource (see lease.WaitLocker). The embedded *Node is
+// one; Acquire with WithWait uses it when its Locker is one.
+type WaitLocker = lease.WaitLocker
+
+// WaitForever, as a wait (Node.Lock, WithWait), waits until the context
+// ends, like etcd's Mutex.Lock.
+const WaitForever = lease.WaitForever
+
+// MaxWait is the longest wait other than WaitForever (the TTL limit).
+const MaxWait = lease.MaxWait

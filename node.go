@@ -47,8 +47,12 @@ type Node struct {
 	// change (tests only: SetConfigChangeHook).
 	ccHook atomic.Pointer[func(p int, phase string)]
 
-	inflight  atomic.Int64
-	closing   atomic.Bool
+	inflight atomic.Int64
+	closing  atomic.Bool
+	// life ends when Close starts, so waiting calls stop waiting at once
+	// instead of holding Close up.
+	life      context.Context
+	endLife   context.CancelFunc
 	drained   chan struct{}
 	drainOnce sync.Once
 	closeOnce sync.Once
@@ -60,7 +64,7 @@ type Node struct {
 	partLog partitionLog // node_stats.go
 }
 
-var _ Locker = (*Node)(nil)
+var _ WaitLocker = (*Node)(nil)
 
 // Open starts a node and returns once it serves every partition.
 func Open(cfg Config) (*Node, error) {
@@ -82,6 +86,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...)}
 	n.peers.logger = cfg.Logger
+	n.life, n.endLife = context.WithCancel(context.Background())
 	if err := n.openBook(); err != nil {
 		return nil, err
 	}
@@ -309,6 +314,23 @@ func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl ti
 	return r, err
 }
 
+// Lock implements WaitLocker: a TryLock that, while another owner holds
+// the lock, waits for up to wait (WaitForever: until ctx ends) in the
+// resource's FIFO queue, kept by the lock actor of the partition's leader,
+// and is granted the lock (a new token, as any grant) in the same step
+// that frees it: the holder's Unlock, or its lease's end, which the actor
+// notices by a timer without any request. The queue is that leader's
+// memory only: when the partition moves, or the node stops serving it or
+// closes, its waiters are answered MustRetry (or ErrClosed) and may retry.
+// A wait of 0 is TryLock; a negative wait other than WaitForever, or one
+// over MaxWait, is InvalidInput and changes nothing. On a node that does
+// not lead the partition, Lock polls the leader with jittered TryLocks
+// until the wait ends (see waitRemote).
+func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
+	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, false)
+	return r, err
+}
+
 // Unlock implements Locker.
 func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error) {
 	_, r, err := n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, false)
@@ -371,6 +393,7 @@ func (n *Node) exit() {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)
+		n.endLife()
 		if n.inflight.Load() == 0 {
 			n.drainOnce.Do(func() { close(n.drained) })
 		}
@@ -401,6 +424,7 @@ func (n *Node) Close() error {
 // Stats is a point-in-time view of a node's work.
 type Stats struct {
 	CachedEntries int    // entries cached by the lock actors
+	Waiters       int    // waiting Lock calls queued in the lock actors
 	Evictions     uint64 // idle entries evicted since Open
 	RaftProposals uint64 // Raft entries proposed (each carries a group of writes)
 	RaftRecords   uint64 // persistent writes committed and applied
@@ -410,7 +434,7 @@ type Stats struct {
 // Stats reports the node's counters. It is cheap: atomics only.
 func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
-	return Stats{CachedEntries: s.Entries, Evictions: s.Evictions, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures}
+	return Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures}
 }
 
 // HeldLocks counts the live leases this node serves, by durability. It

@@ -17,7 +17,8 @@ import (
 func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ LockInfo, r Result, err error) {
 	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
 	defer func() { n.endRequest(ctx, &t, req, r, err) }()
-	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) {
+	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) ||
+		(req.Wait != 0 && (req.Op != lease.TryLock || !lease.ValidWait(req.Wait))) {
 		return LockInfo{}, Result{Status: InvalidInput}, nil
 	}
 	if err := n.waitUnpaused(ctx); err != nil {
@@ -33,7 +34,26 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ Lo
 			return LockInfo{}, Result{Status: MustRetry}, nil
 		}
 		t.to, _ = n.leadership.LeaderOf(req.Partition) // for the trace only
+		if req.Wait != 0 {
+			r, err = n.waitRemote(ctx, req)
+			return LockInfo{}, r, err
+		}
 		return n.forward(ctx, req)
+	}
+	if req.Wait != 0 {
+		// A waiter stops waiting when the node closes, so Close is not
+		// held up by it.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(n.life, cancel)()
+		resp, err := n.ring.Do(wctx, req)
+		switch {
+		case errors.Is(err, actors.ErrClosed), err != nil && ctx.Err() == nil:
+			return LockInfo{}, Result{}, ErrClosed // it may have been granted as it left
+		case err != nil:
+			return LockInfo{}, Result{}, err
+		}
+		return LockInfo{}, Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited}, nil
 	}
 	// The actor checks again when it decides: every answer, reads
 	// included, is given only under a live leader lease (partition.Leadership).
@@ -98,6 +118,55 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 		return LockInfo{}, Result{Status: Errored}, nil
 	}
 	return info, r, nil
+}
+
+// Bounds of waitRemote's polling backoff.
+const (
+	minRemotePoll = 2 * time.Millisecond
+	maxRemotePoll = 50 * time.Millisecond
+)
+
+// waitRemote runs a waiting lock (req.Wait != 0) whose partition another
+// node leads. This is the seam for carrying waits over the wire: for now
+// the forwarding stream knows only Kahuna's TryLock, so it polls the
+// leader with TryLocks, jittered exponential backoff from 2 to 50 ms,
+// until one is granted, the wait (or ctx) ends, or the leader answers
+// anything but Busy (MustRetry when leadership moved, here included: the
+// caller retries, and finds the queue if this node now leads). Waited is
+// the time from the call to the send of the granted attempt, which the
+// lease cannot have started before.
+func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, error) {
+	start := time.Now()
+	forever := req.Wait == WaitForever
+	deadline := start.Add(req.Wait)
+	try := req
+	try.Wait = 0
+	backoff := minRemotePoll
+	for {
+		sent := time.Now()
+		_, r, err := n.forward(ctx, try)
+		if err != nil || r.Status != Busy {
+			if r.Status == Locked {
+				r.Waited = sent.Sub(start)
+			}
+			return r, err
+		}
+		pause := jitter(backoff)
+		if !forever {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return r, nil
+			}
+			pause = min(pause, left)
+		}
+		if err := sleep(ctx, pause); err != nil {
+			return Result{}, err
+		}
+		if n.life.Err() != nil {
+			return Result{}, errClosedNotApplied
+		}
+		backoff = min(backoff*2, maxRemotePoll)
+	}
 }
 
 // local is the Locker a node offers its peers on the forwarding stream: it

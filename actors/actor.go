@@ -2,6 +2,7 @@ package actors
 
 import (
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,16 @@ type call struct {
 	index    uint64 // Raft index the record was applied at
 	err      error
 	next     *call // queue of calls waiting behind this resource's write
+	// handoff is the waiter granted by this call's record: a persistent
+	// Unlock with a persistent waiter at the head writes the waiter's
+	// grant as its one record (the release and the grant commit together).
+	handoff *call
+
+	// For waiting calls (req.Wait != 0), set by the actor only.
+	queuedAt time.Time     // when it joined the wait queue (zero: it has not)
+	waited   time.Duration // from queuedAt to the decision that granted it
+	waitOver bool          // its wait ended: decide it as a TryLock from now on
+	gone     bool          // its caller left (context ended): drop it unanswered
 }
 
 // completed is a call whose persistent write has an outcome; the backend
@@ -58,6 +69,26 @@ func (c *call) Committed(index uint64, err error) {
 	c.root.Send(c.self, (*completed)(c))
 }
 
+// leave tells the actor that a waiting call's wait ended (waitOver: answer
+// it Busy if it is still queued) or that its caller is gone (answer
+// nothing). Ring.Do sends it; the call's flags make it right whenever it
+// arrives, before or after the call itself is handled.
+type leave struct {
+	c        *call
+	waitOver bool
+}
+
+// wake is sent by a slot's timer when its holder's lease should have
+// ended, so a lapsed holder is noticed without a request. gen tells a
+// stale timer's wake from the current one's.
+type wake struct {
+	s   *slot
+	gen uint64
+}
+
+// GetPriority implements actor.PriorityMessage: a hand-off is a release.
+func (*wake) GetPriority() int8 { return urgentPriority }
+
 // countHeld asks an actor how many live leases it holds.
 type countHeld struct {
 	reply chan<- [2]int // [ephemeral, persistent]
@@ -68,33 +99,54 @@ type dropPartition struct {
 	ack       chan<- struct{}
 }
 
-// slot is an actor's cache entry for one resource.
+// slot is an actor's cache entry for one resource: the one lock of that
+// name, whatever durability its requests name.
 type slot struct {
 	lease.Entry
-	// index is the Raft index of the stored record Entry reflects (0: none
-	// stored): a persistent decision is applied only if the record is still
-	// at it (durability's compare-and-set).
+	// kind is the durability of the grant Entry describes: Persistent when
+	// Entry is the stored record (as of index), Ephemeral when an
+	// in-memory grant (or its release) has moved it on. Extend and Unlock
+	// write the way the lock was granted, whatever durability they name.
+	kind lease.Durability
+	// index is the Raft index of the stored record (0: none stored): a
+	// persistent decision is applied only if the record is still at it
+	// (durability's compare-and-set).
 	index     uint64
+	resource  string
 	partition int
 	lastUsed  time.Time
 	inflight  *call // the call whose write is being committed
 	queue     *call // calls waiting for inflight, oldest first
 	queueTail *call
 	dropped   bool // the partition was dropped while a write was in flight
+
+	// waiters wait for the lock to be free, oldest first (at most
+	// lease.MaxWaiters). They live only in this actor's memory, that is in
+	// the partition leader's: a leader change answers them MustRetry.
+	waiters []*call
+	// timer fires when the holder's lease ends while waiters wait (one
+	// per queue head, not per waiter); timerAt is the expiry it is set for.
+	timer    stopper
+	timerAt  time.Time
+	timerGen uint64
 }
 
-// lockActor owns the entries of its share of resources. The maps live
+// stopper is a timer (time.Timer, or a test's).
+type stopper interface{ Stop() bool }
+
+// lockActor owns the entries of its share of resources. The map lives
 // outside any per-message state, and the producer returns this same value
 // on restart, so a supervisor restart keeps the cache.
 type lockActor struct {
 	cfg       Config
 	root      *actor.RootContext
 	self      *actor.PID
-	ephemeral map[string]*slot
-	durable   map[string]*slot
+	entries   map[string]*slot
 	countdown int
 	oldestUse time.Time // lower bound of every entry's lastUsed (see collect)
+	nwaiting  int       // waiters over all slots
 	size      atomic.Int64
+	waiting   atomic.Int64
 	evictions atomic.Uint64
 }
 
@@ -102,8 +154,7 @@ func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
 	return &lockActor{
 		cfg:       cfg,
 		root:      root,
-		ephemeral: make(map[string]*slot),
-		durable:   make(map[string]*slot),
+		entries:   make(map[string]*slot),
 		countdown: collectEvery,
 	}
 }
@@ -115,18 +166,24 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.safely(m, a.handle)
 	case *completed:
 		a.safely((*call)(m), a.complete)
+	case *leave:
+		a.leave(m)
+	case *wake:
+		if a.entries[m.s.resource] == m.s && m.gen == m.s.timerGen {
+			m.s.timer = nil
+			a.settle(m.s)
+		}
 	case *dropPartition:
 		a.drop(m.partition)
-		a.size.Store(int64(len(a.ephemeral) + len(a.durable))) // before the ack: Stats after DropPartition sees it
+		a.publish() // before the ack: Stats after DropPartition sees it
 		m.ack <- struct{}{}
+		return
 	case *countHeld:
 		now := a.cfg.Now()
 		var n [2]int
-		for i, t := range []map[string]*slot{a.ephemeral, a.durable} {
-			for _, s := range t {
-				if s.Live(now) {
-					n[i]++
-				}
+		for _, s := range a.entries {
+			if s.Live(now) {
+				n[s.kind]++
 			}
 		}
 		m.reply <- n
@@ -139,7 +196,13 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.countdown = collectEvery
 		a.collect()
 	}
-	a.size.Store(int64(len(a.ephemeral) + len(a.durable)))
+	a.publish()
+}
+
+// publish makes the actor's sizes visible to Stats.
+func (a *lockActor) publish() {
+	a.size.Store(int64(len(a.entries)))
+	a.waiting.Store(int64(a.nwaiting))
 }
 
 // safely runs fn and turns a panic into an Errored answer for c, so one bad
@@ -154,31 +217,37 @@ func (a *lockActor) safely(c *call, fn func(*call)) {
 	fn(c)
 }
 
-func (a *lockActor) table(d lease.Durability) map[string]*slot {
-	if d == lease.Persistent {
-		return a.durable
-	}
-	return a.ephemeral
+// waits reports whether c is to join the wait queue when the lock is busy.
+func (c *call) waits() bool {
+	return c.req.Op == lease.TryLock && c.req.Wait != 0 && !c.waitOver
 }
 
 // handle decides one request, or queues it behind an in-flight write.
 func (a *lockActor) handle(c *call) {
+	if c.gone {
+		return // its caller left before it was decided: nothing to answer
+	}
 	req := &c.req
 	// Checked at decision time, on every decision (queued ones included):
 	// the answer below comes from the cache, which is only right while this
 	// node provably leads the partition.
 	term, ok := a.cfg.Serving(req.Partition)
 	if !ok {
+		if s := a.entries[req.Resource]; s != nil {
+			a.flush(s, lease.MustRetry) // nor can its waiters be served
+		}
 		c.reply <- Response{Status: lease.MustRetry}
 		return
 	}
 	now := a.cfg.Now()
 	s, err := a.slot(req, now)
 	if err != nil {
-		a.cfg.Logger.Error("load persistent lock", "resource", req.Resource, "err", err)
+		a.cfg.Logger.Error("load lock", "resource", req.Resource, "err", err)
 		c.reply <- Response{Status: lease.Errored}
 		return
 	}
+	// A lapsed holder with waiters: the head goes first, then c.
+	a.handOff(s)
 	if s.inflight != nil {
 		c.next = nil
 		if s.queueTail == nil {
@@ -192,33 +261,74 @@ func (a *lockActor) handle(c *call) {
 		}
 		return
 	}
+	a.decide(c, s, term, now)
+	a.settle(s) // c may have freed the lock: the head is granted in this same step
+}
+
+// decide makes c's decision on s, which has no write in flight, and answers
+// it, or proposes its record, or queues it as a waiter.
+func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
+	req := &c.req
 	s.lastUsed = now
 	d := lease.Decide(s.Entry, req.Op, req.Owner, req.TTL, now)
+	if d.Status == lease.Busy && c.waits() {
+		if len(s.waiters) >= lease.MaxWaiters {
+			c.reply <- Response{Status: lease.Busy}
+			return
+		}
+		c.queuedAt = now
+		s.waiters = append(s.waiters, c)
+		a.nwaiting++
+		if a.cfg.onWait != nil {
+			a.cfg.onWait(req.Resource)
+		}
+		return
+	}
+	if !c.queuedAt.IsZero() {
+		c.waited = now.Sub(c.queuedAt)
+	}
 	if !d.Write {
 		resp := Response{Status: d.Status, Token: d.Token}
 		if d.Status == lease.Got {
 			resp.Owner, resp.Expires = s.Owner, s.Expires
 		}
+		if d.Status == lease.Locked {
+			resp.Waited = c.waited
+		}
 		c.reply <- resp
 		return
 	}
+	kind := s.kind // Extend and Unlock write the way the lock was granted
 	if req.Op == lease.TryLock {
 		// Next.Owner aliases the caller's buffer, which it may reuse.
 		d.Next.Owner = append([]byte(nil), req.Owner...)
+		kind = req.Durability
 	}
-	if req.Durability == lease.Ephemeral {
-		s.Entry = d.Next
-		c.reply <- Response{Status: d.Status, Token: d.Token}
+	if kind == lease.Ephemeral {
+		s.Entry, s.kind = d.Next, lease.Ephemeral
+		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
 		return
 	}
 	c.decision = d
+	write := d.Next
+	if req.Op == lease.Unlock && len(s.waiters) > 0 && s.waiters[0].req.Durability == lease.Persistent {
+		// Hand-off in the same record: what is written is the head's
+		// grant, decided from the released entry; c is answered Unlocked
+		// when it commits.
+		h := a.popWaiter(s)
+		h.waited = now.Sub(h.queuedAt)
+		h.decision = lease.Decide(d.Next, lease.TryLock, h.req.Owner, h.req.TTL, now)
+		h.decision.Next.Owner = append([]byte(nil), h.req.Owner...)
+		c.handoff = h
+		write = h.decision.Next
+	}
 	c.rec = durability.Record{
 		Resource:       req.Resource,
-		Owner:          d.Next.Owner,
-		ExpiresMs:      d.Next.Expires.UnixMilli(),
-		Token:          d.Next.Token,
-		Revision:       d.Next.Revision,
-		Locked:         d.Next.State == lease.Held,
+		Owner:          write.Owner,
+		ExpiresMs:      write.Expires.UnixMilli(),
+		Token:          write.Token,
+		Revision:       write.Revision,
+		Locked:         write.State == lease.Held,
 		LastModifiedMs: now.UnixMilli(),
 		Base:           s.index,
 		Term:           term,
@@ -228,24 +338,22 @@ func (a *lockActor) handle(c *call) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// slot returns the cached entry of the request's resource, loading a
-// persistent one from the store on a miss.
+// slot returns the cached entry of the request's resource, loading the
+// stored record on a miss, whatever durability the request names: one
+// name is one lock, so an ephemeral request must see a persistent holder.
 func (a *lockActor) slot(req *Request, now time.Time) (*slot, error) {
-	t := a.table(req.Durability)
-	if s, ok := t[req.Resource]; ok {
+	if s, ok := a.entries[req.Resource]; ok {
 		return s, nil
 	}
-	s := &slot{partition: req.Partition, lastUsed: now}
-	if req.Durability == lease.Persistent {
-		rec, found, err := a.cfg.Backend.Load(req.Partition, req.Resource)
-		if err != nil {
-			return nil, err
-		}
-		if found {
-			s.Entry, s.index = entryOf(&rec, now), rec.Index
-		}
+	s := &slot{resource: req.Resource, partition: req.Partition, lastUsed: now}
+	rec, found, err := a.cfg.Backend.Load(req.Partition, req.Resource)
+	if err != nil {
+		return nil, err
 	}
-	t[req.Resource] = s
+	if found {
+		s.Entry, s.index, s.kind = entryOf(&rec, now), rec.Index, lease.Persistent
+	}
+	a.entries[req.Resource] = s
 	return s, nil
 }
 
@@ -265,15 +373,22 @@ func entryOf(rec *durability.Record, now time.Time) lease.Entry {
 }
 
 // complete answers a call whose persistent write has an outcome, then
-// replays the calls that queued behind it.
+// hands the lock to the next waiter if it is free, and replays the calls
+// that queued behind the write.
 func (a *lockActor) complete(c *call) {
-	t := a.table(c.req.Durability)
-	s := t[c.req.Resource] // never evicted while in flight
+	s := a.entries[c.req.Resource] // never evicted while in flight
 	s.inflight = nil
-	resp := Response{Status: c.decision.Status, Token: c.decision.Token}
+	h := c.handoff
+	c.handoff = nil
+	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Waited: c.waited}
 	switch {
 	case c.err == nil:
-		s.Entry, s.index = c.decision.Next, c.index
+		s.Entry, s.index, s.kind = c.decision.Next, c.index, lease.Persistent
+		if h != nil {
+			s.Entry = h.decision.Next
+			h.reply <- Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited}
+			h = nil
+		}
 		s.lastUsed = a.cfg.Now()
 	case errors.Is(c.err, durability.ErrRetry):
 		// Certainly not committed: the cached entry is still right.
@@ -290,12 +405,41 @@ func (a *lockActor) complete(c *call) {
 		resp = Response{Status: lease.Errored}
 		s.dropped = true
 	}
+	switch {
+	case h == nil:
+	case h.gone:
+		// Its caller left while the hand-off was in flight: nothing to keep.
+	case h.waitOver:
+		h.reply <- Response{Status: lease.Busy}
+	default:
+		// The hand-off did not commit (or may have): the waiter keeps its
+		// place at the head. If its grant did apply, the reload shows it as
+		// the holder and it is answered Locked with that token.
+		s.waiters = slices.Insert(s.waiters, 0, h)
+		a.nwaiting++
+	}
 	waiting := s.queue
 	s.queue, s.queueTail = nil, nil
+	var replay []*call
 	if s.dropped {
-		delete(t, c.req.Resource)
+		delete(a.entries, c.req.Resource)
+		a.stopTimer(s)
+		if _, ok := a.cfg.Serving(s.partition); ok {
+			// Decided again from the reloaded record, in their order.
+			replay = s.waiters
+			a.nwaiting -= len(s.waiters)
+			s.waiters = nil
+		} else {
+			a.flush(s, lease.MustRetry)
+		}
 	}
 	c.reply <- resp // c belongs to its caller from here on
+	if !s.dropped {
+		a.settle(s)
+	}
+	for _, w := range replay {
+		a.safely(w, a.handle)
+	}
 	for waiting != nil {
 		next := waiting.next
 		waiting.next = nil
@@ -304,19 +448,122 @@ func (a *lockActor) complete(c *call) {
 	}
 }
 
-// drop forgets every entry of partition p. An entry with a write in flight
-// is forgotten when the write completes.
-func (a *lockActor) drop(p int) {
-	for _, t := range []map[string]*slot{a.ephemeral, a.durable} {
-		for k, s := range t {
-			if s.partition != p {
-				continue
-			}
-			if s.inflight != nil {
-				s.dropped = true
-				continue
-			}
-			delete(t, k)
+// settle hands the lock to the head waiter if it is free, and sets the
+// timer that notices when the holder's lease ends.
+func (a *lockActor) settle(s *slot) {
+	a.handOff(s)
+	a.arm(s)
+}
+
+// handOff grants the lock to the waiters at the head of s's queue while
+// it is free and no write is in flight: the next waiter is granted in the
+// same step as the release or expiry, without a request of its own. Each
+// grant is a decision like any other: made only while this node serves the
+// partition, tagged with its term.
+func (a *lockActor) handOff(s *slot) {
+	for len(s.waiters) > 0 && s.inflight == nil {
+		now := a.cfg.Now()
+		if s.Live(now) {
+			return
 		}
+		term, ok := a.cfg.Serving(s.partition)
+		if !ok {
+			a.flush(s, lease.MustRetry)
+			return
+		}
+		a.decide(a.popWaiter(s), s, term, now)
+	}
+}
+
+func (a *lockActor) popWaiter(s *slot) *call {
+	h := s.waiters[0]
+	s.waiters[0] = nil
+	s.waiters = s.waiters[1:]
+	if len(s.waiters) == 0 {
+		s.waiters = nil // let the backing array go
+	}
+	a.nwaiting--
+	return h
+}
+
+// arm keeps one timer per slot with waiters, set for the holder's expiry.
+func (a *lockActor) arm(s *slot) {
+	if len(s.waiters) == 0 || s.inflight != nil {
+		a.stopTimer(s) // the write's completion settles s again
+		return
+	}
+	if s.timer != nil && s.timerAt.Equal(s.Expires) {
+		return
+	}
+	a.stopTimer(s)
+	s.timerGen++
+	s.timerAt = s.Expires
+	// A lease is live up to and including its expiry: fire just after.
+	d := s.Expires.Sub(a.cfg.Now()) + time.Nanosecond
+	msg := &wake{s: s, gen: s.timerGen}
+	self, root := a.self, a.root
+	s.timer = a.cfg.afterFunc(d, func() { root.Send(self, msg) }) // sends only: state stays on the actor
+}
+
+func (a *lockActor) stopTimer(s *slot) {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+}
+
+// flush answers every waiter of s with st and empties its queue.
+func (a *lockActor) flush(s *slot, st lease.Status) {
+	for _, w := range s.waiters {
+		w.reply <- Response{Status: st}
+	}
+	a.nwaiting -= len(s.waiters)
+	s.waiters = nil
+	a.stopTimer(s)
+}
+
+// leave marks a waiting call whose wait or caller ended, and takes it out
+// of its resource's queue if it is there.
+func (a *lockActor) leave(m *leave) {
+	c := m.c
+	if m.waitOver {
+		c.waitOver = true
+	} else {
+		c.gone = true
+	}
+	s := a.entries[c.req.Resource]
+	if s == nil {
+		return
+	}
+	i := slices.Index(s.waiters, c)
+	if i < 0 {
+		return // not queued (yet, or any more): its flags decide
+	}
+	s.waiters = slices.Delete(s.waiters, i, i+1)
+	a.nwaiting--
+	if m.waitOver {
+		st := lease.Busy
+		if _, ok := a.cfg.Serving(s.partition); !ok {
+			st = lease.MustRetry
+		}
+		c.reply <- Response{Status: st}
+	}
+	a.arm(s)
+}
+
+// drop forgets every entry of partition p and answers its waiters
+// MustRetry. An entry with a write in flight is forgotten when the write
+// completes.
+func (a *lockActor) drop(p int) {
+	for k, s := range a.entries {
+		if s.partition != p {
+			continue
+		}
+		a.flush(s, lease.MustRetry)
+		if s.inflight != nil {
+			s.dropped = true
+			continue
+		}
+		delete(a.entries, k)
 	}
 }

@@ -106,11 +106,30 @@ type fixture struct {
 	clock   *fakeClock
 	serving []atomic.Bool
 	queued  chan string
+	waiting chan string     // a call joined a wait queue
+	timers  chan *fakeTimer // expiry timers set by the actors
+}
+
+// fakeTimer is an expiry timer the test fires by hand.
+type fakeTimer struct {
+	d       time.Duration
+	f       func()
+	stopped atomic.Bool
+}
+
+func (t *fakeTimer) Stop() bool { return !t.stopped.Swap(true) }
+
+// fire runs the timer's function unless it was stopped.
+func (t *fakeTimer) fire() {
+	if !t.stopped.Load() {
+		t.f()
+	}
 }
 
 func newFixture(t *testing.T, actors, toRemove int) *fixture {
 	t.Helper()
-	f := &fixture{backend: newFakeBackend(), clock: newFakeClock(), serving: make([]atomic.Bool, 4), queued: make(chan string, 16)}
+	f := &fixture{backend: newFakeBackend(), clock: newFakeClock(), serving: make([]atomic.Bool, 4), queued: make(chan string, 16),
+		waiting: make(chan string, 2*lease.MaxWaiters), timers: make(chan *fakeTimer, 64)}
 	for i := range f.serving {
 		f.serving[i].Store(true)
 	}
@@ -122,6 +141,12 @@ func newFixture(t *testing.T, actors, toRemove int) *fixture {
 		Serving:              func(p int) (uint64, bool) { return 1, f.serving[p].Load() },
 		Now:                  f.clock.Now,
 		onQueued:             func(r string) { f.queued <- r },
+		onWait:               func(r string) { f.waiting <- r },
+		afterFunc: func(d time.Duration, fn func()) stopper {
+			t := &fakeTimer{d: d, f: fn}
+			f.timers <- t
+			return t
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

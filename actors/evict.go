@@ -6,18 +6,20 @@ import "time"
 // messages and only when the actor caches collectMinEntries or more. An
 // entry qualifies when unused for CacheEntryTTL; at most
 // CacheEntriesToRemove go per pass. Unlike Kahuna it never evicts an entry
-// with a write in flight (its completion needs it) nor a live lease: an
+// with a write in flight (its completion needs it), nor one with waiters,
+// nor a live lease: an
 // ephemeral one would be freed, and a persistent one would come back from
 // its recorded wall-clock expiry, so a wall-clock jump since the grant
 // would move it (a lease is measured on the monotonic clock where it was
-// granted). An evicted persistent entry is reloaded from the store on next
-// use.
+// granted). An evicted entry is reloaded from the store on next use (an
+// ephemeral grant's token count then falls back to the stored record's, or
+// restarts at 0 without one: see the token rule in the package doc).
 //
 // A full scan records the oldest lastUsed it kept; lastUsed only moves
 // forward and new entries start at "now", so until that bound is
 // CacheEntryTTL old no entry can qualify and the scan is skipped.
 func (a *lockActor) collect() {
-	if len(a.ephemeral)+len(a.durable) < collectMinEntries {
+	if len(a.entries) < collectMinEntries {
 		return
 	}
 	now := a.cfg.Now()
@@ -26,24 +28,20 @@ func (a *lockActor) collect() {
 	}
 	budget := a.cfg.CacheEntriesToRemove
 	oldest := now
-	evict := func(t map[string]*slot) {
-		for k, s := range t {
-			if budget <= 0 {
-				oldest = time.Time{} // scan cut short: the bound is unknown
-				return
-			}
-			if s.inflight != nil || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
-				if s.lastUsed.Before(oldest) {
-					oldest = s.lastUsed
-				}
-				continue
-			}
-			delete(t, k)
-			budget--
-			a.evictions.Add(1)
+	for k, s := range a.entries {
+		if budget <= 0 {
+			oldest = time.Time{} // scan cut short: the bound is unknown
+			break
 		}
+		if s.inflight != nil || len(s.waiters) > 0 || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
+			if s.lastUsed.Before(oldest) {
+				oldest = s.lastUsed
+			}
+			continue
+		}
+		delete(a.entries, k)
+		budget--
+		a.evictions.Add(1)
 	}
-	evict(a.ephemeral)
-	evict(a.durable)
 	a.oldestUse = oldest
 }

@@ -2,6 +2,30 @@
 // actor, which owns its cached entry and serialises every request for it:
 // ephemeral locks are decided and answered in memory, persistent ones are
 // decided, handed to the durability backend, and answered when applied.
+//
+// One name is one lock. An actor keeps one entry per resource, whatever
+// durability its requests name: a live holder of either kind makes another
+// owner's TryLock of the other kind Busy, and Extend, Unlock and Get see
+// the one lock (Extend and Unlock write the way the lock was granted: in
+// memory for an ephemeral grant, through the backend for a persistent one).
+// On a cache miss the stored record is loaded for every request, so an
+// ephemeral request sees a persistent holder.
+//
+// Token rule. A resource has one token count, shared by both kinds: every
+// grant to a new owner, ephemeral or persistent, is the previous grant's
+// token + 1 (0 for the first ever). On a miss the count starts from the
+// stored record's token, the largest persistent token ever granted, so:
+//   - a persistent grant's token is above every earlier persistent grant's,
+//     across leader changes, restarts and evictions (the stored token is
+//     the floor), and above every earlier ephemeral grant made on the
+//     current leader;
+//   - an ephemeral grant's token is above every earlier persistent grant's,
+//     and above every earlier ephemeral grant while its entry stays cached
+//     on one leader;
+//   - after a leader change (or the eviction of an idle entry) the count
+//     falls back to the stored token, so the next grant, of either kind,
+//     may repeat a token an ephemeral holder had before: ephemeral tokens
+//     are only as good as ephemeral locks (DESIGN §8.2).
 package actors
 
 import (
@@ -50,11 +74,25 @@ type Config struct {
 	// Logger receives the few events worth logging (nil = discard).
 	Logger *slog.Logger
 
-	onQueued func(resource string) // test hook: a call waits behind a write
+	onQueued  func(resource string)                   // test hook: a call waits behind a write
+	onWait    func(resource string)                   // test hook: a call joined the wait queue
+	afterFunc func(d time.Duration, f func()) stopper // the holders' expiry timers (default time.AfterFunc; tests swap it)
 }
 
 // Request is one lock operation on one resource. Partition is the
 // resource's partition, computed by the caller.
+//
+// Wait, for a TryLock, is how long it may wait (lease.WaitForever: until
+// Do's ctx ends) when another owner holds the lock: it then joins the
+// resource's FIFO queue in its actor and is granted, with a new token, in
+// the same step that frees the lock (an Unlock, or the holder's expiry,
+// noticed by a timer). A waiter is answered Busy when its wait ends with
+// the lock still held, or at once when the queue holds lease.MaxWaiters;
+// MustRetry when the partition is dropped or the node stops serving it.
+// The queue lives only in the actor's memory, which is the partition
+// leader's: nothing of it survives a leader change (its waiters are told
+// MustRetry and retry). Wait 0 is a plain TryLock. Callers validate Wait
+// (lease.ValidWait).
 type Request struct {
 	Op         lease.Op
 	Resource   string
@@ -62,6 +100,7 @@ type Request struct {
 	TTL        time.Duration
 	Durability lease.Durability
 	Partition  int
+	Wait       time.Duration
 }
 
 // Response is the answer to a Request. For Got, Owner and Expires describe
@@ -71,6 +110,10 @@ type Response struct {
 	Token   int64
 	Owner   []byte
 	Expires time.Time
+	// Waited, for a grant to a waiting TryLock, is how long it sat in the
+	// wait queue before the decision that granted it (on the actors'
+	// clock); the lease started then.
+	Waited time.Duration
 }
 
 // Ring is a fixed set of lock actors; a resource always goes to the same one.
@@ -96,6 +139,9 @@ func NewRing(cfg Config) (*Ring, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.afterFunc == nil {
+		cfg.afterFunc = func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -160,6 +206,9 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	}
 	c := r.calls.Get().(*call)
 	c.req = req
+	if req.Wait != 0 && req.Op == lease.TryLock {
+		return r.wait(ctx, c)
+	}
 	r.system.Root.Send(r.route(req.Resource), c)
 	done := ctx.Done()
 	if done == nil { // context.Background and friends: a cheaper select
@@ -186,8 +235,46 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	}
 }
 
+// wait runs a waiting TryLock. Its wait is timed here, on the caller's
+// goroutine, not in the actor: when it ends the actor is told (leave) and
+// answers Busy if the call is still queued, or has already answered the
+// grant. A caller whose ctx ends tells the actor too, so nothing is left in
+// the queue. A call the actor may still be told about is never recycled.
+func (r *Ring) wait(ctx context.Context, c *call) (Response, error) {
+	// The call outlives Do if ctx ends: it must not alias the caller's buffer.
+	c.req.Owner = append([]byte(nil), c.req.Owner...)
+	pid := r.route(c.req.Resource)
+	r.system.Root.Send(pid, c)
+	var over <-chan time.Time
+	if c.req.Wait > 0 {
+		t := time.NewTimer(c.req.Wait)
+		defer t.Stop()
+		over = t.C
+	}
+	told := false
+	for {
+		select {
+		case resp := <-c.reply:
+			if !told {
+				*c = call{reply: c.reply}
+				r.calls.Put(c)
+			}
+			return resp, nil
+		case <-over:
+			over, told = nil, true
+			r.system.Root.Send(pid, &leave{c: c, waitOver: true})
+		case <-ctx.Done():
+			r.system.Root.Send(pid, &leave{c: c})
+			return Response{}, ctx.Err()
+		case <-r.done:
+			return Response{}, ErrClosed
+		}
+	}
+}
+
 // DropPartition makes every actor forget its cached entries of partition p
-// (ephemeral and persistent) and returns once all have done so. A new
+// (ephemeral and persistent) and answer its waiters MustRetry, and returns
+// once all have done so. A new
 // leader calls it before serving p, so nothing stale is served.
 func (r *Ring) DropPartition(ctx context.Context, p int) error {
 	acks := make(chan struct{}, len(r.pids))
@@ -230,6 +317,7 @@ func (r *Ring) Held(ctx context.Context) (ephemeral, persistent int, err error) 
 // Stats is a point-in-time view of the actors' caches.
 type Stats struct {
 	Entries   int    // cached entries over all actors
+	Waiters   int    // waiting TryLocks queued over all actors
 	Evictions uint64 // entries evicted since start
 }
 
@@ -238,6 +326,7 @@ func (r *Ring) Stats() Stats {
 	var s Stats
 	for _, a := range r.actors {
 		s.Entries += int(a.size.Load())
+		s.Waiters += int(a.waiting.Load())
 		s.Evictions += a.evictions.Load()
 	}
 	return s

@@ -112,7 +112,24 @@ const (
 	// MaxTTL is the longest lease: the largest int32 of milliseconds, as
 	// Kahuna's wire carries it (about 24.8 days).
 	MaxTTL = time.Duration(1<<31-1) * time.Millisecond
+	// MaxWait is the longest a waiting lock request may wait (the TTL
+	// limit), other than WaitForever.
+	MaxWait = MaxTTL
+	// MaxWaiters bounds the wait queue of one resource: a waiting request
+	// that finds it full is answered Busy at once.
+	MaxWaiters = 1024
 )
+
+// WaitForever, as the wait of a waiting lock request, waits until the
+// request's context ends (etcd's Mutex.Lock). It is the only valid
+// negative wait.
+const WaitForever time.Duration = -1
+
+// ValidWait reports whether wait is a valid wait for a waiting lock
+// request: 0 (do not wait: a TryLock), up to MaxWait, or WaitForever.
+func ValidWait(wait time.Duration) bool {
+	return wait == WaitForever || (wait >= 0 && wait <= MaxWait)
+}
 
 // Valid reports whether a request is well formed. A request that is not
 // gets InvalidInput and changes nothing.

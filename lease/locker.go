@@ -12,6 +12,12 @@ type Result struct {
 	Status       Status
 	FencingToken int64
 	ServedFrom   string
+	// Waited, for a grant by WaitLocker.Lock, is how long the request
+	// waited before it was granted, as the server measured it from when it
+	// received the request (0 when granted at once, and for other calls).
+	// The lease started no earlier than the request's send time plus
+	// Waited (less the drift of the server's clock over the wait).
+	Waited time.Duration
 }
 
 // LockInfo describes a live lock, as returned by Get.
@@ -35,4 +41,25 @@ type Locker interface {
 	Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error)
 	// Get describes the live lock on resource.
 	Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error)
+}
+
+// WaitLocker is a Locker that can wait on the server for a busy lock, so a
+// waiter needs no polling. The embedded node implements it; Acquire uses it
+// when the Locker it is given does (test with a type assertion).
+type WaitLocker interface {
+	Locker
+	// Lock is TryLock that, while another owner holds a live lease on
+	// resource, waits for up to wait (WaitForever: until ctx ends) in the
+	// resource's first-in first-out queue of waiters, and is granted the
+	// lock when it reaches the head and the holder releases or lapses. It
+	// answers Locked (with Result.Waited), Busy when the wait ended with
+	// the lock still held or the queue was full, MustRetry when the
+	// partition moved or its node stopped serving while it waited (nothing
+	// was applied; retry), InvalidInput for a wait that is negative (other
+	// than WaitForever) or over MaxWait, or what TryLock would answer. A
+	// wait of 0 is exactly TryLock. If ctx ends first, Lock returns
+	// ctx.Err() and the request leaves the queue; a grant made just before
+	// it left stands (the lease then lapses at its TTL, or its owner
+	// unlocks it).
+	Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error)
 }

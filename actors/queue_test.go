@@ -1,0 +1,453 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/lease"
+)
+
+// waitFor starts a waiting TryLock and returns once it is in the queue.
+func (f *fixture) waitFor(t *testing.T, ctx context.Context, res, owner string, wait time.Duration, d lease.Durability) <-chan Response {
+	t.Helper()
+	ch := f.startWait(ctx, res, owner, wait, d)
+	if got := <-f.waiting; got != res {
+		t.Fatalf("queued on %q, want %q", got, res)
+	}
+	return ch
+}
+
+func (f *fixture) startWait(ctx context.Context, res, owner string, wait time.Duration, d lease.Durability) <-chan Response {
+	ch := make(chan Response, 1)
+	go func() {
+		resp, err := f.ring.Do(ctx, Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Partition: 1, Wait: wait})
+		if err != nil {
+			resp = Response{Status: lease.Status(-1)} // a call error: no status
+		}
+		ch <- resp
+	}()
+	return ch
+}
+
+// sync returns once the actor of res has handled everything sent to it
+// before (a Get behind it in the same mailbox lane).
+func (f *fixture) sync(t *testing.T, res string) {
+	t.Helper()
+	f.do(t, lease.Get, res, "", 0, lease.Ephemeral)
+}
+
+func TestWaitersGrantedInFIFOOrderOnRelease(t *testing.T) {
+	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			f := newFixture(t, 2, 100)
+			if r := f.do(t, lease.TryLock, "r", "holder", time.Minute, d); r.Status != lease.Locked || r.Token != 0 {
+				t.Fatalf("holder: %+v", r)
+			}
+			const n = 5
+			var ws []<-chan Response
+			for i := range n {
+				ws = append(ws, f.waitFor(t, context.Background(), "r", fmt.Sprint("w", i), lease.WaitForever, d))
+			}
+			if s := f.ring.Stats(); s.Waiters != n {
+				t.Fatalf("waiters = %d, want %d", s.Waiters, n)
+			}
+			prev := "holder"
+			for i, w := range ws {
+				proposals := f.backend.index
+				if r := f.do(t, lease.Unlock, "r", prev, 0, d); r.Status != lease.Unlocked {
+					t.Fatalf("unlock by %s: %+v", prev, r)
+				}
+				// Handed off by the Unlock: no other request is made (and
+				// no timer fired) before the head's answer arrives.
+				if r := <-w; r.Status != lease.Locked || r.Token != int64(i+1) {
+					t.Fatalf("waiter %d after release: %+v, want Locked token %d", i, r, i+1)
+				}
+				f.sync(t, "r")
+				if s := f.ring.Stats(); s.Waiters != n-i-1 {
+					t.Fatalf("after grant %d: %d waiters, want %d (one granted, in order)", i, s.Waiters, n-i-1)
+				}
+				if d == lease.Persistent {
+					if got := f.backend.index - proposals; got != 1 {
+						t.Fatalf("release + hand-off took %d records, want 1", got)
+					}
+					if rec := f.backend.store["r"]; string(rec.Owner) != fmt.Sprint("w", i) || rec.Token != int64(i+1) || !rec.Locked {
+						t.Fatalf("stored %+v", rec)
+					}
+				}
+				prev = fmt.Sprint("w", i)
+			}
+			if s := f.ring.Stats(); s.Waiters != 0 {
+				t.Fatalf("waiters at the end = %d", s.Waiters)
+			}
+		})
+	}
+}
+
+func TestExpiredHolderWakesHeadByTimer(t *testing.T) {
+	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			f.do(t, lease.TryLock, "r", "crashed", time.Minute, d)
+			w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, d)
+			timer := <-f.timers
+			if timer.d <= 59*time.Second || timer.d > time.Minute+time.Millisecond {
+				t.Fatalf("timer set for %v, want the holder's expiry (1 min)", timer.d)
+			}
+			// A second waiter joins the same queue: still one timer.
+			w2 := f.waitFor(t, context.Background(), "r", "w2", lease.WaitForever, d)
+			select {
+			case extra := <-f.timers:
+				t.Fatalf("second timer set (%v) for the same holder", extra.d)
+			default:
+			}
+			f.clock.Advance(time.Minute + time.Millisecond)
+			timer.fire() // no request reaches the actor: only the timer
+			r := <-w
+			if r.Status != lease.Locked || r.Token != 1 {
+				t.Fatalf("head after expiry: %+v, want Locked token 1", r)
+			}
+			f.sync(t, "r")
+			if s := f.ring.Stats(); s.Waiters != 1 {
+				t.Fatalf("waiters = %d, want 1 (w2 still queued)", s.Waiters)
+			}
+			// The new holder's expiry has its own timer.
+			next := <-f.timers
+			f.clock.Advance(time.Minute + time.Millisecond)
+			next.fire()
+			if r := <-w2; r.Status != lease.Locked || r.Token != 2 {
+				t.Fatalf("second waiter: %+v", r)
+			}
+		})
+	}
+}
+
+// An extension moves the holder's expiry: a timer that fires at the old
+// one grants nothing and is set again.
+func TestExtendedHolderKeepsLockAgainstOldTimer(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, lease.Ephemeral)
+	old := <-f.timers
+	f.clock.Advance(30 * time.Second)
+	if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Ephemeral); r.Status != lease.Extended {
+		t.Fatalf("extend: %+v", r)
+	}
+	f.clock.Advance(31 * time.Second) // past the old expiry, before the new one
+	old.f()                           // fires even if stopped: a stale wake must do nothing
+	f.sync(t, "r")
+	if s := f.ring.Stats(); s.Waiters != 1 {
+		t.Fatalf("waiters = %d: granted while the holder's extended lease lives", s.Waiters)
+	}
+	if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.Got || string(r.Owner) != "a" {
+		t.Fatalf("get: %+v", r)
+	}
+	renewed := <-f.timers // set again for the new expiry
+	f.clock.Advance(30 * time.Second)
+	renewed.fire()
+	if r := <-w; r.Status != lease.Locked || r.Token != 1 {
+		t.Fatalf("waiter after the extended lease: %+v", r)
+	}
+}
+
+func TestWaiterLeavesOnCancel(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := f.waitFor(t, ctx, "r", "gone", lease.WaitForever, lease.Persistent)
+	cancel()
+	if r := <-w; r.Status != lease.Status(-1) {
+		t.Fatalf("cancelled waiter: %+v, want ctx's error", r)
+	}
+	f.sync(t, "r") // the leave message was sent before Do returned
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters after cancel = %d, want 0", s.Waiters)
+	}
+	f.do(t, lease.Unlock, "r", "a", 0, lease.Persistent)
+	if r := f.do(t, lease.Get, "r", "", 0, lease.Persistent); r.Status != lease.LockDoesNotExist {
+		t.Fatalf("after release: %+v: the gone waiter was granted", r)
+	}
+}
+
+// A waiter that leaves while it sits behind an in-flight write (not yet in
+// the wait queue) is dropped when the write completes.
+func TestWaiterLeavingBehindWriteIsDropped(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	f.backend.setHold("r", true)
+	ext := f.async(lease.Extend, "r", "a", lease.Persistent)
+	p := <-f.backend.held
+	ctx, cancel := context.WithCancel(context.Background())
+	w := f.startWait(ctx, "r", "gone", lease.WaitForever, lease.Persistent)
+	<-f.queued
+	cancel()
+	<-w
+	f.backend.setHold("r", false)
+	p.c.Committed(f.backend.apply(p.rec))
+	if r := <-ext; r.Status != lease.Extended {
+		t.Fatalf("extend: %+v", r)
+	}
+	f.sync(t, "r")
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters = %d, want 0", s.Waiters)
+	}
+}
+
+func TestWaitEndsBusy(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	w := f.waitFor(t, context.Background(), "r", "w", 20*time.Millisecond, lease.Ephemeral)
+	if r := <-w; r.Status != lease.Busy {
+		t.Fatalf("wait over: %+v, want Busy", r)
+	}
+	f.sync(t, "r")
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters = %d, want 0", s.Waiters)
+	}
+}
+
+func TestFullQueueAnswersBusyAtOnce(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	ctx, cancel := context.WithCancel(context.Background())
+	var ws []<-chan Response
+	for i := range lease.MaxWaiters {
+		ws = append(ws, f.startWait(ctx, "r", fmt.Sprint("w", i), lease.WaitForever, lease.Ephemeral))
+	}
+	for range lease.MaxWaiters {
+		<-f.waiting
+	}
+	extra := f.startWait(context.Background(), "r", "late", lease.WaitForever, lease.Ephemeral)
+	if r := <-extra; r.Status != lease.Busy {
+		t.Fatalf("waiter over the bound: %+v, want Busy", r)
+	}
+	if s := f.ring.Stats(); s.Waiters != lease.MaxWaiters {
+		t.Fatalf("waiters = %d", s.Waiters)
+	}
+	cancel()
+	for _, w := range ws {
+		<-w
+	}
+	f.sync(t, "r")
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters after cancel = %d", s.Waiters)
+	}
+}
+
+func TestDropPartitionAnswersWaitersMustRetry(t *testing.T) {
+	f := newFixture(t, 2, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	f.do(t, lease.TryLock, "e", "a", time.Minute, lease.Ephemeral)
+	ws := []<-chan Response{
+		f.waitFor(t, context.Background(), "r", "w1", lease.WaitForever, lease.Persistent),
+		f.waitFor(t, context.Background(), "r", "w2", lease.WaitForever, lease.Persistent),
+		f.waitFor(t, context.Background(), "e", "w3", time.Hour, lease.Ephemeral),
+	}
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range ws {
+		if r := <-w; r.Status != lease.MustRetry {
+			t.Fatalf("waiter %d after drop: %+v, want MustRetry", i, r)
+		}
+	}
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters = %d", s.Waiters)
+	}
+}
+
+// A node that stops serving answers its waiters MustRetry at the next
+// decision, a timer's included.
+func TestNotServingAnswersWaitersMustRetry(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, lease.Ephemeral)
+	timer := <-f.timers
+	f.serving[1].Store(false)
+	f.clock.Advance(2 * time.Minute)
+	timer.fire()
+	if r := <-w; r.Status != lease.MustRetry {
+		t.Fatalf("waiter: %+v, want MustRetry", r)
+	}
+}
+
+// A failed hand-off record (certainly not committed) leaves everything as
+// it was: the unlocker is told MustRetry and the waiter keeps its place.
+func TestPersistentHandOffNotCommittedKeepsHead(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, lease.Persistent)
+	w2 := f.waitFor(t, context.Background(), "r", "w2", lease.WaitForever, lease.Persistent)
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held
+	if string(p.rec.Owner) != "w" || p.rec.Token != 1 || !p.rec.Locked {
+		t.Fatalf("hand-off record %+v, want w's grant", p.rec)
+	}
+	p.c.Committed(0, durability.ErrRetry)
+	if r := <-unlock; r.Status != lease.MustRetry {
+		t.Fatalf("unlock: %+v", r)
+	}
+	f.backend.setHold("r", false)
+	if s := f.ring.Stats(); s.Waiters != 2 {
+		t.Fatalf("waiters = %d, want 2", s.Waiters)
+	}
+	if r := f.do(t, lease.Unlock, "r", "a", 0, lease.Persistent); r.Status != lease.Unlocked {
+		t.Fatalf("unlock again: %+v", r)
+	}
+	if r := <-w; r.Status != lease.Locked || r.Token != 1 {
+		t.Fatalf("head: %+v", r)
+	}
+	f.sync(t, "r")
+	if s := f.ring.Stats(); s.Waiters != 1 {
+		t.Fatalf("waiters = %d, want 1 (w2 still queued)", s.Waiters)
+	}
+	f.do(t, lease.Unlock, "r", "w", 0, lease.Persistent)
+	if r := <-w2; r.Status != lease.Locked || r.Token != 2 {
+		t.Fatalf("w2: %+v", r)
+	}
+}
+
+func TestSameOwnerWaitingTryLockKeepsGrant(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	f.clock.Advance(time.Second)
+	w := f.startWait(context.Background(), "r", "a", time.Hour, lease.Ephemeral)
+	if r := <-w; r.Status != lease.Locked || r.Token != 0 {
+		t.Fatalf("same owner: %+v, want Locked token 0", r)
+	}
+	r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral)
+	if want := f.clock.Now().Add(59 * time.Second); !r.Expires.Equal(want) {
+		t.Fatalf("expiry %v, want %v (not refreshed)", r.Expires, want)
+	}
+}
+
+// One name, one lock: a holder of either kind blocks the other kind, and
+// Extend, Unlock and Get see the lock whatever durability they name.
+func TestOneNameOneLock(t *testing.T) {
+	for _, first := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		other := 1 - first
+		t.Run(first.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			if r := f.do(t, lease.TryLock, "r", "a", time.Minute, first); r.Status != lease.Locked {
+				t.Fatalf("grant: %+v", r)
+			}
+			if r := f.do(t, lease.TryLock, "r", "b", time.Minute, other); r.Status != lease.Busy {
+				t.Fatalf("other kind by another owner: %+v, want Busy", r)
+			}
+			for _, d := range []lease.Durability{first, other} {
+				if r := f.do(t, lease.Get, "r", "", 0, d); r.Status != lease.Got || string(r.Owner) != "a" {
+					t.Fatalf("get(%v): %+v", d, r)
+				}
+			}
+			if r := f.do(t, lease.Extend, "r", "a", time.Minute, other); r.Status != lease.Extended {
+				t.Fatalf("extend naming the other kind: %+v", r)
+			}
+			if r := f.do(t, lease.Unlock, "r", "a", 0, other); r.Status != lease.Unlocked {
+				t.Fatalf("unlock naming the other kind: %+v", r)
+			}
+			_, stored := f.backend.store["r"]
+			if stored != (first == lease.Persistent) {
+				t.Fatalf("stored record present = %v for a %v lock", stored, first)
+			}
+			if r := f.do(t, lease.TryLock, "r", "b", time.Minute, other); r.Status != lease.Locked || r.Token != 1 {
+				t.Fatalf("next grant: %+v, want token 1", r)
+			}
+		})
+	}
+}
+
+// The token rule when durabilities mix: one count; a drop (leader change)
+// falls back to the stored token, a persistent holder is seen by an
+// ephemeral request after a reload.
+func TestMixedDurabilityTokens(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	grant := func(owner string, d lease.Durability, want int64) {
+		t.Helper()
+		if r := f.do(t, lease.TryLock, "r", owner, time.Minute, d); r.Status != lease.Locked || r.Token != want {
+			t.Fatalf("%s (%v): %+v, want Locked token %d", owner, d, r, want)
+		}
+		if r := f.do(t, lease.Unlock, "r", owner, 0, d); r.Status != lease.Unlocked {
+			t.Fatalf("unlock %s: %+v", owner, r)
+		}
+	}
+	grant("p0", lease.Persistent, 0)
+	grant("e1", lease.Ephemeral, 1)
+	grant("e2", lease.Ephemeral, 2)
+	grant("p3", lease.Persistent, 3) // above the ephemeral grants on this leader
+	grant("e4", lease.Ephemeral, 4)
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	grant("e5", lease.Ephemeral, 4) // back to the stored floor (3): e4's token repeats, as documented
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	grant("p", lease.Persistent, 4)
+	// A stored live persistent lock, reloaded, blocks an ephemeral request.
+	f.do(t, lease.TryLock, "r", "holder", time.Minute, lease.Persistent)
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Ephemeral); r.Status != lease.Busy {
+		t.Fatalf("ephemeral on a stored live lock after reload: %+v, want Busy", r)
+	}
+}
+
+// Waiters of either kind queue on the one lock: a persistent release hands
+// off to an ephemeral waiter after its record commits, an ephemeral release
+// to a persistent waiter through a record of the grant.
+func TestHandOffAcrossDurabilities(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "p", time.Minute, lease.Persistent)
+	we := f.waitFor(t, context.Background(), "r", "e", lease.WaitForever, lease.Ephemeral)
+	wp := f.waitFor(t, context.Background(), "r", "q", lease.WaitForever, lease.Persistent)
+	if r := f.do(t, lease.Unlock, "r", "p", 0, lease.Persistent); r.Status != lease.Unlocked {
+		t.Fatalf("unlock: %+v", r)
+	}
+	if r := <-we; r.Status != lease.Locked || r.Token != 1 {
+		t.Fatalf("ephemeral waiter: %+v", r)
+	}
+	if rec := f.backend.store["r"]; rec.Locked {
+		t.Fatalf("stored %+v, want released", rec)
+	}
+	if r := f.do(t, lease.Unlock, "r", "e", 0, lease.Ephemeral); r.Status != lease.Unlocked {
+		t.Fatalf("unlock e: %+v", r)
+	}
+	if r := <-wp; r.Status != lease.Locked || r.Token != 2 {
+		t.Fatalf("persistent waiter: %+v", r)
+	}
+	if rec := f.backend.store["r"]; !rec.Locked || string(rec.Owner) != "q" || rec.Token != 2 {
+		t.Fatalf("stored %+v", rec)
+	}
+}
+
+// A waiter that leaves while its hand-off record is in flight is not put
+// back in the queue when the record fails.
+func TestWaiterLeavingDuringFailedHandOffIsDropped(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := f.waitFor(t, ctx, "r", "gone", lease.WaitForever, lease.Persistent)
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held // the hand-off to "gone" is in flight
+	cancel()
+	<-w
+	get := f.async(lease.Get, "r", "", lease.Persistent)
+	<-f.queued // the Get, sent after the leave, waits behind the write: the leave was handled
+	p.c.Committed(0, durability.ErrRetry)
+	if r := <-unlock; r.Status != lease.MustRetry {
+		t.Fatalf("unlock: %+v", r)
+	}
+	f.backend.setHold("r", false)
+	if r := <-get; r.Status != lease.Got || string(r.Owner) != "a" {
+		t.Fatalf("get: %+v", r)
+	}
+	f.sync(t, "r") // Stats is published after each message: one more
+	if s := f.ring.Stats(); s.Waiters != 0 {
+		t.Fatalf("waiters = %d, want 0: the gone waiter was put back", s.Waiters)
+	}
+}
