@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,6 +140,9 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&format, "format", "text", "text or json")
 	fs.StringVar(&raftAddr, "raft-address", "", "add: the new member's Raft host:port (its --raft-host:--raft-port)")
 	fs.StringVar(&endpoint, "endpoint", "", "add: the new member's API URL, e.g. http://10.0.0.4:2070")
+	var co options // the common connection flags (conn.go)
+	fs.StringVar(&co.token, "token", "", "bearer token for nodes started with --auth-token-file (default $KAHUNA_TOKEN)")
+	fs.StringVar(&co.caFile, "ca-file", "", "CA certificate (PEM) to verify https:// endpoints with, for a private CA (default: the system's roots)")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -173,6 +177,15 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(eps) == 0 {
 		return usageErr("--endpoints is empty")
 	}
+	if co.token == "" {
+		co.token = os.Getenv("KAHUNA_TOKEN")
+	}
+	cc, err := newConn(co)
+	if err != nil {
+		fmt.Fprintf(stderr, "kahunactl: member: %v\n", err)
+		return exitUsage
+	}
+	ctx = withConn(ctx, cc)
 	out := printer{w: stdout, json: format == "json"}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -226,13 +226,14 @@ func TestLifecycleJSON(t *testing.T) {
 	}
 }
 
-// TestDurabilitiesAreSeparate: a persistent lock is not seen by an
-// ephemeral get, and the other way round.
-func TestDurabilitiesAreSeparate(t *testing.T) {
+// TestOneLockPerName: a name is one lock whatever durability each call
+// names: a persistent holder is seen by an ephemeral get and makes an
+// ephemeral lock by another owner busy.
+func TestOneLockPerName(t *testing.T) {
 	_, ep := startNode(t)
-	ctl(t, "lock", "sep/r", "--owner", "p", "--endpoints", ep).want(t, exitOK, "persistent lock")
-	ctl(t, "get", "sep/r", "--durability", "ephemeral", "--endpoints", ep).want(t, exitLost, "ephemeral get")
-	ctl(t, "lock", "sep/r", "--owner", "e", "--durability", "ephemeral", "--endpoints", ep).want(t, exitOK, "ephemeral lock")
+	ctl(t, "lock", "one/r", "--owner", "p", "--endpoints", ep).want(t, exitOK, "persistent lock")
+	ctl(t, "get", "one/r", "--durability", "ephemeral", "--endpoints", ep).want(t, exitOK, "ephemeral get")
+	ctl(t, "lock", "one/r", "--owner", "e", "--durability", "ephemeral", "--endpoints", ep).want(t, exitBusy, "ephemeral lock by another owner")
 }
 
 // TestWaitForRelease: --wait keeps trying while busy and gets the lock once
