@@ -160,6 +160,9 @@ type Config struct {
 	// the broken variant. Never set outside tests.
 	unsafeNoFence      bool // state machines apply records without compare-and-set or epoch checks
 	unsafeNoLeaseCheck bool // answer on the Raft leader flag alone, without the leader lease
+	// onServe starts every reign of this node (partition.Options.OnServe):
+	// the fault tests record reigns with it (faults_export_test.go).
+	onServe func(p int, term uint64, serve func())
 }
 
 // unsafeKnobs is set only in a binary built with -tags kahuna_unsafe

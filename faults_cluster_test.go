@@ -29,6 +29,20 @@ type faultCluster struct {
 
 	mu    sync.Mutex
 	nodes map[uint64]*kahuna.Node
+
+	// reignSink, while a run records reigns (watchReigns), is told of
+	// every reign a node begins, around the instant it begins.
+	reignSink atomic.Pointer[func(node uint64, p int, term uint64, serve func())]
+}
+
+// serve starts a reign of node (kahuna.WithServeHook), through the sink
+// if a run is recording.
+func (c *faultCluster) serve(node uint64, p int, term uint64, serve func()) {
+	if sink := c.reignSink.Load(); sink != nil {
+		(*sink)(node, p, term, serve)
+		return
+	}
+	serve()
 }
 
 var faultClusterSeq atomic.Uint64
@@ -78,6 +92,7 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahun
 			InitialClusterState: kahuna.ClusterStateNew,
 		}, c.net.Factory(nil))
 		c.cfgs[id] = kahuna.WithProposalTimeout(c.cfgs[id], faultProposalTimeout)
+		c.cfgs[id] = kahuna.WithServeHook(c.cfgs[id], func(p int, term uint64, serve func()) { c.serve(id, p, term, serve) })
 		if mod != nil {
 			c.cfgs[id] = mod(c.cfgs[id])
 		}
@@ -266,88 +281,62 @@ func (c *faultCluster) others(id uint64) []uint64 {
 }
 
 // watchReigns records, until stop is closed, every reign of the
-// partitions of byPartition into rec: each time a node begins to serve a
-// partition in a Raft term no node served it in before (its own view says
-// it serves, and its Raft replica says it leads in that term), one
-// checker.Reign per resource of the partition, over the instants between
-// the sample before (the node did not serve that term yet) and the sample
-// that saw it. A node that begins to serve while its Raft replica already
-// knows another leader gives a reign of unknown term. A view that changes
-// without a node beginning to serve (a follower learning the news, a
-// deposed node stepping down) is no reign. Samples every millisecond or
-// so; the first sweep is done when it returns.
+// partitions of byPartition into rec: one checker.Reign per resource of the
+// partition each time a node begins to serve it in a Raft term no node
+// served it in before. The nodes report each reign as it begins (the serve
+// hook, whose span brackets the instant); the reigns already going on when
+// it is called are found by asking every node once (a node serving while
+// its Raft replica already knows another leader gives a reign of unknown
+// term). That first sweep is done when it returns.
 func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]string, ephemeral bool, stop <-chan struct{}) (reigns *atomic.Int64, done <-chan struct{}) {
-	type view struct {
-		inst      *kahuna.Node
-		prevBegin time.Duration // begin of this node's previous sample
-		cur       []uint64      // the term it serves per partition (0: none)
-		serving   []bool
-	}
-	views := map[uint64]*view{}
-	for _, id := range c.ids {
-		views[id] = &view{cur: make([]uint64, c.partitions), serving: make([]bool, c.partitions)}
-	}
+	var mu sync.Mutex
 	seen := make([]map[uint64]bool, c.partitions)
 	for p := range seen {
 		seen[p] = map[uint64]bool{}
 	}
 	reigns = new(atomic.Int64)
 	record := func(p int, node, term uint64, from, to time.Duration) {
+		if _, watched := byPartition[p]; !watched {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if term != 0 && seen[p][term] {
+			return
+		}
+		seen[p][term] = true
 		for _, res := range byPartition[p] {
 			rec.Reign(res, node, term, from, to, ephemeral)
 		}
 		reigns.Add(1)
 	}
-	sweep := func() {
-		for _, id := range c.ids {
-			v := views[id]
-			begin := rec.Now()
-			n := c.node(id)
-			if n != v.inst {
-				v.inst = n
-				clear(v.cur)
-				clear(v.serving)
+	sink := func(node uint64, p int, term uint64, serve func()) {
+		from := rec.Now()
+		serve()
+		record(p, node, term, from, rec.Now())
+	}
+	c.reignSink.Store(&sink)
+	for _, id := range c.ids {
+		n := c.node(id)
+		if n == nil {
+			continue
+		}
+		for p := range byPartition {
+			from := rec.Now()
+			serving, leads, term := kahuna.ServingTerm(n, p)
+			switch {
+			case serving && leads:
+				record(p, id, term, 0, rec.Now())
+			case serving:
+				record(p, id, 0, from, rec.Now())
 			}
-			if n == nil {
-				v.prevBegin = begin
-				continue
-			}
-			for p := range byPartition {
-				serving, leads, term := kahuna.ServingTerm(n, p)
-				end := rec.Now()
-				switch {
-				case serving && leads && term != v.cur[p]:
-					v.cur[p] = term
-					if !seen[p][term] {
-						seen[p][term] = true
-						record(p, id, term, v.prevBegin, end)
-					}
-				case serving && !leads && !v.serving[p]:
-					v.cur[p] = 0
-					record(p, id, 0, v.prevBegin, end)
-				case !serving:
-					v.cur[p] = 0
-				}
-				v.serving[p] = serving
-			}
-			v.prevBegin = begin
 		}
 	}
-	sweep()
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				sweep()
-				return
-			case <-tick.C:
-				sweep()
-			}
-		}
+		<-stop
+		c.reignSink.Store(nil)
 	}()
 	return reigns, ch
 }

@@ -71,3 +71,11 @@ func ResumeCalls(n *Node) {
 		close(*gate)
 	}
 }
+
+// WithServeHook returns cfg with f starting every reign of the node: f must
+// call serve once (partition.Options.OnServe). The fault tests record the
+// instants around it as the reign's span.
+func WithServeHook(cfg Config, f func(p int, term uint64, serve func())) Config {
+	cfg.onServe = f
+	return cfg
+}

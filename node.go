@@ -97,6 +97,7 @@ func Open(cfg Config) (*Node, error) {
 	n.leadership = partition.NewLeadership(cfg.Partitions, partition.Options{
 		Lease:         n.leaderLease(),
 		UnsafeNoLease: cfg.unsafeNoLeaseCheck,
+		OnServe:       cfg.onServe,
 		Logger:        cfg.Logger,
 	})
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{

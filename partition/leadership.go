@@ -43,7 +43,12 @@ type Options struct {
 	// leader that has not heard the news would: a negative control for the
 	// fault tests, never for production.
 	UnsafeNoLease bool
-	Logger        *slog.Logger
+	// OnServe, a test hook, starts each reign: called with p, the term and
+	// serve, which begins serving, it must call serve once. The fault tests
+	// record the instants around serve, so their history knows exactly
+	// when every reign began (sampling misses short reigns under load).
+	OnServe func(p int, term uint64, serve func())
+	Logger  *slog.Logger
 }
 
 // LeaseFor is the leader lease for Raft tick rtt and an election timeout of
@@ -390,7 +395,12 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term && (cur.relinquish || cur.changing) {
 		return nil // a transfer or membership change was requested in this term: keep the lease dropped
 	}
-	l.parts[ev.Partition].Store(&reign{term: ev.Term, until: t0 + int64(l.opts.Lease)})
+	serve := func() { l.parts[ev.Partition].Store(&reign{term: ev.Term, until: t0 + int64(l.opts.Lease)}) }
+	if l.opts.OnServe != nil {
+		l.opts.OnServe(ev.Partition, ev.Term, serve)
+	} else {
+		serve()
+	}
 	l.notify()
 	l.logger.Info("serving partition", "partition", ev.Partition, "term", ev.Term)
 	return nil
