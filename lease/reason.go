@@ -2,6 +2,7 @@ package lease
 
 import (
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -67,16 +68,20 @@ const MaxExcerptBytes = 64
 // Excerpt is s cut to show in a message: s itself if it is at most
 // MaxExcerptBytes long, else its first MaxExcerptBytes bytes (cut back to
 // a whole UTF-8 character) followed by "…" and its length, so an
-// over-long resource is not echoed in full into errors and logs.
+// over-long resource is not echoed in full into errors and logs. Bytes
+// that are not UTF-8 are shown as U+FFFD.
 func Excerpt(s string) string {
-	if len(s) <= MaxExcerptBytes {
-		return s
+	if len(s) > MaxExcerptBytes {
+		cut := MaxExcerptBytes
+		for cut > MaxExcerptBytes-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 	}
-	cut := MaxExcerptBytes
-	for cut > MaxExcerptBytes-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
-		cut--
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+	return s
 }
 
 // Describe says in a few lower-case words what a status means to the

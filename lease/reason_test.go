@@ -108,7 +108,10 @@ func TestExcerpt(t *testing.T) {
 	if !utf8.ValidString(got) || !strings.HasPrefix(got, strings.Repeat("a", MaxExcerptBytes-1)+"…(") {
 		t.Errorf("Excerpt across a character = %q", got)
 	}
-	for _, s := range []string{long, s, strings.Repeat("日本", 100)} {
+	if got := Excerpt("r\xff"); got != "r\uFFFD" {
+		t.Errorf("Excerpt of bytes that are not UTF-8 = %q", got)
+	}
+	for _, s := range []string{long, s, strings.Repeat("日本", 100), strings.Repeat("\xff", 100)} {
 		if got := Excerpt(s); len(got) > MaxExcerptBytes+len("…(99999 bytes)") || !utf8.ValidString(got) {
 			t.Errorf("Excerpt(%d bytes) = %q: too long or not UTF-8", len(s), got)
 		}
