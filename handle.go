@@ -41,14 +41,25 @@ func (lapsedError) Unwrap() error { return ErrLockLost }
 // success. It matches ErrLockLost for LockDoesNotExist and InvalidOwner on
 // Extend and Unlock, and ErrBusy for Busy. Status Errored means the
 // outcome is unknown: the operation may or may not have applied.
+//
+// Error says the status in words, with the Reason of an InvalidInput
+// ("kahuna: lock x: invalid input: ttl 1000h0m0s is over the limit of
+// 596h31m23.647s"), and shows at most 64 bytes of the resource.
 type StatusError struct {
 	Op       string
 	Resource string
 	Status   Status
+	// Reason, for InvalidInput, says why (Result.Reason); it may be ""
+	// when the Locker's transport does not carry it.
+	Reason string
 }
 
 func (e *StatusError) Error() string {
-	return "kahuna: " + e.Op + " " + e.Resource + ": " + e.Status.String()
+	msg := "kahuna: " + e.Op + " " + lease.Excerpt(e.Resource) + ": " + e.Status.Describe()
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
 }
 
 // Unwrap lets errors.Is match the sentinel the status stands for.
@@ -292,8 +303,8 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !lease.ValidWait(o.wait) {
-		return nil, &StatusError{Op: "lock", Resource: resource, Status: InvalidInput}
+	if reason := lease.CheckWait(o.wait); reason != "" {
+		return nil, &StatusError{Op: "lock", Resource: resource, Status: InvalidInput, Reason: reason}
 	}
 	if o.owner == nil {
 		o.owner, o.ownOwner = NewOwner(), true
@@ -371,7 +382,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 			unknown, verdict = true, &StatusError{Op: "lock", Resource: resource, Status: r.Status}
 			until = retryUntil
 		case r.Status == InvalidInput:
-			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status})
+			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status, Reason: r.Reason})
 		default: // not an answer to TryLock: nothing says it did not apply
 			unknown = true
 			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status})
@@ -539,7 +550,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return err
 	}
-	return &StatusError{Op: "extend", Resource: l.resource, Status: a.r.Status}
+	return &StatusError{Op: "extend", Resource: l.resource, Status: a.r.Status, Reason: a.r.Reason}
 }
 
 // Unlock releases the lock. It returns nil when the lock is released (and
@@ -596,7 +607,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.end(lost, err)
 		return err
 	}
-	return &StatusError{Op: "unlock", Resource: l.resource, Status: a.r.Status}
+	return &StatusError{Op: "unlock", Resource: l.resource, Status: a.r.Status, Reason: a.r.Reason}
 }
 
 // Lost is closed when the lock is lost: its deadline (Expires) passed

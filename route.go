@@ -17,9 +17,8 @@ import (
 func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ LockInfo, r Result, err error) {
 	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
 	defer func() { n.endRequest(ctx, &t, req, r, err) }()
-	if !lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) ||
-		(req.Wait != 0 && (req.Op != lease.TryLock || !lease.ValidWait(req.Wait))) {
-		return LockInfo{}, Result{Status: InvalidInput}, nil
+	if reason := invalid(req); reason != "" {
+		return LockInfo{}, Result{Status: InvalidInput, Reason: reason}, nil
 	}
 	if err := n.waitUnpaused(ctx); err != nil {
 		return LockInfo{}, Result{}, err
@@ -70,6 +69,18 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ Lo
 		FencingToken: resp.Token,
 	}
 	return info, Result{Status: Got, FencingToken: resp.Token}, nil
+}
+
+// invalid says why req is not well formed (lease.Check, lease.CheckWait),
+// or "".
+func invalid(req actors.Request) string {
+	if reason := lease.Check(req.Op, req.Resource, req.Owner, req.TTL, req.Durability); reason != "" || req.Wait == 0 {
+		return reason
+	}
+	if req.Op != lease.TryLock {
+		return "wait is only for a lock, not " + req.Op.String()
+	}
+	return lease.CheckWait(req.Wait)
 }
 
 // forward sends req to the leader of its partition. A hop that certainly

@@ -127,25 +127,15 @@ const WaitForever time.Duration = -1
 
 // ValidWait reports whether wait is a valid wait for a waiting lock
 // request: 0 (do not wait: a TryLock), up to MaxWait, or WaitForever.
+// CheckWait says why not.
 func ValidWait(wait time.Duration) bool {
 	return wait == WaitForever || (wait >= 0 && wait <= MaxWait)
 }
 
 // Valid reports whether a request is well formed. A request that is not
-// gets InvalidInput and changes nothing.
+// gets InvalidInput and changes nothing; Check says why.
 func Valid(op Op, resource string, owner []byte, ttl time.Duration, d Durability) bool {
-	if resource == "" || len(resource) > MaxResourceBytes || !d.Valid() {
-		return false
-	}
-	switch op {
-	case TryLock, Extend:
-		return len(owner) > 0 && len(owner) <= MaxOwnerBytes && ttl > 0 && ttl <= MaxTTL
-	case Unlock:
-		return len(owner) > 0 && len(owner) <= MaxOwnerBytes
-	case Get:
-		return true
-	}
-	return false
+	return Check(op, resource, owner, ttl, d) == ""
 }
 
 // State of an entry.

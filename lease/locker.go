@@ -18,6 +18,11 @@ type Result struct {
 	// The lease started no earlier than the request's send time plus
 	// Waited (less the drift of the server's clock over the wait).
 	Waited time.Duration
+	// Reason, for InvalidInput, says why the request was refused: which
+	// field, which limit (see Check). It is "" for every other status, and
+	// where the answer came over a wire that does not carry it (Kahuna's
+	// gRPC messages).
+	Reason string
 }
 
 // LockInfo describes a live lock, as returned by Get.

@@ -86,7 +86,8 @@ func WithForwarding() ClientOption {
 //
 // A request that lease.Valid rejects, or whose resource is not UTF-8
 // (Kahuna's wire carries it as a proto3 string), is answered InvalidInput
-// without a round trip.
+// without a round trip, with its Result.Reason. Kahuna's wire carries no
+// reason, so an InvalidInput from a server has none.
 //
 // Errors are for failures of the call itself: ctx.Err() unchanged when the
 // context ends first, ErrClosed after Close, or a transport error. A call
@@ -315,8 +316,11 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 	// exceed the server's message limit, and a resource that is not UTF-8
 	// cannot be a proto3 string; either would end the whole stream and
 	// every call multiplexed on it.
-	if !lease.Valid(op, resource, owner, ttl, d) || !utf8.ValidString(resource) {
-		return reply{res: lease.Result{Status: lease.InvalidInput}}, nil
+	if reason := lease.Check(op, resource, owner, ttl, d); reason != "" {
+		return reply{res: lease.Result{Status: lease.InvalidInput, Reason: reason}}, nil
+	}
+	if !utf8.ValidString(resource) {
+		return reply{res: lease.Result{Status: lease.InvalidInput, Reason: "resource is not valid UTF-8"}}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return reply{}, err

@@ -28,6 +28,10 @@ import (
 // outcome unknown. (net/http may send a request again on a new connection
 // after the first attempt, so even a dial error does not prove that no
 // attempt reached the server.)
+//
+// A request that lease.Check rejects is answered InvalidInput, with its
+// Result.Reason, without a round trip; an InvalidInput from the server
+// carries the server's "reason" field (kahuna's; Kahuna sends none).
 type RESTClient struct {
 	client    *http.Client
 	endpoints []string
@@ -91,6 +95,7 @@ type restLockAnswer struct {
 	ServedFrom   string `json:"servedFrom"`
 	Type         int32  `json:"type"`
 	FencingToken int64  `json:"fencingToken"`
+	Reason       string `json:"reason"` // ours, for InvalidInput; Kahuna sends none
 }
 
 type restGet struct {
@@ -106,29 +111,50 @@ type restGetAnswer struct {
 	Expires    struct {
 		L int64 `json:"l"`
 	} `json:"expires"`
-	FencingToken int64 `json:"fencingToken"`
+	FencingToken int64  `json:"fencingToken"`
+	Reason       string `json:"reason"`
+}
+
+// invalidLocally answers a request lease.Check rejects without a round
+// trip (a ttl over the limit would not even fit expiresMs), with its
+// reason.
+func invalidLocally(op lease.Op, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, bool) {
+	reason := lease.Check(op, resource, owner, ttl, d)
+	return lease.Result{Status: lease.InvalidInput, Reason: reason}, reason != ""
 }
 
 func (r *RESTClient) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	if res, bad := invalidLocally(lease.TryLock, resource, owner, ttl, d); bad {
+		return res, nil
+	}
 	return r.lockCall(ctx, lease.TryLock, "try-lock", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
 }
 
 func (r *RESTClient) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	if res, bad := invalidLocally(lease.Extend, resource, owner, ttl, d); bad {
+		return res, nil
+	}
 	return r.lockCall(ctx, lease.Extend, "try-extend", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
 }
 
 func (r *RESTClient) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
+	if res, bad := invalidLocally(lease.Unlock, resource, owner, 0, d); bad {
+		return res, nil
+	}
 	return r.lockCall(ctx, lease.Unlock, "try-unlock", restLock{Resource: resource, Owner: owner, Durability: int32(d)})
 }
 
 func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
+	if res, bad := invalidLocally(lease.Get, resource, nil, 0, d); bad {
+		return lease.LockInfo{}, res, nil
+	}
 	var a restGetAnswer
 	res, err := r.retry(ctx, lease.Get, func() (lease.Result, error) {
 		a = restGetAnswer{}
 		if err := r.post(ctx, "get-info", restGet{resource, int32(d)}, &a); err != nil {
 			return lease.Result{}, err
 		}
-		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom}, nil
+		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom, Reason: a.Reason}, nil
 	})
 	if err != nil || res.Status != lease.Got {
 		return lease.LockInfo{}, res, err
@@ -142,7 +168,7 @@ func (r *RESTClient) lockCall(ctx context.Context, op lease.Op, path string, bod
 		if err := r.post(ctx, path, body, &a); err != nil {
 			return lease.Result{}, err
 		}
-		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom}, nil
+		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom, Reason: a.Reason}, nil
 	})
 }
 

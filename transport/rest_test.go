@@ -211,7 +211,7 @@ func TestRESTBadRequests(t *testing.T) {
 			}
 		}
 	}
-	if m := c.post("/v1/locks/get-info", `{"durability":1}`); !slices.Equal(keys(m), []string{"type"}) || num(t, m, "type") != 100 {
+	if m := c.post("/v1/locks/get-info", `{"durability":1}`); !slices.Equal(keys(m), []string{"reason", "type"}) || num(t, m, "type") != 100 {
 		t.Errorf("get-info without resource = %v", m)
 	}
 

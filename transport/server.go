@@ -141,7 +141,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 }
 
 // serve runs one lock request against l and reports it to Observe. Lock
-// outcomes, including InvalidInput, are in the Result. A failed call is
+// outcomes, including InvalidInput (with its Reason), are in the Result. A failed call is
 // answered by what its error proves (see failedStatus): MustRetry only when
 // the Locker says the request was certainly not applied, Errored (outcome
 // unknown) otherwise, a panicking Locker included, rather than taking the
@@ -154,10 +154,10 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 		res  lease.Result
 		err  error
 	)
-	if lease.Valid(r.op, r.resource, r.owner, r.ttl, r.d) {
+	if reason := lease.Check(r.op, r.resource, r.owner, r.ttl, r.d); reason == "" {
 		info, res, err = s.call(ctx, l, r)
 	} else {
-		res = lease.Result{Status: lease.InvalidInput}
+		res = lease.Result{Status: lease.InvalidInput, Reason: reason}
 	}
 	if err != nil {
 		info, res = lease.LockInfo{}, lease.Result{Status: failedStatus(err)}

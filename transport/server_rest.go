@@ -32,6 +32,9 @@ type lockReply struct {
 	ServedFrom   string       `json:"servedFrom"`
 	Type         lease.Status `json:"type"`
 	FencingToken int64        `json:"fencingToken"`
+	// Reason is kahuna's, not Kahuna's: for InvalidInput only, why
+	// (lease.Check). Kahuna's clients ignore a field they do not know.
+	Reason string `json:"reason,omitempty"`
 }
 
 type getBody struct {
@@ -49,9 +52,10 @@ type getReply struct {
 }
 
 // statusReply answers get-info when there is no live lock: Kahuna sets
-// only the type then.
+// only the type then (and we the reason of an InvalidInput).
 type statusReply struct {
-	Type lease.Status `json:"type"`
+	Type   lease.Status `json:"type"`
+	Reason string       `json:"reason,omitempty"`
 }
 
 // hlcTime is Kahuna's HLC timestamp: node, physical unix ms, counter. We
@@ -62,8 +66,11 @@ type hlcTime struct {
 	C uint32 `json:"c"`
 }
 
+// errorReply is the body of an HTTP error. A body that is not a JSON
+// request object (400) also has a short reason, as InvalidInput does.
 type errorReply struct {
-	Error string `json:"error"`
+	Error  string `json:"error"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // restLock serves try-lock, try-extend and try-unlock.
@@ -80,7 +87,7 @@ func (s *Server) restLock(op lease.Op) http.Handler {
 		// A failed call is answered MustRetry or Errored (see serve), and
 		// the error only says the asker is gone, so it is not looked at.
 		_, res, _ := s.serve(r.Context(), s.locker, req)
-		writeJSON(w, http.StatusOK, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken})
+		writeJSON(w, http.StatusOK, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
 	})
 }
 
@@ -93,7 +100,7 @@ func (s *Server) restGet() http.Handler {
 		}
 		info, res, _ := s.serve(r.Context(), s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
 		if res.Status != lease.Got {
-			writeJSON(w, http.StatusOK, statusReply{Type: res.Status})
+			writeJSON(w, http.StatusOK, statusReply{Type: res.Status, Reason: res.Reason})
 			return
 		}
 		writeJSON(w, http.StatusOK, getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
@@ -128,12 +135,12 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool 
 	// json.Unmarshal would accept null, a bare value being nothing we
 	// could serve; insist on an object.
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		writeError(w, http.StatusBadRequest, "body must be a JSON object")
+		writeBadBody(w, "body must be a JSON object")
 		return false
 	}
 	// Unmarshal also rejects anything after the object.
 	if err := json.Unmarshal(body, v); err != nil {
-		writeError(w, http.StatusBadRequest, jsonProblem(err))
+		writeBadBody(w, jsonProblem(err))
 		return false
 	}
 	return true
@@ -149,7 +156,8 @@ func jsonProblem(err error) string {
 	case errors.As(err, &syn):
 		return fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):
-		return fmt.Sprintf("field %q: JSON %s is not a valid value", typ.Field, typ.Value)
+		// Value may hold the number as sent, of any length.
+		return fmt.Sprintf("field %q: JSON %s is not a valid value", lease.Excerpt(typ.Field), lease.Excerpt(typ.Value))
 	case errors.As(err, &b64):
 		return "owner: not valid base64"
 	}
@@ -158,6 +166,12 @@ func jsonProblem(err error) string {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, errorReply{Error: msg})
+}
+
+// writeBadBody answers 400 for a body that is not a valid request object,
+// saying why in both fields: error as before, reason as InvalidInput has.
+func writeBadBody(w http.ResponseWriter, why string) {
+	writeJSON(w, http.StatusBadRequest, errorReply{Error: why, Reason: why})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

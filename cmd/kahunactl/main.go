@@ -45,8 +45,10 @@
 //
 // # Exit codes
 //
-// 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the owner, or no
-// such lock; with -- CMD: the lock was lost while CMD ran); lock -- CMD
+// 0 success, 1 error, 2 usage (bad input kahunactl can see itself
+// included: a --ttl or --wait over the limit, an over-long RESOURCE or
+// --owner, said with the reason), 3 busy, 4 lock lost (not the owner, or
+// no such lock; with -- CMD: the lock was lost while CMD ran); lock -- CMD
 // exits with CMD's status, and 128+N when interrupted by signal N while
 // waiting.
 package main
@@ -64,8 +66,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -410,7 +414,43 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 			return usageErr("--endpoints: %q is not an http:// or https:// URL", e)
 		}
 	}
+	if reason := invalidInput(cmd.name, resource, o); reason != "" {
+		return usageErr("%s %s: invalid input: %s", cmd.name, lease.Excerpt(resource), reason)
+	}
 	return o, resource, argv, -1
+}
+
+// invalidInput says why a lock command's request would be InvalidInput
+// (lease.Check, the node's own rule), or "": kahunactl refuses it as a
+// usage error before any call.
+func invalidInput(cmd, resource string, o options) string {
+	var which lease.Op
+	switch cmd {
+	case "lock":
+		which = lease.TryLock
+	case "extend":
+		which = lease.Extend
+	case "unlock":
+		which = lease.Unlock
+	case "get":
+		which = lease.Get
+	default:
+		return ""
+	}
+	owner := []byte(o.owner)
+	if cmd == "lock" && o.owner == "" {
+		owner = kahuna.NewOwner() // what Acquire will send
+	}
+	if reason := lease.Check(which, resource, owner, o.ttl, o.durability); reason != "" {
+		return reason
+	}
+	if !utf8.ValidString(resource) {
+		return "resource is not valid UTF-8" // the wire carries it as a string
+	}
+	if cmd == "lock" {
+		return lease.CheckWait(o.wait)
+	}
+	return ""
 }
 
 // commandHelp is a command's -h: its synopsis, what it does and its flags.
@@ -512,22 +552,27 @@ func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out 
 func acquireFailed(out printer, stderr io.Writer, resource, owner string, err error) int {
 	var se *kahuna.StatusError
 	if errors.As(err, &se) {
-		return report(out, stderr, "lock", resource, owner, kahuna.Result{Status: se.Status}, nil, kahuna.Locked)
+		return report(out, stderr, "lock", resource, owner, kahuna.Result{Status: se.Status, Reason: se.Reason}, nil, kahuna.Locked)
 	}
 	return report(out, stderr, "lock", resource, owner, kahuna.Result{}, err, kahuna.Locked)
 }
 
 // report prints the outcome of a call and picks the exit code. A fencing
 // token is shown only where there is one: a lock, extend or get that
-// succeeded.
+// succeeded. A refusal is said in words (Status.Describe), with the reason
+// of an InvalidInput; the text shows at most 64 bytes of the resource.
 func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.Result, err error, success kahuna.Status) int {
+	name := lease.Excerpt(resource)
 	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %s %s: %s\n", op, resource, oneLine(err))
+		fmt.Fprintf(stderr, "kahunactl: %s %s: %s\n", op, name, oneLine(err))
 		return exitError
 	}
 	fields := map[string]any{"resource": resource, "status": r.Status.String()}
 	if owner != "" {
 		fields["owner"] = owner
+	}
+	if r.Reason != "" {
+		fields["reason"] = r.Reason
 	}
 	switch r.Status {
 	case success:
@@ -539,13 +584,17 @@ func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.
 		out.print(fields, "%s %s: %s, fencing token %d\n", op, resource, r.Status, r.FencingToken)
 		return exitOK
 	case kahuna.Busy:
-		out.print(fields, "%s %s: busy (held by another owner)\n", op, resource)
+		out.print(fields, "%s %s: %s\n", op, name, r.Status.Describe())
 		return exitBusy
 	case kahuna.LockDoesNotExist, kahuna.InvalidOwner:
-		out.print(fields, "%s %s: %s\n", op, resource, r.Status)
+		out.print(fields, "%s %s: %s\n", op, name, r.Status.Describe())
 		return exitLost
 	}
-	out.print(fields, "%s %s: %s\n", op, resource, r.Status)
+	if r.Reason != "" {
+		out.print(fields, "%s %s: %s: %s\n", op, name, r.Status.Describe(), r.Reason)
+		return exitError
+	}
+	out.print(fields, "%s %s: %s\n", op, name, r.Status.Describe())
 	return exitError
 }
 

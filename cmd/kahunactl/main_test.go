@@ -144,7 +144,7 @@ func TestLifecycleText(t *testing.T) {
 			}
 
 			r = c("unlock", res, "--owner", "intruder").want(t, exitLost, "unlock by another owner")
-			if r.stdout != "unlock "+res+": InvalidOwner\n" {
+			if r.stdout != "unlock "+res+": held by another owner\n" {
 				t.Fatalf("unlock by another owner output: %s", r)
 			}
 			r = c("unlock", res, "--owner", owner).want(t, exitOK, "unlock")
@@ -152,12 +152,12 @@ func TestLifecycleText(t *testing.T) {
 				t.Fatalf("unlock output: %s", r)
 			}
 			r = c("unlock", res, "--owner", owner).want(t, exitLost, "unlock again")
-			if r.stdout != "unlock "+res+": LockDoesNotExist\n" {
+			if r.stdout != "unlock "+res+": no such lock (never locked, released or expired)\n" {
 				t.Fatalf("second unlock output: %s", r)
 			}
 			c("extend", res, "--owner", owner).want(t, exitLost, "extend after unlock")
 			r = c("get", res).want(t, exitLost, "get after unlock")
-			if r.stdout != "get "+res+": LockDoesNotExist\n" {
+			if r.stdout != "get "+res+": no such lock (never locked, released or expired)\n" {
 				t.Fatalf("get after unlock output: %s", r)
 			}
 
@@ -456,18 +456,62 @@ func TestSecondEndpointServes(t *testing.T) {
 	ctl(t, "partitions", "--endpoints", eps).want(t, exitOK, "partitions")
 }
 
-// TestInvalidInputExitsOne: a refusal that is neither busy nor lost (an
-// over-long resource is InvalidInput) is an error.
-func TestInvalidInputExitsOne(t *testing.T) {
-	_, ep := startNode(t)
+// TestInvalidInputExitsTwo: bad input kahunactl can see itself (the
+// node's own rule, lease.Check) is a usage error, said in one line with
+// the reason and at most 64 bytes of the resource, before any call (the
+// endpoint here is dead: nothing is dialled).
+func TestInvalidInputExitsTwo(t *testing.T) {
+	dead := closedEndpoint(t)
 	long := strings.Repeat("x", 2000)
-	r := ctl(t, "lock", long, "--endpoints", ep).want(t, exitError, "lock of a 2000-byte resource")
-	if !strings.Contains(r.stdout, "InvalidInput") {
-		t.Fatalf("output: %s", r)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"lock", "x", "--ttl", "1000h"}, "kahunactl: lock x: invalid input: ttl 1000h0m0s is over the limit of 596h31m23.647s"},
+		{[]string{"extend", "x", "--owner", "o", "--ttl", "1000h"}, "kahunactl: extend x: invalid input: ttl 1000h0m0s is over the limit of 596h31m23.647s"},
+		{[]string{"lock", "x", "--wait", "1000h"}, "kahunactl: lock x: invalid input: wait 1000h0m0s is over the limit of 596h31m23.647s"},
+		{[]string{"lock", "x", "--wait", "1000h", "--", "true"}, "kahunactl: lock x: invalid input: wait 1000h0m0s"},
+		{[]string{"lock", long}, "kahunactl: lock " + long[:64] + "…(2000 bytes): invalid input: resource is 2000 bytes, over the limit of 1024"},
+		{[]string{"get", long, "--format", "json"}, "kahunactl: get " + long[:64] + "…(2000 bytes): invalid input: resource is 2000 bytes, over the limit of 1024"},
+		{[]string{"unlock", "x", "--owner", long}, "kahunactl: unlock x: invalid input: owner is 2000 bytes, over the limit of 1024"},
+		{[]string{"lock", "x", "--owner", long, "--", "true"}, "kahunactl: lock x: invalid input: owner is 2000 bytes, over the limit of 1024"},
+		{[]string{"get", "r\xff"}, "kahunactl: get r\uFFFD: invalid input: resource is not valid UTF-8"},
+	} {
+		r := ctl(t, append(c.args, "--endpoints", dead)...)
+		if r.code != exitUsage || r.stdout != "" || r.stderr != c.says+"\n" && !strings.HasPrefix(r.stderr, c.says) {
+			t.Errorf("%.60q: want exit 2 and %q, got %s", c.args, c.says, r)
+		}
+		if strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, long[:100]) {
+			t.Errorf("%.60q: not one short line: %.200s", c.args, r.stderr)
+		}
 	}
-	r = ctl(t, "get", long, "--endpoints", ep, "--format", "json").want(t, exitError, "get of a 2000-byte resource")
-	if m := r.jsonOut(t); m["status"] != "InvalidInput" {
-		t.Fatalf("output: %s", r)
+}
+
+// TestReportReason: a refusal that only the node saw is said in words,
+// with its reason (text and json), and exits 1; other refusals are said
+// in words too.
+func TestReportReason(t *testing.T) {
+	for _, c := range []struct {
+		r            kahuna.Result
+		text         string
+		code         int
+		json, reason string
+	}{
+		{kahuna.Result{Status: kahuna.InvalidInput, Reason: "wait is only for a lock"}, "lock x: invalid input: wait is only for a lock\n", exitError, "InvalidInput", "wait is only for a lock"},
+		{kahuna.Result{Status: kahuna.InvalidInput}, "lock x: invalid input\n", exitError, "InvalidInput", ""},
+		{kahuna.Result{Status: kahuna.MustRetry}, "lock x: must retry (the node cannot serve it now; nothing was applied)\n", exitError, "MustRetry", ""},
+		{kahuna.Result{Status: kahuna.Errored}, "lock x: outcome unknown (the request may or may not have been applied)\n", exitError, "Errored", ""},
+		{kahuna.Result{Status: kahuna.InvalidOwner}, "lock x: held by another owner\n", exitLost, "InvalidOwner", ""},
+	} {
+		var text, js bytes.Buffer
+		if code := report(printer{w: &text}, io.Discard, "lock", "x", "", c.r, nil, kahuna.Locked); code != c.code || text.String() != c.text {
+			t.Errorf("%v: exit %d %q, want %d %q", c.r.Status, code, text.String(), c.code, c.text)
+		}
+		report(printer{w: &js, json: true}, io.Discard, "lock", "x", "", c.r, nil, kahuna.Locked)
+		var m map[string]any
+		if err := json.Unmarshal(js.Bytes(), &m); err != nil || m["status"] != c.json || (c.reason != "") != (m["reason"] != nil) || c.reason != "" && m["reason"] != c.reason {
+			t.Errorf("%v: json %s, want status %s reason %q", c.r.Status, js.String(), c.json, c.reason)
+		}
 	}
 }
 
