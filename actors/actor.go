@@ -34,7 +34,13 @@ type call struct {
 
 	// For waiting calls (req.Wait != 0), set by the actor only.
 	queuedAt time.Time     // when it joined the wait queue (zero: it has not)
-	waited   time.Duration // from queuedAt to the decision that granted it
+	waited   time.Duration // from queuedAt to the first decision that granted it
+	// granted: a grant to this waiter was decided (it may have committed
+	// even if its write's outcome is unknown). Waited then stays the wait
+	// up to that first grant, the earliest its lease can have begun: a
+	// later re-decision (the same grant found in the reloaded record) must
+	// not make the holder think its lease began, and ends, later.
+	granted bool
 	waitOver bool          // its wait ended: decide it as a TryLock from now on
 	gone     bool          // its caller left (context ended): drop it unanswered
 }
@@ -284,7 +290,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		}
 		return
 	}
-	if !c.queuedAt.IsZero() {
+	if !c.queuedAt.IsZero() && !c.granted {
 		c.waited = now.Sub(c.queuedAt)
 	}
 	if !d.Write {
@@ -310,13 +316,19 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		return
 	}
 	c.decision = d
+	if d.Status == lease.Locked {
+		c.granted = true
+	}
 	write := d.Next
 	if req.Op == lease.Unlock && len(s.waiters) > 0 && s.waiters[0].req.Durability == lease.Persistent {
 		// Hand-off in the same record: what is written is the head's
 		// grant, decided from the released entry; c is answered Unlocked
 		// when it commits.
 		h := a.popWaiter(s)
-		h.waited = now.Sub(h.queuedAt)
+		if !h.granted {
+			h.waited = now.Sub(h.queuedAt)
+		}
+		h.granted = true
 		h.decision = lease.Decide(d.Next, lease.TryLock, h.req.Owner, h.req.TTL, now)
 		h.decision.Next.Owner = append([]byte(nil), h.req.Owner...)
 		c.handoff = h

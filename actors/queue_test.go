@@ -451,3 +451,34 @@ func TestWaiterLeavingDuringFailedHandOffIsDropped(t *testing.T) {
 		t.Fatalf("waiters = %d, want 0: the gone waiter was put back", s.Waiters)
 	}
 }
+
+// TestHandOffUnknownButCommittedKeepsEarliestWait: a hand-off record whose
+// outcome is unknown did commit; the waiter is answered later, as the
+// holder the reload shows. Its Waited must be the wait up to the hand-off
+// decision, when its lease began, not up to the answer: a later one would
+// make its handle believe the lease started, and ends, later than it does.
+func TestHandOffUnknownButCommittedKeepsEarliestWait(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, lease.Persistent)
+	f.clock.Advance(2 * time.Second) // w waits 2 s
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held
+	if _, err := f.backend.apply(p.rec); err != nil { // it commits...
+		t.Fatal(err)
+	}
+	f.clock.Advance(5 * time.Second)
+	p.c.Committed(0, durability.ErrUnknownOutcome) // ...but the proposer cannot tell
+	if r := <-unlock; r.Status != lease.Errored {
+		t.Fatalf("unlock: %+v, want Errored", r)
+	}
+	f.backend.setHold("r", false)
+	r := <-w
+	if r.Status != lease.Locked || r.Token != 1 {
+		t.Fatalf("w: %+v, want Locked token 1 (its hand-off committed)", r)
+	}
+	if r.Waited != 2*time.Second {
+		t.Fatalf("w waited %v, want 2s: its lease began at the hand-off decision", r.Waited)
+	}
+}
