@@ -116,6 +116,7 @@ type Client struct {
 	ids       atomic.Uint32 // RequestIds, unique across the client's streams
 	budget    time.Duration
 	retry     bool // retry MustRetry answers (not when forwarding)
+	native    atomic.Int32 // the servers offer kahuna.v1: nativeUnknown, nativeYes, nativeNo (native_client.go)
 	calls     sync.Pool
 
 	cancel    context.CancelFunc
