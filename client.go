@@ -67,7 +67,7 @@ func (c *Client) Watch(ctx context.Context, resource string, opts ...WatchOption
 	if c.grpc == nil {
 		return func(yield func(WatchEvent, error) bool) { yield(WatchEvent{}, transport.ErrNoNative) }
 	}
-	return watchSeq(ctx, c.grpc, resource, opts)
+	return Watch(ctx, c.grpc, resource, opts...)
 }
 
 // TryLock grants resource to owner for ttl if it is free or its lease has

@@ -25,7 +25,9 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 		}
 	}
 	p := n1.Partition(res)
-	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("a"), time.Minute, kahuna.Persistent) }); r.Status != kahuna.Locked {
+	if r := settled(t, func() (kahuna.Result, error) {
+		return n1.TryLock(ctx, res, []byte("a"), time.Minute, kahuna.Persistent)
+	}); r.Status != kahuna.Locked {
 		t.Fatalf("holder: %+v", r)
 	}
 
@@ -57,7 +59,9 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 	}
 	settled(t, func() (kahuna.Result, error) { return n1.Unlock(ctx, res, []byte("b"), kahuna.Ephemeral) })
 	wantEvent(t, nextEvent(t, next), kahuna.EventReleased, "")
-	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("c"), time.Minute, kahuna.Persistent) }); r.Status != kahuna.Locked {
+	if r := settled(t, func() (kahuna.Result, error) {
+		return n1.TryLock(ctx, res, []byte("c"), time.Minute, kahuna.Persistent)
+	}); r.Status != kahuna.Locked {
 		t.Fatalf("c: %+v", r)
 	}
 	held := nextEvent(t, next)

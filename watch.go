@@ -47,12 +47,16 @@ const (
 	maxRewatch = time.Second
 )
 
-// watchSeq is Watch on any Watcher: it subscribes, yields events, and
-// subscribes again from the last revision whenever the watch ends with
-// MustRetry (the partition moved, the node shut down, the reader fell
-// behind, the connection broke), skipping a current state it has already
-// yielded.
-func watchSeq(ctx context.Context, w transport.Watcher, resource string, opts []WatchOption) iter.Seq2[WatchEvent, error] {
+// Watcher is what Watch watches: a *Node, or a transport.Client (a
+// *Client's connection to a node with the native service).
+type Watcher = transport.Watcher
+
+// Watch is Node.Watch and Client.Watch on any Watcher: it subscribes,
+// yields events, and subscribes again from the last revision whenever the
+// watch ends with MustRetry (the partition moved, the node shut down, the
+// reader fell behind, the connection broke), after a jittered pause of
+// 5 ms growing to 1 s, skipping a current state it has already yielded.
+func Watch(ctx context.Context, w Watcher, resource string, opts ...WatchOption) iter.Seq2[WatchEvent, error] {
 	var o watchOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -109,7 +113,7 @@ func watchSeq(ctx context.Context, w transport.Watcher, resource string, opts []
 //		fmt.Println(ev.Kind, string(ev.Owner), ev.FencingToken)
 //	}
 func (n *Node) Watch(ctx context.Context, resource string, opts ...WatchOption) iter.Seq2[WatchEvent, error] {
-	return watchSeq(ctx, n, resource, opts)
+	return Watch(ctx, n, resource, opts...)
 }
 
 // WatchLock is the raw watch that Watch and the native gRPC service's
@@ -214,4 +218,3 @@ func eventOf(ev actors.Event) WatchEvent {
 }
 
 var _ transport.Watcher = (*Node)(nil)
-

@@ -147,8 +147,10 @@ func (c *Client) WatchLock(ctx context.Context, resource string, from uint64, se
 	defer cancel() // ends the stream when send fails
 	req := &v1.WatchRequest{Resource: resource, FromRevision: from}
 	var (
-		stream interface{ Recv() (*v1.WatchEvent, error) }
-		err    error
+		stream interface {
+			Recv() (*v1.WatchEvent, error)
+		}
+		err error
 	)
 	if c.retry {
 		stream, err = c.kahuna().Watch(ctx, req)
