@@ -43,7 +43,16 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 	}
 
 	// Forwarded wait: it queues on the leader.
-	remote := lockOn(ctx, n2, res, "b", 20*time.Second)
+	remote := make(chan lockAnswer, 1)
+	go func() { // retried while the cluster answers MustRetry, like every client
+		for {
+			a := <-lockOn(ctx, n2, res, "b", 20*time.Second)
+			if a.err != nil || a.r.Status != kahuna.MustRetry {
+				remote <- a
+				return
+			}
+		}
+	}()
 	waiters(t, n1, 1)
 	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock: %+v", r)
