@@ -3,8 +3,11 @@ package kahuna
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"iter"
 	"time"
 
+	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -16,12 +19,56 @@ import (
 // is for the call itself (context ended, client closed, no endpoint
 // reachable). Acquire gives a handle with retries, waiting and keep-alive
 // on a Client as on a Node.
+//
+// Over gRPC a Client is a WaitLocker, and can Watch, when the server
+// offers the native service (kahuna.v1, which kahuna nodes serve next to
+// Kahuna's Locker service): Lock then waits on the server in the lock's
+// FIFO queue, with no polling. Whether it does is found on first use: a
+// plain Kahuna server answers UNIMPLEMENTED, and from then on Lock polls
+// TryLock with jittered backoff (2 to 50 ms) and Watch fails. Over REST
+// Lock always polls.
 type Client struct {
 	locker Locker
+	grpc   *transport.Client // nil over REST
 	close  func() error
 }
 
-var _ Locker = (*Client)(nil)
+var (
+	_ Locker     = (*Client)(nil)
+	_ WaitLocker = (*Client)(nil)
+)
+
+// Lock implements WaitLocker: TryLock that, while another owner holds the
+// lock, waits for up to wait (WaitForever: until ctx ends) in the
+// resource's FIFO queue on the server, and is granted the lock when its
+// holder releases it or its lease ends (see lease.WaitLocker). If ctx ends
+// first, the call leaves the queue. Against a server without the native
+// service (or over REST) it polls TryLock until the wait ends.
+func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
+	if c.grpc != nil {
+		r, err := c.grpc.Lock(ctx, resource, owner, ttl, wait, d)
+		if !errors.Is(err, transport.ErrNoNative) {
+			return r, err
+		}
+	}
+	if !lease.ValidWait(wait) {
+		return Result{Status: InvalidInput}, nil
+	}
+	return pollLock(ctx, nil, wait, func(ctx context.Context) (Result, error) {
+		return c.locker.TryLock(ctx, resource, owner, ttl, d)
+	})
+}
+
+// Watch streams the changes of the lock on resource from the server's
+// native service, beginning with its current state; see Node.Watch for
+// the events, resumption across partition moves and errors. Against a
+// plain Kahuna server, or over REST, it yields transport.ErrNoNative.
+func (c *Client) Watch(ctx context.Context, resource string, opts ...WatchOption) iter.Seq2[WatchEvent, error] {
+	if c.grpc == nil {
+		return func(yield func(WatchEvent, error) bool) { yield(WatchEvent{}, transport.ErrNoNative) }
+	}
+	return Watch(ctx, c.grpc, resource, opts...)
+}
 
 // TryLock grants resource to owner for ttl if it is free or its lease has
 // lapsed (Locked, with the fencing token); another owner's live lease
@@ -102,7 +149,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 	if err != nil {
 		return nil, err
 	}
-	return &Client{locker: c, close: c.Close}, nil
+	return &Client{locker: c, grpc: c, close: c.Close}, nil
 }
 
 // WithToken makes the client present token ("authorization: Bearer

@@ -325,8 +325,8 @@ func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl ti
 // closes, its waiters are answered MustRetry (or ErrClosed) and may retry.
 // A wait of 0 is TryLock; a negative wait other than WaitForever, or one
 // over MaxWait, is InvalidInput and changes nothing. On a node that does
-// not lead the partition, Lock polls the leader with jittered TryLocks
-// until the wait ends (see waitRemote).
+// not lead the partition, the wait is forwarded to the leader and waits in
+// its queue (see waitRemote).
 func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
 	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, false)
 	return r, err

@@ -8,6 +8,7 @@ import (
 	"github.com/kahunago/kahuna/actors"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
+	"github.com/kahunago/kahuna/transport"
 )
 
 // do runs one request: here if this node serves the resource's partition,
@@ -131,31 +132,84 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 	return info, r, nil
 }
 
-// Bounds of waitRemote's polling backoff.
+// Bounds of the polling backoff of a wait that cannot wait on the server.
 const (
 	minRemotePoll = 2 * time.Millisecond
 	maxRemotePoll = 50 * time.Millisecond
 )
 
 // waitRemote runs a waiting lock (req.Wait != 0) whose partition another
-// node leads. This is the seam for carrying waits over the wire: for now
-// the forwarding stream knows only Kahuna's TryLock, so it polls the
-// leader with TryLocks, jittered exponential backoff from 2 to 50 ms,
-// until one is granted, the wait (or ctx) ends, or the leader answers
-// anything but Busy (MustRetry when leadership moved, here included: the
-// caller retries, and finds the queue if this node now leads). Waited is
-// the time from the call to the send of the granted attempt, which the
-// lease cannot have started before.
+// node leads: one native ForwardLock to the leader, which waits in the
+// resource's queue there (transport.Client.Lock, on the peer client with
+// the cluster secret and peer TLS). Its answer is the leader's: Locked
+// with Waited, Busy when the wait ended, MustRetry when the partition
+// moved while it waited (the leader flushes its queue; the caller retries
+// and finds the new leader). Its errors are classified as forward's
+// (MustRetry when the request certainly never reached the leader, Errored
+// when the hop broke after it was sent). A leader that does not offer the
+// native service (an older member) is polled with TryLocks instead.
 func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, error) {
-	start := time.Now()
-	forever := req.Wait == WaitForever
-	deadline := start.Add(req.Wait)
+	leader, self := n.leadership.LeaderOf(req.Partition)
+	if leader == 0 || self {
+		return Result{Status: MustRetry}, nil
+	}
+	peer, err := n.peers.get(ctx, leader)
+	if err != nil {
+		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
+		return Result{Status: MustRetry}, nil
+	}
+	wl, ok := peer.(WaitLocker)
+	if !ok {
+		return n.pollRemote(ctx, req)
+	}
+	// A forwarded waiter stops waiting when this node closes.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(n.life, cancel)()
+	r, err := wl.Lock(wctx, req.Resource, req.Owner, req.TTL, req.Wait, req.Durability)
+	switch {
+	case errors.Is(err, transport.ErrNoNative):
+		return n.pollRemote(ctx, req)
+	case err != nil && ctx.Err() != nil:
+		return Result{}, ctx.Err()
+	case err != nil && n.life.Err() != nil:
+		return Result{}, ErrClosed // it may have been granted as it left
+	case errors.Is(err, lease.ErrNotApplied):
+		n.cfg.Logger.Debug("forward not sent", "partition", req.Partition, "leader", leader, "err", err)
+		return Result{Status: MustRetry}, nil
+	case err != nil:
+		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
+		return Result{Status: Errored}, nil
+	}
+	return r, nil
+}
+
+// pollRemote is waitRemote against a leader without the native service:
+// it polls with TryLocks (pollLock) until one is granted, the wait (or ctx)
+// ends, or the leader answers anything but Busy.
+func (n *Node) pollRemote(ctx context.Context, req actors.Request) (Result, error) {
 	try := req
 	try.Wait = 0
+	return pollLock(ctx, n.life, req.Wait, func(ctx context.Context) (Result, error) {
+		_, r, err := n.forward(ctx, try)
+		return r, err
+	})
+}
+
+// pollLock waits for a lock by calling try (a TryLock) with jittered
+// exponential backoff from 2 to 50 ms until it answers anything but Busy,
+// or wait (WaitForever: ctx) ends, when the last Busy is answered. life
+// ending stops it with errClosedNotApplied (nil: never). Waited is the
+// time from the call to the send of the granted attempt, which the lease
+// cannot have started before.
+func pollLock(ctx, life context.Context, wait time.Duration, try func(context.Context) (Result, error)) (Result, error) {
+	start := time.Now()
+	forever := wait == WaitForever
+	deadline := start.Add(wait)
 	backoff := minRemotePoll
 	for {
 		sent := time.Now()
-		_, r, err := n.forward(ctx, try)
+		r, err := try(ctx)
 		if err != nil || r.Status != Busy {
 			if r.Status == Locked {
 				r.Waited = sent.Sub(start)
@@ -173,7 +227,7 @@ func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, erro
 		if err := sleep(ctx, pause); err != nil {
 			return Result{}, err
 		}
-		if n.life.Err() != nil {
+		if life != nil && life.Err() != nil {
 			return Result{}, errClosedNotApplied
 		}
 		backoff = min(backoff*2, maxRemotePoll)
@@ -201,4 +255,17 @@ func (l local) Unlock(ctx context.Context, resource string, owner []byte, d Dura
 
 func (l local) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
 	return l.n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, true)
+}
+
+// Lock is the forwarded form of Node.Lock: it waits only on a partition
+// this node leads (MustRetry otherwise).
+func (l local) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
+	_, r, err := l.n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, true)
+	return r, err
+}
+
+// WatchLock is the forwarded form of Node.WatchLock: it watches only a
+// partition this node leads (MustRetry otherwise).
+func (l local) WatchLock(ctx context.Context, resource string, from uint64, send func(WatchEvent) error) error {
+	return l.n.watch(ctx, resource, from, send, true)
 }

@@ -135,6 +135,11 @@ type slot struct {
 	timer    stopper
 	timerAt  time.Time
 	timerGen uint64
+
+	// watchers are told every change of Entry (watch.go); like waiters,
+	// they live only in the partition leader's memory.
+	watchers  []*Watch
+	lapseTold bool // the watchers have been told that Entry's lease lapsed
 }
 
 // stopper is a timer (time.Timer, or a test's).
@@ -174,6 +179,10 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.safely((*call)(m), a.complete)
 	case *leave:
 		a.leave(m)
+	case *watchMsg:
+		a.watch(m)
+	case *unwatch:
+		a.unwatch(m)
 	case *wake:
 		if a.entries[m.s.resource] == m.s && m.gen == m.s.timerGen {
 			m.s.timer = nil
@@ -311,7 +320,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	if kind == lease.Ephemeral {
-		s.Entry, s.kind = d.Next, lease.Ephemeral
+		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
 		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
 		return
 	}
@@ -395,9 +404,11 @@ func (a *lockActor) complete(c *call) {
 	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Waited: c.waited}
 	switch {
 	case c.err == nil:
-		s.Entry, s.index, s.kind = c.decision.Next, c.index, lease.Persistent
+		now := a.cfg.Now()
+		a.changed(s, c.decision.Next, lease.Persistent, eventOf(c.req.Op), now)
+		s.index = c.index
 		if h != nil {
-			s.Entry = h.decision.Next
+			a.changed(s, h.decision.Next, lease.Persistent, Acquired, now)
 			h.reply <- Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited}
 			h = nil
 		}
@@ -441,6 +452,7 @@ func (a *lockActor) complete(c *call) {
 			replay = s.waiters
 			a.nwaiting -= len(s.waiters)
 			s.waiters = nil
+			a.endWatchers(s, ErrWatchMoved) // they watch again, and see the reloaded entry
 		} else {
 			a.flush(s, lease.MustRetry)
 		}
@@ -463,6 +475,7 @@ func (a *lockActor) complete(c *call) {
 // settle hands the lock to the head waiter if it is free, and sets the
 // timer that notices when the holder's lease ends.
 func (a *lockActor) settle(s *slot) {
+	a.noteLapse(s, a.cfg.Now())
 	a.handOff(s)
 	a.arm(s)
 }
@@ -498,9 +511,10 @@ func (a *lockActor) popWaiter(s *slot) *call {
 	return h
 }
 
-// arm keeps one timer per slot with waiters, set for the holder's expiry.
+// arm keeps one timer per slot with waiters, or with watchers of a held
+// lock, set for the holder's expiry.
 func (a *lockActor) arm(s *slot) {
-	if len(s.waiters) == 0 || s.inflight != nil {
+	if (len(s.waiters) == 0 && !s.watchedHeld()) || s.inflight != nil {
 		a.stopTimer(s) // the write's completion settles s again
 		return
 	}
@@ -524,8 +538,10 @@ func (a *lockActor) stopTimer(s *slot) {
 	}
 }
 
-// flush answers every waiter of s with st and empties its queue.
+// flush answers every waiter of s with st and empties its queue, and ends
+// its watches: it is no longer served here.
 func (a *lockActor) flush(s *slot, st lease.Status) {
+	a.endWatchers(s, ErrWatchMoved)
 	for _, w := range s.waiters {
 		w.reply <- Response{Status: st}
 	}
@@ -578,4 +594,15 @@ func (a *lockActor) drop(p int) {
 		}
 		delete(a.entries, k)
 	}
+}
+
+// eventOf is what a write by op tells watchers.
+func eventOf(op lease.Op) EventKind {
+	switch op {
+	case lease.Extend:
+		return Extended
+	case lease.Unlock:
+		return Released
+	}
+	return Acquired
 }

@@ -6,7 +6,7 @@ import "time"
 // messages and only when the actor caches collectMinEntries or more. An
 // entry qualifies when unused for CacheEntryTTL; at most
 // CacheEntriesToRemove go per pass. Unlike Kahuna it never evicts an entry
-// with a write in flight (its completion needs it), nor one with waiters,
+// with a write in flight (its completion needs it), nor one with waiters or watchers,
 // nor a live lease: an
 // ephemeral one would be freed, and a persistent one would come back from
 // its recorded wall-clock expiry, so a wall-clock jump since the grant
@@ -33,7 +33,7 @@ func (a *lockActor) collect() {
 			oldest = time.Time{} // scan cut short: the bound is unknown
 			break
 		}
-		if s.inflight != nil || len(s.waiters) > 0 || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
+		if s.inflight != nil || len(s.waiters) > 0 || len(s.watchers) > 0 || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
 			if s.lastUsed.Before(oldest) {
 				oldest = s.lastUsed
 			}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 	pb "github.com/kahunago/kahuna/transport/lockspb"
 )
 
@@ -223,9 +224,10 @@ func requireTokenOrSecret(t, peer *Tokens, h http.Handler) http.Handler {
 }
 
 // tokensFor is the set that guards a gRPC method: PeerTokens for the
-// node-to-node stream (else Tokens), Tokens for the rest.
+// node-to-node calls (Kahuna's forwarding stream, the native ForwardLock
+// and ForwardWatch), else Tokens, and Tokens for the rest.
 func (s *Server) tokensFor(fullMethod string) *Tokens {
-	if fullMethod == pb.Locker_BatchServerLockRequests_FullMethodName && s.opts.PeerTokens != nil {
+	if peerMethod(fullMethod) && s.opts.PeerTokens != nil {
 		return s.opts.PeerTokens
 	}
 	return s.opts.Tokens
@@ -288,3 +290,12 @@ func (c tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 }
 
 func (tokenCreds) RequireTransportSecurity() bool { return false }
+
+// peerMethod reports whether a gRPC method is node-to-node.
+func peerMethod(fullMethod string) bool {
+	switch fullMethod {
+	case pb.Locker_BatchServerLockRequests_FullMethodName, v1.Kahuna_ForwardLock_FullMethodName, v1.Kahuna_ForwardWatch_FullMethodName:
+		return true
+	}
+	return false
+}

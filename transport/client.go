@@ -116,7 +116,8 @@ type Client struct {
 	next      atomic.Uint32 // round robin over endpoints
 	ids       atomic.Uint32 // RequestIds, unique across the client's streams
 	budget    time.Duration
-	retry     bool // retry MustRetry answers (not when forwarding)
+	retry     bool         // retry MustRetry answers (not when forwarding)
+	native    atomic.Int32 // the servers offer kahuna.v1: nativeUnknown, nativeYes, nativeNo (native_client.go)
 	calls     sync.Pool
 
 	cancel    context.CancelFunc

@@ -137,6 +137,7 @@ func (s *Server) newGRPCServer() *grpc.Server {
 		}),
 	)
 	pb.RegisterLockerServer(g, &grpcService{s: s})
+	s.registerNative(g) // native.go
 	return g
 }
 

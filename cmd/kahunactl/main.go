@@ -150,6 +150,7 @@ var commands = []command{
 			fs.Uint64Var(&o.to, "to", 0, "ID of the node to lead it (required)")
 		}},
 	memberCommand, // admin.go
+	watchCommand,  // watch.go
 	{name: "status", args: "[flags]",
 		summary: "show every member's view: per partition its leader, term and applied index, and the member's health",
 		flags:   func(*flag.FlagSet, *options, *string) {}},
@@ -288,6 +289,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "unlock":
 		r, err := client.Unlock(dctx, resource, []byte(o.owner), o.durability)
 		return report(out, stderr, "unlock", resource, o.owner, r, err, kahuna.Unlocked)
+	case "watch":
+		return watch(ctx, client, resource, out, stderr) // watch.go
 	default:
 		info, r, err := client.Get(dctx, resource, o.durability)
 		if err == nil && r.Status == kahuna.Got {

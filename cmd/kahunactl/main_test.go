@@ -341,6 +341,7 @@ func TestCommandHelp(t *testing.T) {
 		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
 		"member":              {"endpoint", "endpoints", "format", "raft-address", "timeout"},
 		"status":              {"endpoints", "format", "timeout"},
+		"watch":               {"endpoints", "format", "timeout"},
 	}
 	for name, flags := range want { // the common connection flags (conn.go)
 		want[name] = append(flags, "ca-file", "token")

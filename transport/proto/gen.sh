@@ -37,5 +37,5 @@ protoc \
 	--plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
 	--go_out=. --go_opt=module="$module" \
 	--go-grpc_out=. --go-grpc_opt=module="$module" \
-	transport/proto/locks.proto
-echo "gen.sh: regenerated transport/lockspb with $(protoc --version), protoc-gen-go ${PROTOC_GEN_GO_VERSION}, protoc-gen-go-grpc ${PROTOC_GEN_GO_GRPC_VERSION}"
+	transport/proto/locks.proto transport/proto/kahuna_v1.proto
+echo "gen.sh: regenerated transport/lockspb and transport/kahunav1pb with $(protoc --version), protoc-gen-go ${PROTOC_GEN_GO_VERSION}, protoc-gen-go-grpc ${PROTOC_GEN_GO_GRPC_VERSION}"

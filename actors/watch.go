@@ -1,0 +1,262 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// The change feed of a lock lives where its truth is: in the lock actor of
+// the resource. A slot keeps a list of watchers, and every change of its
+// entry (a grant, an extension, a release, and the holder's lease lapsing,
+// which the slot's timer notices as it does for the head of the wait queue)
+// is sent to each of them in the same step that makes it. Like the wait
+// queue, watchers are the partition leader's memory only: when the
+// partition moves, the node stops serving it or the entry is reloaded from
+// the store, every watch of it ends with ErrWatchMoved, and its watcher
+// watches again (from the last revision it saw) wherever the lock is
+// served now.
+
+// Bounds of watching.
+const (
+	// MaxWatchers bounds the watchers of one resource: another Watch is
+	// refused with ErrTooManyWatchers.
+	MaxWatchers = 1024
+	// WatchBuffer is how many events a watch holds for its reader. The
+	// actor never waits for a reader: a watch whose buffer is full when an
+	// event is due ends with ErrWatchSlow.
+	WatchBuffer = 64
+)
+
+// Why a watch ended, or was refused. ErrWatchMoved and ErrWatchSlow mean
+// "watch again from the last revision seen".
+var (
+	ErrWatchMoved      = errors.New("actors: watch ended: the lock is no longer served here (partition moved or entry reloaded)")
+	ErrWatchSlow       = errors.New("actors: watch ended: its reader fell behind")
+	ErrTooManyWatchers = errors.New("actors: too many watchers of this resource")
+)
+
+// EventKind says what changed.
+type EventKind uint8
+
+const (
+	// Acquired: granted to Owner (a new grant, with a new token).
+	Acquired EventKind = iota + 1
+	// Extended: Owner's lease now ends at Expires.
+	Extended
+	// Released: unlocked by its holder (or never locked, for a watch's
+	// first event).
+	Released
+	// Expired: Owner's lease ended without a release.
+	Expired
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Acquired:
+		return "acquired"
+	case Extended:
+		return "extended"
+	case Released:
+		return "released"
+	case Expired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// Event is one change of a watched lock. Owner is shared with the actor's
+// cache and must not be modified.
+type Event struct {
+	Kind    EventKind
+	Owner   []byte // the holder (Acquired, Extended, Expired)
+	Token   int64
+	Expires time.Time // the end of the lease, on the actors' clock
+	// Revision counts the lock's writes: each grant, extension and release
+	// moves it on by one. An Expired event carries the revision of the
+	// lease that ended.
+	Revision   uint64
+	Durability lease.Durability // how the lock was granted
+	// Current marks a watch's first event: the state when it started
+	// (Acquired while held, Expired once its lease has lapsed, Released
+	// when free), not a change.
+	Current bool
+}
+
+// Watch is one subscription to a lock's changes. Read its events from C;
+// C is closed when the watch ends, after which Err says why.
+type Watch struct {
+	C    <-chan Event
+	c    chan Event
+	err  error // set by the actor before it closes c
+	r    *Ring
+	res  string
+	stop chan struct{}
+	once sync.Once
+}
+
+// Err is why the watch ended, once C is closed: ErrWatchMoved or
+// ErrWatchSlow (watch again from the last revision), ErrClosed, or nil
+// after Stop.
+func (w *Watch) Err() error { return w.err }
+
+// Stop ends the watch; C is closed soon after. Idempotent.
+func (w *Watch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.r.system.Root.Send(w.r.route(w.res), &unwatch{w: w})
+	})
+}
+
+type watchMsg struct {
+	w     *Watch
+	req   Request
+	from  uint64
+	reply chan error
+}
+
+type unwatch struct{ w *Watch }
+
+// Watch subscribes to the changes of req.Resource (req.Partition set by
+// the caller; Op, Owner, TTL and Durability are ignored) on this node,
+// which must serve its partition (lease.MustRetry-like ErrWatchMoved if
+// not). The watch's first event is the current state, unless from is that
+// state's revision and the state is not an expiry (the watcher has seen
+// it); then come the changes, in the order the actor made them. It ends
+// when ctx ends or Stop is called (C is closed, Err is nil), or as Err
+// says. Close of the ring leaves C open: a reader also watches its ctx.
+func (r *Ring) Watch(ctx context.Context, req Request, from uint64) (*Watch, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	c := make(chan Event, WatchBuffer)
+	w := &Watch{C: c, c: c, r: r, res: req.Resource, stop: make(chan struct{})}
+	m := &watchMsg{w: w, req: req, from: from, reply: make(chan error, 1)}
+	r.system.Root.Send(r.route(req.Resource), m)
+	select {
+	case err := <-m.reply:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		w.Stop()
+		return nil, ctx.Err()
+	case <-r.done:
+		return nil, ErrClosed
+	}
+	context.AfterFunc(ctx, w.Stop)
+	return w, nil
+}
+
+// watch adds a watcher to its resource's slot and gives it the current state.
+func (a *lockActor) watch(m *watchMsg) {
+	select {
+	case <-m.w.stop:
+		m.reply <- context.Canceled
+		return
+	default:
+	}
+	if _, ok := a.cfg.Serving(m.req.Partition); !ok {
+		m.reply <- ErrWatchMoved
+		return
+	}
+	now := a.cfg.Now()
+	s, err := a.slot(&m.req, now)
+	if err != nil {
+		m.reply <- err
+		return
+	}
+	if len(s.watchers) >= MaxWatchers {
+		m.reply <- ErrTooManyWatchers
+		return
+	}
+	a.noteLapse(s, now) // the others hear of a lapse before the newcomer's state
+	ev := Event{Kind: Released, Token: s.Token, Revision: s.Revision, Durability: s.kind, Current: true}
+	if s.State == lease.Held {
+		ev.Kind, ev.Owner, ev.Expires = Acquired, s.Owner, s.Expires
+		if !s.Live(now) {
+			ev.Kind = Expired
+		}
+	}
+	if m.from == 0 || ev.Revision != m.from || ev.Kind == Expired {
+		m.w.c <- ev // a fresh buffer has room
+	}
+	s.watchers = append(s.watchers, m.w)
+	s.lastUsed = now
+	m.reply <- nil
+	a.arm(s)
+}
+
+// unwatch removes a watcher and closes its channel.
+func (a *lockActor) unwatch(m *unwatch) {
+	s := a.entries[m.w.res]
+	if s == nil {
+		return
+	}
+	if i := slices.Index(s.watchers, m.w); i >= 0 {
+		s.watchers = slices.Delete(s.watchers, i, i+1)
+		close(m.w.c)
+		a.arm(s)
+	}
+}
+
+// changed sets s's entry to next, granted as kind, and tells its watchers
+// what happened: a lapse of the previous holder first, if not told yet.
+func (a *lockActor) changed(s *slot, next lease.Entry, kind lease.Durability, what EventKind, now time.Time) {
+	a.noteLapse(s, now)
+	s.Entry, s.kind, s.lapseTold = next, kind, false
+	if len(s.watchers) == 0 {
+		return
+	}
+	ev := Event{Kind: what, Token: s.Token, Revision: s.Revision, Durability: kind}
+	if what != Released {
+		ev.Owner, ev.Expires = s.Owner, s.Expires
+	}
+	a.emit(s, ev)
+}
+
+// noteLapse tells s's watchers that its holder's lease has ended, once per
+// lease.
+func (a *lockActor) noteLapse(s *slot, now time.Time) {
+	if s.State != lease.Held || s.lapseTold || s.Live(now) {
+		return
+	}
+	s.lapseTold = true
+	a.emit(s, Event{Kind: Expired, Owner: s.Owner, Token: s.Token, Expires: s.Expires, Revision: s.Revision, Durability: s.kind})
+}
+
+// emit sends ev to every watcher of s, never waiting: a watcher without
+// room is ended with ErrWatchSlow.
+func (a *lockActor) emit(s *slot, ev Event) {
+	if len(s.watchers) == 0 {
+		return
+	}
+	s.watchers = slices.DeleteFunc(s.watchers, func(w *Watch) bool {
+		select {
+		case w.c <- ev:
+			return false
+		default:
+			w.err = ErrWatchSlow
+			close(w.c)
+			return true
+		}
+	})
+}
+
+// endWatchers ends every watch of s with err.
+func (a *lockActor) endWatchers(s *slot, err error) {
+	for _, w := range s.watchers {
+		w.err = err
+		close(w.c)
+	}
+	s.watchers = nil
+}
+
+// watchedHeld reports whether s has watchers to tell of its holder's lapse.
+func (s *slot) watchedHeld() bool {
+	return len(s.watchers) > 0 && s.State == lease.Held && !s.lapseTold
+}

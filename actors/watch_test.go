@@ -1,0 +1,155 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+func next(t *testing.T, w *Watch) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.C:
+		if !ok {
+			t.Fatalf("watch ended: %v", w.Err())
+		}
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	return Event{}
+}
+
+func expect(t *testing.T, ev Event, kind EventKind, owner string, token int64, rev uint64) {
+	t.Helper()
+	if ev.Kind != kind || string(ev.Owner) != owner || ev.Token != token || ev.Revision != rev {
+		t.Fatalf("event %v owner %q token %d rev %d, want %v %q %d %d", ev.Kind, ev.Owner, ev.Token, ev.Revision, kind, owner, token, rev)
+	}
+}
+
+// acquire → release → acquire by another → expiry (noticed by the timer,
+// without a request), for both durabilities.
+func TestWatchEventsInOrder(t *testing.T) {
+	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			if ev := next(t, w); !ev.Current || ev.Kind != Released || ev.Revision != 0 {
+				t.Fatalf("first event %+v, want the current state (free)", ev)
+			}
+			f.do(t, lease.TryLock, "r", "a", time.Minute, d)
+			expect(t, next(t, w), Acquired, "a", 0, 1)
+			f.do(t, lease.Extend, "r", "a", time.Minute, d)
+			expect(t, next(t, w), Extended, "a", 0, 2)
+			f.do(t, lease.Unlock, "r", "a", 0, d)
+			expect(t, next(t, w), Released, "", 0, 3)
+			f.do(t, lease.TryLock, "r", "b", time.Minute, d)
+			ev := next(t, w)
+			expect(t, ev, Acquired, "b", 1, 4)
+			if ev.Durability != d {
+				t.Fatalf("durability %v, want %v", ev.Durability, d)
+			}
+			var timer *fakeTimer // the last one set: for b's expiry, because it is watched
+			for len(f.timers) > 0 {
+				timer = <-f.timers
+			}
+			if timer == nil || timer.stopped.Load() {
+				t.Fatal("no live timer for the watched holder's expiry")
+			}
+			f.clock.Advance(time.Minute + time.Millisecond)
+			timer.fire()
+			expect(t, next(t, w), Expired, "b", 1, 4)
+			// A late watcher starts from the lapsed state; one that saw
+			// revision 4's grant is told of the expiry too.
+			w2, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w2.Stop()
+			if ev := next(t, w2); !ev.Current || ev.Kind != Expired || ev.Revision != 4 {
+				t.Fatalf("late watcher's first event %+v", ev)
+			}
+			// A new grant over the lapsed lease: no second expiry.
+			f.do(t, lease.TryLock, "r", "c", time.Minute, d)
+			expect(t, next(t, w), Acquired, "c", 2, 5)
+			expect(t, next(t, w2), Acquired, "c", 2, 5)
+		})
+	}
+}
+
+func TestWatchSkipsSeenState(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	f.do(t, lease.Unlock, "r", "a", 0, lease.Ephemeral)
+	expect(t, next(t, w), Released, "", 0, 2) // not the grant at revision 1 again
+}
+
+func TestWatchEndsOnDropPartition(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, w)
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-w.C; ok {
+		t.Fatal("event after drop")
+	}
+	if !errors.Is(w.Err(), ErrWatchMoved) {
+		t.Fatalf("err %v, want ErrWatchMoved", w.Err())
+	}
+	f.serving[1].Store(false)
+	if _, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0); !errors.Is(err, ErrWatchMoved) {
+		t.Fatalf("watch while not serving: %v", err)
+	}
+}
+
+func TestWatchSlowReaderEnds(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < WatchBuffer; i++ { // the current state + WatchBuffer changes overflow it
+		f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+		f.do(t, lease.Unlock, "r", "a", 0, lease.Ephemeral)
+	}
+	n := 0
+	for range w.C {
+		n++
+	}
+	if n != WatchBuffer || !errors.Is(w.Err(), ErrWatchSlow) {
+		t.Fatalf("read %d events, err %v; want %d then ErrWatchSlow", n, w.Err(), WatchBuffer)
+	}
+}
+
+func TestWatchStopOnCancel(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := f.ring.Watch(ctx, Request{Resource: "r", Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, w)
+	cancel()
+	if _, ok := <-w.C; ok {
+		t.Fatal("event after cancel")
+	}
+	if w.Err() != nil {
+		t.Fatalf("err %v after cancel, want nil", w.Err())
+	}
+}

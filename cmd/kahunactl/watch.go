@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/transport"
+)
+
+// watchCommand is `kahunactl watch RESOURCE`: one line per change of the
+// lock, as it happens, until interrupted.
+var watchCommand = command{name: "watch", args: "RESOURCE [flags]", resource: true,
+	summary: "print the changes of RESOURCE's lock as they happen (acquired, extended, released, expired) until interrupted",
+	flags: func(_ *flag.FlagSet, _ *options, d *string) {
+		*d = "persistent" // one name is one lock: a watch sees either kind
+	}}
+
+// watch prints every event of resource's watch, beginning with its
+// current state, until SIGINT or SIGTERM (exit 0). A node without the
+// native service, or bad input, ends it with an error.
+func watch(ctx context.Context, w kahuna.Watcher, resource string, out printer, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for ev, err := range kahuna.Watch(ctx, w, resource) {
+		if err != nil {
+			if errors.Is(err, transport.ErrNoNative) {
+				fmt.Fprintf(stderr, "kahunactl: watch %s: the node does not offer watches (a plain Kahuna server)\n", resource)
+			} else {
+				fmt.Fprintf(stderr, "kahunactl: watch %s: %s\n", resource, oneLine(err))
+			}
+			return exitError
+		}
+		printEvent(out, resource, ev)
+	}
+	return exitOK
+}
+
+func printEvent(out printer, resource string, ev kahuna.WatchEvent) {
+	fields := map[string]any{"resource": resource, "event": ev.Kind.String(), "revision": ev.Revision,
+		"fencingToken": ev.FencingToken, "durability": ev.Durability.String(), "current": ev.Current, "servedFrom": ev.ServedFrom}
+	state := ""
+	if ev.Current {
+		state = " (current)"
+	}
+	switch ev.Kind {
+	case kahuna.EventReleased:
+		out.print(fields, "%s released%s, revision %d\n", resource, state, ev.Revision)
+		return
+	}
+	expires := ev.Expires.UTC().Format(time.RFC3339Nano)
+	fields["owner"], fields["expires"] = string(ev.Owner), expires
+	verb := map[kahuna.EventKind]string{kahuna.EventAcquired: "acquired by", kahuna.EventExtended: "extended by", kahuna.EventExpired: "expired, was held by"}[ev.Kind]
+	out.print(fields, "%s %s %s%s, fencing token %d, expires %s, revision %d, %s\n",
+		resource, verb, ev.Owner, state, ev.FencingToken, expires, ev.Revision, ev.Durability)
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// kahunactl watch prints one JSON line per change, as it happens, and
+// exits 0 when interrupted (here: its context ends).
+func TestWatchPrintsChanges(t *testing.T) {
+	n, endpoint := startNode(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var stderr strings.Builder
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"watch", "jobs/export", "--endpoints", endpoint, "--format", "json"}, pw, &stderr)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	next := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("watch output ended: %v; stderr %s", lines.Err(), stderr.String())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("%q: %v", lines.Text(), err)
+		}
+		return m
+	}
+	if m := next(); m["event"] != "released" || m["current"] != true {
+		t.Fatalf("first line %v, want the current state", m)
+	}
+	n.TryLock(ctx, "jobs/export", []byte("me"), time.Minute, kahuna.Persistent)
+	if m := next(); m["event"] != "acquired" || m["owner"] != "me" || m["durability"] != "Persistent" {
+		t.Fatalf("after the grant: %v", m)
+	}
+	n.Unlock(ctx, "jobs/export", []byte("me"), kahuna.Persistent)
+	if m := next(); m["event"] != "released" || m["current"] != false {
+		t.Fatalf("after the release: %v", m)
+	}
+	cancel()
+	go io.Copy(io.Discard, pr) //nolint:errcheck // drain
+	if c := <-code; c != exitOK {
+		t.Fatalf("exit %d after interrupt, want 0", c)
+	}
+}
+
+func TestWatchTextLine(t *testing.T) {
+	var b strings.Builder
+	printEvent(printer{w: &b}, "r", kahuna.WatchEvent{Kind: kahuna.EventAcquired, Owner: []byte("o"), FencingToken: 3, Revision: 7, Expires: time.UnixMilli(0)})
+	if want := "r acquired by o, fencing token 3, expires 1970-01-01T00:00:00Z, revision 7, Ephemeral\n"; b.String() != want {
+		t.Fatalf("%q, want %q", b.String(), want)
+	}
+}

@@ -1,0 +1,277 @@
+package kahuna_test
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/transport"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+)
+
+// serveCounted serves l on a loopback gRPC listener of its own, counting
+// the lock requests that reach it (ServerOptions.Observe) by op.
+func serveCounted(t *testing.T, l lease.Locker) (endpoint string, tries, others *atomic.Int64) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tries, others = new(atomic.Int64), new(atomic.Int64)
+	srv := transport.NewServer(l, transport.ServerOptions{Logger: slog.New(slog.DiscardHandler), Observe: func(op lease.Op, _ lease.Status, _ time.Duration) {
+		if op == lease.TryLock {
+			tries.Add(1)
+		} else {
+			others.Add(1)
+		}
+	}})
+	go func() { _ = srv.ServeGRPC(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + lis.Addr().String(), tries, others
+}
+
+func dial(t *testing.T, endpoint string) *kahuna.Client {
+	t.Helper()
+	c, err := kahuna.Dial(context.Background(), []string{endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func lockOn(ctx context.Context, c kahuna.WaitLocker, res, owner string, wait time.Duration) <-chan lockAnswer {
+	ch := make(chan lockAnswer, 1)
+	go func() {
+		r, err := c.Lock(ctx, res, []byte(owner), time.Minute, wait, kahuna.Ephemeral)
+		ch <- lockAnswer{r, err}
+	}()
+	return ch
+}
+
+// Two remote waiters are granted in the order they queued; a wait that
+// ends answers Busy; a caller that cancels leaves the queue.
+func TestNativeLockOverTheWire(t *testing.T) {
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	c := dial(t, "http://"+n.ListenAddress())
+	ctx := context.Background()
+	if r, err := c.TryLock(ctx, "nat/r", []byte("holder"), time.Minute, kahuna.Ephemeral); err != nil || r.Status != kahuna.Locked {
+		t.Fatalf("holder: %v %v", r, err)
+	}
+	first := lockOn(ctx, c, "nat/r", "first", kahuna.WaitForever)
+	waiters(t, n, 1)
+	second := lockOn(ctx, c, "nat/r", "second", 30*time.Second)
+	waiters(t, n, 2)
+
+	// A bounded wait that ends with the lock held: Busy, and it left.
+	if r, err := c.Lock(ctx, "nat/r", []byte("late"), time.Minute, 50*time.Millisecond, kahuna.Ephemeral); err != nil || r.Status != kahuna.Busy {
+		t.Fatalf("bounded wait: %v %v, want Busy", r, err)
+	}
+	waiters(t, n, 2)
+	// A caller that gives up leaves the queue.
+	cctx, cancel := context.WithCancel(ctx)
+	gone := lockOn(cctx, c, "nat/r", "gone", kahuna.WaitForever)
+	waiters(t, n, 3)
+	cancel()
+	if a := <-gone; !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v %v", a.r, a.err)
+	}
+	waiters(t, n, 2)
+
+	if r, _ := c.Unlock(ctx, "nat/r", []byte("holder"), kahuna.Ephemeral); r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock: %v", r)
+	}
+	a := <-first
+	if a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 1 || a.r.Waited <= 0 {
+		t.Fatalf("first waiter: %+v %v, want Locked token 1 after a wait", a.r, a.err)
+	}
+	waiters(t, n, 1) // second still waits: FIFO
+	if r, _ := c.Unlock(ctx, "nat/r", []byte("first"), kahuna.Ephemeral); r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock first: %v", r)
+	}
+	if a := <-second; a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 2 {
+		t.Fatalf("second waiter: %+v %v, want Locked token 2", a.r, a.err)
+	}
+	if native, known := transportNative(c); !known || !native {
+		t.Fatalf("native service not detected")
+	}
+}
+
+func transportNative(c *kahuna.Client) (bool, bool) { return kahuna.ClientNative(c) }
+
+// Bad input answers InvalidInput with a reason on the native service.
+func TestNativeLockInvalidInputReason(t *testing.T) {
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	conn, err := grpc.NewClient(n.ListenAddress(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	k := v1.NewKahunaClient(conn)
+	for _, tc := range []struct {
+		req  *v1.LockRequest
+		want string
+	}{
+		{&v1.LockRequest{Owner: []byte("o"), TtlMs: 1000}, "resource name is empty"},
+		{&v1.LockRequest{Resource: "r", Owner: []byte("o"), TtlMs: 1000, WaitMs: -5}, "wait_ms"},
+		{&v1.LockRequest{Resource: "r", TtlMs: 1000}, "owner is empty"},
+		{&v1.LockRequest{Resource: "r", Owner: []byte("o")}, "ttl_ms"},
+	} {
+		resp, err := k.Lock(context.Background(), tc.req)
+		if err != nil || resp.GetStatus() != v1.Status_STATUS_INVALID_INPUT || !strings.Contains(resp.GetReason(), tc.want) {
+			t.Errorf("%v: %v %v, want InvalidInput with %q", tc.req, resp, err, tc.want)
+		}
+	}
+	// Kahuna's own service answers as before, without a reason.
+	c := dial(t, "http://"+n.ListenAddress())
+	if r, err := c.TryLock(context.Background(), "", []byte("o"), time.Second, kahuna.Ephemeral); err != nil || r.Status != kahuna.InvalidInput {
+		t.Fatalf("TryLock empty: %v %v", r, err)
+	}
+	// A watch of an empty name: InvalidInput with a reason.
+	for _, err := range c.Watch(context.Background(), "") {
+		var we *kahuna.WatchError
+		if !errors.As(err, &we) || we.Status != kahuna.InvalidInput || we.Reason == "" {
+			t.Fatalf("watch of an empty name: %v", err)
+		}
+	}
+}
+
+// Acquire with a wait over a Client makes one request: the server waits.
+func TestAcquireOverClientDoesNotPoll(t *testing.T) {
+	n := openNode(t, kahuna.Config{})
+	endpoint, tries, _ := serveCounted(t, n)
+	c := dial(t, endpoint)
+	ctx := context.Background()
+	if r, _ := n.TryLock(ctx, "np/r", []byte("holder"), time.Minute, kahuna.Persistent); r.Status != kahuna.Locked {
+		t.Fatal(r)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := kahuna.Acquire(ctx, c, "np/r", kahuna.WithWait(20*time.Second))
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waiters(t, n, 1)
+	time.Sleep(200 * time.Millisecond) // long enough for a poller to poll a dozen times
+	if r, _ := n.Unlock(ctx, "np/r", []byte("holder"), kahuna.Persistent); r.Status != kahuna.Unlocked {
+		t.Fatal(r)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if got := tries.Load(); got != 1 {
+		t.Fatalf("%d lock requests reached the node for one waiting Acquire, want 1", got)
+	}
+}
+
+// plainLocker hides the node's Lock and WatchLock: a server for it is a
+// plain Kahuna server, without the native service.
+type plainLocker struct{ lease.Locker }
+
+func TestClientFallsBackWithoutNativeService(t *testing.T) {
+	n := openNode(t, kahuna.Config{})
+	endpoint, tries, _ := serveCounted(t, plainLocker{n})
+	c := dial(t, endpoint)
+	ctx := context.Background()
+	if r, _ := n.TryLock(ctx, "fb/r", []byte("holder"), time.Minute, kahuna.Persistent); r.Status != kahuna.Locked {
+		t.Fatal(r)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := kahuna.Acquire(ctx, c, "fb/r", kahuna.WithWait(20*time.Second))
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, "polling TryLocks", func() bool { return tries.Load() >= 3 })
+	if r, _ := n.Unlock(ctx, "fb/r", []byte("holder"), kahuna.Persistent); r.Status != kahuna.Unlocked {
+		t.Fatal(r)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if native, known := transportNative(c); !known || native {
+		t.Fatalf("native = %v, known = %v: want a plain server detected", native, known)
+	}
+	// A bounded wait still ends Busy by polling.
+	n.TryLock(ctx, "fb/r", []byte("holder"), time.Minute, kahuna.Persistent)
+	if r, err := c.Lock(ctx, "fb/r", []byte("other"), time.Minute, 30*time.Millisecond, kahuna.Persistent); err != nil || r.Status != kahuna.Busy {
+		t.Fatalf("bounded wait on a plain server: %v %v", r, err)
+	}
+	for _, err := range c.Watch(ctx, "fb/r") {
+		if !errors.Is(err, transport.ErrNoNative) {
+			t.Fatalf("watch on a plain server: %v", err)
+		}
+	}
+}
+
+func nextEvent(t *testing.T, next func() (kahuna.WatchEvent, error, bool)) kahuna.WatchEvent {
+	t.Helper()
+	ev, err, ok := next()
+	if !ok || err != nil {
+		t.Fatalf("watch ended: %v", err)
+	}
+	return ev
+}
+
+func wantEvent(t *testing.T, ev kahuna.WatchEvent, kind kahuna.EventKind, owner string) {
+	t.Helper()
+	if ev.Kind != kind || string(ev.Owner) != owner {
+		t.Fatalf("event %v %q (rev %d, token %d), want %v %q", ev.Kind, ev.Owner, ev.Revision, ev.FencingToken, kind, owner)
+	}
+}
+
+// acquire → release → acquire by another → expiry, over the wire.
+func TestWatchOverTheWire(t *testing.T) {
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	c := dial(t, "http://"+n.ListenAddress())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	next, stop := pull(c.Watch(ctx, "w/r"))
+	defer stop()
+	if ev := nextEvent(t, next); !ev.Current || ev.Kind != kahuna.EventReleased {
+		t.Fatalf("first event %+v, want the current state (free)", ev)
+	}
+	c.TryLock(ctx, "w/r", []byte("a"), time.Minute, kahuna.Persistent)
+	ev := nextEvent(t, next)
+	wantEvent(t, ev, kahuna.EventAcquired, "a")
+	if ev.FencingToken != 0 || ev.Durability != kahuna.Persistent || ev.ServedFrom == "" {
+		t.Fatalf("acquired %+v", ev)
+	}
+	c.Unlock(ctx, "w/r", []byte("a"), kahuna.Persistent)
+	wantEvent(t, nextEvent(t, next), kahuna.EventReleased, "")
+	c.TryLock(ctx, "w/r", []byte("b"), 300*time.Millisecond, kahuna.Ephemeral)
+	ev = nextEvent(t, next)
+	wantEvent(t, ev, kahuna.EventAcquired, "b")
+	if ev.FencingToken != 1 {
+		t.Fatalf("b's token %d, want 1", ev.FencingToken)
+	}
+	exp := nextEvent(t, next) // noticed by the actor's timer, with no request
+	wantEvent(t, exp, kahuna.EventExpired, "b")
+	if exp.Revision != ev.Revision || exp.FencingToken != 1 {
+		t.Fatalf("expired %+v after %+v", exp, ev)
+	}
+}
+
+// pull is iter.Pull2 for a watch.
+func pull(seq func(func(kahuna.WatchEvent, error) bool)) (func() (kahuna.WatchEvent, error, bool), func()) {
+	return iterPull2(seq)
+}
+
+func iterPull2(seq func(func(kahuna.WatchEvent, error) bool)) (func() (kahuna.WatchEvent, error, bool), func()) {
+	return iter.Pull2(iter.Seq2[kahuna.WatchEvent, error](seq))
+}

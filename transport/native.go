@@ -1,0 +1,344 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kahunago/kahuna/lease"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+)
+
+// The native service, kahuna.v1.Kahuna, next to Kahuna's Locker service on
+// the same gRPC servers and behind the same token checks: a blocking Lock
+// that waits in the resource's FIFO queue on the server, and a Watch
+// stream of a lock's changes. Its node-to-node forms (ForwardLock,
+// ForwardWatch) are served by ServerOptions.Forwarded and guarded by the
+// cluster secret, like BatchServerLockRequests. A Server offers the
+// service when its Locker is a lease.WaitLocker (Watch, when it is also a
+// Watcher); a client that gets UNIMPLEMENTED talks to a plain Kahuna
+// server and falls back to TryLock.
+
+// EventKind says what changed in a watched lock.
+type EventKind uint8
+
+const (
+	EventAcquired EventKind = iota + 1 // granted to Owner, with a new token
+	EventExtended                      // Owner's lease now ends at Expires
+	EventReleased                      // unlocked (or never locked, for a Current event)
+	EventExpired                       // Owner's lease ended without a release
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquired"
+	case EventExtended:
+		return "extended"
+	case EventReleased:
+		return "released"
+	case EventExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// WatchEvent is one change of a watched lock.
+type WatchEvent struct {
+	Kind         EventKind
+	Owner        []byte    // the holder (Acquired, Extended, Expired)
+	FencingToken int64     // of the current or last grant
+	Expires      time.Time // end of the lease, wall clock, millisecond precision
+	// Revision counts the lock's writes: every grant, extension and
+	// release moves it on by one; an Expired event carries the revision of
+	// the lease that ended. Watch again from the last one seen.
+	Revision   uint64
+	Durability lease.Durability // how the lock was granted
+	// Current marks the first event of a watch: the state it started
+	// from, not a change.
+	Current    bool
+	ServedFrom string // the node that served the watch, where known
+}
+
+// Watcher is a Locker whose locks can be watched (the embedded node, and
+// Client against a server that offers the native service).
+//
+// WatchLock calls send with resource's events in order, beginning with its
+// current state unless from is the revision of that state and the state
+// is not an expiry (the watcher has seen it). It returns when ctx ends
+// (ctx.Err()), when send fails (its error), or when the watch ends with a
+// *WatchError: MustRetry when the lock is no longer served where it was
+// watched (its partition moved, the node shuts down, the watcher fell
+// behind): watch again from the last revision seen; InvalidInput (with a
+// reason) for a bad resource name; Busy when the lock has too many
+// watchers. send is called on WatchLock's goroutine, one event at a time;
+// while it blocks, events queue (a few dozen), then the watch ends
+// (MustRetry). An event's Owner is never modified: send may keep it.
+type Watcher interface {
+	WatchLock(ctx context.Context, resource string, from uint64, send func(WatchEvent) error) error
+}
+
+// WatchError ends or refuses a watch with a lock status.
+type WatchError struct {
+	Status lease.Status // MustRetry, InvalidInput or Busy
+	Reason string
+}
+
+func (e *WatchError) Error() string {
+	if e.Reason == "" {
+		return "watch: " + e.Status.String()
+	}
+	return "watch: " + e.Status.String() + ": " + e.Reason
+}
+
+// ValidWatch says what is wrong with a watch of resource ("" if nothing).
+func ValidWatch(resource string) string {
+	switch {
+	case resource == "":
+		return "resource name is empty"
+	case len(resource) > lease.MaxResourceBytes:
+		return fmt.Sprintf("resource name is %d bytes, over the limit of %d", len(resource), lease.MaxResourceBytes)
+	case !utf8.ValidString(resource):
+		return "resource name is not UTF-8"
+	}
+	return ""
+}
+
+// lockReason says what is wrong with a waiting lock request ("" if
+// nothing this package knows of).
+func lockReason(resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) string {
+	if why := ValidWatch(resource); why != "" {
+		return why
+	}
+	switch {
+	case !d.Valid():
+		return fmt.Sprintf("durability %d is unknown (0 ephemeral, 1 persistent)", int32(d))
+	case len(owner) == 0:
+		return "owner is empty"
+	case len(owner) > lease.MaxOwnerBytes:
+		return fmt.Sprintf("owner is %d bytes, over the limit of %d", len(owner), lease.MaxOwnerBytes)
+	case ttl <= 0:
+		return "ttl_ms must be positive"
+	case ttl > lease.MaxTTL:
+		return fmt.Sprintf("ttl_ms is over the limit of %d", lease.MaxTTL.Milliseconds())
+	case !lease.ValidWait(wait):
+		return fmt.Sprintf("wait_ms must be -1 (until the call's deadline) or 0 to %d", lease.MaxWait.Milliseconds())
+	}
+	return ""
+}
+
+// nativeService implements kahuna.v1.Kahuna on a Server.
+type nativeService struct {
+	v1.UnimplementedKahunaServer
+	s *Server
+}
+
+// registerNative offers the native service on g when the Locker waits.
+func (s *Server) registerNative(g *grpc.Server) {
+	if _, ok := s.locker.(lease.WaitLocker); ok {
+		v1.RegisterKahunaServer(g, &nativeService{s: s})
+	}
+}
+
+func (n *nativeService) Lock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
+	return n.s.lock(ctx, n.s.locker, req)
+}
+
+func (n *nativeService) ForwardLock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
+	return n.s.lock(ctx, n.s.forwarded, req)
+}
+
+func (n *nativeService) Watch(req *v1.WatchRequest, stream grpc.ServerStreamingServer[v1.WatchEvent]) error {
+	return n.s.watch(n.s.locker, req, stream)
+}
+
+func (n *nativeService) ForwardWatch(req *v1.WatchRequest, stream grpc.ServerStreamingServer[v1.WatchEvent]) error {
+	return n.s.watch(n.s.forwarded, req, stream)
+}
+
+// untilDrain is ctx, also cancelled when the server starts shutting down,
+// so a waiting Lock or a Watch does not hold up a graceful stop.
+func (s *Server) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.draining:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// lock serves one native Lock on l. Lock outcomes are statuses, as on
+// Kahuna's service; a call error is answered by what it proves (see
+// failedStatus): a wait cut short by shutdown is Errored, since a grant
+// may have been made as it left.
+func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
+	start := time.Now()
+	wl, ok := l.(lease.WaitLocker)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this node does not wait on the server")
+	}
+	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
+	if req.GetTtlMs() > lease.MaxTTL.Milliseconds() {
+		ttl = lease.MaxTTL + time.Millisecond // no overflow: still over the limit
+	}
+	wait := lease.WaitForever
+	switch ms := req.GetWaitMs(); {
+	case ms > lease.MaxWait.Milliseconds():
+		wait = lease.MaxWait + time.Millisecond
+	case ms >= 0:
+		wait = time.Duration(ms) * time.Millisecond
+	case ms < -1:
+		wait = -2 // invalid
+	}
+	d := lease.Durability(req.GetDurability())
+	resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
+	var res lease.Result
+	if why := lockReason(req.GetResource(), req.GetOwner(), ttl, wait, d); why != "" || !lease.Valid(lease.TryLock, req.GetResource(), req.GetOwner(), ttl, d) {
+		if why == "" {
+			why = "request refused as invalid"
+		}
+		res.Status, resp.Reason = lease.InvalidInput, why
+	} else {
+		cctx, cancel := s.untilDrain(ctx)
+		var err error
+		res, err = s.callLock(cctx, wl, req.GetResource(), req.GetOwner(), ttl, wait, d)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			res = lease.Result{Status: failedStatus(err)}
+			if cctx.Err() == nil {
+				s.log.Warn("lock request failed", "op", "Lock", "resource", req.GetResource(), "status", res.Status, "err", err)
+			}
+		}
+		if res.Status == lease.InvalidInput {
+			resp.Reason = "request refused as invalid"
+		}
+	}
+	resp.Status = v1.Status(res.Status)
+	resp.FencingToken = res.FencingToken
+	resp.WaitedMs = res.Waited.Milliseconds()
+	if s.opts.Observe != nil {
+		s.opts.Observe(lease.TryLock, res.Status, time.Since(start))
+	}
+	return resp, nil
+}
+
+// callLock calls wl.Lock, turning a panic into an error that is never
+// taken for "not applied".
+func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (res lease.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lock request panicked", "op", "Lock", "resource", resource, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("transport: Lock panicked: %v", p)
+		}
+	}()
+	return wl.Lock(ctx, resource, owner, ttl, wait, d)
+}
+
+// watch serves one Watch stream on l.
+func (s *Server) watch(l lease.Locker, req *v1.WatchRequest, stream grpc.ServerStreamingServer[v1.WatchEvent]) error {
+	w, ok := l.(Watcher)
+	if !ok {
+		return status.Error(codes.Unimplemented, "this node does not offer watches")
+	}
+	if why := ValidWatch(req.GetResource()); why != "" {
+		return status.Error(codes.InvalidArgument, why)
+	}
+	ctx, cancel := s.untilDrain(stream.Context())
+	defer cancel()
+	err := w.WatchLock(ctx, req.GetResource(), req.GetFromRevision(), func(ev WatchEvent) error {
+		return stream.Send(eventToPB(&ev, s.opts.NodeName))
+	})
+	switch {
+	case stream.Context().Err() != nil:
+		return status.FromContextError(stream.Context().Err()).Err()
+	case ctx.Err() != nil: // draining
+		return status.Error(codes.Unavailable, "node shutting down: watch again from the last revision")
+	}
+	return watchStatus(err)
+}
+
+// watchStatus is the gRPC status that ends a watch with err.
+func watchStatus(err error) error {
+	var we *WatchError
+	if !errors.As(err, &we) {
+		if _, ok := status.FromError(err); ok && err != nil {
+			return err // a send error: the stream's own status
+		}
+		return status.Error(codes.Unavailable, fmt.Sprintf("watch ended (%v): watch again from the last revision", err))
+	}
+	switch we.Status {
+	case lease.InvalidInput:
+		return status.Error(codes.InvalidArgument, we.Reason)
+	case lease.Busy:
+		return status.Error(codes.ResourceExhausted, we.Error())
+	}
+	return status.Error(codes.Unavailable, we.Error()+": watch again from the last revision")
+}
+
+// watchErrorOf is the *WatchError (or other error) a client sees for a
+// watch stream's status; errNoNative for UNIMPLEMENTED.
+func watchErrorOf(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Unimplemented:
+		return ErrNoNative
+	case codes.InvalidArgument:
+		return &WatchError{Status: lease.InvalidInput, Reason: st.Message()}
+	case codes.ResourceExhausted:
+		return &WatchError{Status: lease.Busy, Reason: st.Message()}
+	case codes.Unavailable:
+		return &WatchError{Status: lease.MustRetry, Reason: st.Message()}
+	}
+	return err
+}
+
+func eventToPB(ev *WatchEvent, servedFrom string) *v1.WatchEvent {
+	m := &v1.WatchEvent{
+		Type:         v1.EventType(ev.Kind),
+		Owner:        ev.Owner,
+		FencingToken: ev.FencingToken,
+		Revision:     ev.Revision,
+		Current:      ev.Current,
+		Durability:   v1.Durability(ev.Durability),
+		ServedFrom:   ev.ServedFrom,
+	}
+	if m.ServedFrom == "" {
+		m.ServedFrom = servedFrom
+	}
+	if !ev.Expires.IsZero() {
+		m.ExpiresMs = ev.Expires.UnixMilli()
+	}
+	return m
+}
+
+func eventFromPB(m *v1.WatchEvent) WatchEvent {
+	ev := WatchEvent{
+		Kind:         EventKind(m.GetType()),
+		Owner:        m.GetOwner(),
+		FencingToken: m.GetFencingToken(),
+		Revision:     m.GetRevision(),
+		Current:      m.GetCurrent(),
+		Durability:   lease.Durability(m.GetDurability()),
+		ServedFrom:   m.GetServedFrom(),
+	}
+	if ms := m.GetExpiresMs(); ms != 0 {
+		ev.Expires = time.UnixMilli(ms)
+	}
+	return ev
+}
