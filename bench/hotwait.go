@@ -169,12 +169,15 @@ func (c Counted) Requests() (int64, string) { return c.N.Load(), c.What }
 // only if the Locker it wraps is (countingWait), so the workload's type
 // assertion sees what it would see without it.
 type counting struct {
-	l lease.Locker
-	n *atomic.Int64
+	l        lease.Locker
+	n        *atomic.Int64
+	measured *bool // the worker's: only calls of measured operations count
 }
 
-func countCalls(l lease.Locker, n *atomic.Int64) lease.Locker {
-	c := counting{l, n}
+// countCalls counts into n the calls made through l while *measured (a
+// worker's flag, read on its own goroutine) is set.
+func countCalls(l lease.Locker, n *atomic.Int64, measured *bool) lease.Locker {
+	c := counting{l, n, measured}
 	if wl, ok := l.(lease.WaitLocker); ok {
 		return countingWait{c, wl}
 	}
@@ -182,23 +185,29 @@ func countCalls(l lease.Locker, n *atomic.Int64) lease.Locker {
 }
 
 func (c counting) TryLock(ctx context.Context, res string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	c.n.Add(1)
+	c.add()
 	return c.l.TryLock(ctx, res, owner, ttl, d)
 }
 
 func (c counting) Extend(ctx context.Context, res string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	c.n.Add(1)
+	c.add()
 	return c.l.Extend(ctx, res, owner, ttl, d)
 }
 
 func (c counting) Unlock(ctx context.Context, res string, owner []byte, d lease.Durability) (lease.Result, error) {
-	c.n.Add(1)
+	c.add()
 	return c.l.Unlock(ctx, res, owner, d)
 }
 
 func (c counting) Get(ctx context.Context, res string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	c.n.Add(1)
+	c.add()
 	return c.l.Get(ctx, res, d)
+}
+
+func (c counting) add() {
+	if *c.measured {
+		c.n.Add(1)
+	}
 }
 
 type countingWait struct {
@@ -207,7 +216,7 @@ type countingWait struct {
 }
 
 func (c countingWait) Lock(ctx context.Context, res string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	c.n.Add(1)
+	c.add()
 	return c.wl.Lock(ctx, res, owner, ttl, wait, d)
 }
 
@@ -217,11 +226,12 @@ type WaitSummary struct {
 	Grants []int64
 	// Jain is Jain's fairness index of Grants.
 	Jain float64
-	// Requests is how many requests the service received over the
-	// measured time (counted as Counted says), and RequestsPerGrant that
-	// divided by the grants. The window is from the end of warmup to the
-	// last worker's end; grants are of operations started in it, so the
-	// ratio is exact only to within an op per contender at either end.
+	// Requests is how many requests the service received for the
+	// measured operations (counted as Counted says), and RequestsPerGrant
+	// that divided by the grants. The harness's own count is exact; a
+	// service's count is taken over a window, from the end of warmup to the
+	// last worker's end, so it is exact to within an op per contender at
+	// either end.
 	Requests         int64
 	RequestsPerGrant float64
 	Counted          string

@@ -172,7 +172,7 @@ func TestHotWaitOnAWaitLocker(t *testing.T) {
 	if w.Jain < 0.95 {
 		t.Errorf("FIFO grants %v: Jain %.3f, want ≥ 0.95", w.Grants, w.Jain)
 	}
-	if w.Counted != clientCalls || w.RequestsPerGrant < 1.9 || w.RequestsPerGrant > 2.1 {
+	if w.Counted != clientCalls || w.RequestsPerGrant != 2 {
 		t.Errorf("requests per grant %.2f (%s): want 2 client calls (Lock + Unlock)", w.RequestsPerGrant, w.Counted)
 	}
 	if hand.Count < grant.Count-int64(len(w.Grants)) {
@@ -266,11 +266,22 @@ func (s serverCounted) Unlock(ctx context.Context, res string, owner []byte, d l
 
 func TestCountCallsKeepsWaitLocker(t *testing.T) {
 	n := new(atomic.Int64)
-	if _, ok := countCalls(&fifoLocker{}, n).(lease.WaitLocker); !ok {
-		t.Error("a counted WaitLocker lost Lock")
+	measured := false
+	l := countCalls(&fifoLocker{}, n, &measured)
+	wl, ok := l.(lease.WaitLocker)
+	if !ok {
+		t.Fatal("a counted WaitLocker lost Lock")
 	}
-	if _, ok := countCalls(NewMutexLocker(), n).(lease.WaitLocker); ok {
+	if _, ok := countCalls(NewMutexLocker(), n, &measured).(lease.WaitLocker); ok {
 		t.Error("a counted plain Locker gained Lock")
+	}
+	ctx := context.Background()
+	_, _ = wl.Lock(ctx, "k", []byte("a"), time.Second, 0, lease.Ephemeral) // warmup: not counted
+	measured = true
+	_, _ = l.Unlock(ctx, "k", []byte("a"), lease.Ephemeral)
+	_, _ = wl.Lock(ctx, "k", []byte("a"), time.Second, 0, lease.Ephemeral)
+	if n.Load() != 2 {
+		t.Errorf("counted %d calls, want the 2 made while measured", n.Load())
 	}
 }
 

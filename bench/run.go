@@ -65,7 +65,7 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 			requests = func() int64 { n, _ := rc.Requests(); return n }
 			_, counted = rc.Requests()
 		} else {
-			calls = new(atomic.Int64)
+			calls = new(atomic.Int64) // measured calls only: no window
 			requests, counted = calls.Load, clientCalls
 		}
 	}
@@ -76,11 +76,12 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 			return Result{}, fmt.Errorf("%s: locker of worker %d: %w", t.Name, i, err)
 		}
 		_, waitLocker = l.(lease.WaitLocker)
+		w := newWorker(i, l, seed, keys, c, rec, ctx)
 		if calls != nil {
-			l = countCalls(l, calls)
+			w.l = countCalls(l, calls, &w.measured)
 		}
-		workers[i] = newWorker(i, l, seed, keys, c, rec, ctx)
-		workers[i].handoff = hand
+		w.handoff = hand
+		workers[i] = w
 	}
 	if c.Workload == WorkloadGet {
 		if err := preload(ctx, c, workers, logger); err != nil {
@@ -99,6 +100,9 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 	}
 	m0, measuring := memAt(ctx, sched.measureFrom)
 	req0 := requests()
+	if calls != nil {
+		req0 = 0
+	}
 	wg.Wait()
 	req1 := requests()
 	stopWatchdog()
