@@ -28,6 +28,8 @@ type Config struct {
 	Duration    time.Duration
 	Warmup      time.Duration
 	Timeout     time.Duration // per operation; 0 = none
+	Hold        time.Duration // hot-wait: how long each grant is held before its Unlock
+	Wait        time.Duration // hot-wait: the longest wait of one acquire
 	Seed        uint64        // 0 = pick one (and report it)
 
 	Format     string // console, json or csv
@@ -62,6 +64,7 @@ const (
 	DefaultTimeout     = 10 * time.Second
 	DefaultExtends     = 3
 	DefaultMix         = "lock=50,get=50"
+	DefaultWait        = 5 * time.Second
 )
 
 var formats = []string{"console", "json", "csv"}
@@ -71,7 +74,7 @@ func (c *Config) keys() int {
 	switch {
 	case c.KeySpace > 0:
 		return c.KeySpace
-	case c.Workload == WorkloadHot:
+	case c.Workload == WorkloadHot, c.Workload == WorkloadHotWait:
 		return DefaultHotKeys
 	}
 	return DefaultKeySpace
@@ -86,7 +89,11 @@ func (c *Config) validate(reg Registry) error {
 	}
 	seen := map[string]bool{}
 	for i, name := range c.Targets {
-		t, ok := reg.Lookup(name)
+		t, _, ok, err := reg.resolve(name, c.Durability)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
 		if !ok {
 			bad("unknown target %q (have %s)", name, reg.names())
 			continue
@@ -136,6 +143,17 @@ func (c *Config) validate(reg Registry) error {
 	}
 	if c.Timeout < 0 {
 		bad("--timeout must be ≥ 0 (0 = none), got %v", c.Timeout)
+	}
+	if c.Workload == WorkloadHotWait {
+		if c.Hold < 0 {
+			bad("--hold must be ≥ 0, got %v", c.Hold)
+		}
+		if c.Wait <= 0 || c.Wait > lease.MaxWait {
+			bad("--wait must be > 0 and ≤ %v, got %v", lease.MaxWait, c.Wait)
+		}
+		if c.Timeout > 0 && c.Timeout <= c.Wait+c.Hold {
+			bad("--timeout %v must exceed --wait + --hold (%v), or be 0: a grant op waits, then holds", c.Timeout, c.Wait+c.Hold)
+		}
 	}
 	if !slices.Contains(formats, c.Format) {
 		bad("--format %q: want console, json or csv", c.Format)

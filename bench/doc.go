@@ -9,6 +9,9 @@
 //	                a System that hands every worker a lease.Locker
 //	workload.go     what one operation is (lock, hot, extend, get, mixed);
 //	                handoff.go the hot workload's handoff latency
+//	hotwait.go      the hot-wait workload: acquire with a wait (on the
+//	                service for a lease.WaitLocker, else polled), fairness
+//	                (Jain) and requests per grant
 //	schedule.go     when operations start: closed loop or open loop at --rate
 //	worker.go       one caller; timeout.go its per-operation timeout
 //	recorder.go     where samples go: striped HDR histograms and counters

@@ -70,13 +70,3 @@ func testConfig(workload string) *Config {
 		Format:      "console",
 	}
 }
-
-// rowOf finds a row of a result by operation name.
-func rowOf(res Result, name string) (OpSummary, bool) {
-	for _, s := range res.Operations {
-		if s.Operation == name {
-			return s, true
-		}
-	}
-	return OpSummary{}, false
-}

@@ -18,8 +18,10 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	c := &Config{}
 	var target, compare, workload, mix, durability, endpoints, logLevel string
 	fs.StringVar(&target, "target", "embedded", "what to benchmark (see the list below)")
-	fs.StringVar(&compare, "compare", "", "comma-separated targets to run one after another with the same workload, e.g. embedded,mutex (overrides --target)")
-	fs.StringVar(&workload, "workload", WorkloadLock, "lock, hot, extend, get or mixed")
+	fs.StringVar(&compare, "compare", "", "comma-separated targets to run one after another with the same workload, e.g. embedded,mutex (overrides --target); NAME:persistent or NAME:ephemeral overrides --durability for that target")
+	fs.StringVar(&workload, "workload", WorkloadLock, "lock, hot, extend, get, mixed or hot-wait")
+	fs.DurationVar(&c.Hold, "hold", 0, "hot-wait: how long each contender holds a grant before it unlocks")
+	fs.DurationVar(&c.Wait, "wait", DefaultWait, "hot-wait: the longest one acquire waits (on the server for a WaitLocker, else polling)")
 	fs.StringVar(&mix, "mix", DefaultMix, "mixed workload: weights of lock, extend and get")
 	fs.IntVar(&c.Extends, "extends", DefaultExtends, "extend workload: extensions per hold")
 	fs.IntVar(&c.KeySpace, "key-space", 0, "number of distinct keys (0 = 10000, or 1 for the hot workload)")
@@ -38,7 +40,7 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	fs.BoolVar(&c.Progress, "progress", true, "print a live line each second on stderr")
 	fs.StringVar(&logLevel, "log-level", "error", "debug, info, warn or error")
-	fs.StringVar(&endpoints, "endpoints", "", "comma-separated URLs of a kahuna node for the grpc and rest targets, e.g. http://127.0.0.1:2072 (native gRPC) for grpc, http://127.0.0.1:2070 for rest")
+	fs.StringVar(&endpoints, "endpoints", "", "comma-separated URLs of a kahuna node for the grpc and rest targets, e.g. http://127.0.0.1:2072 (native gRPC) for grpc, http://127.0.0.1:2070 for rest; without it grpc serves an in-process node on a loopback port")
 	fs.BoolVar(&c.Insecure, "insecure", false, "skip TLS certificate checks of https:// endpoints (grpc, rest)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "embedded: data dir (default: in memory for ephemeral, a temp dir on disk for persistent)")
 	fs.IntVar(&c.Partitions, "partitions", 0, "embedded: Raft partitions (0 = kahuna's default)")

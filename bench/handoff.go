@@ -13,15 +13,24 @@ import (
 // release is committed by then). An acquire that returns before the
 // releaser has even heard back from its Unlock is a handoff of 0. An
 // acquire after a holder's lease lapsed (its Unlock failed) is no handoff.
+//
+// With fromCall (the hot-wait workload, see hotwait.go) a release counts
+// instead from just before the holder called Unlock: the handoff is then
+// the whole path from "I let go" to "the next caller knows it holds" (the
+// Unlock's trip to the service, the service's hand-off, the grant's trip
+// back), never clamped, and an acquire that returns while the Unlock is
+// still in flight is measured, not 0.
 type handoffs struct {
-	keys []handoffKey
+	keys     []handoffKey
+	fromCall bool
 }
 
 type handoffKey struct {
 	mu         sync.Mutex
 	holder     int // worker holding the key, -1 if none
 	releasing  bool
-	releasedBy int // worker whose release is waiting for the next acquire, -1 if none
+	callAt     time.Time // fromCall: when the holder's Unlock was called
+	releasedBy int       // worker whose release is waiting for the next acquire, -1 if none
 	releasedAt time.Time
 }
 
@@ -46,17 +55,23 @@ func (h *handoffs) acquired(k, w int, t time.Time) (time.Duration, bool) {
 		d, ok = max(t.Sub(s.releasedAt), 0), true
 	case s.holder >= 0 && s.holder != w && s.releasing:
 		ok = true // the release took effect before its Unlock returned
+		if h.fromCall {
+			d = max(t.Sub(s.callAt), 0)
+		}
 	}
 	s.holder, s.releasing, s.releasedBy = w, false, -1
 	return d, ok
 }
 
 // releasing notes that worker w is about to Unlock key k.
-func (h *handoffs) releasing(k, w int) {
+func (h *handoffs) releasing(k, w int) { h.releasingAt(k, w, time.Time{}) }
+
+// releasingAt notes that worker w is about to Unlock key k, at t.
+func (h *handoffs) releasingAt(k, w int, t time.Time) {
 	s := &h.keys[k]
 	s.mu.Lock()
 	if s.holder == w {
-		s.releasing = true
+		s.releasing, s.callAt = true, t
 	}
 	s.mu.Unlock()
 }
@@ -70,6 +85,9 @@ func (h *handoffs) released(k, w int, t time.Time, ok bool) {
 		s.releasing = false
 		if ok {
 			s.holder, s.releasedBy, s.releasedAt = -1, w, t
+			if h.fromCall {
+				s.releasedAt = s.callAt
+			}
 		}
 	}
 	s.mu.Unlock()

@@ -71,12 +71,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, p Progra
 		if ctx.Err() != nil {
 			break
 		}
-		t, _ := p.Targets.Lookup(name)
+		t, d, _, _ := p.Targets.resolve(name, c.Durability)
 		if len(c.Targets) > 1 {
 			fmt.Fprintf(stderr, "%s: target %d of %d: %s\n", p.Name, i+1, len(c.Targets), t.Name)
 		}
-		runtime.GC() // one target's garbage is not the next one's bill
-		res, err := runOne(ctx, c, t, seed, logger, progress)
+		tc := *c
+		tc.Durability = d // NAME:persistent
+		runtime.GC()      // one target's garbage is not the next one's bill
+		res, err := runOne(ctx, &tc, t, seed, logger, progress)
+		if oerr := (*openError)(nil); errors.As(err, &oerr) {
+			// Not installed, not running: said so, and never a pass.
+			fmt.Fprintf(stderr, "%s: %s SKIPPED, not measured: %v\n", p.Name, t.Name, oerr.err)
+			report.Skipped = append(report.Skipped, Skip{Target: t.Name, Reason: oneLine(oerr.err.Error())})
+			code = 1
+			continue
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", p.Name, err)
 			code = 1

@@ -12,6 +12,12 @@ import (
 type Report struct {
 	Params  Parameters
 	Results []Result
+	Skipped []Skip // targets that could not open
+}
+
+// Skip is a target that was not measured, and why.
+type Skip struct {
+	Target, Reason string
 }
 
 // Parameters record the run's conditions, so a number can be quoted with
@@ -32,6 +38,7 @@ type Parameters struct {
 	Endpoints   []string
 	Seed        uint64
 	Timeout     time.Duration
+	Hold, Wait  time.Duration // hot-wait only
 	GoMaxProcs  int
 	NumCPU      int
 	GoVersion   string
@@ -62,6 +69,9 @@ func newParameters(c *Config, seed uint64, started time.Time) Parameters {
 	}
 	if c.Workload == WorkloadMixed {
 		p.Mix = mixString(c.Mix)
+	}
+	if c.Workload == WorkloadHotWait {
+		p.Hold, p.Wait = c.Hold, c.Wait
 	}
 	if c.Workload == WorkloadExtend || c.Workload == WorkloadMixed {
 		p.Extends = c.Extends

@@ -25,6 +25,9 @@ func (r Report) writeConsole(out io.Writer) error {
 	if p.Extends > 0 {
 		workload += fmt.Sprintf(", %d extends per hold", p.Extends)
 	}
+	if p.Workload == WorkloadHotWait {
+		workload += fmt.Sprintf(" (hold %v, wait up to %v)", p.Hold, p.Wait)
+	}
 	keys := "keys"
 	if p.KeySpace == 1 {
 		keys = "key"
@@ -39,9 +42,16 @@ func (r Report) writeConsole(out io.Writer) error {
 		b.WriteString("\n")
 		writeResultTable(&b, res)
 	}
+	for _, sk := range r.Skipped {
+		fmt.Fprintf(&b, "\n== %s: SKIPPED, not measured: %s\n", sk.Target, sk.Reason)
+	}
 	if len(r.Results) > 1 {
 		b.WriteString("\n")
 		writeComparison(&b, compare(r.Results))
+	}
+	if p.Workload == WorkloadHotWait && len(r.Results) > 0 {
+		b.WriteString("\n")
+		writeWaitComparison(&b, r.Results)
 	}
 	_, err := io.WriteString(out, b.String())
 	return err
@@ -77,12 +87,51 @@ func writeResultTable(b *strings.Builder, res Result) {
 	if res.Backlog > 0 && res.Backlog*100 > res.measuredOps { // a few at the very end are no news
 		fmt.Fprintf(b, "fell behind: %s operations were due but never started; the target cannot sustain --rate\n", fmtCount(float64(res.Backlog)))
 	}
+	if w := res.Wait; w != nil {
+		how := "polled TryLock (jittered backoff 1-50 ms)"
+		if w.WaitLocker {
+			how = "waited on the service (Lock)"
+		}
+		fmt.Fprintf(b, "acquire: %s; grant latency = the wait, handoff = Unlock called → next grant returned\n", how)
+		fmt.Fprintf(b, "grants per contender %v, Jain's index %.3f\n", w.Grants, w.Jain)
+		fmt.Fprintf(b, "requests per grant %.2f (%s counted: %s)\n", w.RequestsPerGrant, fmtCount(float64(w.Requests)), w.Counted)
+	}
 	if len(res.Errors) > 0 {
 		b.WriteString("errors:\n")
 		for _, m := range errorKinds(res.Errors) {
 			fmt.Fprintf(b, "  %10s  %s\n", fmtCount(float64(res.Errors[m])), m)
 		}
 	}
+}
+
+// writeWaitComparison is the hot-wait table: grants/s, hand-off latency,
+// the longest wait, fairness and requests per grant, side by side.
+func writeWaitComparison(b *strings.Builder, results []Result) {
+	b.WriteString("== hot-wait (handoff: Unlock called → next contender's grant returned; max wait: longest acquire)\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tgrants/s\thandoff p50\tp90\tp99\tmax wait\tJain\treq/grant\tmisses\terrors\t")
+	for _, res := range results {
+		w := res.Wait
+		if w == nil {
+			continue
+		}
+		grant, _ := rowOf(res, rowGrant)
+		hand, _ := rowOf(res, rowHandoff)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%s\t\n", res.Target, fmtCount(grant.Rps),
+			fmtDur(hand.P50), fmtDur(hand.P90), fmtDur(hand.P99), fmtDur(grant.Max), w.Jain, w.RequestsPerGrant,
+			fmtCount(float64(grant.Misses)), fmtCount(float64(grant.Errors+grant.Timeouts)))
+	}
+	_ = tw.Flush()
+}
+
+// rowOf finds a row of a result by operation name.
+func rowOf(res Result, name string) (OpSummary, bool) {
+	for _, s := range res.Operations {
+		if s.Operation == name {
+			return s, true
+		}
+	}
+	return OpSummary{}, false
 }
 
 // fmtDur prints a latency with three significant digits in a fitting unit.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // csvHeader is Kahuna's kahuna-bench CSV with a Target column in front, so
@@ -13,16 +14,34 @@ var csvHeader = []string{"Target", "Operation", "Count", "Rps", "P50Ms", "P90Ms"
 
 func (r Report) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write(csvHeader)
+	// hot-wait adds its figures as columns, filled on the TOTAL row.
+	wait := r.Params.Workload == WorkloadHotWait
+	header := csvHeader
+	if wait {
+		header = append(header[:len(header):len(header)], "Jain", "RequestsPerGrant", "GrantsPerContender")
+	}
+	_ = cw.Write(header)
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	for _, res := range r.Results {
-		for _, s := range append(res.Operations[:len(res.Operations):len(res.Operations)], res.Aggregate) {
-			_ = cw.Write([]string{
+		for n, s := range append(res.Operations[:len(res.Operations):len(res.Operations)], res.Aggregate) {
+			rec := []string{
 				res.Target, s.Operation, i(s.Count), f(s.Rps),
 				f(ms(s.P50)), f(ms(s.P90)), f(ms(s.P95)), f(ms(s.P99)), f(ms(s.P999)), f(ms(s.Max)), f(ms(s.Mean)),
 				i(s.Errors), i(s.Timeouts), i(s.Misses),
-			})
+			}
+			if wait {
+				jain, rpg, grants := "", "", ""
+				if w := res.Wait; w != nil && n == len(res.Operations) {
+					g := make([]string, len(w.Grants))
+					for k, v := range w.Grants {
+						g[k] = i(v)
+					}
+					jain, rpg, grants = f(w.Jain), f(w.RequestsPerGrant), strings.Join(g, " ")
+				}
+				rec = append(rec, jain, rpg, grants)
+			}
+			_ = cw.Write(rec)
 		}
 	}
 	cw.Flush()

@@ -16,6 +16,7 @@ type jsonReport struct {
 	Parameters jsonParameters   `json:"parameters"`
 	Runs       []jsonRun        `json:"runs"`
 	Comparison []jsonComparison `json:"comparison,omitempty"`
+	Skipped    []jsonSkip       `json:"skipped,omitempty"`
 }
 
 type jsonParameters struct {
@@ -34,6 +35,8 @@ type jsonParameters struct {
 	Endpoints   []string `json:"endpoints"`
 	Seed        uint64   `json:"seed"`
 	Timeout     float64  `json:"timeout"`
+	HoldMs      *float64 `json:"holdMs,omitempty"` // hot-wait
+	WaitMs      *float64 `json:"waitMs,omitempty"` // hot-wait
 	GoMaxProcs  int      `json:"gomaxprocs"`
 	NumCPU      int      `json:"numCpu"`
 	GoVersion   string   `json:"goVersion"`
@@ -50,6 +53,21 @@ type jsonRun struct {
 	Operations     []jsonOperation  `json:"operations"`
 	Aggregate      jsonOperation    `json:"aggregate"`
 	ErrorBreakdown map[string]int64 `json:"errorBreakdown"`
+	Wait           *jsonWait        `json:"wait,omitempty"` // hot-wait
+}
+
+type jsonWait struct {
+	Grants           []int64 `json:"grantsPerContender"`
+	Jain             float64 `json:"jain"`
+	Requests         int64   `json:"requests"`
+	RequestsPerGrant float64 `json:"requestsPerGrant"`
+	Counted          string  `json:"counted"`
+	WaitLocker       bool    `json:"waitLocker"`
+}
+
+type jsonSkip struct {
+	Target string `json:"target"`
+	Reason string `json:"reason"`
 }
 
 type jsonOperation struct {
@@ -102,6 +120,13 @@ func (r Report) writeJSON(w io.Writer) error {
 		},
 		Runs: []jsonRun{},
 	}
+	if p.Workload == WorkloadHotWait {
+		hold, wait := ms(p.Hold), ms(p.Wait)
+		out.Parameters.HoldMs, out.Parameters.WaitMs = &hold, &wait
+	}
+	for _, sk := range r.Skipped {
+		out.Skipped = append(out.Skipped, jsonSkip(sk))
+	}
 	for _, res := range r.Results {
 		run := jsonRun{
 			Target: res.Target, ElapsedSec: res.Elapsed.Seconds(), Interrupted: res.Interrupted, Backlog: res.Backlog,
@@ -113,6 +138,9 @@ func (r Report) writeJSON(w io.Writer) error {
 		}
 		for _, s := range res.Operations {
 			run.Operations = append(run.Operations, toJSONOperation(s))
+		}
+		if w := res.Wait; w != nil {
+			run.Wait = &jsonWait{Grants: w.Grants, Jain: w.Jain, Requests: w.Requests, RequestsPerGrant: w.RequestsPerGrant, Counted: w.Counted, WaitLocker: w.WaitLocker}
 		}
 		out.Runs = append(out.Runs, run)
 	}

@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/kahunago/kahuna/lease"
 )
 
 // runOne opens target, drives it with the workload of c for warmup plus
@@ -30,9 +33,11 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 		LockActors:  c.LockActors,
 		Insecure:    c.Insecure,
 		Logger:      logger.With("target", t.Name),
+		// Counting costs the node a clock read per request: hot-wait only.
+		CountRequests: c.Workload == WorkloadHotWait,
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("%s: open: %w", t.Name, err)
+		return Result{}, &openError{target: t.Name, err: err}
 	}
 	defer func() {
 		if cerr := sys.Close(); cerr != nil {
@@ -44,16 +49,39 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 	rec := newRecorder(wl.rows, min(c.Concurrency, 4*runtime.GOMAXPROCS(0)))
 	workers := make([]*worker, c.Concurrency)
 	var hand *handoffs
-	if c.Workload == WorkloadHot {
+	switch c.Workload {
+	case WorkloadHot:
 		hand = newHandoffs(len(keys))
+	case WorkloadHotWait:
+		hand = newHandoffs(len(keys))
+		hand.fromCall = true
 	}
+	// hot-wait counts the requests the service receives: at the service if
+	// the system can, else the harness's Locker calls.
+	requests := func() int64 { return 0 }
+	counted, calls := "", (*atomic.Int64)(nil)
+	if c.Workload == WorkloadHotWait {
+		if rc, ok := sys.(RequestCounter); ok {
+			requests = func() int64 { n, _ := rc.Requests(); return n }
+			_, counted = rc.Requests()
+		} else {
+			calls = new(atomic.Int64) // measured calls only: no window
+			requests, counted = calls.Load, clientCalls
+		}
+	}
+	waitLocker := false
 	for i := range workers {
 		l, err := sys.Locker(ctx, i)
 		if err != nil {
 			return Result{}, fmt.Errorf("%s: locker of worker %d: %w", t.Name, i, err)
 		}
-		workers[i] = newWorker(i, l, seed, keys, c, rec, ctx)
-		workers[i].handoff = hand
+		_, waitLocker = l.(lease.WaitLocker)
+		w := newWorker(i, l, seed, keys, c, rec, ctx)
+		if calls != nil {
+			w.l = countCalls(l, calls, &w.measured)
+		}
+		w.handoff = hand
+		workers[i] = w
 	}
 	if c.Workload == WorkloadGet {
 		if err := preload(ctx, c, workers, logger); err != nil {
@@ -71,7 +99,12 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 		wg.Go(func() { drive(w, sched, wl) })
 	}
 	m0, measuring := memAt(ctx, sched.measureFrom)
+	req0 := requests()
+	if calls != nil {
+		req0 = 0
+	}
 	wg.Wait()
+	req1 := requests()
 	stopWatchdog()
 	stopProgress()
 	var m1 runtime.MemStats
@@ -90,11 +123,39 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 	res.Interrupted = ctx.Err() != nil
 	res.Backlog = sched.backlog(started)
 	res.measuredOps = ops
+	if c.Workload == WorkloadHotWait {
+		res.Wait = waitSummary(workers, req1-req0, counted, waitLocker)
+	}
 	if t.InProcess && measuring && ops > 0 {
 		a := float64(m1.Mallocs-m0.Mallocs) / float64(ops)
 		res.AllocsPerOp = &a
 	}
 	return res, nil
+}
+
+// openError is a target that could not open (its server is not installed
+// or not running, say): Main reports it skipped, not measured.
+type openError struct {
+	target string
+	err    error
+}
+
+func (e *openError) Error() string { return e.target + ": open: " + e.err.Error() }
+func (e *openError) Unwrap() error { return e.err }
+
+// waitSummary gathers the hot-wait figures of a run's workers.
+func waitSummary(workers []*worker, requests int64, counted string, waitLocker bool) *WaitSummary {
+	s := &WaitSummary{Grants: make([]int64, len(workers)), Requests: requests, Counted: counted, WaitLocker: waitLocker}
+	var total int64
+	for i, w := range workers {
+		s.Grants[i] = w.grants
+		total += w.grants
+	}
+	s.Jain = jain(s.Grants)
+	if total > 0 {
+		s.RequestsPerGrant = float64(requests) / float64(total)
+	}
+	return s
 }
 
 // drive is one worker's loop.

@@ -23,6 +23,9 @@ type Result struct {
 	Errors      map[string]int64
 	Backlog     int64 // open loop: operations due before the end but never started
 	Interrupted bool  // the run was stopped early (signal)
+	// Wait is the hot-wait workload's fairness and request figures; nil
+	// for the other workloads.
+	Wait *WaitSummary
 
 	hist        *hdr.Histogram // Aggregate's latencies, for the plot
 	measuredOps int64          // operations started after warmup

@@ -43,6 +43,9 @@ type Settings struct {
 	LockActors  int // embedded: 0 = kahuna's default
 	Insecure    bool
 	Logger      *slog.Logger
+	// CountRequests asks a target that can count the lock requests its
+	// service receives to do so and be a RequestCounter (hot-wait).
+	CountRequests bool
 }
 
 // A System is an opened target.
@@ -66,6 +69,28 @@ func (r Registry) Lookup(name string) (Target, bool) {
 		}
 	}
 	return Target{}, false
+}
+
+// resolve reads a target spec, NAME or NAME:DURABILITY (embedded:persistent),
+// as --target and --compare take it: the target (named NAME, or
+// NAME:durability with the suffix in its canonical spelling) and the
+// durability its run uses (def without a suffix). ok is false for an
+// unknown NAME; err is set for a bad suffix.
+func (r Registry) resolve(spec string, def lease.Durability) (t Target, d lease.Durability, ok bool, err error) {
+	name, suffix, hasSuffix := strings.Cut(spec, ":")
+	d = def
+	if hasSuffix {
+		if d, err = parseDurability(suffix); err != nil {
+			return Target{}, def, false, fmt.Errorf("target %q: %w", spec, err)
+		}
+	}
+	if t, ok = r.Lookup(name); !ok {
+		return Target{}, def, false, nil
+	}
+	if hasSuffix {
+		t.Name += ":" + strings.ToLower(d.String())
+	}
+	return t, d, true, nil
 }
 
 // names lists the primary names, for error messages and -help.

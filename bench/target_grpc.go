@@ -2,30 +2,72 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 
+	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/transport"
 )
 
-// GRPCTarget drives a kahuna node (or Kahuna itself) through the gRPC
-// Locker service, with the project's own client. One client serves every
-// worker, as an application would share it.
+// GRPCTarget drives a kahuna node (or Kahuna itself) over gRPC with the
+// project's client, kahuna.Client: at --endpoints, or without them a node
+// opened in the harness's process and served on a loopback port by the
+// project's server (grpc-go's own listener, as the native port 2072),
+// reached through the kernel's TCP like any remote node. One client serves
+// every worker, as an application would share it.
+//
+// hot-wait waits on the server when kahuna.Client is a lease.WaitLocker
+// (the native Lock), and polls TryLock otherwise: the workload decides by
+// a type assertion, so the native path is measured once it exists. With
+// the in-process node, requests are counted at the node (Config.Observe);
+// at --endpoints, as client calls.
 func GRPCTarget() Target {
 	return Target{
-		Name:           "grpc",
-		Aliases:        []string{"kahuna-grpc"},
-		About:          "a kahuna node over gRPC at --endpoints (http:// = h2c, https://)",
-		NeedsEndpoints: true,
-		Open: func(ctx context.Context, s Settings) (System, error) {
-			var opts []transport.ClientOption
-			if s.Insecure {
-				opts = append(opts, transport.WithInsecureSkipVerify())
-			}
-			c, err := transport.Dial(ctx, s.Endpoints, opts...)
-			if err != nil {
-				return nil, fmt.Errorf("dial %v: %w", s.Endpoints, err)
-			}
-			return Shared{L: c, CloseFn: c.Close}, nil
-		},
+		Name:    "grpc",
+		Aliases: []string{"kahuna-grpc"},
+		About:   "a kahuna node over gRPC at --endpoints (http:// = h2c, https://), or without them an in-process node on a loopback port",
+		Open:    openGRPC,
 	}
+}
+
+func openGRPC(ctx context.Context, s Settings) (System, error) {
+	var opts []kahuna.ClientOption
+	if s.Insecure {
+		opts = append(opts, kahuna.WithInsecureSkipVerify())
+	}
+	if len(s.Endpoints) > 0 {
+		c, err := kahuna.Dial(ctx, s.Endpoints, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("dial %v: %w", s.Endpoints, err)
+		}
+		return Shared{L: c, CloseFn: c.Close}, nil
+	}
+	node, requests, closeNode, err := openNode(s)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, errors.Join(err, closeNode())
+	}
+	srv := transport.NewServer(node, transport.ServerOptions{Logger: s.Logger})
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeGRPC(lis) }()
+	stop := func() error {
+		err := srv.Close()
+		if serr := <-served; serr != nil && !errors.Is(serr, transport.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return errors.Join(err, closeNode())
+	}
+	c, err := kahuna.Dial(ctx, []string{"http://" + lis.Addr().String()}, opts...)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("dial the in-process node: %w", err), stop())
+	}
+	sys := System(Shared{L: c, CloseFn: func() error { return errors.Join(c.Close(), stop()) }})
+	if requests != nil {
+		sys = Counted{System: sys, N: requests, What: observed}
+	}
+	return sys, nil
 }

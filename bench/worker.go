@@ -27,12 +27,13 @@ type worker struct {
 	dur      lease.Durability
 	rec      *recorder
 	stripe   *stripe
-	handoff  *handoffs       // hot workload only
+	handoff  *handoffs       // hot and hot-wait workloads only
 	runCtx   context.Context // ended = the run was interrupted
 	timer    *time.Timer     // open loop: waits for the next start, reused
 	measured bool            // the current operation started after warmup
 	started  int64           // operations started, warmup included
 	ops      int64           // measured operations started
+	grants   int64           // hot-wait: measured grants
 
 	// The operation's context, reused until the watchdog cancels it
 	// (see timeout.go).

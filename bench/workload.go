@@ -16,9 +16,12 @@ const (
 	WorkloadExtend = "extend" // TryLock, Extend × --extends, Unlock
 	WorkloadGet    = "get"    // Get of a random key, every key held
 	WorkloadMixed  = "mixed"  // lock, extend and get by --mix weights
+	// WorkloadHotWait is acquire-with-wait on one lock, hold, release: one
+	// op is one grant (see hotwait.go).
+	WorkloadHotWait = "hot-wait"
 )
 
-var workloads = []string{WorkloadLock, WorkloadHot, WorkloadExtend, WorkloadGet, WorkloadMixed}
+var workloads = []string{WorkloadLock, WorkloadHot, WorkloadExtend, WorkloadGet, WorkloadMixed, WorkloadHotWait}
 
 // Row names of the reports.
 const (
@@ -28,6 +31,7 @@ const (
 	rowExtend  = "extend"
 	rowRelease = "release"
 	rowGet     = "get"
+	rowGrant   = "grant"
 )
 
 // workload is what one operation is. step runs one and records its
@@ -50,6 +54,8 @@ func newWorkload(c *Config) (workload, error) {
 		return workload{rows: b.rows, step: b.get()}, nil
 	case WorkloadMixed:
 		return b.mixed(c)
+	case WorkloadHotWait:
+		return workload{rows: b.rows, step: b.hotWait(c.Hold, c.Wait)}, nil
 	}
 	return workload{}, fmt.Errorf("unknown workload %q", c.Workload)
 }

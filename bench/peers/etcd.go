@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kahunago/kahuna/bench"
@@ -14,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // etcdPrefix keeps the benchmark's locks apart from anything else in etcd.
@@ -24,6 +26,13 @@ const etcdPrefix = "/kahuna-bench/"
 // session (one lease, kept alive) per worker. Every write is a Raft commit
 // fsynced by etcd: compare it with kahuna's persistent locks. The fencing
 // token is the revision of the grant.
+//
+// Its lockers are lease.WaitLockers: a Lock with a wait is Mutex.Lock,
+// which queues the caller behind the keys created before its own and
+// watches for their deletion (hot-wait measures that). The system counts
+// the requests etcd receives at the client's gRPC layer: every unary call
+// and every message sent on a stream (watch creations and the sessions'
+// lease keep-alives included).
 func EtcdTarget(o *Options) bench.Target {
 	return bench.Target{
 		Name:  "etcd",
@@ -37,6 +46,7 @@ func EtcdTarget(o *Options) bench.Target {
 // etcdSystem is one client shared by every worker, and a session each.
 type etcdSystem struct {
 	cli    *clientv3.Client
+	rpcs   atomic.Int64
 	ttl    int // session lease, seconds
 	srv    *server
 	mu     sync.Mutex
@@ -70,14 +80,51 @@ func openEtcd(ctx context.Context, o *Options, s bench.Settings) (bench.System, 
 		}
 		s.Logger.Info("etcd started", "endpoint", clientURL, "dir", srv.dir)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	e := &etcdSystem{ttl: int(max(math.Ceil(s.TTL.Seconds()), 1)), srv: srv}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				e.rpcs.Add(1)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return countedStream{cs, &e.rpcs}, nil
+			}),
+		}})
 	if err != nil {
 		if srv != nil {
 			err = errors.Join(err, srv.stop())
 		}
 		return nil, fmt.Errorf("etcd client %v: %w", endpoints, err)
 	}
-	return &etcdSystem{cli: cli, ttl: int(max(math.Ceil(s.TTL.Seconds()), 1)), srv: srv}, nil
+	e.cli = cli
+	// Fail here, not in every worker, if nobody answers.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Get(rctx, "ready"); err != nil {
+		return nil, errors.Join(fmt.Errorf("etcd %v: %w", endpoints, err), e.Close())
+	}
+	return e, nil
+}
+
+// countedStream counts the messages sent on an etcd stream.
+type countedStream struct {
+	grpc.ClientStream
+	n *atomic.Int64
+}
+
+func (c countedStream) SendMsg(m any) error {
+	c.n.Add(1)
+	return c.ClientStream.SendMsg(m)
+}
+
+// Requests implements bench.RequestCounter.
+func (e *etcdSystem) Requests() (int64, string) {
+	return e.rpcs.Load(), "etcd gRPC requests (unary calls and stream messages, counted by the client)"
 }
 
 func etcdReady(ctx context.Context, endpoint string) error {
@@ -125,7 +172,36 @@ type EtcdLocker struct {
 	held map[string]*concurrency.Mutex
 }
 
-var _ lease.Locker = (*EtcdLocker)(nil)
+var _ lease.WaitLocker = (*EtcdLocker)(nil)
+
+// Lock implements lease.WaitLocker with Mutex.Lock, bounded by wait
+// (lease.WaitForever: by ctx alone): Busy if the wait ends first. A wait of
+// 0 is TryLock. The ttl is the session's.
+func (l *EtcdLocker) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
+	if wait == 0 {
+		return l.TryLock(ctx, resource, owner, ttl, d)
+	}
+	if !lease.ValidWait(wait) {
+		return lease.Result{Status: lease.InvalidInput}, nil
+	}
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if wait != lease.WaitForever {
+		wctx, cancel = context.WithTimeout(ctx, wait)
+	}
+	defer cancel()
+	m := concurrency.NewMutex(l.sess, etcdPrefix+resource)
+	err := m.Lock(wctx)
+	switch {
+	case err != nil && ctx.Err() == nil && wctx.Err() != nil:
+		return lease.Result{Status: lease.Busy}, nil // the wait ended (Lock removed its key)
+	case err != nil:
+		return lease.Result{}, fmt.Errorf("etcd Lock: %w", err)
+	}
+	l.mu.Lock()
+	l.held[resource] = m
+	l.mu.Unlock()
+	return lease.Result{Status: lease.Locked, FencingToken: m.Header().Revision}, nil
+}
 
 // TryLock implements lease.Locker. The ttl is the session's, set when it
 // was created.

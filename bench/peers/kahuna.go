@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/kahunago/kahuna/bench"
 )
@@ -14,13 +15,14 @@ import (
 // and etcd, it can start its own node: with --start-server and no
 // --endpoints, it runs the kahuna binary (--kahuna-server) on free
 // loopback ports with a temp data dir, for the run. Client and node then
-// share the machine as the peers and their servers do.
+// share the machine as the peers and their servers do. Without either, a
+// target that can serve an in-process node (grpc) does.
 func withServer(t bench.Target, o *Options) bench.Target {
-	open := t.Open
+	open, needs := t.Open, t.NeedsEndpoints
 	t.NeedsEndpoints = false // checked at open: --start-server is the other way
 	t.About += "; or its own node with --start-server"
 	t.Open = func(ctx context.Context, s bench.Settings) (bench.System, error) {
-		if len(s.Endpoints) > 0 {
+		if len(s.Endpoints) > 0 || (!o.StartServer && !needs) {
 			return open(ctx, s)
 		}
 		if !o.StartServer {
@@ -34,7 +36,7 @@ func withServer(t bench.Target, o *Options) bench.Target {
 		// net/http HTTP/2 server every answer is flushed on its own, and
 		// gRPC runs at about half the speed (see README, Benchmarks).
 		endpoint := httpEndpoint
-		if t.Name == "grpc" {
+		if strings.HasPrefix(t.Name, "grpc") {
 			endpoint = grpcEndpoint
 		}
 		s.Logger.Info("kahuna started", "endpoint", endpoint, "dir", srv.dir)

@@ -38,7 +38,7 @@ func (o *Options) Register(fs *flag.FlagSet) {
 func Targets(o *Options) bench.Registry {
 	reg := bench.DefaultTargets()
 	for i, t := range reg {
-		if t.NeedsEndpoints {
+		if t.NeedsEndpoints || t.Name == "grpc" {
 			reg[i] = withServer(t, o)
 		}
 	}

@@ -70,3 +70,40 @@ func TestPeerLockers(t *testing.T) {
 		})
 	}
 }
+
+// etcd's lockers wait with Mutex.Lock: Busy when the wait ends with the
+// lock held, granted once it is released; the system counts its RPCs.
+func TestEtcdLockWaits(t *testing.T) {
+	o := &Options{StartServer: true, EtcdServer: "etcd"}
+	if _, err := exec.LookPath(o.EtcdServer); err != nil {
+		t.Skipf("%s not installed", o.EtcdServer)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sys, err := EtcdTarget(o).Open(ctx, bench.Settings{TTL: 5 * time.Second, Concurrency: 2, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	a, _ := sys.Locker(ctx, 0)
+	b, _ := sys.Locker(ctx, 1)
+	wa, wb := a.(lease.WaitLocker), b.(lease.WaitLocker)
+	const res = "peers:wait"
+	if r, err := wa.Lock(ctx, res, nil, 0, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+		t.Fatalf("Lock a = %v, %v", r.Status, err)
+	}
+	start := time.Now()
+	if r, err := wb.Lock(ctx, res, nil, 0, 100*time.Millisecond, lease.Ephemeral); err != nil || r.Status != lease.Busy {
+		t.Fatalf("Lock b while a holds = %v, %v; want Busy", r.Status, err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("Busy after %v, before the wait ended", d)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { _, _ = a.Unlock(context.Background(), res, nil, lease.Ephemeral) })
+	if r, err := wb.Lock(ctx, res, nil, 0, 5*time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+		t.Fatalf("Lock b after a's release = %v, %v", r.Status, err)
+	}
+	if n, what := sys.(bench.RequestCounter).Requests(); n < 5 || what == "" {
+		t.Errorf("requests %d (%q)", n, what)
+	}
+}

@@ -6,6 +6,8 @@
 //	go run ./cmd/kahuna-bench --compare embedded,mutex          # side by side, with ratios
 //	go run ./cmd/kahuna-bench --durability persistent           # Raft + badger on disk
 //	go run ./cmd/kahuna-bench --target rest --endpoints http://127.0.0.1:2070
+//	go run ./cmd/kahuna-bench --workload hot-wait --concurrency 8 --hold 10ms \
+//	    --compare embedded:ephemeral,embedded:persistent,grpc:ephemeral,grpc:persistent
 //	go run ./cmd/kahuna-bench -help
 //
 // Redis and etcd are in a module of their own: bench/peers/cmd/kahuna-bench-peers.

@@ -5,6 +5,8 @@
 //	cd bench/peers
 //	go run ./cmd/kahuna-bench-peers --compare kahuna-embedded,redis,etcd --start-server
 //	go run ./cmd/kahuna-bench-peers --compare kahuna-grpc,redis,etcd --start-server --endpoints http://127.0.0.1:2070
+//	go run ./cmd/kahuna-bench-peers --workload hot-wait --concurrency 64 --start-server --kahuna-server /tmp/kahuna \
+//	    --compare kahuna-embedded:ephemeral,kahuna-embedded:persistent,kahuna-grpc:ephemeral,kahuna-grpc:persistent,redis,etcd
 //
 // Every kahuna-bench flag applies; -help lists them with the peers' own
 // (--start-server, --redis-addr, --redis-appendfsync-always, --etcd-endpoints, …).
