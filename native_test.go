@@ -123,10 +123,10 @@ func TestNativeLockInvalidInputReason(t *testing.T) {
 		req  *v1.LockRequest
 		want string
 	}{
-		{&v1.LockRequest{Owner: []byte("o"), TtlMs: 1000}, "resource name is empty"},
+		{&v1.LockRequest{Owner: []byte("o"), TtlMs: 1000}, "resource is empty"},
 		{&v1.LockRequest{Resource: "r", Owner: []byte("o"), TtlMs: 1000, WaitMs: -5}, "wait_ms"},
 		{&v1.LockRequest{Resource: "r", TtlMs: 1000}, "owner is empty"},
-		{&v1.LockRequest{Resource: "r", Owner: []byte("o")}, "ttl_ms"},
+		{&v1.LockRequest{Resource: "r", Owner: []byte("o")}, "ttl 0s is not positive"},
 	} {
 		resp, err := k.Lock(context.Background(), tc.req)
 		if err != nil || resp.GetStatus() != v1.Status_STATUS_INVALID_INPUT || !strings.Contains(resp.GetReason(), tc.want) {

@@ -40,9 +40,9 @@ type call struct {
 	// up to that first grant, the earliest its lease can have begun: a
 	// later re-decision (the same grant found in the reloaded record) must
 	// not make the holder think its lease began, and ends, later.
-	granted bool
-	waitOver bool          // its wait ended: decide it as a TryLock from now on
-	gone     bool          // its caller left (context ended): drop it unanswered
+	granted  bool
+	waitOver bool // its wait ended: decide it as a TryLock from now on
+	gone     bool // its caller left (context ended): drop it unanswered
 }
 
 // completed is a call whose persistent write has an outcome; the backend

@@ -112,26 +112,15 @@ func ValidWatch(resource string) string {
 }
 
 // lockReason says what is wrong with a waiting lock request ("" if
-// nothing this package knows of).
+// nothing): lease's reasons, and a name that is not UTF-8.
 func lockReason(resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) string {
-	if why := ValidWatch(resource); why != "" {
+	if why := lease.Check(lease.TryLock, resource, owner, ttl, d); why != "" {
 		return why
 	}
-	switch {
-	case !d.Valid():
-		return fmt.Sprintf("durability %d is unknown (0 ephemeral, 1 persistent)", int32(d))
-	case len(owner) == 0:
-		return "owner is empty"
-	case len(owner) > lease.MaxOwnerBytes:
-		return fmt.Sprintf("owner is %d bytes, over the limit of %d", len(owner), lease.MaxOwnerBytes)
-	case ttl <= 0:
-		return "ttl_ms must be positive"
-	case ttl > lease.MaxTTL:
-		return fmt.Sprintf("ttl_ms is over the limit of %d", lease.MaxTTL.Milliseconds())
-	case !lease.ValidWait(wait):
-		return fmt.Sprintf("wait_ms must be -1 (until the call's deadline) or 0 to %d", lease.MaxWait.Milliseconds())
+	if !utf8.ValidString(resource) {
+		return "resource is not valid UTF-8"
 	}
-	return ""
+	return lease.CheckWait(wait)
 }
 
 // nativeService implements kahuna.v1.Kahuna on a Server.
@@ -203,10 +192,11 @@ func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) 
 	d := lease.Durability(req.GetDurability())
 	resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
 	var res lease.Result
-	if why := lockReason(req.GetResource(), req.GetOwner(), ttl, wait, d); why != "" || !lease.Valid(lease.TryLock, req.GetResource(), req.GetOwner(), ttl, d) {
-		if why == "" {
-			why = "request refused as invalid"
-		}
+	why := lockReason(req.GetResource(), req.GetOwner(), ttl, 0, d)
+	if why == "" && !lease.ValidWait(wait) { // said in the wire's unit
+		why = fmt.Sprintf("wait_ms %d is out of range (-1: until the call's deadline, or 0 to %d)", req.GetWaitMs(), lease.MaxWait.Milliseconds())
+	}
+	if why != "" {
 		res.Status, resp.Reason = lease.InvalidInput, why
 	} else {
 		cctx, cancel := s.untilDrain(ctx)
@@ -223,7 +213,7 @@ func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) 
 			}
 		}
 		if res.Status == lease.InvalidInput {
-			resp.Reason = "request refused as invalid"
+			resp.Reason = res.Reason
 		}
 	}
 	resp.Status = v1.Status(res.Status)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,8 +69,8 @@ func (c *Client) noNative(err error) bool {
 // plain Kahuna server it returns ErrNoNative. An error other than ctx's
 // or ErrNoNative leaves the outcome unknown.
 func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	if !lease.Valid(lease.TryLock, resource, owner, ttl, d) || !utf8.ValidString(resource) || !lease.ValidWait(wait) {
-		return lease.Result{Status: lease.InvalidInput}, nil
+	if why := lockReason(resource, owner, ttl, wait, d); why != "" {
+		return lease.Result{Status: lease.InvalidInput, Reason: why}, nil
 	}
 	if c.native.Load() == nativeNo {
 		return lease.Result{}, ErrNoNative
@@ -110,6 +109,7 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 			Status:       lease.Status(resp.GetStatus()),
 			FencingToken: resp.GetFencingToken(),
 			ServedFrom:   resp.GetServedFrom(),
+			Reason:       resp.GetReason(),
 		}
 		if res.Status == lease.Locked && (resp.GetWaitedMs() > 0 || sent != start) {
 			res.Waited = sent.Sub(start) + time.Duration(resp.GetWaitedMs())*time.Millisecond
