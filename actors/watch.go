@@ -225,6 +225,15 @@ func (a *lockActor) noteLapse(s *slot, now time.Time) {
 	if s.State != lease.Held || s.lapseTold || s.Live(now) {
 		return
 	}
+	// A lapse seen in the cache is news only from the node that serves the
+	// partition: a deposed one (its lease out, no leader event yet) may
+	// miss an Extend made through the new leader. Its watchers re-watch.
+	if len(s.watchers) > 0 {
+		if _, ok := a.cfg.Serving(s.partition); !ok {
+			a.endWatchers(s, ErrWatchMoved)
+			return
+		}
+	}
 	s.lapseTold = true
 	a.emit(s, Event{Kind: Expired, Owner: s.Owner, Token: s.Token, Expires: s.Expires, Revision: s.Revision, Durability: s.kind})
 }

@@ -153,3 +153,41 @@ func TestWatchStopOnCancel(t *testing.T) {
 		t.Fatalf("err %v after cancel, want nil", w.Err())
 	}
 }
+
+// A node that stops serving (its lease lapsed, no leader event yet) must
+// not tell its watchers a holder's lease expired: that is its cache's
+// view, and the new leader may have extended the lease since. The watch
+// ends as moved instead, and the watcher re-watches the new leader.
+func TestWatchNoExpiryFromANodeNotServing(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if ev := next(t, w); !ev.Current || ev.Kind != Acquired {
+		t.Fatalf("first event %+v, want a's grant", ev)
+	}
+	var timer *fakeTimer
+	for len(f.timers) > 0 {
+		timer = <-f.timers
+	}
+	if timer == nil {
+		t.Fatal("no timer for the watched holder's expiry")
+	}
+	f.serving[1].Store(false) // deposed, and not told yet
+	f.clock.Advance(time.Minute + time.Millisecond)
+	timer.fire()
+	select {
+	case ev, ok := <-w.C:
+		if ok {
+			t.Fatalf("a node not serving told its watcher %v", ev.Kind)
+		}
+		if !errors.Is(w.Err(), ErrWatchMoved) {
+			t.Fatalf("watch ended with %v, want ErrWatchMoved", w.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch neither ended nor got an event")
+	}
+}
