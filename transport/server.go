@@ -30,8 +30,11 @@ var ErrServerClosed = errors.New("transport: server closed")
 
 // ServerOptions configures a Server. The zero value is usable.
 type ServerOptions struct {
-	// NodeName is answered as ServedFrom in every response. Kahuna always
-	// answers "", which is the default.
+	// NodeName names this node on the native kahuna.v1 service
+	// (LockResponse and WatchEvent served_from). The Kahuna wire (gRPC
+	// Locker and REST) answers the Locker's Result.ServedFrom instead, as
+	// Kahuna does: "" when this node served the request, the leader's
+	// client URL when it was forwarded there.
 	NodeName string
 	// Forwarded serves the node-to-node stream BatchServerLockRequests.
 	// The cluster layer passes a Locker that never forwards again, so a
@@ -176,7 +179,6 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 			err = nil
 		}
 	}
-	res.ServedFrom = s.opts.NodeName
 	if s.opts.Observe != nil {
 		s.opts.Observe(r.op, res.Status, time.Since(start))
 	}
