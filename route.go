@@ -129,7 +129,20 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
 		return LockInfo{}, Result{Status: Errored}, nil
 	}
+	r.ServedFrom = n.servedFrom(leader)
 	return info, r, nil
+}
+
+// servedFrom is the ServedFrom of an answer forwarded to member id: its
+// client URL (Member.Endpoint, from --initial-cluster-endpoints), as
+// Kahuna answers, so a client that upgrades to the leader's URL can dial
+// it. An answer served here has none ("").
+func (n *Node) servedFrom(id uint64) string {
+	if n.book == nil {
+		return "" // a Node assembled by a test
+	}
+	m, _ := n.book.get(id)
+	return m.Endpoint
 }
 
 // Bounds of the polling backoff of a wait that cannot wait on the server.
@@ -181,6 +194,7 @@ func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, erro
 		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
 		return Result{Status: Errored}, nil
 	}
+	r.ServedFrom = n.servedFrom(leader)
 	return r, nil
 }
 

@@ -254,7 +254,8 @@ func (c *pauseCluster) rest(id uint64, path string, body any) (restReply, error)
 }
 
 // must runs a setup call on node id, retrying MustRetry for a while, and
-// fails the test unless it is answered want (token < 0: any) by id itself.
+// fails the test unless it is answered want (token < 0: any) by id itself
+// (servedFrom "": not forwarded).
 func (c *pauseCluster) must(id uint64, what, path string, body any, want kahuna.Status, token int64) restReply {
 	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -264,7 +265,7 @@ func (c *pauseCluster) must(id uint64, what, path string, body any, want kahuna.
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		if err != nil || r.Type != want || (token >= 0 && r.FencingToken != token) || r.ServedFrom != strconv.FormatUint(id, 10) {
+		if err != nil || r.Type != want || (token >= 0 && r.FencingToken != token) || r.ServedFrom != "" {
 			c.t.Fatalf("setup: %s through node %d: %v (err %v), want %v token %d served by node %d", what, id, r, err, want, token, id)
 		}
 		return r
@@ -398,7 +399,8 @@ type pauseClient struct {
 	c      *kahuna.Client
 	rec    *checker.Recorder
 	rng    *rand.Rand
-	served *sync.Map // op ID → the node that answered it
+	served *sync.Map         // op ID → the node that answered it
+	nodeAt map[string]uint64 // endpoint URL → node ID
 }
 
 func (cl *pauseClient) call(kind checker.Kind, res, owner string, ttl time.Duration) checker.Op {
@@ -424,7 +426,9 @@ func (cl *pauseClient) call(kind checker.Kind, res, owner string, ttl time.Durat
 		info, r, err = cl.c.Get(ctx, res, kahuna.Persistent)
 	}
 	op := pend.EndGet(r.Status, r.FencingToken, string(info.Owner), err)
-	if node, err := strconv.ParseUint(r.ServedFrom, 10, 64); err == nil {
+	// ServedFrom is the URL of the node that served the call: the
+	// endpoint called, or the leader's when it was forwarded.
+	if node, ok := cl.nodeAt[r.ServedFrom]; ok {
 		cl.served.Store(op.ID, node) // the history is annotated after the round
 	}
 	return op
@@ -586,7 +590,11 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	var (
 		clients []*pauseClient
 		served  sync.Map
+		nodeAt  = map[string]uint64{}
 	)
+	for _, id := range c.ids {
+		nodeAt[c.nodes[id].endpoint()] = id
+	}
 	dial := func(name string, fixed bool, eps []string, opts ...kahuna.ClientOption) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -596,7 +604,7 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 			t.Fatalf("dial %v: %v", eps, err)
 		}
 		id := len(clients)
-		clients = append(clients, &pauseClient{id: id, name: fmt.Sprintf("%s%d", name, id), fixed: fixed, c: kc, rec: rec, served: &served, rng: rand.New(rand.NewPCG(seed, uint64(id)+1))})
+		clients = append(clients, &pauseClient{id: id, name: fmt.Sprintf("%s%d", name, id), fixed: fixed, c: kc, rec: rec, served: &served, nodeAt: nodeAt, rng: rand.New(rand.NewPCG(seed, uint64(id)+1))})
 	}
 	for range 2 {
 		dial("all-fixed", true, endpoints)

@@ -246,6 +246,11 @@ func TestAuthGRPC(t *testing.T) {
 			t.Errorf("%d calls reached the Locker, want 3", got)
 		}
 	}
+	// The shared port's gRPC was the native grpc.Server's, interceptors
+	// and all: no connection reached net/http.
+	if sn := shared(t, ts); sn.toGRPC.Load() == 0 || sn.toHTTP.Load() != 0 {
+		t.Errorf("shared port: %d connections to gRPC, %d to HTTP", sn.toGRPC.Load(), sn.toHTTP.Load())
+	}
 }
 
 func errString(err error) string {

@@ -128,6 +128,7 @@ type Client struct {
 
 // endpoint is one node: a few batch streams, used round robin.
 type endpoint struct {
+	url     string // as given to Dial: the ServedFrom of its local answers
 	streams []*batchStream
 	next    atomic.Uint32
 }
@@ -171,7 +172,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 	}
 	c.calls.New = func() any { return newCall() }
 	for _, p := range eps {
-		ep := &endpoint{}
+		ep := &endpoint{url: p.raw}
 		c.endpoints = append(c.endpoints, ep)
 		dialOpts := []grpc.DialOption{
 			grpc.WithTransportCredentials(p.creds),
@@ -359,7 +360,10 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 	}
 }
 
-// roundTrip sends cl to the next endpoint and waits for its answer. A call
+// roundTrip sends cl to the next endpoint and waits for its answer. An
+// answer whose ServedFrom is "" (served by the node called, as Kahuna
+// says it) gets that endpoint's URL, so ServedFrom is always the URL of
+// the node that served the call: the leader's when it was forwarded. A call
 // that was provably not processed (errUnsent) goes to the next endpoint,
 // once around the ring and once more (a fresh stream on the first one);
 // the last such error is returned, still lease.ErrNotApplied.
@@ -368,9 +372,14 @@ func (c *Client) roundTrip(ctx context.Context, cl *call) (reply, error) {
 	first := c.next.Add(1)
 	var err error
 	for i := range n + 1 {
-		err = c.endpoints[(first+i)%n].pick().do(ctx, cl)
+		e := c.endpoints[(first+i)%n]
+		err = e.pick().do(ctx, cl)
 		if err == nil {
-			return cl.reply, nil
+			r := cl.reply
+			if r.res.ServedFrom == "" {
+				r.res.ServedFrom = e.url
+			}
+			return r, nil
 		}
 		if !errors.Is(err, errUnsent) {
 			return reply{}, err

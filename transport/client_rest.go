@@ -236,6 +236,25 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("transport: rest %s: decode: %w", path, err)
 	}
+	if a, ok := out.(servedHere); ok {
+		a.servedHere(ep)
+	}
 	_, _ = io.Copy(io.Discard, resp.Body) // back to the pool
 	return nil
+}
+
+// servedHere is an answer whose servedFrom "" (served by the node called,
+// as Kahuna says it) becomes that node's URL, as the gRPC client does.
+type servedHere interface{ servedHere(endpoint string) }
+
+func (a *restLockAnswer) servedHere(ep string) {
+	if a.ServedFrom == "" {
+		a.ServedFrom = ep
+	}
+}
+
+func (a *restGetAnswer) servedHere(ep string) {
+	if a.ServedFrom == "" {
+		a.ServedFrom = ep
+	}
 }

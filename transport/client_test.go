@@ -24,6 +24,7 @@ func TestClientContract(t *testing.T) {
 	f := newFake()
 	srv := startServer(t, f, ServerOptions{NodeName: "n1"})
 	c := dial(t, []string{"http://" + srv.mixed})
+	here := "http://" + srv.mixed
 	ctx := testCtx(t)
 	A, B := []byte("owner-A"), []byte("owner-B")
 	sec := time.Second
@@ -82,8 +83,10 @@ func TestClientContract(t *testing.T) {
 		// TryLock rows.
 		r, err := c.TryLock(ctx, res, A, 10*sec, d)
 		check("TryLock new", r, err, lease.Locked, 0)
-		if r.ServedFrom != "n1" {
-			t.Fatalf("ServedFrom = %q, want n1", r.ServedFrom)
+		// Served by the node called: the wire says "", the client
+		// names the endpoint.
+		if r.ServedFrom != here {
+			t.Fatalf("ServedFrom = %q, want %s", r.ServedFrom, here)
 		}
 		r, err = c.TryLock(ctx, res, B, 10*sec, d)
 		check("TryLock other owner, live", r, err, lease.Busy, 0)
@@ -337,7 +340,7 @@ func TestClientRoundRobin(t *testing.T) {
 		}
 		counts[r.ServedFrom]++
 	}
-	if counts["a"] != 5 || counts["b"] != 5 {
+	if counts["http://"+a.mixed] != 5 || counts["http://"+b.native] != 5 {
 		t.Fatalf("calls per node = %v, want 5 and 5", counts)
 	}
 }
@@ -353,7 +356,7 @@ func TestClientFailsOverWhenAnEndpointIsDown(t *testing.T) {
 	// sent to b instead of failing.
 	for i := range 10 {
 		r, err := c.TryLock(testCtx(t), fmt.Sprint("fo", i), []byte("A"), time.Second, pers)
-		if err != nil || r.ServedFrom != "b" {
+		if err != nil || r.ServedFrom != "http://"+b.mixed {
 			t.Fatalf("call %d = %+v, %v, want served by b", i, r, err)
 		}
 	}

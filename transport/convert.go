@@ -46,8 +46,8 @@ func getRequest(p *pb.GrpcGetLockRequest) request {
 	return request{op: lease.Get, resource: p.GetResource(), d: lease.Durability(p.GetDurability())}
 }
 
-// servedFrom points at the answering node's name. Responses share the
-// pointer; nothing writes through it.
+// servedFrom is field 1 (see servedFrom in server_grpc.go); a shared
+// pointer: nothing writes through it.
 func tryLockResponse(servedFrom *string, res lease.Result) *pb.GrpcTryLockResponse {
 	return &pb.GrpcTryLockResponse{ServedFrom: servedFrom,
 		Type: pb.GrpcLockResponseType(res.Status), FencingToken: res.FencingToken}

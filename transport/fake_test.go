@@ -185,3 +185,34 @@ func testCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// forwardedTo answers every call of l as the node does a forwarded one:
+// with ServedFrom the leader's client URL.
+type forwardedTo struct {
+	lease.Locker
+	url string
+}
+
+func (f forwardedTo) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	r, err := f.Locker.TryLock(ctx, resource, owner, ttl, d)
+	r.ServedFrom = f.url
+	return r, err
+}
+
+func (f forwardedTo) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	r, err := f.Locker.Extend(ctx, resource, owner, ttl, d)
+	r.ServedFrom = f.url
+	return r, err
+}
+
+func (f forwardedTo) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
+	r, err := f.Locker.Unlock(ctx, resource, owner, d)
+	r.ServedFrom = f.url
+	return r, err
+}
+
+func (f forwardedTo) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
+	info, r, err := f.Locker.Get(ctx, resource, d)
+	r.ServedFrom = f.url
+	return info, r, err
+}

@@ -44,17 +44,41 @@ func (s *Server) newHandler() http.Handler {
 	})
 }
 
-// ServeHTTP serves the mixed handler on lis: REST over HTTP/1.1 and gRPC
-// over cleartext HTTP/2 with prior knowledge (h2c), which is how Kahuna's
-// clients reach an http:// URL. (It is not an http.Handler; Handler is.)
-// It returns nil after Shutdown or Close, else the listener's error.
-//
-// Cleartext HTTP/2 is net/http's own: golang.org/x/net/http2/h2c is
-// deprecated, and the connections it hijacks escape http.Server.Shutdown.
+// ServeHTTP serves the shared port on lis: gRPC and REST on one base URL,
+// as Kahuna's clients expect. Each connection is told apart by its first
+// bytes (sniff.go): one that opens with the HTTP/2 client preface (gRPC
+// over cleartext HTTP/2 with prior knowledge, h2c) is served by grpc-go's
+// own server, as on ServeGRPC, at its speed; any other (HTTP/1.1: REST,
+// /healthz, the Extra handlers) by net/http. So REST over h2c with prior
+// knowledge is not served here (grpc-go answers it 415), and an HTTP/1.1
+// "Upgrade: h2c" is not taken up: the request is answered over HTTP/1.1.
+// A connection silent for ServerOptions.SniffTimeout is closed. (It is not
+// an http.Handler; Handler is.) It returns nil after Shutdown or Close,
+// else the listener's error.
 func (s *Server) ServeHTTP(lis net.Listener) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		lis.Close()
+		return ErrServerClosed
+	}
+	sn := newSniffer(lis, s.opts.SniffTimeout)
+	s.mu.Lock()
+	s.sniffers = append(s.sniffers, sn)
+	s.mu.Unlock()
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- s.ServeGRPC(sn.grpcs) }()
 	hs := s.newHTTPServer()
-	hs.Protocols.SetUnencryptedHTTP2(true)
-	return s.serveHTTP(hs, lis, hs.Serve)
+	err := s.serveHTTP(hs, sn.https, hs.Serve)
+	if errors.Is(err, ErrServerClosed) {
+		err = nil
+	}
+	gerr := <-grpcDone
+	if err == nil && gerr != nil && !errors.Is(gerr, ErrServerClosed) && !errors.Is(gerr, net.ErrClosed) {
+		err = gerr
+	}
+	return err
 }
 
 // ServeTLS serves the mixed handler over TLS on lis, offering HTTP/2 and

@@ -127,7 +127,7 @@ func TestServerAskerGoneIsErrored(t *testing.T) {
 // error does not claim the request was not applied: it was.
 func TestServerUnsendableAnswerEndsTheStream(t *testing.T) {
 	f := newFake()
-	srv := startServer(t, f, ServerOptions{NodeName: "n\xff"})
+	srv := startServer(t, forwardedTo{f, "n\xff"}, ServerOptions{})
 	for _, fwd := range []bool{false, true} {
 		opts := []ClientOption{WithStreamsPerEndpoint(1)}
 		if fwd {

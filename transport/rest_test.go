@@ -81,13 +81,13 @@ func num(t *testing.T, m map[string]any, k string) int64 {
 
 func TestRESTEndpoints(t *testing.T) {
 	f := newFake()
-	srv := startServer(t, f, ServerOptions{NodeName: "n1"})
+	srv := startServer(t, forwardedTo{f, "http://n1:2070"}, ServerOptions{NodeName: "n1"})
 	c := newREST(t, srv.mixed)
 	lockKeys := []string{"fencingToken", "servedFrom", "type"}
 
 	body := `{"resource":"rest/a","owner":"` + b64("owner-A") + `","expiresMs":10000,"durability":1}`
 	m := c.post("/v1/locks/try-lock", body)
-	if !slices.Equal(keys(m), lockKeys) || m["servedFrom"] != "n1" || num(t, m, "type") != 0 || num(t, m, "fencingToken") != 0 {
+	if !slices.Equal(keys(m), lockKeys) || m["servedFrom"] != "http://n1:2070" || num(t, m, "type") != 0 || num(t, m, "fencingToken") != 0 {
 		t.Fatalf("try-lock = %v", m)
 	}
 	m = c.post("/v1/locks/try-lock", `{"resource":"rest/a","owner":"`+b64("owner-B")+`","expiresMs":10000,"durability":1}`)
@@ -103,7 +103,7 @@ func TestRESTEndpoints(t *testing.T) {
 	if got := keys(m); !slices.Equal(got, []string{"expires", "fencingToken", "owner", "servedFrom", "type"}) {
 		t.Fatalf("get-info names = %v", got)
 	}
-	if num(t, m, "type") != int64(lease.Got) || m["owner"] != b64("owner-A") || m["servedFrom"] != "n1" || num(t, m, "fencingToken") != 0 {
+	if num(t, m, "type") != int64(lease.Got) || m["owner"] != b64("owner-A") || m["servedFrom"] != "http://n1:2070" || num(t, m, "fencingToken") != 0 {
 		t.Fatalf("get-info = %v", m)
 	}
 	exp, ok := m["expires"].(map[string]any)

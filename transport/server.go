@@ -30,8 +30,11 @@ var ErrServerClosed = errors.New("transport: server closed")
 
 // ServerOptions configures a Server. The zero value is usable.
 type ServerOptions struct {
-	// NodeName is answered as ServedFrom in every response. Kahuna always
-	// answers "", which is the default.
+	// NodeName names this node on the native kahuna.v1 service
+	// (LockResponse and WatchEvent served_from). The Kahuna wire (gRPC
+	// Locker and REST) answers the Locker's Result.ServedFrom instead, as
+	// Kahuna does: "" when this node served the request, the leader's
+	// client URL when it was forwarded there.
 	NodeName string
 	// Forwarded serves the node-to-node stream BatchServerLockRequests.
 	// The cluster layer passes a Locker that never forwards again, so a
@@ -65,6 +68,11 @@ type ServerOptions struct {
 	// PeerTokens, when set, guards the node-to-node stream
 	// (BatchServerLockRequests) instead of Tokens: the cluster secret.
 	PeerTokens *Tokens
+	// SniffTimeout bounds how long a new connection on a ServeHTTP
+	// listener may take to send the first bytes that say whether it is
+	// HTTP/2 (gRPC) or HTTP/1.x; a connection silent for longer is closed
+	// (default DefaultSniffTimeout).
+	SniffTimeout time.Duration
 	// Unauthenticated lists Extra patterns served without a token even
 	// when Tokens is set (e.g. "/metrics").
 	Unauthenticated []string
@@ -79,8 +87,9 @@ type Server struct {
 	opts      ServerOptions
 	log       *slog.Logger
 
-	// native serves ServeGRPC listeners; mixed serves gRPC requests that
-	// arrive through the HTTP handler. They are two grpc.Servers because
+	// native serves ServeGRPC listeners and the gRPC connections of
+	// ServeHTTP ones; mixed serves gRPC requests that arrive through the
+	// HTTP handler (HTTP/2 over TLS, ServeTLS). They are two grpc.Servers because
 	// grpc's graceful stop cuts ServeHTTP streams short; the HTTP servers
 	// drain those instead (see Shutdown).
 	native  *grpc.Server
@@ -91,6 +100,7 @@ type Server struct {
 	closed   bool
 	draining chan struct{} // closed when shutdown starts: batch streams wind down
 	https    map[*http.Server]struct{}
+	sniffers []*sniffer // of the ServeHTTP listeners (tests read their counts)
 }
 
 // NewServer returns a Server for l. It starts nothing.
@@ -169,7 +179,6 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 			err = nil
 		}
 	}
-	res.ServedFrom = s.opts.NodeName
 	if s.opts.Observe != nil {
 		s.opts.Observe(r.op, res.Status, time.Since(start))
 	}

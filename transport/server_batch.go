@@ -124,7 +124,7 @@ func (s *Server) answer(ctx context.Context, l lease.Locker, m *batchMsg) bool {
 	if err != nil {
 		return false
 	}
-	m.op, m.res, m.info, m.servedFrom = r.op, res, info, s.opts.NodeName
+	m.op, m.res, m.info, m.servedFrom = r.op, res, info, res.ServedFrom
 	return true
 }
 

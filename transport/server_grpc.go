@@ -21,7 +21,7 @@ func (g *grpcService) TryLock(ctx context.Context, p *pb.GrpcTryLockRequest) (*p
 	if err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	return tryLockResponse(&g.s.opts.NodeName, res), nil
+	return tryLockResponse(servedFrom(res), res), nil
 }
 
 func (g *grpcService) TryExtendLock(ctx context.Context, p *pb.GrpcExtendLockRequest) (*pb.GrpcExtendLockResponse, error) {
@@ -29,7 +29,7 @@ func (g *grpcService) TryExtendLock(ctx context.Context, p *pb.GrpcExtendLockReq
 	if err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	return extendResponse(&g.s.opts.NodeName, res), nil
+	return extendResponse(servedFrom(res), res), nil
 }
 
 func (g *grpcService) Unlock(ctx context.Context, p *pb.GrpcUnlockRequest) (*pb.GrpcUnlockResponse, error) {
@@ -37,7 +37,7 @@ func (g *grpcService) Unlock(ctx context.Context, p *pb.GrpcUnlockRequest) (*pb.
 	if err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	return unlockResponse(&g.s.opts.NodeName, res), nil
+	return unlockResponse(servedFrom(res), res), nil
 }
 
 func (g *grpcService) GetLock(ctx context.Context, p *pb.GrpcGetLockRequest) (*pb.GrpcGetLockResponse, error) {
@@ -45,7 +45,7 @@ func (g *grpcService) GetLock(ctx context.Context, p *pb.GrpcGetLockRequest) (*p
 	if err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	return getResponse(&g.s.opts.NodeName, info, res), nil
+	return getResponse(servedFrom(res), info, res), nil
 }
 
 func (g *grpcService) BatchClientLockRequests(stream grpc.BidiStreamingServer[pb.GrpcBatchClientLockRequest, pb.GrpcBatchClientLockResponse]) error {
@@ -58,6 +58,19 @@ func (g *grpcService) BatchClientLockRequests(stream grpc.BidiStreamingServer[pb
 // (de)coded alike (see wire.go).
 func (g *grpcService) BatchServerLockRequests(stream grpc.BidiStreamingServer[pb.GrpcBatchServerLockRequest, pb.GrpcBatchServerLockResponse]) error {
 	return g.s.serveBatch(stream, g.s.forwarded)
+}
+
+// noServer is the ServedFrom of an answer served here: present and
+// empty, as Kahuna sends it. Shared by every answer; never written.
+var noServer = ""
+
+// servedFrom is field 1 of a unary answer: res.ServedFrom, which the node
+// sets to the leader's client URL when it forwarded the request.
+func servedFrom(res lease.Result) *string {
+	if res.ServedFrom == "" {
+		return &noServer
+	}
+	return &res.ServedFrom
 }
 
 // batchOp maps a batch message type to its op. GrpcClientBatchType and

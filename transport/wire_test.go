@@ -175,7 +175,7 @@ func wGet(resource string, d int) []byte {
 
 func TestWireUnary(t *testing.T) {
 	f := newFake()
-	srv := startServer(t, f, ServerOptions{NodeName: "node-7"})
+	srv := startServer(t, forwardedTo{f, "http://node-7:2070"}, ServerOptions{NodeName: "node-7"})
 	for name, addr := range map[string]string{"h2c": srv.mixed, "native": srv.native} {
 		t.Run(name, func(t *testing.T) {
 			conn := rawConn(t, addr)
@@ -184,7 +184,7 @@ func TestWireUnary(t *testing.T) {
 
 			// GetLock on nothing: only ServedFrom and Type travel.
 			m := call("GetLock", wGet(res, 1))
-			checkServedFrom(t, m, "node-7")
+			checkServedFrom(t, m, "http://node-7:2070")
 			if got := m.varint(t, 2); got != 102 {
 				t.Fatalf("GetLock type = %d, want 102 (LockDoesNotExist)", got)
 			}
@@ -195,7 +195,7 @@ func TestWireUnary(t *testing.T) {
 			}
 
 			m = call("TryLock", wTryLock(res, "A", 10000, 1))
-			checkServedFrom(t, m, "node-7")
+			checkServedFrom(t, m, "http://node-7:2070")
 			if typ, tok := m.varint(t, 2), m.int64(t, 3); typ != 0 || tok != 0 {
 				t.Fatalf("TryLock = (%d, %d), want (0 Locked, 0)", typ, tok)
 			}
@@ -222,12 +222,12 @@ func TestWireUnary(t *testing.T) {
 			if typ, tok := m.varint(t, 2), m.int64(t, 3); typ != 2 || tok != 0 {
 				t.Fatalf("TryExtendLock = (%d, %d), want (2 Extended, 0)", typ, tok)
 			}
-			checkServedFrom(t, m, "node-7")
+			checkServedFrom(t, m, "http://node-7:2070")
 			if typ := call("TryExtendLock", wExtend(res, "B", 5000, 1)).varint(t, 2); typ != 103 {
 				t.Fatalf("TryExtendLock by another owner = %d, want 103 (InvalidOwner)", typ)
 			}
 			m = call("Unlock", wUnlock(res, "A", 1))
-			checkServedFrom(t, m, "node-7")
+			checkServedFrom(t, m, "http://node-7:2070")
 			if typ := m.varint(t, 2); typ != 3 {
 				t.Fatalf("Unlock = %d, want 3 (Unlocked)", typ)
 			}
@@ -322,7 +322,7 @@ func TestWireBatchOutOfOrder(t *testing.T) {
 			f := newFake()
 			g := newGate("slow")
 			f.hook = g.hook
-			srv := startServer(t, f, ServerOptions{NodeName: "n1"})
+			srv := startServer(t, forwardedTo{f, "http://n1:2070"}, ServerOptions{NodeName: "n1"})
 			st := rawStream(t, rawConn(t, srv.mixed), method)
 
 			// 1 is parked in the Locker; 2, -3 and 4 are answered meanwhile
@@ -363,7 +363,7 @@ func TestWireBatchOutOfOrder(t *testing.T) {
 			if get.varint(t, 2) != 4 || string(must1(get.bytes(t, 3))) != "A" {
 				t.Fatalf("id 4 Get answer = %v", get)
 			}
-			checkServedFrom(t, get, "n1")
+			checkServedFrom(t, get, "http://n1:2070")
 			must(t, st.CloseSend())
 		})
 	}
@@ -489,5 +489,23 @@ func TestWireEnumValues(t *testing.T) {
 		if got := m.varint(t, 2); got != uint64(want) {
 			t.Errorf("%v travels as %d, want %d", want, got, int32(want))
 		}
+	}
+}
+
+// TestServedFromLocalIsEmpty: an answer the node served itself carries
+// ServedFrom present and empty, as Kahuna sends it, on every surface of
+// the wire (unary, batch stream, REST), whatever NodeName says; the native
+// service names the node.
+func TestServedFromLocalIsEmpty(t *testing.T) {
+	srv := startServer(t, newFake(), ServerOptions{NodeName: "7"})
+	conn := rawConn(t, srv.mixed)
+	checkServedFrom(t, rawInvoke(t, conn, "/Locker/TryLock", wTryLock("local", "A", 1000, 0)), "")
+	st := rawStream(t, conn, "/Locker/BatchClientLockRequests")
+	must(t, st.SendMsg(wEnvelope(4, 1, 6, wGet("local", 0))))
+	checkServedFrom(t, recvWire(t, st).sub(t, 6), "")
+	must(t, st.CloseSend())
+	m := newREST(t, srv.mixed).post("/v1/locks/get-info", `{"resource":"local","durability":0}`)
+	if v, ok := m["servedFrom"]; !ok || v != "" {
+		t.Fatalf("REST get-info: %v, want servedFrom present and empty", m)
 	}
 }

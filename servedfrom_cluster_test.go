@@ -1,0 +1,71 @@
+package kahuna_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// TestClusterServedFrom: ServedFrom is what Kahuna sends: "" when the node
+// called served the request, the leader's client URL (its Endpoint) when
+// the request was forwarded, on the Node, over REST and over gRPC (where
+// the Go client names the endpoint it called for a "").
+func TestClusterServedFrom(t *testing.T) {
+	c := startCluster(t, 1) // partition 0 led by node 1
+	ctx := context.Background()
+	leader := c.members[1].Endpoint
+	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
+	const res = "served/from"
+	owner := []byte("a")
+
+	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, kahuna.Persistent) }); r.Status != kahuna.Locked || r.ServedFrom != "" {
+		t.Fatalf("lock on the leader: %+v, want Locked served from \"\"", r)
+	}
+	if r := settled(t, func() (kahuna.Result, error) { return n2.Extend(ctx, res, owner, time.Minute, kahuna.Persistent) }); r.Status != kahuna.Extended || r.ServedFrom != leader {
+		t.Fatalf("extend via node 2: %+v, want Extended served from %s", r, leader)
+	}
+	if r := settled(t, func() (kahuna.Result, error) {
+		return n3.Lock(ctx, res, owner, time.Minute, time.Second, kahuna.Persistent)
+	}); r.Status != kahuna.Locked || r.ServedFrom != leader {
+		t.Fatalf("waiting lock via node 3: %+v, want Locked served from %s", r, leader)
+	}
+
+	// REST: the wire's own value.
+	for id, want := range map[uint64]string{1: "", 2: leader} {
+		b, _ := json.Marshal(map[string]any{"resource": res, "durability": int(kahuna.Persistent)})
+		resp, err := http.Post(c.members[id].Endpoint+"/v1/locks/get-info", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if got, ok := m["servedFrom"]; err != nil || !ok || got != want {
+			t.Fatalf("REST get-info via node %d: %v (%v), want servedFrom %q", id, m, err, want)
+		}
+	}
+
+	// gRPC through the Go client, on the shared port.
+	for id := range uint64(3) {
+		id++
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		kc, err := kahuna.Dial(dctx, []string{c.members[id].Endpoint})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := settled(t, func() (kahuna.Result, error) {
+			_, r, err := kc.Get(ctx, res, kahuna.Persistent)
+			return r, err
+		})
+		kc.Close()
+		if r.Status != kahuna.Got || r.ServedFrom != leader {
+			t.Fatalf("gRPC get via node %d: %+v, want Got served from %s", id, r, leader)
+		}
+	}
+}
