@@ -224,18 +224,18 @@ func (l *Leadership) Relinquish(p int) bool {
 // live lease, and no membership change of p is pending (Suspend without
 // Resume) or another transfer was just requested. Checked and done under
 // the same lock as Suspend, so a change and a balancing move of p never
-// overlap. It reports whether it relinquished.
-func (l *Leadership) RelinquishSteady(p int) bool {
+// overlap. It returns the term it served, and whether it relinquished.
+func (l *Leadership) RelinquishSteady(p int) (term uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.parts[p].Load()
 	now := l.mono()
 	if r == nil || r.changing || r.relinquish || (l.opts.Lease > 0 && now >= r.until) {
-		return false
+		return 0, false
 	}
 	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: now + int64(l.opts.TransferGrace), relinquish: true})
 	l.notify()
-	return true
+	return r.term, true
 }
 
 // Suspend drops the lease of p, which this node must serve in a fenced

@@ -177,7 +177,7 @@ func TestLeadershipRelinquishSteady(t *testing.T) {
 	l := NewLeadership(1, Options{Lease: 40 * time.Millisecond, TransferGrace: 300 * time.Millisecond})
 	l.Start(prover, &fakePurger{})
 	defer l.Close()
-	if l.RelinquishSteady(0) {
+	if _, ok := l.RelinquishSteady(0); ok {
 		t.Fatal("RelinquishSteady of a partition not served")
 	}
 	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
@@ -186,18 +186,18 @@ func TestLeadershipRelinquishSteady(t *testing.T) {
 	if !ok {
 		t.Fatal("Suspend of a served partition refused")
 	}
-	if l.RelinquishSteady(0) {
+	if _, ok := l.RelinquishSteady(0); ok {
 		t.Fatal("RelinquishSteady during a membership change")
 	}
 	l.Resume(0, term)
 	eventually(t, 5*time.Second, "serving after Resume", func() bool { return serving(l, 0) })
-	if !l.RelinquishSteady(0) {
+	if term, ok := l.RelinquishSteady(0); !ok || term != 3 {
 		t.Fatal("RelinquishSteady of a steady partition refused")
 	}
 	if serving(l, 0) {
 		t.Fatal("served right after RelinquishSteady")
 	}
-	if l.RelinquishSteady(0) {
+	if _, ok := l.RelinquishSteady(0); ok {
 		t.Fatal("second RelinquishSteady within the grace")
 	}
 	if _, ok := l.Suspend(0); ok {
