@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,9 +41,11 @@ type moveHandler struct {
 	node uint64
 }
 
-func (*moveHandler) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelDebug }
-func (h *moveHandler) WithAttrs([]slog.Attr) slog.Handler             { return h }
-func (h *moveHandler) WithGroup(string) slog.Handler                  { return h }
+func (*moveHandler) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= slog.LevelDebug
+}
+func (h *moveHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *moveHandler) WithGroup(string) slog.Handler      { return h }
 func (h *moveHandler) Handle(_ context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, "leader balancing") && os.Getenv("BALANCE_DEBUG") != "" {
 		var b strings.Builder
