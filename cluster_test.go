@@ -21,6 +21,7 @@ type cluster struct {
 	dirs    map[uint64]string
 	mu      sync.Mutex
 	nodes   map[uint64]*kahuna.Node
+	mod     func(id uint64, cfg *kahuna.Config) // if set, changes each node's config
 }
 
 func freeAddr(t *testing.T) string {
@@ -35,7 +36,13 @@ func freeAddr(t *testing.T) string {
 
 func startCluster(t *testing.T, partitions int) *cluster {
 	t.Helper()
-	c := &cluster{t: t, members: map[uint64]kahuna.Member{}, dirs: map[uint64]string{}, nodes: map[uint64]*kahuna.Node{}}
+	return startClusterWith(t, partitions, nil)
+}
+
+// startClusterWith is startCluster with mod changing each node's config.
+func startClusterWith(t *testing.T, partitions int, mod func(id uint64, cfg *kahuna.Config)) *cluster {
+	t.Helper()
+	c := &cluster{t: t, members: map[uint64]kahuna.Member{}, dirs: map[uint64]string{}, nodes: map[uint64]*kahuna.Node{}, mod: mod}
 	for id := uint64(1); id <= 3; id++ {
 		c.members[id] = kahuna.Member{RaftAddress: freeAddr(t), Endpoint: "http://" + freeAddr(t)}
 		c.dirs[id] = t.TempDir()
@@ -100,7 +107,7 @@ func (c *cluster) transfer(p int, to uint64) {
 // start opens node id on its data dir; state is "" on a restart, as an
 // operator would leave it, and kahuna.ClusterStateNew on the first start.
 func (c *cluster) start(id uint64, partitions int, state kahuna.ClusterState) error {
-	n, err := kahuna.Open(kahuna.Config{
+	cfg := kahuna.Config{
 		NodeID:              id,
 		DataDir:             c.dirs[id],
 		Members:             c.members,
@@ -108,7 +115,11 @@ func (c *cluster) start(id uint64, partitions int, state kahuna.ClusterState) er
 		Partitions:          partitions,
 		LockActors:          2,
 		InitialClusterState: state,
-	})
+	}
+	if c.mod != nil {
+		c.mod(id, &cfg)
+	}
+	n, err := kahuna.Open(cfg)
 	if err != nil {
 		return fmt.Errorf("node %d: %w", id, err)
 	}

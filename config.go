@@ -14,11 +14,12 @@ import (
 
 // Defaults of Config. A zero field takes its default.
 const (
-	DefaultPartitions           = 8
-	DefaultLockActors           = 8
-	DefaultCacheEntryTTL        = 30 * time.Minute
-	DefaultCacheEntriesToRemove = 100
-	DefaultStartTimeout         = 30 * time.Second
+	DefaultPartitions            = 8
+	DefaultLockActors            = 8
+	DefaultCacheEntryTTL         = 30 * time.Minute
+	DefaultCacheEntriesToRemove  = 100
+	DefaultStartTimeout          = 30 * time.Second
+	DefaultLeaderBalanceCooldown = 10 * time.Second
 )
 
 // Config configures a Node. The zero value is a single node with
@@ -108,6 +109,14 @@ type Config struct {
 	// ten ticks (several nodes sharing a small machine), or leadership will
 	// move under load.
 	RaftRTT time.Duration
+	// LeaderBalanceCooldown paces leader balancing (balance.go): each node
+	// hands a partition it leads to a live, caught-up voter that leads at
+	// least two fewer partitions, so a member that joins or returns gets
+	// its share back. A partition is moved only once its leader has been
+	// unchanged for the cooldown, and at most once per cooldown (default
+	// 10 s). Negative turns balancing off (the start-up spread in Open
+	// still runs).
+	LeaderBalanceCooldown time.Duration
 	// AuthTokens, when set, makes the wire API served at ListenAddress
 	// refuse lock and admin calls without one of its bearer tokens (see
 	// transport.ServerOptions.Tokens; /healthz stays open). nil serves
@@ -314,6 +323,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.LeaderBalanceCooldown == 0 {
+		c.LeaderBalanceCooldown = DefaultLeaderBalanceCooldown
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

@@ -62,6 +62,11 @@ type Node struct {
 	paused atomic.Pointer[chan struct{}]
 
 	partLog partitionLog // node_stats.go
+
+	// Leader balancing (balance.go): done when the balancer stopped (nil
+	// if it never ran), and the partitions it handed over.
+	balanceDone  chan struct{}
+	balanceMoves atomic.Uint64
 }
 
 var _ WaitLocker = (*Node)(nil)
@@ -155,6 +160,7 @@ func Open(cfg Config) (*Node, error) {
 	if n.clustered() {
 		n.spreadLeaders()
 	}
+	n.startBalancer()
 	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
 	return n, nil
 }
@@ -405,6 +411,7 @@ func (n *Node) Close() error {
 			n.cfg.Logger.Warn("closing with calls still in flight", "calls", n.inflight.Load())
 		}
 		timer.Stop()
+		n.stopBalancer()
 		if n.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
 			_ = n.server.Shutdown(ctx)
@@ -430,12 +437,14 @@ type Stats struct {
 	RaftProposals uint64 // Raft entries proposed (each carries a group of writes)
 	RaftRecords   uint64 // persistent writes committed and applied
 	RaftFailures  uint64 // persistent writes proposed but not applied
+	LeaderMoves   uint64 // partitions leader balancing handed to another member
 }
 
 // Stats reports the node's counters. It is cheap: atomics only.
 func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
-	return Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures}
+	return Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
+		LeaderMoves: n.balanceMoves.Load()}
 }
 
 // HeldLocks counts the live leases this node serves, by durability. It

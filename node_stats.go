@@ -116,6 +116,7 @@ type PartitionStats struct {
 type partitionLog struct {
 	mu    sync.Mutex
 	parts []PartitionStats
+	since []time.Time // when each partition's leader or term last changed (leader balancing)
 }
 
 // observeLeader is the node's durability.RaftConfig.OnLeaderChange: it
@@ -127,11 +128,15 @@ func (n *Node) observeLeader(ev durability.LeaderEvent) {
 		pl.mu.Lock()
 		if pl.parts == nil {
 			pl.parts = make([]PartitionStats, n.cfg.Partitions)
+			pl.since = make([]time.Time, n.cfg.Partitions)
 		}
 		ps := &pl.parts[ev.Partition]
 		changed := ev.LeaderID != 0 && ev.LeaderID != ps.Leader
 		if changed {
 			ps.LeaderChanges++
+		}
+		if ev.LeaderID != ps.Leader || ev.Term != ps.Term {
+			pl.since[ev.Partition] = time.Now()
 		}
 		ps.Leader, ps.Term = ev.LeaderID, ev.Term
 		pl.mu.Unlock()
@@ -145,6 +150,17 @@ func (n *Node) observeLeader(ev durability.LeaderEvent) {
 		}
 	}
 	n.leadership.Observe(ev)
+}
+
+// leaderSince is when this node last heard partition p's leader or term
+// change (zero: never).
+func (n *Node) leaderSince(p int) time.Time {
+	n.partLog.mu.Lock()
+	defer n.partLog.mu.Unlock()
+	if n.partLog.since == nil {
+		return time.Time{}
+	}
+	return n.partLog.since[p]
 }
 
 // PartitionStats reports every partition as this node sees it. It is

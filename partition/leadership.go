@@ -219,16 +219,37 @@ func (l *Leadership) Relinquish(p int) bool {
 	return true
 }
 
+// RelinquishSteady is Relinquish for a move nobody asked for (leader
+// balancing): it drops the lease only if this node serves p now, with a
+// live lease, and no membership change of p is pending (Suspend without
+// Resume) or another transfer was just requested. Checked and done under
+// the same lock as Suspend, so a change and a balancing move of p never
+// overlap. It returns the term it served, and whether it relinquished.
+func (l *Leadership) RelinquishSteady(p int) (term uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.parts[p].Load()
+	now := l.mono()
+	if r == nil || r.changing || r.relinquish || (l.opts.Lease > 0 && now >= r.until) {
+		return 0, false
+	}
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: now + int64(l.opts.TransferGrace), relinquish: true})
+	l.notify()
+	return r.term, true
+}
+
 // Suspend drops the lease of p, which this node must serve in a fenced
 // term, before it proposes a membership change of p, and keeps it dropped
 // (Serving false, no renewal, no new lease from a takeover in the same
 // term) until Resume. It returns the term, and false if this node does not
-// serve p (not its leader, or not fenced yet). See LeaseFor.
+// serve p (not its leader, or not fenced yet) or asked Raft to hand p over
+// less than TransferGrace ago (the caller retries: the partition is moving,
+// and its next leader proposes the change). See LeaseFor.
 func (l *Leadership) Suspend(p int) (term uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.parts[p].Load()
-	if r == nil || r.changing {
+	if r == nil || r.changing || r.relinquish && l.mono() < r.renewAfter {
 		return 0, false
 	}
 	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, changing: true})

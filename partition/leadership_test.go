@@ -166,3 +166,45 @@ func TestLeadershipRelinquish(t *testing.T) {
 		t.Fatal("second Relinquish kept serving")
 	}
 }
+
+// RelinquishSteady refuses while a membership change is pending or a
+// transfer was just requested, and a Suspend is refused while a transfer
+// it may race is fresh: a balancing move and a membership change of one
+// partition never overlap.
+func TestLeadershipRelinquishSteady(t *testing.T) {
+	prover := &fakeProver{}
+	prover.confirmOK.Store(true)
+	l := NewLeadership(1, Options{Lease: 40 * time.Millisecond, TransferGrace: 300 * time.Millisecond})
+	l.Start(prover, &fakePurger{})
+	defer l.Close()
+	if _, ok := l.RelinquishSteady(0); ok {
+		t.Fatal("RelinquishSteady of a partition not served")
+	}
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
+	term, ok := l.Suspend(0)
+	if !ok {
+		t.Fatal("Suspend of a served partition refused")
+	}
+	if _, ok := l.RelinquishSteady(0); ok {
+		t.Fatal("RelinquishSteady during a membership change")
+	}
+	l.Resume(0, term)
+	eventually(t, 5*time.Second, "serving after Resume", func() bool { return serving(l, 0) })
+	if term, ok := l.RelinquishSteady(0); !ok || term != 3 {
+		t.Fatal("RelinquishSteady of a steady partition refused")
+	}
+	if serving(l, 0) {
+		t.Fatal("served right after RelinquishSteady")
+	}
+	if _, ok := l.RelinquishSteady(0); ok {
+		t.Fatal("second RelinquishSteady within the grace")
+	}
+	if _, ok := l.Suspend(0); ok {
+		t.Fatal("Suspend right after a transfer was requested")
+	}
+	eventually(t, 5*time.Second, "served again after the grace", func() bool { return serving(l, 0) })
+	if _, ok := l.Suspend(0); !ok {
+		t.Fatal("Suspend refused after the grace")
+	}
+}

@@ -90,26 +90,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	m := newMetrics() // metrics.go
 	node, err := kahuna.Open(kahuna.Config{
-		NodeID:               o.nodeID,
-		RaftRTT:              o.raftRTT,
-		Members:              o.members,
-		DataDir:              o.storagePath,
-		WALDir:               o.walPath,
-		RaftAddress:          raftAddr,
-		Partitions:           o.partitions,
-		LockActors:           o.lockActors,
-		CacheEntryTTL:        o.cacheEntryTTL,
-		CacheEntriesToRemove: o.cacheEntriesToRemove,
-		Logger:               logger,
-		RaftLogLevel:         o.raftLogLevel,
-		Observe:              m.observeRequest,
-		InitialClusterState:  o.clusterState,
-		InitialClusterToken:  o.clusterToken,
-		AuthTokens:           tokens.auth,
-		PeerTokens:           tokens.peer,
-		PeerCertFile:         o.peerCert,
-		PeerKeyFile:          o.peerKey,
-		PeerCAFile:           o.peerCA,
+		NodeID:                o.nodeID,
+		RaftRTT:               o.raftRTT,
+		LeaderBalanceCooldown: balanceCooldown(o.balanceCooldown),
+		Members:               o.members,
+		DataDir:               o.storagePath,
+		WALDir:                o.walPath,
+		RaftAddress:           raftAddr,
+		Partitions:            o.partitions,
+		LockActors:            o.lockActors,
+		CacheEntryTTL:         o.cacheEntryTTL,
+		CacheEntriesToRemove:  o.cacheEntriesToRemove,
+		Logger:                logger,
+		RaftLogLevel:          o.raftLogLevel,
+		Observe:               m.observeRequest,
+		InitialClusterState:   o.clusterState,
+		InitialClusterToken:   o.clusterToken,
+		AuthTokens:            tokens.auth,
+		PeerTokens:            tokens.peer,
+		PeerCertFile:          o.peerCert,
+		PeerKeyFile:           o.peerKey,
+		PeerCAFile:            o.peerCA,
 	})
 	if err != nil {
 		closeAll(listeners)
@@ -300,4 +301,13 @@ func describeBuild(bi *debug.BuildInfo) string {
 		parts = append(parts, bi.GoVersion)
 	}
 	return strings.Join(parts, " ")
+}
+
+// balanceCooldown maps --leader-balance-cooldown to Config: 0 on the
+// command line means off, as a negative value does.
+func balanceCooldown(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

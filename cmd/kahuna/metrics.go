@@ -189,6 +189,7 @@ var (
 	proposalsDesc     = prometheus.NewDesc("kahuna_raft_proposals_total", "Raft entries proposed (each carries a group of lock writes).", nil, nil)
 	recordsDesc       = prometheus.NewDesc("kahuna_raft_records_total", "Persistent lock writes committed and applied.", nil, nil)
 	failuresDesc      = prometheus.NewDesc("kahuna_raft_failures_total", "Persistent lock writes proposed but not applied.", nil, nil)
+	leaderMovesDesc   = prometheus.NewDesc("kahuna_leader_balance_moves_total", "Partitions this node's leader balancing handed to another member since it started.", nil, nil)
 	leaderDesc        = prometheus.NewDesc("kahuna_partition_leader", "Node ID of the partition's leader as this node last heard (0: none known).", []string{"partition"}, nil)
 	termDesc          = prometheus.NewDesc("kahuna_partition_term", "Raft term of the partition's leader as this node last heard.", []string{"partition"}, nil)
 	servingDesc       = prometheus.NewDesc("kahuna_partition_serving", "1 if this node answers for the partition now (leader with a live lease), else 0.", []string{"partition"}, nil)
@@ -197,7 +198,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{heldDesc, cachedDesc, evictionsDesc, proposalsDesc, recordsDesc, failuresDesc,
+	for _, d := range []*prometheus.Desc{heldDesc, cachedDesc, evictionsDesc, proposalsDesc, recordsDesc, failuresDesc, leaderMovesDesc,
 		leaderDesc, termDesc, servingDesc, leaderChangesDesc, peerUpDesc} {
 		ch <- d
 	}
@@ -210,6 +211,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(proposalsDesc, prometheus.CounterValue, float64(s.RaftProposals))
 	ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(s.RaftRecords))
 	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(s.RaftFailures))
+	ch <- prometheus.MustNewConstMetric(leaderMovesDesc, prometheus.CounterValue, float64(s.LeaderMoves))
 	for _, p := range c.node.PartitionStats() {
 		label := strconv.Itoa(p.Partition)
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, float64(p.Leader), label)

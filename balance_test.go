@@ -1,0 +1,280 @@
+package kahuna_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// moveLog records the balancing moves every node logs ("leader balancing:
+// handing partition over"), with when they were made.
+type moveLog struct {
+	mu    sync.Mutex
+	moves []balanceMove
+}
+
+type balanceMove struct {
+	at       time.Time
+	from, to uint64
+	p        int
+}
+
+func (l *moveLog) handler(node uint64) slog.Handler { return &moveHandler{log: l, node: node} }
+
+func (l *moveLog) all() []balanceMove {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.moves)
+}
+
+type moveHandler struct {
+	log  *moveLog
+	node uint64
+}
+
+func (*moveHandler) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= slog.LevelDebug
+}
+func (h *moveHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *moveHandler) WithGroup(string) slog.Handler      { return h }
+func (h *moveHandler) Handle(_ context.Context, r slog.Record) error {
+	if (strings.HasPrefix(r.Message, "leader balancing") || r.Message == "partition leader") && os.Getenv("BALANCE_DEBUG") != "" {
+		var b strings.Builder
+		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+		fmt.Printf("%s node %d: %s%s\n", r.Time.Format("15:04:05.000"), h.node, r.Message, b.String())
+	}
+	if r.Message != "leader balancing: handing partition over" {
+		return nil
+	}
+	m := balanceMove{at: r.Time, from: h.node}
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "partition":
+			m.p = int(a.Value.Int64())
+		case "to":
+			m.to = a.Value.Uint64()
+		}
+		return true
+	})
+	h.log.mu.Lock()
+	h.log.moves = append(h.log.moves, m)
+	h.log.mu.Unlock()
+	return nil
+}
+
+// leadsBy counts the partitions each node leads, as node via sees it.
+func (c *cluster) leadsBy(via uint64, partitions int) map[uint64]int {
+	leads := map[uint64]int{}
+	for p := range partitions {
+		id, _ := c.node(via).Leader(p)
+		leads[id]++
+	}
+	return leads
+}
+
+// spreadEvenly waits until every node serves at least one of the 3
+// partitions, as every node sees it.
+func (c *cluster) spreadEvenly(what string, partitions int) {
+	c.t.Helper()
+	eventually(c.t, what, func() bool {
+		for id := uint64(1); id <= 3; id++ {
+			if n := c.node(id); n == nil {
+				return false
+			}
+			leads := c.leadsBy(id, partitions)
+			if leads[1] != 1 || leads[2] != 1 || leads[3] != 1 {
+				return false
+			}
+		}
+		for p := range partitions {
+			leader, _ := c.node(1).Leader(p)
+			if _, serving := c.node(leader).Leader(p); !serving {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// exclusive is a small persistent-lock workload on a few resources
+// through every node, checking that no two owners ever hold a lock at
+// once: a hold runs from the grant's answer to the start of its confirmed
+// Unlock (or, unconfirmed, to the grant's call plus its TTL); a grant
+// answered inside another owner's hold is a double grant. Tokens of
+// acknowledged grants must rise.
+type exclusive struct {
+	mu    sync.Mutex
+	holds map[string][]hold // resource → holds
+	stop  atomic.Bool
+	wg    sync.WaitGroup
+}
+
+type hold struct {
+	owner      string
+	start, end time.Time
+	token      int64
+}
+
+func (x *exclusive) run(c *cluster, workers int) {
+	x.holds = map[string][]hold{}
+	for w := range workers {
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			ctx := context.Background()
+			via := uint64(w%3 + 1)
+			for i := 0; !x.stop.Load(); i++ {
+				n := c.node(via)
+				if n == nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				res, owner := fmt.Sprintf("balance/r%d", i%3), fmt.Sprintf("w%d-%d", w, i)
+				const ttl = 3 * time.Second
+				call := time.Now()
+				r, err := n.TryLock(ctx, res, []byte(owner), ttl, kahuna.Persistent)
+				if err != nil || r.Status != kahuna.Locked {
+					time.Sleep(2 * time.Millisecond)
+					continue
+				}
+				h := hold{owner: owner, start: time.Now(), end: call.Add(ttl), token: r.FencingToken}
+				time.Sleep(time.Millisecond)
+				release := time.Now()
+				if u, err := n.Unlock(ctx, res, []byte(owner), kahuna.Persistent); err == nil && u.Status == kahuna.Unlocked {
+					h.end = release
+				}
+				x.mu.Lock()
+				x.holds[res] = append(x.holds[res], h)
+				x.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// check stops the workload and reports double grants and tokens that did
+// not rise; it returns the number of grants checked.
+func (x *exclusive) check(t *testing.T) int {
+	t.Helper()
+	x.stop.Store(true)
+	x.wg.Wait()
+	grants := 0
+	for res, hs := range x.holds {
+		slices.SortFunc(hs, func(a, b hold) int { return a.start.Compare(b.start) })
+		grants += len(hs)
+		for i := 1; i < len(hs); i++ {
+			if hs[i].token <= hs[i-1].token {
+				t.Errorf("%s: %s got token %d after %s's %d", res, hs[i].owner, hs[i].token, hs[i-1].owner, hs[i-1].token)
+			}
+			for j := range i {
+				if hs[i].start.Before(hs[j].end) {
+					t.Errorf("%s: %s granted at %v while %s held it (%v–%v)", res, hs[i].owner, hs[i].start, hs[j].owner, hs[j].start, hs[j].end)
+				}
+			}
+		}
+	}
+	return grants
+}
+
+// When partitions pile up on one node (moved there, or left there by a
+// member that went away and came back), leader balancing spreads them
+// again: each of 3 nodes ends up leading one of 3 partitions. No
+// partition is moved twice within the cooldown, nor sooner than the
+// cooldown after its leader changed, and locks stay exclusive throughout.
+func TestLeaderBalance(t *testing.T) {
+	const partitions = 3
+	const cooldown = 3 * time.Second
+	var moves moveLog
+	c := startClusterWith(t, partitions, func(id uint64, cfg *kahuna.Config) {
+		cfg.LeaderBalanceCooldown = cooldown
+		// A slower tick than the default keeps elections out of a -race
+		// run on a small machine: the spreading must be the balancer's.
+		cfg.RaftRTT = 30 * time.Millisecond
+		cfg.Logger = slog.New(moves.handler(id))
+	})
+	var x exclusive
+	x.run(c, 6)
+
+	// Everything on node 1, every partition moved just now (so none may
+	// move again within the cooldown).
+	changed := map[int]time.Time{}
+	for p := range partitions {
+		if leader, _ := c.node(1).Leader(p); leader == 1 {
+			c.transfer(p, 2)
+		}
+		changed[p] = time.Now() // the leader changes after this instant
+		c.transfer(p, 1)
+	}
+	if leads := c.leadsBy(1, partitions); leads[1] != partitions {
+		t.Fatalf("node 1 leads %d of %d partitions after the transfers (moved back within the cooldown?)", leads[1], partitions)
+	}
+	before := len(moves.all())
+	c.spreadEvenly("partitions spread from node 1", partitions)
+	if n := len(moves.all()) - before; n < 2 {
+		t.Errorf("%d balancing moves spread 3 partitions off node 1, want at least 2", n)
+	}
+	for _, m := range moves.all()[before:] {
+		if m.from != 1 {
+			t.Errorf("partition %d moved by node %d, which did not lead it", m.p, m.from)
+		}
+		if at, ok := changed[m.p]; ok && m.at.Sub(at) < cooldown {
+			t.Errorf("partition %d moved %v after its leader changed, within the cooldown", m.p, m.at.Sub(at))
+		}
+	}
+
+	// Node 2 goes away: its partition goes to a survivor. When it comes
+	// back it gets one again (from the balancer, or by winning an election
+	// as it returns).
+	gone := -1
+	for p := range partitions {
+		if leader, _ := c.node(2).Leader(p); leader == 2 {
+			gone = p
+		}
+	}
+	c.stop(2)
+	eventually(t, fmt.Sprintf("partition %d led by a survivor", gone), func() bool {
+		leader, _ := c.node(1).Leader(gone)
+		if leader != 1 && leader != 3 {
+			return false
+		}
+		_, serving := c.node(leader).Leader(gone)
+		return serving
+	})
+	if err := c.start(2, partitions, ""); err != nil {
+		t.Fatal(err)
+	}
+	c.spreadEvenly("partitions spread again after node 2 returned", partitions)
+
+	// Nothing moved twice within the cooldown.
+	all := moves.all()
+	last := map[int]time.Time{}
+	for _, m := range all {
+		if prev, ok := last[m.p]; ok && m.at.Sub(prev) < cooldown {
+			t.Errorf("partition %d moved twice within %v: %v apart", m.p, cooldown, m.at.Sub(prev))
+		}
+		last[m.p] = m.at
+	}
+	var sum uint64
+	for id := uint64(1); id <= 3; id++ {
+		sum += c.node(id).Stats().LeaderMoves
+	}
+	if sum == 0 {
+		t.Error("no node counts a balancing move in Stats().LeaderMoves")
+	}
+	if grants := x.check(t); grants < 10 {
+		t.Errorf("only %d grants checked: the workload did not run", grants)
+	}
+	var lines []string
+	for _, m := range all {
+		lines = append(lines, fmt.Sprintf("%s partition %d %d→%d", m.at.Format("15:04:05.000"), m.p, m.from, m.to))
+	}
+	t.Logf("%d balancing moves: %s", len(all), strings.Join(lines, "; "))
+}
