@@ -399,7 +399,43 @@ func (n *Node) openBook() error {
 // book alone, and durability refuses the missing Raft state as a lost
 // disk (ErrNoRaftState).
 func (n *Node) prepareJoin() error {
+	// A member reports the voters its own replicas have applied: one that
+	// lags may not show this node in a partition whose change committed.
+	// Ask the others, and again for a while, before calling it partial.
+	deadline := time.Now().Add(joinSettle)
+	for {
+		err := n.prepareJoinOnce()
+		var partial *partialJoinError
+		if !errors.As(err, &partial) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond) // Raft state has no signal to wait on
+	}
+}
+
+// joinSettle bounds how long prepareJoin waits for members to show every
+// partition of an add that committed.
+const joinSettle = 10 * time.Second
+
+// partialJoinError: no member shows this node in every partition.
+type partialJoinError struct {
+	msg       string
+	notMember bool // no member shows this node at all
+}
+
+func (e *partialJoinError) Error() string { return e.msg }
+
+// Unwrap keeps "not a member" matching ErrNoRaftState.
+func (e *partialJoinError) Unwrap() error {
+	if e.notMember {
+		return ErrNoRaftState
+	}
+	return nil
+}
+
+func (n *Node) prepareJoinOnce() error {
 	var errs []error
+	var partial error
 	for _, id := range slices.Sorted(maps.Keys(n.cfg.Members)) {
 		if id == n.cfg.NodeID {
 			continue
@@ -420,15 +456,19 @@ func (n *Node) prepareJoin() error {
 		}
 		switch {
 		case self == nil || len(self.Partitions) == 0:
-			return fmt.Errorf("kahuna: open: %w: node %d is not a member of the cluster node %d belongs to: add it first (kahunactl member add %d --raft-address %s --endpoint %s), then start it",
-				ErrNoRaftState, n.cfg.NodeID, id, n.cfg.NodeID, n.cfg.RaftAddress, n.cfg.Members[n.cfg.NodeID].Endpoint)
+			if partial == nil {
+				partial = &partialJoinError{msg: fmt.Sprintf("kahuna: open: %v: node %d is not a member of the cluster node %d belongs to: add it first (kahunactl member add %d --raft-address %s --endpoint %s), then start it",
+					ErrNoRaftState, n.cfg.NodeID, id, n.cfg.NodeID, n.cfg.RaftAddress, n.cfg.Members[n.cfg.NodeID].Endpoint), notMember: true}
+			}
+			continue
 		case self.Joined:
 			n.cfg.Logger.Warn("this node's ID has joined the cluster before: its data dir was lost", "node", n.cfg.NodeID)
 			return nil // durability refuses: a lost disk
 		case self.RaftAddress != "" && self.RaftAddress != n.cfg.RaftAddress:
 			return fmt.Errorf("kahuna: open: node %d was added with Raft address %s, not %s", n.cfg.NodeID, self.RaftAddress, n.cfg.RaftAddress)
 		case len(self.Partitions) < n.cfg.Partitions:
-			return fmt.Errorf("kahuna: open: node %d was added to partitions %v only of %d: run kahunactl member add again to finish, then start it", n.cfg.NodeID, self.Partitions, n.cfg.Partitions)
+			partial = &partialJoinError{msg: fmt.Sprintf("kahuna: open: node %d was added to partitions %v only of %d: run kahunactl member add again to finish, then start it", n.cfg.NodeID, self.Partitions, n.cfg.Partitions)}
+			continue // another member may have applied more
 		case v.TokenHash != n.book.b.TokenHash:
 			return fmt.Errorf("kahuna: open: %w: node %d has another cluster token", ErrOtherCluster, id)
 		}
@@ -451,6 +491,9 @@ func (n *Node) prepareJoin() error {
 		}
 		n.cfg.Logger.Info("joining the cluster", "node", n.cfg.NodeID, "asked", id, "deployment_id", v.DeploymentID)
 		return durability.WriteBook(n.cfg.DataDir, b)
+	}
+	if partial != nil {
+		return partial
 	}
 	n.cfg.Logger.Warn("no member answered: cannot tell whether this node was added", "err", errors.Join(errs...))
 	return nil
