@@ -312,7 +312,8 @@ func TestAcquireWaitForeverEndsWithCtx(t *testing.T) {
 // polls the leader until granted; one name is one lock across nodes; and
 // a leadership move answers the leader's waiters MustRetry.
 func TestClusterWaitingLock(t *testing.T) {
-	c := startCluster(t, 4)
+	// Leadership moves only where the test moves it.
+	c := startClusterWith(t, 4, func(_ uint64, cfg *kahuna.Config) { cfg.LeaderBalanceCooldown = -1 })
 	ctx := context.Background()
 	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
 	res := ""
@@ -331,7 +332,19 @@ func TestClusterWaitingLock(t *testing.T) {
 	}); r.Status != kahuna.Busy {
 		t.Fatalf("persistent TryLock via node 2 on an ephemeral holder: %+v", r)
 	}
-	remote := lockAsync(ctx, n2, res, "b", 20*time.Second, kahuna.Persistent)
+	// A forwarded wait may meet an election (MustRetry: nothing applied):
+	// the waiter asks again, as every client does.
+	remote := make(chan lockAnswer, 1)
+	go func() {
+		for {
+			r, err := n2.Lock(ctx, res, []byte("b"), time.Minute, 20*time.Second, kahuna.Persistent)
+			if err != nil || r.Status != kahuna.MustRetry {
+				remote <- lockAnswer{r, err}
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock via node 3: %+v", r)
 	}
