@@ -126,14 +126,14 @@ func (t *fakeTimer) fire() {
 	}
 }
 
-func newFixture(t *testing.T, actors, toRemove int) *fixture {
+func newFixture(t *testing.T, actors, toRemove int, tune ...func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{backend: newFakeBackend(), clock: newFakeClock(), serving: make([]atomic.Bool, 4), queued: make(chan string, 16),
 		waiting: make(chan string, 2*lease.MaxWaiters), timers: make(chan *fakeTimer, 64)}
 	for i := range f.serving {
 		f.serving[i].Store(true)
 	}
-	ring, err := NewRing(Config{
+	cfg := Config{
 		Actors:               actors,
 		CacheEntryTTL:        time.Minute,
 		CacheEntriesToRemove: toRemove,
@@ -147,7 +147,11 @@ func newFixture(t *testing.T, actors, toRemove int) *fixture {
 			f.timers <- t
 			return t
 		},
-	})
+	}
+	for _, fn := range tune {
+		fn(&cfg)
+	}
+	ring, err := NewRing(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
