@@ -123,8 +123,12 @@ func WithInsecureSkipVerify() ClientOption {
 	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithInsecureSkipVerify()) }
 }
 
-// WithMustRetryBudget sets how long Extend, Unlock and Get retry MustRetry
-// answers (default 30 s); TryLock retries until its context ends.
+// WithMustRetryBudget sets how long TryLock, Extend, Unlock and Get retry
+// MustRetry answers, with jittered backoff (1 to 50 ms), before they
+// return the MustRetry status (default 30 s): a node that refuses work,
+// between leaders or at a memory bound (Config.MaxCachedEntries), is not
+// retried for ever. Lock retries for the longer of its wait and the
+// budget (WaitForever: until its context ends).
 func WithMustRetryBudget(d time.Duration) ClientOption {
 	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithMustRetryBudget(d)) }
 }

@@ -20,6 +20,9 @@ const (
 	DefaultCacheEntriesToRemove  = 100
 	DefaultStartTimeout          = 30 * time.Second
 	DefaultLeaderBalanceCooldown = 10 * time.Second
+	DefaultMaxCachedEntries      = 1_000_000
+	DefaultMaxQueuedPerLock      = 1024
+	DefaultMaxPendingPerActor    = 65536
 )
 
 // Config configures a Node. The zero value is a single node with
@@ -100,6 +103,25 @@ type Config struct {
 	// CacheEntriesToRemove caps the evictions of one collection pass
 	// (default 100).
 	CacheEntriesToRemove int
+	// Memory bounds of the lock actors (see README, Memory). Each request
+	// refused by one is answered MustRetry, with nothing applied
+	// (backpressure: clients retry within their MustRetry budget), and
+	// counted in Stats.Refused.
+	//
+	// MaxCachedEntries caps the entries the lock actors cache, over all of
+	// them (default 1,000,000; each actor holds at most its share, rounded
+	// up). Names never locked take no entry (a Get, Unlock or Extend of one
+	// leaves nothing behind). When an actor is full, a request that needs a
+	// new entry (a grant, a wait or a watch of an uncached name) first has
+	// lapsed entries evicted (up to CacheEntriesToRemove, without waiting
+	// for CacheEntryTTL); if every entry is in use it is refused.
+	MaxCachedEntries int
+	// MaxQueuedPerLock caps the requests queued behind one lock's
+	// persistent write in flight (default 1024): more are refused.
+	MaxQueuedPerLock int
+	// MaxPendingPerActor caps the requests waiting in one lock actor's
+	// mailbox (default 65536): more are refused before they are queued.
+	MaxPendingPerActor int
 	// StartTimeout bounds how long Open waits for every partition to be
 	// served (default 30 s).
 	StartTimeout time.Duration
@@ -247,6 +269,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CacheEntriesToRemove < 0 {
 		errs = append(errs, fmt.Errorf("CacheEntriesToRemove must not be negative, got %d", c.CacheEntriesToRemove))
 	}
+	if c.MaxCachedEntries < 0 || c.MaxQueuedPerLock < 0 || c.MaxPendingPerActor < 0 {
+		errs = append(errs, fmt.Errorf("MaxCachedEntries, MaxQueuedPerLock and MaxPendingPerActor must not be negative, got %d, %d and %d", c.MaxCachedEntries, c.MaxQueuedPerLock, c.MaxPendingPerActor))
+	}
 	if c.StartTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %v", c.StartTimeout))
 	}
@@ -326,6 +351,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaderBalanceCooldown == 0 {
 		c.LeaderBalanceCooldown = DefaultLeaderBalanceCooldown
+	}
+	if c.MaxCachedEntries == 0 {
+		c.MaxCachedEntries = DefaultMaxCachedEntries
+	}
+	if c.MaxQueuedPerLock == 0 {
+		c.MaxQueuedPerLock = DefaultMaxQueuedPerLock
+	}
+	if c.MaxPendingPerActor == 0 {
+		c.MaxPendingPerActor = DefaultMaxPendingPerActor
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

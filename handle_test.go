@@ -354,6 +354,26 @@ func TestAcquireStopsOnRefusal(t *testing.T) {
 	}
 }
 
+// TestAcquireMustRetryBudget: a node that answers nothing but MustRetry
+// (between leaders, or refusing work at a memory bound) is retried, backed
+// off, for the 30 s budget only; nothing can have applied, so there is no
+// clean-up.
+func TestAcquireMustRetryBudget(t *testing.T) {
+	clk := newFakeClock()
+	f := &fakeLocker{clk: clk, latency: 11 * time.Second, script: map[string][]fakeAnswer{"trylock": answers(MustRetry, MustRetry, MustRetry, MustRetry)}}
+	_, err := Acquire(context.Background(), f, "r", withClock(clk))
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != MustRetry {
+		t.Fatalf("got %v, want a *StatusError with MustRetry", err)
+	}
+	if n := len(f.callsOf("trylock")); n != 3 { // 0, 11 s, 22 s; 33 s is past the budget
+		t.Fatalf("%d attempts", n)
+	}
+	if n := len(f.callsOf("unlock")); n != 0 {
+		t.Fatalf("%d unlocks, though no attempt can have applied", n)
+	}
+}
+
 func TestAcquireContextEndsMustRetryLoop(t *testing.T) {
 	clk := newFakeClock()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -134,6 +134,9 @@ func Open(cfg Config) (*Node, error) {
 		Actors:               cfg.LockActors,
 		CacheEntryTTL:        cfg.CacheEntryTTL,
 		CacheEntriesToRemove: cfg.CacheEntriesToRemove,
+		MaxEntries:           (cfg.MaxCachedEntries + cfg.LockActors - 1) / cfg.LockActors,
+		MaxQueued:            cfg.MaxQueuedPerLock,
+		MaxPending:           cfg.MaxPendingPerActor,
 		Backend:              n.backend,
 		Serving:              n.leadership.Serving,
 		Now:                  cfg.Clock,
@@ -433,7 +436,8 @@ func (n *Node) Close() error {
 type Stats struct {
 	CachedEntries int    // entries cached by the lock actors
 	Waiters       int    // waiting Lock calls queued in the lock actors
-	Evictions     uint64 // idle entries evicted since Open
+	Evictions     uint64 // idle entries evicted since Open (and lapsed ones, to make room at MaxCachedEntries)
+	Refused       uint64 // requests answered MustRetry at a memory bound (Config.MaxCachedEntries, MaxQueuedPerLock, MaxPendingPerActor)
 	RaftProposals uint64 // Raft entries proposed (each carries a group of writes)
 	RaftRecords   uint64 // persistent writes committed and applied
 	RaftFailures  uint64 // persistent writes proposed but not applied
@@ -443,7 +447,7 @@ type Stats struct {
 // Stats reports the node's counters. It is cheap: atomics only.
 func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
-	return Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
+	return Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, Refused: s.Refused, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
 		LeaderMoves: n.balanceMoves.Load()}
 }
 

@@ -194,7 +194,7 @@ func (n *Node) watchEnd(ctx context.Context, err error) error {
 		return &WatchError{Status: MustRetry, Reason: "node closed"}
 	case errors.Is(err, actors.ErrTooManyWatchers):
 		return &WatchError{Status: Busy, Reason: err.Error()}
-	case errors.Is(err, actors.ErrWatchMoved), errors.Is(err, actors.ErrWatchSlow):
+	case errors.Is(err, actors.ErrWatchMoved), errors.Is(err, actors.ErrWatchSlow), errors.Is(err, actors.ErrFull):
 		return &WatchError{Status: MustRetry, Reason: err.Error()}
 	case err == nil:
 		return &WatchError{Status: MustRetry, Reason: "watch stopped"}

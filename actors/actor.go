@@ -124,6 +124,7 @@ type slot struct {
 	inflight  *call // the call whose write is being committed
 	queue     *call // calls waiting for inflight, oldest first
 	queueTail *call
+	queued    int  // calls in queue (at most Config.MaxQueued)
 	dropped   bool // the partition was dropped while a write was in flight
 
 	// waiters wait for the lock to be free, oldest first (at most
@@ -159,6 +160,10 @@ type lockActor struct {
 	size      atomic.Int64
 	waiting   atomic.Int64
 	evictions atomic.Uint64
+	refused   atomic.Uint64 // requests answered MustRetry for a bound (MaxEntries, MaxQueued, MaxPending)
+	// pending counts the calls Ring.Do sent to this actor that it has not
+	// taken from its mailbox yet (bounded by MaxPending).
+	pending atomic.Int64
 }
 
 func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
@@ -174,6 +179,7 @@ func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
 func (a *lockActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *call:
+		a.pending.Add(-1)
 		a.safely(m, a.handle)
 	case *completed:
 		a.safely((*call)(m), a.complete)
@@ -255,15 +261,24 @@ func (a *lockActor) handle(c *call) {
 		return
 	}
 	now := a.cfg.Now()
-	s, err := a.slot(req, now)
+	s, cached, err := a.slot(req, now)
 	if err != nil {
 		a.cfg.Logger.Error("load lock", "resource", req.Resource, "err", err)
 		c.reply <- Response{Status: lease.Errored}
 		return
 	}
+	if !cached && !a.admit(c, s, term, now) {
+		return // answered without an entry left behind, or refused
+	}
 	// A lapsed holder with waiters: the head goes first, then c.
 	a.handOff(s)
 	if s.inflight != nil {
+		if a.cfg.MaxQueued > 0 && s.queued >= a.cfg.MaxQueued {
+			a.refused.Add(1)
+			c.reply <- Response{Status: lease.MustRetry} // backpressure: nothing applied
+			return
+		}
+		s.queued++
 		c.next = nil
 		if s.queueTail == nil {
 			s.queue = c
@@ -359,23 +374,52 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// slot returns the cached entry of the request's resource, loading the
-// stored record on a miss, whatever durability the request names: one
-// name is one lock, so an ephemeral request must see a persistent holder.
-func (a *lockActor) slot(req *Request, now time.Time) (*slot, error) {
+// slot returns the entry of the request's resource and whether it is
+// cached. On a miss it loads the stored record, whatever durability the
+// request names (one name is one lock, so an ephemeral request must see a
+// persistent holder), into a new slot that is not cached yet: admit
+// decides whether it is.
+func (a *lockActor) slot(req *Request, now time.Time) (*slot, bool, error) {
 	if s, ok := a.entries[req.Resource]; ok {
-		return s, nil
+		return s, true, nil
 	}
 	s := &slot{resource: req.Resource, partition: req.Partition, lastUsed: now}
 	rec, found, err := a.cfg.Backend.Load(req.Partition, req.Resource)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if found {
 		s.Entry, s.index, s.kind = entryOf(&rec, now), rec.Index, lease.Persistent
 	}
-	a.entries[req.Resource] = s
-	return s, nil
+	return s, false, nil
+}
+
+// admit decides whether s, the new slot of c's resource, is cached, and
+// reports whether c is to be decided on it as a cached entry.
+//   - A decision that changes the entry, or leaves c waiting on it, needs
+//     the entry cached. If the actor holds MaxEntries, lapsed idle entries
+//     are evicted first (makeRoom); if there is still no room, c is
+//     answered MustRetry, with nothing applied (backpressure).
+//   - A read (Get, or an Unlock or Extend that finds no lease) is answered
+//     from s without caching it when nothing is stored (a name never
+//     locked leaves no entry behind: s is what the next miss loads again)
+//     or the actor is full; a loaded record is cached while there is room,
+//     so the next request need not load it.
+func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
+	req := &c.req
+	d := lease.Decide(s.Entry, req.Op, req.Owner, req.TTL, now)
+	needed := d.Write || (d.Status == lease.Busy && c.waits())
+	switch {
+	case needed && !a.room(now):
+		a.refused.Add(1)
+		c.reply <- Response{Status: lease.MustRetry}
+		return false
+	case needed, s.State != lease.Absent && !a.full():
+		a.entries[s.resource] = s
+		return true
+	}
+	a.decide(c, s, term, now) // a read: answered from s, which is not kept
+	return false
 }
 
 // entryOf turns a stored record into an entry. The recorded expiry is wall
@@ -442,7 +486,7 @@ func (a *lockActor) complete(c *call) {
 		a.nwaiting++
 	}
 	waiting := s.queue
-	s.queue, s.queueTail = nil, nil
+	s.queue, s.queueTail, s.queued = nil, nil, 0
 	var replay []*call
 	if s.dropped {
 		delete(a.entries, c.req.Resource)

@@ -1,6 +1,10 @@
 package actors
 
-import "time"
+import (
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
 
 // collect evicts idle entries (DESIGN §3). It runs every collectEvery
 // messages and only when the actor caches collectMinEntries or more. An
@@ -33,7 +37,7 @@ func (a *lockActor) collect() {
 			oldest = time.Time{} // scan cut short: the bound is unknown
 			break
 		}
-		if s.inflight != nil || len(s.waiters) > 0 || len(s.watchers) > 0 || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
+		if s.busy() || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
 			if s.lastUsed.Before(oldest) {
 				oldest = s.lastUsed
 			}
@@ -44,4 +48,63 @@ func (a *lockActor) collect() {
 		a.evictions.Add(1)
 	}
 	a.oldestUse = oldest
+}
+
+// pressureScan bounds the entries one makeRoom pass looks at, so a full
+// actor whose entries are all in use costs each refused request a bounded
+// scan, not one of the whole map. Go's map iteration starts at a random
+// place, so successive passes look at different entries.
+const pressureScan = 256
+
+// full reports whether the actor caches MaxEntries entries (0: no cap).
+func (a *lockActor) full() bool {
+	return a.cfg.MaxEntries > 0 && len(a.entries) >= a.cfg.MaxEntries
+}
+
+// room reports whether a new entry may be cached, evicting lapsed entries
+// first when the actor is full (makeRoom).
+func (a *lockActor) room(now time.Time) bool {
+	if !a.full() {
+		return true
+	}
+	a.makeRoom(now)
+	return !a.full()
+}
+
+// makeRoom evicts up to CacheEntriesToRemove (at least one) entries that
+// can go, among at most pressureScan entries: as collect, never one with a
+// write in flight, waiters, watchers or a live lease, but without waiting
+// for CacheEntryTTL of idleness: at the cap the choice is between
+// forgetting a lapsed entry, which the next miss reloads from the store
+// (see the token rule in the package doc), and refusing a request.
+func (a *lockActor) makeRoom(now time.Time) {
+	budget := max(a.cfg.CacheEntriesToRemove, 1)
+	looked := 0
+	for k, s := range a.entries {
+		if budget <= 0 || looked >= pressureScan {
+			return
+		}
+		looked++
+		if s.busy() || s.Live(now) {
+			continue
+		}
+		delete(a.entries, k)
+		budget--
+		a.evictions.Add(1)
+	}
+}
+
+// busy reports whether s holds what eviction must never lose: a write in
+// flight (its completion needs the entry), waiters or watchers.
+func (s *slot) busy() bool {
+	return s.inflight != nil || len(s.waiters) > 0 || len(s.watchers) > 0
+}
+
+// forgetIfBlank drops s if it holds nothing a miss would not load again:
+// no lock ever granted on it here nor stored, and nothing waiting on it
+// (a watch of a name never locked, ended).
+func (a *lockActor) forgetIfBlank(s *slot) {
+	if s.State == lease.Absent && s.index == 0 && !s.busy() && a.entries[s.resource] == s {
+		delete(a.entries, s.resource)
+	}
 }

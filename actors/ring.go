@@ -62,6 +62,22 @@ type Config struct {
 	CacheEntryTTL time.Duration
 	// CacheEntriesToRemove caps the evictions of one collection pass.
 	CacheEntriesToRemove int
+	// Bounds of one actor's memory (0: no bound). Each refusal is counted
+	// in Stats.Refused.
+	//   - MaxEntries caps the entries it caches. A request that needs a new
+	//     entry (a grant, or a wait or watch on an uncached name) when the
+	//     actor is full has lapsed entries evicted first (up to
+	//     CacheEntriesToRemove, however recently used); with still no room
+	//     it is answered MustRetry, nothing applied (a Watch: ErrFull).
+	//     Reads of uncached names are answered without caching them.
+	//   - MaxQueued caps the requests queued behind one resource's write in
+	//     flight; beyond it a request is answered MustRetry at once.
+	//   - MaxPending caps the requests Do has sent to the actor that it has
+	//     not taken from its mailbox yet; beyond it Do answers MustRetry
+	//     without sending. (protoactor's bounded mailboxes block the sender
+	//     or drop messages unanswered, and have no priorities, so the bound
+	//     is counted here instead.)
+	MaxEntries, MaxQueued, MaxPending int
 	// Backend commits persistent locks.
 	Backend durability.Backend
 	// Serving reports whether this node may answer for partition p now,
@@ -195,21 +211,42 @@ func (h warnAndAbove) WithGroup(name string) slog.Handler {
 
 // route picks the actor of a resource.
 func (r *Ring) route(resource string) *actor.PID {
-	return r.pids[maphash.String(r.seed, resource)%uint64(len(r.pids))]
+	return r.pids[r.index(resource)]
+}
+
+func (r *Ring) index(resource string) int {
+	return int(maphash.String(r.seed, resource) % uint64(len(r.pids)))
+}
+
+// enter counts a call about to be sent to a, and reports false, counting
+// nothing, if a already has MaxPending calls waiting in its mailbox.
+func (a *lockActor) enter() bool {
+	if a.pending.Add(1) > int64(a.cfg.MaxPending) && a.cfg.MaxPending > 0 {
+		a.pending.Add(-1)
+		a.refused.Add(1)
+		return false
+	}
+	return true
 }
 
 // Do runs req on the resource's actor and waits for the answer, the end of
-// ctx (ctx.Err() is returned unchanged) or Close (ErrClosed).
+// ctx (ctx.Err() is returned unchanged) or Close (ErrClosed). An actor
+// with Config.MaxPending requests in its mailbox answers MustRetry at
+// once, without the request being sent.
 func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	if r.closed.Load() {
 		return Response{}, ErrClosed
 	}
+	i := r.index(req.Resource)
+	if !r.actors[i].enter() {
+		return Response{Status: lease.MustRetry}, nil
+	}
 	c := r.calls.Get().(*call)
 	c.req = req
 	if req.Wait != 0 && req.Op == lease.TryLock {
-		return r.wait(ctx, c)
+		return r.wait(ctx, c, r.pids[i])
 	}
-	r.system.Root.Send(r.route(req.Resource), c)
+	r.system.Root.Send(r.pids[i], c)
 	done := ctx.Done()
 	if done == nil { // context.Background and friends: a cheaper select
 		select {
@@ -240,10 +277,9 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 // answers Busy if the call is still queued, or has already answered the
 // grant. A caller whose ctx ends tells the actor too, so nothing is left in
 // the queue. A call the actor may still be told about is never recycled.
-func (r *Ring) wait(ctx context.Context, c *call) (Response, error) {
+func (r *Ring) wait(ctx context.Context, c *call, pid *actor.PID) (Response, error) {
 	// The call outlives Do if ctx ends: it must not alias the caller's buffer.
 	c.req.Owner = append([]byte(nil), c.req.Owner...)
-	pid := r.route(c.req.Resource)
 	r.system.Root.Send(pid, c)
 	var over <-chan time.Time
 	if c.req.Wait > 0 {
@@ -318,7 +354,11 @@ func (r *Ring) Held(ctx context.Context) (ephemeral, persistent int, err error) 
 type Stats struct {
 	Entries   int    // cached entries over all actors
 	Waiters   int    // waiting TryLocks queued over all actors
-	Evictions uint64 // entries evicted since start
+	Evictions uint64 // entries evicted since start (idle, or to make room at MaxEntries)
+	// Refused counts the requests answered MustRetry (a Watch: ErrFull)
+	// because a bound of Config (MaxEntries, MaxQueued, MaxPending) was
+	// reached: backpressure, nothing applied.
+	Refused uint64
 }
 
 // Stats sums the counters of every actor.
@@ -328,6 +368,7 @@ func (r *Ring) Stats() Stats {
 		s.Entries += int(a.size.Load())
 		s.Waiters += int(a.waiting.Load())
 		s.Evictions += a.evictions.Load()
+		s.Refused += a.refused.Load()
 	}
 	return s
 }

@@ -38,6 +38,9 @@ var (
 	ErrWatchMoved      = errors.New("actors: watch ended: the lock is no longer served here (partition moved or entry reloaded)")
 	ErrWatchSlow       = errors.New("actors: watch ended: its reader fell behind")
 	ErrTooManyWatchers = errors.New("actors: too many watchers of this resource")
+	// ErrFull: the resource's actor caches Config.MaxEntries entries, none
+	// of which could be evicted; a watch needs one. Watch again later.
+	ErrFull = errors.New("actors: lock actor full (cached entries at MaxEntries): retry later")
 )
 
 // EventKind says what changed.
@@ -165,10 +168,18 @@ func (a *lockActor) watch(m *watchMsg) {
 		return
 	}
 	now := a.cfg.Now()
-	s, err := a.slot(&m.req, now)
+	s, cached, err := a.slot(&m.req, now)
 	if err != nil {
 		m.reply <- err
 		return
+	}
+	if !cached {
+		if !a.room(now) {
+			a.refused.Add(1)
+			m.reply <- ErrFull
+			return
+		}
+		a.entries[s.resource] = s
 	}
 	if len(s.watchers) >= MaxWatchers {
 		m.reply <- ErrTooManyWatchers
@@ -201,6 +212,7 @@ func (a *lockActor) unwatch(m *unwatch) {
 		s.watchers = slices.Delete(s.watchers, i, i+1)
 		close(m.w.c)
 		a.arm(s)
+		a.forgetIfBlank(s)
 	}
 }
 

@@ -56,6 +56,9 @@ func TestWatchEventsInOrder(t *testing.T) {
 			if ev.Durability != d {
 				t.Fatalf("durability %v, want %v", ev.Durability, d)
 			}
+			// The actor arms the timer after it answers: a request behind
+			// the grant returns once it has.
+			f.sync(t, "r")
 			var timer *fakeTimer // the last one set: for b's expiry, because it is watched
 			for len(f.timers) > 0 {
 				timer = <-f.timers

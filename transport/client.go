@@ -23,8 +23,8 @@ import (
 // Client defaults.
 const (
 	DefaultStreamsPerEndpoint = 2
-	// DefaultMustRetryBudget bounds how long Extend, Unlock and Get retry
-	// MustRetry answers, as Kahuna's client does.
+	// DefaultMustRetryBudget bounds how long a call retries MustRetry
+	// answers (Kahuna's client uses the same for Extend, Unlock and Get).
 	DefaultMustRetryBudget = 30 * time.Second
 )
 
@@ -62,9 +62,12 @@ func WithStreamsPerEndpoint(n int) ClientOption {
 	return func(cfg *clientConfig) { cfg.streams = max(n, 1) }
 }
 
-// WithMustRetryBudget sets how long Extend, Unlock and Get keep retrying
-// MustRetry answers before they return MustRetry (default
-// DefaultMustRetryBudget). TryLock retries until its context ends.
+// WithMustRetryBudget sets how long TryLock, Extend, Unlock and Get keep
+// retrying MustRetry answers before they return MustRetry (default
+// DefaultMustRetryBudget), so that a node refusing work (between leaders,
+// or overloaded: see kahuna.Config.MaxCachedEntries) is not retried for
+// ever. Lock retries for the longer of its wait and the budget
+// (WaitForever: until its context ends).
 func WithMustRetryBudget(d time.Duration) ClientOption {
 	return func(cfg *clientConfig) { cfg.mustRetryBudget = d }
 }
@@ -105,9 +108,8 @@ func WithForwarding() ClientOption {
 // or may still be.
 //
 // MustRetry answers are retried with jittered exponential backoff (about
-// 1 ms growing to 50 ms): TryLock until its context ends, the others
-// within the MustRetry budget, after which they return the MustRetry
-// status. Nothing else is retried: an Errored answer, or an error of
+// 1 ms growing to 50 ms) within the MustRetry budget (WithMustRetryBudget),
+// after which the call returns the MustRetry status. Nothing else is retried: an Errored answer, or an error of
 // unknown outcome, is returned as it is, for the caller to decide (the
 // same owner's operations are idempotent, so a lock handle may repeat
 // them; a blind retry here could not know that).
@@ -329,10 +331,7 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 	}
 	cl := c.calls.Get().(*call)
 	cl.encode(int32(c.ids.Add(1)), op, resource, owner, ttl, d)
-	var deadline time.Time
-	if op != lease.TryLock {
-		deadline = time.Now().Add(c.budget)
-	}
+	deadline := time.Now().Add(c.budget)
 	var bo backoff
 	for {
 		r, err := c.roundTrip(ctx, cl)
@@ -344,16 +343,12 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 			c.calls.Put(cl)
 			return r, nil
 		}
-		wait := bo.next()
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				c.calls.Put(cl)
-				return r, nil
-			}
-			wait = min(wait, left)
+		left := time.Until(deadline)
+		if left <= 0 {
+			c.calls.Put(cl)
+			return r, nil
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := sleep(ctx, min(bo.next(), left)); err != nil {
 			c.calls.Put(cl)
 			return reply{}, err
 		}

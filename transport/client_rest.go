@@ -127,21 +127,21 @@ func (r *RESTClient) TryLock(ctx context.Context, resource string, owner []byte,
 	if res, bad := invalidLocally(lease.TryLock, resource, owner, ttl, d); bad {
 		return res, nil
 	}
-	return r.lockCall(ctx, lease.TryLock, "try-lock", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
+	return r.lockCall(ctx, "try-lock", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
 }
 
 func (r *RESTClient) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
 	if res, bad := invalidLocally(lease.Extend, resource, owner, ttl, d); bad {
 		return res, nil
 	}
-	return r.lockCall(ctx, lease.Extend, "try-extend", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
+	return r.lockCall(ctx, "try-extend", restLock{resource, owner, ttl.Milliseconds(), int32(d)})
 }
 
 func (r *RESTClient) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
 	if res, bad := invalidLocally(lease.Unlock, resource, owner, 0, d); bad {
 		return res, nil
 	}
-	return r.lockCall(ctx, lease.Unlock, "try-unlock", restLock{Resource: resource, Owner: owner, Durability: int32(d)})
+	return r.lockCall(ctx, "try-unlock", restLock{Resource: resource, Owner: owner, Durability: int32(d)})
 }
 
 func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
@@ -149,7 +149,7 @@ func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durabilit
 		return lease.LockInfo{}, res, nil
 	}
 	var a restGetAnswer
-	res, err := r.retry(ctx, lease.Get, func() (lease.Result, error) {
+	res, err := r.retry(ctx, func() (lease.Result, error) {
 		a = restGetAnswer{}
 		if err := r.post(ctx, "get-info", restGet{resource, int32(d)}, &a); err != nil {
 			return lease.Result{}, err
@@ -162,8 +162,8 @@ func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durabilit
 	return lease.LockInfo{Owner: a.Owner, Expires: time.UnixMilli(a.Expires.L), FencingToken: a.FencingToken}, res, nil
 }
 
-func (r *RESTClient) lockCall(ctx context.Context, op lease.Op, path string, body restLock) (lease.Result, error) {
-	return r.retry(ctx, op, func() (lease.Result, error) {
+func (r *RESTClient) lockCall(ctx context.Context, path string, body restLock) (lease.Result, error) {
+	return r.retry(ctx, func() (lease.Result, error) {
 		var a restLockAnswer
 		if err := r.post(ctx, path, body, &a); err != nil {
 			return lease.Result{}, err
@@ -172,28 +172,21 @@ func (r *RESTClient) lockCall(ctx context.Context, op lease.Op, path string, bod
 	})
 }
 
-// retry repeats call while it answers MustRetry, and only then: TryLock
-// until ctx ends, the others for the client's budget.
-func (r *RESTClient) retry(ctx context.Context, op lease.Op, call func() (lease.Result, error)) (lease.Result, error) {
-	var deadline time.Time
-	if op != lease.TryLock {
-		deadline = time.Now().Add(r.budget)
-	}
+// retry repeats call while it answers MustRetry, and only then, for the
+// client's budget.
+func (r *RESTClient) retry(ctx context.Context, call func() (lease.Result, error)) (lease.Result, error) {
+	deadline := time.Now().Add(r.budget)
 	var bo backoff
 	for {
 		res, err := call()
 		if err != nil || res.Status != lease.MustRetry {
 			return res, err
 		}
-		wait := bo.next()
-		if !deadline.IsZero() {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return res, nil
-			}
-			wait = min(wait, left)
+		left := time.Until(deadline)
+		if left <= 0 {
+			return res, nil
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := sleep(ctx, min(bo.next(), left)); err != nil {
 			return lease.Result{}, err
 		}
 	}

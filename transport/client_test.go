@@ -241,11 +241,73 @@ func TestClientMustRetryLimits(t *testing.T) {
 	if f.served.Load() < 2 {
 		t.Fatalf("only %d attempts", f.served.Load())
 	}
-	// TryLock retries until its context ends, and says so.
+	// So does TryLock: an overloaded node is not retried for ever.
+	start, before := time.Now(), f.served.Load()
+	r, err = c.TryLock(testCtx(t), "r", []byte("A"), time.Second, pers)
+	if err != nil || r.Status != lease.MustRetry {
+		t.Fatalf("TryLock = %v, %v, want MustRetry after the budget", r, err)
+	}
+	if el := time.Since(start); el < 30*time.Millisecond {
+		t.Fatalf("TryLock gave up after %v, before the 30ms budget", el)
+	}
+	// Backoff spaces the attempts: at least ~1 ms, 2, 4, 8, ... apart
+	// (each drawn from the upper half of its ceiling).
+	if n := f.served.Load() - before; n < 1 || n > 12 {
+		t.Fatalf("TryLock made %d attempts in its 30ms budget, want a few, backed off", n)
+	}
+	// And over REST.
+	rc, err := DialREST([]string{"http://" + srv.mixed}, WithMustRetryBudget(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if r, err := rc.TryLock(testCtx(t), "r", []byte("A"), time.Second, pers); err != nil || r.Status != lease.MustRetry {
+		t.Fatalf("REST TryLock = %v, %v, want MustRetry after the budget", r, err)
+	}
+	// A context shorter than the budget ends the retries, and says so.
+	long := dial(t, []string{"http://" + srv.native}, WithMustRetryBudget(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := c.TryLock(ctx, "r", []byte("A"), time.Second, pers); err != context.DeadlineExceeded {
+	if _, err := long.TryLock(ctx, "r", []byte("A"), time.Second, pers); err != context.DeadlineExceeded {
 		t.Fatalf("TryLock err = %v, want context.DeadlineExceeded itself", err)
+	}
+}
+
+// refusingWaiter is a WaitLocker whose Lock always answers MustRetry.
+type refusingWaiter struct {
+	*fakeLocker
+	locks atomic.Int64
+}
+
+func (w *refusingWaiter) Lock(context.Context, string, []byte, time.Duration, time.Duration, lease.Durability) (lease.Result, error) {
+	w.locks.Add(1)
+	return lease.Result{Status: lease.MustRetry}, nil
+}
+
+// TestNativeLockMustRetryBudget: a native Lock retries MustRetry for the
+// longer of its wait and the budget, and a WaitForever one until its
+// context ends.
+func TestNativeLockMustRetryBudget(t *testing.T) {
+	w := &refusingWaiter{fakeLocker: newFake()}
+	srv := startServer(t, w, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native}, WithMustRetryBudget(30*time.Millisecond))
+	for _, wait := range []time.Duration{0, 60 * time.Millisecond} {
+		start := time.Now()
+		r, err := c.Lock(testCtx(t), "r", []byte("A"), time.Second, wait, pers)
+		if err != nil || r.Status != lease.MustRetry {
+			t.Fatalf("Lock(wait %v) = %v, %v, want MustRetry after the budget", wait, r, err)
+		}
+		if el, want := time.Since(start), max(wait, 30*time.Millisecond); el < want {
+			t.Fatalf("Lock(wait %v) gave up after %v, before %v", wait, el, want)
+		}
+	}
+	if w.locks.Load() < 4 {
+		t.Fatalf("only %d attempts", w.locks.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(ctx, "r", []byte("A"), time.Second, lease.WaitForever, pers); err != context.DeadlineExceeded {
+		t.Fatalf("Lock(WaitForever) err = %v, want context.DeadlineExceeded", err)
 	}
 }
 

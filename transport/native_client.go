@@ -63,8 +63,9 @@ func (c *Client) noNative(err error) bool {
 // call that waits on the server, in the resource's FIFO queue, for up to
 // wait (lease.WaitForever: until ctx ends). A client that gives up (ctx
 // ends) leaves the queue: the server sees the call cancelled. MustRetry
-// answers are retried as TryLock's are (until ctx ends), with what is left
-// of the wait; a forwarding client (WithForwarding) calls ForwardLock and
+// answers are retried as TryLock's are, with what is left of the wait, for
+// the longer of the wait and the MustRetry budget (WaitForever: until ctx
+// ends); a forwarding client (WithForwarding) calls ForwardLock and
 // returns MustRetry as it is. Waited counts from this call. Against a
 // plain Kahuna server it returns ErrNoNative. An error other than ctx's
 // or ErrNoNative leaves the outcome unknown.
@@ -79,6 +80,7 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 		return lease.Result{}, err
 	}
 	start := time.Now()
+	retryUntil := start.Add(max(wait, c.budget))
 	var bo backoff
 	for {
 		sent := time.Now()
@@ -117,7 +119,15 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 		if res.Status != lease.MustRetry || !c.retry {
 			return res, nil
 		}
-		if err := sleep(ctx, bo.next()); err != nil {
+		pause := bo.next()
+		if wait != lease.WaitForever {
+			left := time.Until(retryUntil)
+			if left <= 0 {
+				return res, nil
+			}
+			pause = min(pause, left)
+		}
+		if err := sleep(ctx, pause); err != nil {
 			return lease.Result{}, err
 		}
 	}
