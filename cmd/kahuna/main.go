@@ -19,13 +19,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/buildinfo"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if errors.Is(err, errVersion) {
-		fmt.Fprintln(stdout, version())
+		fmt.Fprintln(stdout, buildinfo.Version("kahuna"))
 		return 0
 	}
 	if err != nil {
@@ -259,48 +259,6 @@ func checkFree(addr string) error {
 // oneLine folds a (possibly joined) error into one line.
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
-}
-
-// version is what --version prints: the module version and the VCS
-// revision the binary was built from, as recorded by the go command.
-func version() string {
-	bi, _ := debug.ReadBuildInfo()
-	return "kahuna " + describeBuild(bi)
-}
-
-// describeBuild says "VERSION [revision REV[ (modified)]] GOVERSION";
-// VERSION is "(devel)" when the build has none (go build in a checkout),
-// and the revision is left out when the go command recorded none (a
-// build without -buildvcs, or outside a repository).
-func describeBuild(bi *debug.BuildInfo) string {
-	if bi == nil {
-		return "(devel)"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	parts := []string{v}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value
-		}
-	}
-	if rev != "" {
-		r := "revision " + rev
-		if modified == "true" {
-			r += " (modified)"
-		}
-		parts = append(parts, r)
-	}
-	if bi.GoVersion != "" {
-		parts = append(parts, bi.GoVersion)
-	}
-	return strings.Join(parts, " ")
 }
 
 // balanceCooldown maps --leader-balance-cooldown to Config: 0 on the

@@ -69,6 +69,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/buildinfo"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -233,7 +234,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage())
 		return exitOK
 	case "-version", "--version", "version":
-		fmt.Fprintln(stdout, version())
+		fmt.Fprintln(stdout, buildinfo.Version("kahunactl"))
 		return exitOK
 	}
 	name, args := args[0], args[1:]

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -384,21 +383,7 @@ func TestVersion(t *testing.T) {
 			t.Errorf("%s: %s", arg, r)
 		}
 	}
-	for _, c := range []struct {
-		bi   *debug.BuildInfo
-		want string
-	}{
-		{nil, "(devel)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.0"}, "(devel) go1.26.0"},
-		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
-			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}}, "(devel) revision 0123abcd (modified) go1.26.0"},
-		{&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
-			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "false"}}}, "v1.2.3 revision 0123abcd go1.26.0"},
-	} {
-		if got := describeBuild(c.bi); got != c.want {
-			t.Errorf("describeBuild = %q, want %q", got, c.want)
-		}
-	}
+
 }
 
 // TestWaitLongerThanTimeout: --timeout bounds the calls and --wait comes
