@@ -24,6 +24,10 @@ var (
 	// (context.Cause) of the Lock's Context after a clean Unlock, and what
 	// Extend returns on a released lock.
 	ErrReleased = errors.New("kahuna: lock released")
+	// ErrUnauthenticated: the node refused the call's bearer token (none
+	// given, or not listed in its --auth-token-file). Nothing was applied;
+	// Acquire, Extend and Unlock return it at once instead of retrying.
+	ErrUnauthenticated = lease.ErrUnauthenticated
 )
 
 // errLapsed is the cause of a Lock's Context when its deadline passed
@@ -349,6 +353,8 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		case err != nil && ctx.Err() != nil:
 			unknown = true // the attempt in flight may have applied
 			return fail(ctx.Err())
+		case errors.Is(err, lease.ErrUnauthenticated):
+			return fail(err) // refused before anything was done, and again if asked again
 		case err != nil:
 			if since.IsZero() {
 				since = sent
@@ -726,6 +732,8 @@ func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (R
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return answer{unknown: true, err: ctx.Err()}
+		case errors.Is(err, lease.ErrUnauthenticated):
+			return answer{unknown: last.unknown, err: err} // asking again cannot help
 		case err != nil:
 			last = answer{unknown: true, err: err}
 		case r.Status == Errored || r.Status == WaitingForReplication:

@@ -123,7 +123,7 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 			return LockInfo{}, Result{}, ctx.Err()
 		}
 		if errors.Is(err, lease.ErrNotApplied) {
-			n.cfg.Logger.Debug("forward not sent", "partition", req.Partition, "leader", leader, "err", err)
+			n.logForwardRefused(req.Partition, leader, err)
 			return LockInfo{}, Result{Status: MustRetry}, nil
 		}
 		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
@@ -188,7 +188,7 @@ func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, erro
 	case err != nil && n.life.Err() != nil:
 		return Result{}, ErrClosed // it may have been granted as it left
 	case errors.Is(err, lease.ErrNotApplied):
-		n.cfg.Logger.Debug("forward not sent", "partition", req.Partition, "leader", leader, "err", err)
+		n.logForwardRefused(req.Partition, leader, err)
 		return Result{Status: MustRetry}, nil
 	case err != nil:
 		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
@@ -282,4 +282,16 @@ func (l local) Lock(ctx context.Context, resource string, owner []byte, ttl, wai
 // partition this node leads (MustRetry otherwise).
 func (l local) WatchLock(ctx context.Context, resource string, from uint64, send func(WatchEvent) error) error {
 	return l.n.watch(ctx, resource, from, send, true)
+}
+
+// logForwardRefused logs a forward that was certainly not applied: at
+// debug when it simply was not sent (no connection yet), at error when the
+// leader refused this node's cluster secret, a misconfiguration the
+// caller's MustRetry would otherwise hide.
+func (n *Node) logForwardRefused(p int, leader uint64, err error) {
+	if errors.Is(err, lease.ErrUnauthenticated) {
+		n.cfg.Logger.Error("the leader refused this node's cluster secret: check --peer-token-file on every member", "partition", p, "leader", leader, "err", err)
+		return
+	}
+	n.cfg.Logger.Debug("forward not sent", "partition", p, "leader", leader, "err", err)
 }

@@ -315,7 +315,9 @@ func (s *batchStream) broken(st *clientStream, err error) {
 	clear(st.pending)
 	s.mu.Unlock()
 	st.cancel()
-	if errors.Is(err, io.EOF) {
+	if refused := unauthenticated(s.target, err); refused != nil {
+		err = refused // the stream was refused at its start: nothing on it was processed
+	} else if errors.Is(err, io.EOF) {
 		err = &unsentError{fmt.Errorf("stream to %s ended by the server", s.target)}
 	} else {
 		err = fmt.Errorf("transport: stream to %s broke, outcome unknown: %w", s.target, err)

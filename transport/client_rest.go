@@ -222,6 +222,10 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 		return fmt.Errorf("transport: rest %s: %w", path, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fmt.Errorf("%w: rest %s: %s", lease.ErrUnauthenticated, path, strings.TrimSpace(string(snippet)))
+	}
 	if resp.StatusCode != http.StatusOK {
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 		return fmt.Errorf("transport: rest %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(snippet)))

@@ -103,6 +103,8 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 			return lease.Result{}, ctx.Err()
 		case err != nil && c.noNative(err):
 			return lease.Result{}, ErrNoNative
+		case err != nil && unauthenticated("Lock", err) != nil:
+			return lease.Result{}, unauthenticated("Lock", err)
 		case err != nil:
 			return lease.Result{}, fmt.Errorf("transport: Lock: %w", err)
 		}

@@ -66,7 +66,7 @@ func TestTokenAndCAFile(t *testing.T) {
 	ctl(t, append([]string{"partitions", "--ca-file", caFile}, common...)...).want(t, exitOK, "partitions with KAHUNA_TOKEN")
 	// --token wins over KAHUNA_TOKEN.
 	r = ctl(t, append([]string{"get", "tls/a", "--ca-file", caFile, "--token", "wrong"}, common...)...).want(t, exitError, "get with a wrong --token")
-	if !strings.Contains(r.stderr, "Unauthenticated") {
+	if !strings.Contains(r.stderr, "unauthenticated: the node refused the bearer token") || strings.Count(r.stderr, "\n") != 1 {
 		t.Fatalf("wrong token: %s", r)
 	}
 
