@@ -179,3 +179,64 @@ func ExampleLock_FencingToken() {
 	// first holder writes: stale token 0 (seen 1)
 	// store holds: from the second holder
 }
+
+// Waiting on the server for a busy lock, and watching its changes: a
+// worker waits in the lock's FIFO queue (no polling) while a watcher sees
+// the hand-off.
+func ExampleNode_Watch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	node, err := kahuna.Open(kahuna.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+
+	first, err := kahuna.Acquire(ctx, node, "jobs/report", kahuna.WithOwner([]byte("first")))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	events := make(chan kahuna.WatchEvent)
+	go func() {
+		for ev, err := range node.Watch(ctx, "jobs/report") {
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	ev := <-events // the state the watch starts from
+	fmt.Printf("now: %s by %s, token %d\n", ev.Kind, ev.Owner, ev.FencingToken)
+
+	second := make(chan *kahuna.Lock)
+	go func() {
+		// Waits on the server, in the lock's queue, until first lets go.
+		l, err := kahuna.Acquire(ctx, node, "jobs/report", kahuna.WithOwner([]byte("second")), kahuna.WithWait(time.Minute))
+		if err != nil {
+			fmt.Println(err)
+		}
+		second <- l
+	}()
+	for node.Stats().Waiters == 0 { // in the queue before the release
+		time.Sleep(time.Millisecond)
+	}
+	_ = first.Unlock(ctx) // hands the lock to the head of the queue, in the same step
+	for range 2 {
+		ev := <-events
+		if ev.Kind == kahuna.EventReleased {
+			fmt.Printf("then: released, token %d\n", ev.FencingToken)
+			continue
+		}
+		fmt.Printf("then: %s by %s, token %d\n", ev.Kind, ev.Owner, ev.FencingToken)
+	}
+	l := <-second
+	fmt.Println("second holds it with token", l.FencingToken())
+	_ = l.Unlock(ctx)
+	// Output:
+	// now: acquired by first, token 0
+	// then: released, token 0
+	// then: acquired by second, token 1
+	// second holds it with token 1
+}
