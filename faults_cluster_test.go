@@ -90,6 +90,9 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahun
 			// Founds the cluster on the first start; every restart finds
 			// its data (no test empties a node's dir).
 			InitialClusterState: kahuna.ClusterStateNew,
+			// Leadership moves only by the scenario or the nemesis: a
+			// balancing move would drop a lease a scripted step relies on.
+			LeaderBalanceCooldown: -1,
 		}, c.net.Factory(nil))
 		c.cfgs[id] = kahuna.WithProposalTimeout(c.cfgs[id], faultProposalTimeout)
 		c.cfgs[id] = kahuna.WithServeHook(c.cfgs[id], func(p int, term uint64, serve func()) { c.serve(id, p, term, serve) })
