@@ -66,8 +66,20 @@ func transferLeadership(ctx context.Context, o options, out printer, stderr io.W
 // (any node can report partitions and pass on a transfer), decoding a
 // successful answer into into.
 func adminCall(ctx context.Context, endpoints []string, method, path string, payload []byte, into any, stderr io.Writer) int {
+	resp, req, code := sendAdmin(ctx, endpoints, method, path, payload, stderr)
+	if resp == nil {
+		return code
+	}
+	return answer(resp, req, into, stderr)
+}
+
+// sendAdmin sends one admin request to the first endpoint that answers,
+// with the token and CA of ctx (conn.go). It returns the response, whose
+// body the caller closes, and its request; or, when no endpoint answered,
+// a nil response and the exit code (the reason already printed).
+func sendAdmin(ctx context.Context, endpoints []string, method, path string, payload []byte, stderr io.Writer) (*http.Response, *http.Request, int) {
 	var failures []string
-	cc := connFrom(ctx) // conn.go: the token and CA
+	cc := connFrom(ctx)
 	for _, ep := range endpoints {
 		c, base := adminClient(cc, ep)
 		var body io.Reader
@@ -77,7 +89,7 @@ func adminCall(ctx context.Context, endpoints []string, method, path string, pay
 		req, err := http.NewRequestWithContext(ctx, method, base+path, body)
 		if err != nil {
 			fmt.Fprintf(stderr, "kahunactl: %v\n", err)
-			return exitUsage
+			return nil, nil, exitUsage
 		}
 		if payload != nil {
 			req.Header.Set("Content-Type", "application/json")
@@ -92,10 +104,10 @@ func adminCall(ctx context.Context, endpoints []string, method, path string, pay
 			}
 			continue
 		}
-		return answer(resp, req, into, stderr)
+		return resp, req, exitOK
 	}
 	fmt.Fprintf(stderr, "kahunactl: %s: no endpoint reachable: %s\n", path, strings.Join(failures, "; "))
-	return exitError
+	return nil, nil, exitError
 }
 
 // answer reads an admin reply: a 2xx decodes into into, anything else is
@@ -237,63 +249,41 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // memberChange sends an add or remove and reports what is done and left.
 func memberChange(ctx context.Context, eps []string, method, path string, payload []byte, out printer, stderr io.Writer) int {
-	var failures []string
-	cc := connFrom(ctx) // conn.go: the token and CA
-	for _, ep := range eps {
-		c, base := adminClient(cc, ep)
-		var body io.Reader
-		if payload != nil {
-			body = bytes.NewReader(payload)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, base+path, body)
-		if err != nil {
-			fmt.Fprintf(stderr, "kahunactl: %v\n", err)
-			return exitUsage
-		}
-		req.Header.Set("Content-Type", "application/json")
-		cc.authorize(req)
-		resp, err := c.Do(req)
-		if err != nil {
-			failures = append(failures, err.Error())
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		defer resp.Body.Close()
-		var res kahuna.MemberChangeResult
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(data, &res) != nil || res.Op == "" {
-			fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", method, path, resp.Status, strings.TrimSpace(string(data)))
-			return exitError
-		}
-		if out.json {
-			_ = json.NewEncoder(out.w).Encode(res)
-		}
-		if resp.StatusCode == http.StatusOK {
-			if !out.json {
-				fmt.Fprintf(out.w, "member %d: %s done on every partition (%s)\n", res.ID, res.Op, ints(res.Done))
-			}
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "kahunactl: member %d: %s: %s\n", res.ID, res.Op, res.Error)
-		if len(res.Left) > 0 {
-			fmt.Fprintf(stderr, "  done on partitions %s; left:\n", ints(res.Done))
-			ps := make([]int, 0, len(res.Left))
-			for p := range res.Left {
-				ps = append(ps, p)
-			}
-			sort.Ints(ps)
-			for _, p := range ps {
-				fmt.Fprintf(stderr, "    partition %d: %s\n", p, res.Left[p])
-			}
-			if !res.Removed {
-				fmt.Fprintf(stderr, "  run the same command again to finish\n")
-			}
-		}
+	resp, _, code := sendAdmin(ctx, eps, method, path, payload, stderr)
+	if resp == nil {
+		return code
+	}
+	defer resp.Body.Close()
+	var res kahuna.MemberChangeResult
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(data, &res) != nil || res.Op == "" {
+		fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", method, path, resp.Status, strings.TrimSpace(string(data)))
 		return exitError
 	}
-	fmt.Fprintf(stderr, "kahunactl: %s: no endpoint reachable: %s\n", path, strings.Join(failures, "; "))
+	if out.json {
+		_ = json.NewEncoder(out.w).Encode(res)
+	}
+	if resp.StatusCode == http.StatusOK {
+		if !out.json {
+			fmt.Fprintf(out.w, "member %d: %s done on every partition (%s)\n", res.ID, res.Op, ints(res.Done))
+		}
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "kahunactl: member %d: %s: %s\n", res.ID, res.Op, res.Error)
+	if len(res.Left) > 0 {
+		fmt.Fprintf(stderr, "  done on partitions %s; left:\n", ints(res.Done))
+		ps := make([]int, 0, len(res.Left))
+		for p := range res.Left {
+			ps = append(ps, p)
+		}
+		sort.Ints(ps)
+		for _, p := range ps {
+			fmt.Fprintf(stderr, "    partition %d: %s\n", p, res.Left[p])
+		}
+		if !res.Removed {
+			fmt.Fprintf(stderr, "  run the same command again to finish\n")
+		}
+	}
 	return exitError
 }
 
