@@ -189,8 +189,9 @@ type Config struct {
 	// Negative controls for the fault tests (faults_export_test.go): each
 	// switches one safety mechanism off, so the suite can show it catches
 	// the broken variant. Never set outside tests.
-	unsafeNoFence      bool // state machines apply records without compare-and-set or epoch checks
-	unsafeNoLeaseCheck bool // answer on the Raft leader flag alone, without the leader lease
+	unsafeNoFence        bool // state machines apply records without compare-and-set or epoch checks
+	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
+	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
 	// onServe starts every reign of this node (partition.Options.OnServe):
 	// the fault tests record reigns with it (faults_export_test.go).
 	onServe func(p int, term uint64, serve func())

@@ -79,3 +79,27 @@ func WithServeHook(cfg Config, f func(p int, term uint64, serve func())) Config 
 	cfg.onServe = f
 	return cfg
 }
+
+// TransferUnrelinquished asks Raft to move p from n's replica to to without
+// dropping n's lease first: what happens when a transfer requested by a
+// node that has just been deposed is forwarded by dragonboat to the new
+// leader, or when a target paused with a TimeoutNow in its socket buffer
+// campaigns after the old leader's grace ran out and it renewed its lease.
+func TransferUnrelinquished(n *Node, p int, to uint64) error {
+	return n.backend.TransferLeadership(p, to)
+}
+
+// ServingNow reports whether n serves p at this instant, without taking
+// any lock (safe inside a serve hook).
+func ServingNow(n *Node, p int) bool {
+	_, ok := n.leadership.Serving(p)
+	return ok
+}
+
+// WithoutTakeoverWait returns cfg with a new leader serving as soon as its
+// epoch is fenced, without waiting out the leases an earlier leader may
+// still hold: a negative control for the leader-transfer scenario.
+func WithoutTakeoverWait(cfg Config) Config {
+	cfg.unsafeNoTakeoverWait = true
+	return cfg
+}

@@ -101,6 +101,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.leadership = partition.NewLeadership(cfg.Partitions, partition.Options{
 		Lease:         n.leaderLease(),
+		TakeoverWait:  n.takeoverWait(),
 		UnsafeNoLease: cfg.unsafeNoLeaseCheck,
 		OnServe:       cfg.onServe,
 		Logger:        cfg.Logger,
@@ -210,11 +211,26 @@ func (n *Node) leaderLease() time.Duration {
 	if !n.clustered() {
 		return 0
 	}
-	rtt := n.cfg.RaftRTT
-	if rtt == 0 {
-		rtt = durability.DefaultRTT
+	return partition.LeaseFor(n.raftRTT(), durability.ElectionTicks)
+}
+
+// takeoverWait is how long a new leader of a partition waits before it
+// serves, so that no earlier leader's lease outlives its reign
+// (partition.TakeoverWaitFor). A single voter has no earlier leader to
+// wait out.
+func (n *Node) takeoverWait() time.Duration {
+	if !n.clustered() || n.cfg.unsafeNoTakeoverWait {
+		return 0
 	}
-	return partition.LeaseFor(rtt, durability.ElectionTicks)
+	return partition.TakeoverWaitFor(n.raftRTT(), durability.ElectionTicks)
+}
+
+// raftRTT is the Raft tick in use.
+func (n *Node) raftRTT() time.Duration {
+	if n.cfg.RaftRTT == 0 {
+		return durability.DefaultRTT
+	}
+	return n.cfg.RaftRTT
 }
 
 // spreadLeaders hands each partition this node leads to its preferred

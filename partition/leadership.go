@@ -39,6 +39,11 @@ type Options struct {
 	// TransferGrace is how long after a leader transfer was requested the
 	// lease stays dropped in that term (default 1 s).
 	TransferGrace time.Duration
+	// TakeoverWait is how long a new leader waits, from the start of its
+	// takeover, before it serves (see TakeoverWaitFor): any lease an earlier
+	// leader holds has run out by then, however this node was elected. 0
+	// means no wait (a single voter, or a negative control).
+	TakeoverWait time.Duration
 	// UnsafeNoLease answers on the Raft leader flag alone, as a deposed
 	// leader that has not heard the news would: a negative control for the
 	// fault tests, never for production.
@@ -77,10 +82,38 @@ type Options struct {
 // then starts after the apply, so its quorum is counted in the new
 // configuration (kahuna.Node.AddMember has the argument). With rtt 10 ms and 10 election ticks
 // the lease is about 69 ms.
+//
+// A leader transfer is covered on the target's side too (TakeoverWait),
+// since Raft does not always hand over from the leader that dropped its
+// lease: a transfer asked of a replica deposed a moment before is
+// forwarded to the new leader, whose lease is live; and a TimeoutNow held
+// up (its target paused) can elect the target after the old leader's
+// grace ran out and it renewed its lease.
 func LeaseFor(rtt time.Duration, electionTicks int) time.Duration {
-	const rho = 0.01
-	d := time.Duration(float64(time.Duration(electionTicks-2)*rtt)*(1-rho)) - rtt
+	d := time.Duration(float64(time.Duration(electionTicks-2)*rtt)*(1-leaseDrift)) - rtt
 	return max(d, 0)
+}
+
+// leaseDrift (ρ) bounds how much faster one host's clock may run than
+// another's over a lease.
+const leaseDrift = 0.01
+
+// TakeoverWaitFor is how long a new leader waits before it serves, for the
+// lease of LeaseFor(rtt, electionTicks): a full election timeout, stretched
+// by ρ.
+//
+// Why it is enough, whoever handed over and however late: an earlier
+// leader's lease runs from a t0 before a read index that a quorum of its
+// term acked; this node's election needed a quorum of votes, so one voter
+// both acked that read index and voted here, and acked first (once it
+// voted in the later term it answers the earlier term's heartbeats with a
+// rejection). So t0 < the ack < the vote < this node learning that it
+// leads < the start of its takeover, and the lease, LeaseFor long by the
+// old leader's clock, has run out TakeoverWaitFor after that start by this
+// node's. An election that did not bypass the voters' stickiness already
+// took that long; a transfer did not, and pays the wait.
+func TakeoverWaitFor(rtt time.Duration, electionTicks int) time.Duration {
+	return time.Duration(float64(time.Duration(electionTicks)*rtt) * (1 + leaseDrift))
 }
 
 // reign is this node's serving state of one partition: the term it fenced
@@ -91,6 +124,7 @@ type reign struct {
 	renewAfter int64 // no renewal before this (a transfer was requested)
 	relinquish bool  // a transfer was requested in this term
 	changing   bool  // a membership change is pending (Suspend): no lease, no renewal
+	waiting    bool  // fenced, not serving before the takeover wait ends (begin)
 }
 
 // Leadership tracks which partitions this node serves. It is fed Raft
@@ -155,7 +189,7 @@ func (l *Leadership) mono() int64 { return int64(time.Since(l.base)) }
 // called for every decision, so a deposed or paused leader stops at once.
 func (l *Leadership) Serving(p int) (term uint64, ok bool) {
 	r := l.parts[p].Load()
-	if r == nil {
+	if r == nil || r.waiting {
 		return 0, false
 	}
 	if l.opts.Lease > 0 && !l.opts.UnsafeNoLease && l.mono() >= r.until {
@@ -202,11 +236,11 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 }
 
 // Relinquish drops the lease of p before this node asks Raft to hand p to
-// another node: the target's campaign bypasses the voters' stickiness, so
-// no lease of this term is safe any more. Renewal stays off for
-// TransferGrace (a transfer that did not happen by then is taken as
-// abandoned: the residual assumption is that a TimeoutNow is not delayed
-// that long). It reports whether this node was serving p.
+// another node, so it stops answering while the hand-over is under way.
+// Renewal stays off for TransferGrace (a transfer that did not happen by
+// then is taken as abandoned). Safety does not rest on it: the target
+// waits out any lease of this term before it serves (TakeoverWait), even
+// one renewed after the grace. It reports whether this node was serving p.
 func (l *Leadership) Relinquish(p int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -214,7 +248,7 @@ func (l *Leadership) Relinquish(p int) bool {
 	if r == nil {
 		return false
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, changing: r.changing})
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, changing: r.changing, waiting: r.waiting})
 	l.notify()
 	return true
 }
@@ -230,7 +264,7 @@ func (l *Leadership) RelinquishSteady(p int) (term uint64, ok bool) {
 	defer l.mu.Unlock()
 	r := l.parts[p].Load()
 	now := l.mono()
-	if r == nil || r.changing || r.relinquish || (l.opts.Lease > 0 && now >= r.until) {
+	if r == nil || r.waiting || r.changing || r.relinquish || (l.opts.Lease > 0 && now >= r.until) {
 		return 0, false
 	}
 	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: now + int64(l.opts.TransferGrace), relinquish: true})
@@ -252,7 +286,7 @@ func (l *Leadership) Suspend(p int) (term uint64, ok bool) {
 	if r == nil || r.changing || r.relinquish && l.mono() < r.renewAfter {
 		return 0, false
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, changing: true})
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, changing: true, waiting: r.waiting})
 	l.notify()
 	if l.opts.Lease == 0 {
 		l.logger.Warn("membership change on a node without a leader lease", "partition", p)
@@ -270,7 +304,7 @@ func (l *Leadership) Resume(p int, term uint64) {
 	if r == nil || r.term != term || !r.changing {
 		return
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish})
+	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, waiting: r.waiting})
 	l.notify()
 }
 
@@ -399,6 +433,9 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 		// Ephemeral locks of p lived here; the new leader starts afresh.
 		return purge.DropPartition(ctx, ev.Partition)
 	}
+	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term {
+		return nil // taken over in this term already (a repeated event)
+	}
 	t0 := l.mono()
 	fctx, cancel := context.WithTimeout(ctx, fenceTimeout)
 	defer cancel()
@@ -413,18 +450,47 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if l.latest[ev.Partition] != ev {
 		return nil
 	}
-	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term && (cur.relinquish || cur.changing) {
-		return nil // a transfer or membership change was requested in this term: keep the lease dropped
+	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term {
+		return nil // taken over meanwhile (a transfer or membership change may have been requested: keep it so)
 	}
-	serve := func() { l.parts[ev.Partition].Store(&reign{term: ev.Term, until: t0 + int64(l.opts.Lease)}) }
+	r := &reign{term: ev.Term, until: t0 + int64(l.opts.Lease)}
+	if w := l.opts.TakeoverWait; w > 0 {
+		// Fenced, not serving: renewals keep the lease fresh meanwhile,
+		// and begin starts the reign once the wait is over.
+		r.waiting = true
+		l.parts[ev.Partition].Store(r)
+		l.notify()
+		time.AfterFunc(time.Duration(t0+int64(w)-l.mono()), func() { l.begin(ev.Partition, ev.Term) })
+		return nil
+	}
+	l.serveLocked(ev.Partition, r)
+	return nil
+}
+
+// begin ends the takeover wait of p in term, unless that reign is over.
+func (l *Leadership) begin(p int, term uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := l.parts[p].Load()
+	if cur == nil || cur.term != term || !cur.waiting {
+		return
+	}
+	next := *cur
+	next.waiting = false
+	l.serveLocked(p, &next)
+}
+
+// serveLocked starts the reign r of p (through the OnServe hook if set); mu
+// must be held.
+func (l *Leadership) serveLocked(p int, r *reign) {
+	serve := func() { l.parts[p].Store(r) }
 	if l.opts.OnServe != nil {
-		l.opts.OnServe(ev.Partition, ev.Term, serve)
+		l.opts.OnServe(p, r.term, serve)
 	} else {
 		serve()
 	}
 	l.notify()
-	l.logger.Info("serving partition", "partition", ev.Partition, "term", ev.Term)
-	return nil
+	l.logger.Info("serving partition", "partition", p, "term", r.term)
 }
 
 // renew keeps the lease of partition p alive while this node serves it:
@@ -457,7 +523,7 @@ func (l *Leadership) renew(ctx context.Context, prover Prover, p int) {
 		// is another reign than r), voids this confirmation: it may have
 		// been counted in the configuration before the change.
 		if cur := l.parts[p].Load(); cur == r && (!cur.relinquish || t0 >= cur.renewAfter) {
-			l.parts[p].Store(&reign{term: r.term, until: max(cur.until, t0+int64(l.opts.Lease))})
+			l.parts[p].Store(&reign{term: r.term, until: max(cur.until, t0+int64(l.opts.Lease)), waiting: cur.waiting})
 		}
 		l.mu.Unlock()
 	}
@@ -472,7 +538,7 @@ func (l *Leadership) WaitReady(ctx context.Context) error {
 		all := true
 		for p := range l.parts {
 			ev := l.latest[p]
-			if ev.LeaderID == 0 || ev.IsSelf && l.parts[p].Load() == nil {
+			if r := l.parts[p].Load(); ev.LeaderID == 0 || ev.IsSelf && (r == nil || r.waiting) {
 				all = false
 				break
 			}

@@ -208,3 +208,93 @@ func TestLeadershipRelinquishSteady(t *testing.T) {
 		t.Fatal("Suspend refused after the grace")
 	}
 }
+
+func TestTakeoverWaitFor(t *testing.T) {
+	rtt := 10 * time.Millisecond
+	if got, want := TakeoverWaitFor(rtt, 10), 101*time.Millisecond; got != want {
+		t.Fatalf("TakeoverWaitFor(10ms, 10) = %v, want %v", got, want)
+	}
+	// The wait must outlast the lease by the ticks the lease gives up, on
+	// the slowest clock against the fastest.
+	if w, d := TakeoverWaitFor(rtt, 10), LeaseFor(rtt, 10); float64(w)*(1-leaseDrift) <= float64(d)*(1+leaseDrift) {
+		t.Fatalf("takeover wait %v does not outlast lease %v with drift", w, d)
+	}
+}
+
+// A new leader serves only once its takeover wait is over, counted from
+// the start of its takeover; its lease is renewed meanwhile, its reign
+// begins once (the OnServe hook), and WaitReady waits for it.
+func TestLeadershipTakeoverWait(t *testing.T) {
+	prover, purge := &fakeProver{}, &fakePurger{}
+	prover.confirmOK.Store(true)
+	const wait = 300 * time.Millisecond
+	var began atomic.Int64 // mono instant of the reign's start
+	var l *Leadership
+	l = NewLeadership(1, Options{Lease: 40 * time.Millisecond, TakeoverWait: wait, OnServe: func(_ int, _ uint64, serve func()) {
+		serve()
+		began.Add(l.mono())
+	}})
+	l.Start(prover, purge)
+	defer l.Close()
+	observed := l.mono()
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	start := began.Load()
+	if start == 0 {
+		t.Fatal("WaitReady returned before the reign began")
+	}
+	if got := time.Duration(start - observed); got < wait {
+		t.Fatalf("served %v after the leader event, want at least the takeover wait %v", got, wait)
+	}
+	if !serving(l, 0) {
+		t.Fatal("not serving after the wait, with the lease renewed meanwhile")
+	}
+	// A repeated event of the same term does not start another wait.
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "the repeated event acted upon", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return !l.dirty[0]
+	})
+	if !serving(l, 0) {
+		t.Fatal("a repeated leader event stopped the reign")
+	}
+	if got := began.Load(); got != start {
+		t.Fatal("a repeated leader event began a second reign")
+	}
+}
+
+// A reign lost during its takeover wait never begins.
+func TestLeadershipTakeoverWaitLost(t *testing.T) {
+	prover, purge := &fakeProver{}, &fakePurger{}
+	prover.confirmOK.Store(true)
+	var mu sync.Mutex
+	var begun []uint64 // terms of the reigns begun
+	l := NewLeadership(1, Options{Lease: 40 * time.Millisecond, TakeoverWait: 200 * time.Millisecond, OnServe: func(_ int, term uint64, serve func()) {
+		serve()
+		mu.Lock()
+		begun = append(begun, term)
+		mu.Unlock()
+	}})
+	l.Start(prover, purge)
+	defer l.Close()
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "fenced", func() bool { return l.parts[0].Load() != nil })
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 2, Term: 4})
+	// Leading again in term 5: its wait ends after term 3's would have.
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 5, IsSelf: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(begun) != 1 || begun[0] != 5 {
+		t.Fatalf("reigns begun in terms %v, want only term 5 (term 3 was lost during its wait)", begun)
+	}
+}
