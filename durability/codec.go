@@ -15,6 +15,7 @@ import (
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
 //	         varint(LastModifiedMs) uvarint(len) owner
 //	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner
+//	flags  = flagLocked | flagIndexed (stored only) | flagRemove
 //
 // A batch carries the epoch (leader term and replica) it was decided in,
 // and each record the Index of the stored record it was decided from
@@ -22,6 +23,10 @@ import (
 // (statemachine.go). An epoch entry is a new leader's marker. Legacy
 // batches were written before the fence and are only replayed from old
 // logs, with the advance-only guard alone.
+//
+// flagRemove marks a record that deletes the stored one (Record.Remove).
+// Stored values never carry it, since applying it deletes the key, but
+// both forms decode it so that every flag combination round-trips.
 //
 // What badger stores under a record's key is its value with the Raft index
 // of the entry that wrote it (flagIndexed; records stored before the fence
@@ -41,6 +46,7 @@ const (
 	formatMaxRecords      = 1<<16 - 1
 	flagLocked       byte = 1 << 0
 	flagIndexed      byte = 1 << 1 // stored form only: a Raft index follows the flags
+	flagRemove       byte = 1 << 2 // delete the stored record (Record.Remove)
 	// maxRecordBytes caps one encoded record. The design limits resource and
 	// owner to about 1 KiB each; this keeps a batch far below badger's and
 	// dragonboat's size limits whatever a caller sends.
@@ -91,6 +97,9 @@ func appendValue(b []byte, rec *Record) []byte {
 	var flags byte
 	if rec.Locked {
 		flags |= flagLocked
+	}
+	if rec.Remove {
+		flags |= flagRemove
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, rec.Token)
@@ -251,7 +260,7 @@ func storedOrder(v []byte) (order, error) {
 	d := decoder{b: v}
 	var o order
 	f := d.byte()
-	if f&^(flagLocked|flagIndexed) != 0 {
+	if f&^(flagLocked|flagIndexed|flagRemove) != 0 {
 		d.fail()
 	}
 	if f&flagIndexed != 0 {
@@ -324,7 +333,7 @@ func (d *decoder) bytes(n uint64) []byte {
 // command form (which never does).
 func (d *decoder) value(rec *Record, stored bool) {
 	flags := d.byte()
-	known := flagLocked
+	known := flagLocked | flagRemove
 	if stored {
 		known |= flagIndexed
 	}
@@ -332,6 +341,7 @@ func (d *decoder) value(rec *Record, stored bool) {
 		d.fail()
 	}
 	rec.Locked = flags&flagLocked != 0
+	rec.Remove = flags&flagRemove != 0
 	rec.Index = 0
 	if flags&flagIndexed != 0 {
 		rec.Index = d.uvarint()

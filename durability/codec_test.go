@@ -16,6 +16,8 @@ func sampleRecords() []Record {
 		{Resource: "tenant/a/y", Token: 7, Revision: 42, LastModifiedMs: -1},
 		{Resource: "", Owner: []byte{0, 0xff}, ExpiresMs: math.MinInt64, Token: math.MaxInt64, Revision: math.MaxUint64, Locked: true, LastModifiedMs: math.MaxInt64},
 		{Resource: "ünïcødé/资源", Owner: bytes.Repeat([]byte{'o'}, 300), Token: -5, Revision: 0},
+		{Resource: "tenant/a/gone", Token: 12, Revision: 3, LastModifiedMs: 9, Remove: true},
+		{Resource: "tenant/a/held", Owner: []byte("o"), Token: 2, Revision: 1, Locked: true, Remove: true},
 	}
 }
 
@@ -23,7 +25,7 @@ var codecEpoch = Epoch{Term: 300, Replica: 2}
 
 func TestCodecRoundTrip(t *testing.T) {
 	recs := sampleRecords()
-	recs[1].Base, recs[2].Base = 77, math.MaxUint64
+	recs[1].Base, recs[2].Base, recs[4].Base = 77, math.MaxUint64, 5
 	enc := encodeBatch(nil, codecEpoch, recs)
 	want := len(appendBatchHeader(nil, codecEpoch))
 	for i := range recs {
@@ -95,7 +97,7 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 		"marker in batch":  append([]byte{kindEpoch}, valid[1:]...),
 		"trailing garbage": append(bytes.Clone(valid), 0x05),
 		"non-minimal len":  append(bytes.Clone(h), 0x80, 0x00, 0, 0, 0, 0, 0, 0, 0),
-		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x04, 0, 0, 0, 0, 0),
+		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x08, 0, 0, 0, 0, 0),
 		"index in command": append(bytes.Clone(h), 0, 0, flagIndexed, 0, 0, 0, 0, 0, 0),
 		"huge length":      append(bytes.Clone(h), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
 		"varint overflow":  append(bytes.Clone(h), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
@@ -123,6 +125,12 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 	}
 	if err := decodeStored([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("value with trailing byte accepted: %v", err)
+	}
+	if err := decodeStored([]byte{0x08, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
+		t.Errorf("stored value with an unknown flag accepted: %v", err)
+	}
+	if _, err := storedOrder([]byte{0x08, 0, 0}); !errors.Is(err, errCorrupt) {
+		t.Errorf("storedOrder accepted an unknown flag: %v", err)
 	}
 }
 

@@ -21,6 +21,11 @@ type Record struct {
 	Revision       uint64
 	Locked         bool // false = Unlocked (owner cleared, token kept)
 	LastModifiedMs int64
+	// Remove, in a proposal: delete the stored record instead of writing
+	// it; Token is the record's token, which raises the partition's token
+	// floor (see Backend.Load). It applies under the same guard as a write,
+	// and only if a record is stored.
+	Remove bool
 
 	// Base, in a proposal, is the Index of the stored record the decision
 	// was made from (0: none stored). The state machine applies the record
@@ -39,9 +44,9 @@ type Record struct {
 type Completion interface {
 	// Committed is called exactly once per Propose, from a backend goroutine.
 	// It must not block. err is nil when the record was applied, and index
-	// is then the Raft index it was applied at (the record's new Index);
-	// otherwise err matches one of ErrFenced, ErrUnknownOutcome or
-	// ErrRetry.
+	// is then the Raft index it was applied at (the record's new Index; for
+	// a Remove, the index that deleted it); otherwise err matches one of
+	// ErrFenced, ErrUnknownOutcome or ErrRetry.
 	Committed(index uint64, err error)
 }
 
@@ -55,8 +60,10 @@ var (
 	ErrUnknownOutcome = errors.New("durability: outcome unknown")
 	// ErrFenced: the record committed but the state machine rejected
 	// it: it was decided in an epoch that is not the partition's current
-	// one, or from a base the stored record has moved past. Nothing
-	// changed; the decider's cached entry is stale and must be reloaded.
+	// one, or from a base the stored record has moved past (or was
+	// removed from), or with a token below the stored one (with none
+	// stored, below the token floor). Nothing changed; the decider's
+	// cached entry is stale and must be reloaded.
 	ErrFenced = errors.New("durability: record rejected by the fence (stale epoch or base), not applied")
 	// ErrClosed: the backend is closed.
 	ErrClosed = errors.New("durability: closed")
@@ -71,7 +78,10 @@ type Backend interface {
 	Propose(p int, rec *Record, c Completion)
 	// Load returns the applied record of resource in partition p from local
 	// storage. The caller is responsible for serving p only in an epoch it
-	// fenced (Raft.Fence), so the local state is current.
+	// fenced (Raft.Fence), so the local state is current. When not found,
+	// rec.Token is the partition's token floor, the least token a first
+	// grant of resource may take (above every token of a removed record),
+	// rec.Resource is resource and the rest is zero.
 	Load(p int, resource string) (rec Record, found bool, err error)
 	// Close stops the backend. In-flight proposals complete with an error.
 	Close() error

@@ -1,9 +1,11 @@
 package durability
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 // each with an on-disk state machine in one shared badger DB.
 type Raft struct {
 	cfg   *resolved
+	log   *slog.Logger
 	nh    *dragonboat.NodeHost
 	db    *badger.DB
 	lanes []*lane
@@ -66,6 +69,7 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	}
 	r := &Raft{
 		cfg:     rc,
+		log:     log,
 		db:      db,
 		leaders: make([]atomic.Pointer[LeaderEvent], rc.Partitions),
 		stop:    make(chan struct{}),
@@ -195,6 +199,128 @@ func (r *Raft) Load(p int, resource string) (Record, bool, error) {
 		return Record{}, false, fmt.Errorf("durability: load %q from partition %d: %w", resource, p, err)
 	}
 	return rec, found, nil
+}
+
+// TokenFloor returns the applied token floor of partition p from local
+// storage: above the token of every record removed from it.
+func (r *Raft) TokenFloor(p int) (int64, error) {
+	if err := r.checkPartition(p); err != nil {
+		return 0, err
+	}
+	r.dbMu.RLock()
+	defer r.dbMu.RUnlock()
+	if r.dbClosed {
+		return 0, ErrClosed
+	}
+	var floor int64
+	err := r.db.View(func(txn *badger.Txn) error {
+		var err error
+		floor, err = readFloor(txn, shardID(p))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("durability: read token floor of partition %d: %w", p, err)
+	}
+	return floor, nil
+}
+
+// releasedPage bounds the records Released examines per read txn, so fn
+// runs with no txn or lock held and a long scan never holds up Close.
+const releasedPage = 256
+
+// Released calls fn, in key order, for stored records of partition p that are
+// free at nowMs minus grace: Unlocked with LastModifiedMs <= cutoffMs, or Locked
+// with ExpiresMs <= cutoffMs; it stops early when fn returns false, and after
+// limit records (limit <= 0: no limit). Records are read from local storage.
+//
+// Records are read a page at a time, each page a consistent view, and fn
+// runs between pages: it may call the backend, and a record it is given
+// may have changed since (a Remove decided from it is fenced by its Base).
+// Corrupt records are skipped.
+func (r *Raft) Released(p int, cutoffMs int64, limit int, fn func(Record) bool) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	var (
+		from   []byte // the first key to examine; nil: the partition's first
+		sent   int
+		warned bool
+	)
+	for {
+		page := releasedPage
+		if limit > 0 {
+			page = min(page, limit-sent)
+		}
+		recs, next, err := r.releasedPage(p, cutoffMs, from, page, &warned)
+		if err != nil {
+			return fmt.Errorf("durability: scan partition %d for released records: %w", p, err)
+		}
+		for _, rec := range recs {
+			sent++
+			if !fn(rec) {
+				return nil
+			}
+		}
+		if next == nil || (limit > 0 && sent >= limit) {
+			return nil
+		}
+		from = next
+	}
+}
+
+// releasedPage examines up to releasedPage records of partition p from key
+// from on and returns the free ones, at most want, and the key to go on
+// from (nil once the partition's records are exhausted).
+func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned *bool) ([]Record, []byte, error) {
+	r.dbMu.RLock()
+	defer r.dbMu.RUnlock()
+	if r.dbClosed {
+		return nil, nil, ErrClosed
+	}
+	var (
+		recs []Record
+		next []byte
+	)
+	err := r.db.View(func(txn *badger.Txn) error {
+		prefix := shardKey(nil, shardID(p), keyRecord)
+		if from == nil {
+			from = prefix
+		}
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: prefix})
+		defer it.Close()
+		n := 0
+		for it.Seek(from); it.Valid(); it.Next() {
+			item := it.Item()
+			if n == releasedPage || len(recs) == want {
+				next = item.KeyCopy(nil)
+				return nil
+			}
+			n++
+			rec := Record{Resource: string(item.Key()[len(prefix):])}
+			var free bool
+			err := item.Value(func(v []byte) error {
+				if err := decodeStored(v, &rec); err != nil {
+					return err
+				}
+				free = rec.Locked && rec.ExpiresMs <= cutoffMs || !rec.Locked && rec.LastModifiedMs <= cutoffMs
+				rec.Owner = bytes.Clone(rec.Owner) // v is only valid in here
+				return nil
+			})
+			switch {
+			case errors.Is(err, errCorrupt):
+				if !*warned {
+					*warned = true
+					r.log.Warn("durability: skipping corrupt stored record in scan", "partition", p, "resource", rec.Resource)
+				}
+			case err != nil:
+				return err
+			case free:
+				recs = append(recs, rec)
+			}
+		}
+		return nil
+	})
+	return recs, next, err
 }
 
 // Barrier implements Backend with a Raft read index. Without a deadline in

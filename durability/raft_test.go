@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	sm "github.com/lni/dragonboat/v4/statemachine"
 )
 
 // testWait bounds every wait on a signal, so a hang fails instead of
@@ -596,5 +597,137 @@ func TestDeploymentIDFor(t *testing.T) {
 	}
 	if deploymentIDFor("", map[uint64]string{1: " A:1", 2: "b:1", 3: "C:1 "}) != deploymentIDFor("", three) {
 		t.Error("addresses differing in case or spaces (the same to dragonboat) give different IDs")
+	}
+}
+
+// Released pages through a partition's records: only those free long
+// enough, in key order, none twice across pages; limit and an early stop
+// end it.
+func TestReleased(t *testing.T) {
+	db := memDB(t, 8<<20)
+	r := &Raft{db: db, log: discard, lanes: make([]*lane, 3)}
+	s := newStateMachine(db, shardID(1), discard, true)
+	const cutoff = 100
+	var recs, want []Record
+	for i := range 1000 {
+		res := fmt.Sprintf("r%04d", i)
+		var rc Record
+		// Free ones at each multiple of 256, where pages end.
+		switch i % 4 {
+		case 0: // unlocked at the cutoff
+			rc = Record{Resource: res, Token: 1, Revision: 1, LastModifiedMs: cutoff}
+		case 1: // expired at the cutoff, though modified after it
+			rc = Record{Resource: res, Owner: []byte("o" + res), Token: 2, Revision: 1, Locked: true, ExpiresMs: cutoff, LastModifiedMs: cutoff + 5}
+		case 2: // unlocked too recently
+			rc = Record{Resource: res, Token: 1, Revision: 1, LastModifiedMs: cutoff + 1}
+		case 3: // locked past the cutoff, though modified before it
+			rc = Record{Resource: res, Owner: []byte("o"), Token: 2, Revision: 1, Locked: true, ExpiresMs: cutoff + 1}
+		}
+		recs = append(recs, rc)
+		if i%4 < 2 {
+			want = append(want, stored(rc, 5))
+		}
+	}
+	if _, err := s.Update([]sm.Entry{entry(5, recs...)}); err != nil {
+		t.Fatal(err)
+	}
+	// Another partition's free record, and a corrupt one, are never given.
+	other := newStateMachine(db, shardID(2), discard, true)
+	if _, err := other.Update([]sm.Entry{entry(5, rec("z", 0, 1))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(txn *badger.Txn) error {
+		return txn.Set(recordKey(nil, shardID(1), []byte("r9999")), []byte{0xff})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	scan := func(limit, stopAt int) []Record {
+		t.Helper()
+		var got []Record
+		err := r.Released(1, cutoff, limit, func(rc Record) bool {
+			got = append(got, rc)
+			return len(got) != stopAt
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := scan(0, 0); !reflect.DeepEqual(got, want) {
+		t.Fatalf("every free record: got %d, want %d (first %+v)", len(got), len(want), got[:min(len(got), 2)])
+	}
+	for _, c := range []struct{ limit, stopAt, want int }{{10, 0, 10}, {300, 0, 300}, {0, 7, 7}, {300, 260, 260}, {len(want) + 5, 0, len(want)}} {
+		if got := scan(c.limit, c.stopAt); !reflect.DeepEqual(got, want[:c.want]) {
+			t.Errorf("limit %d, stop at %d: %d records, want the first %d", c.limit, c.stopAt, len(got), c.want)
+		}
+	}
+	if got := scan(0, 0); len(got) != len(want) {
+		t.Fatal("a scan changed what is stored")
+	}
+	if err := r.Released(3, cutoff, 0, func(Record) bool { return true }); !errors.Is(err, errPartition) {
+		t.Fatalf("partition out of range: %v", err)
+	}
+	r.dbClosed = true
+	if err := r.Released(1, cutoff, 0, func(Record) bool { return true }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed: %v", err)
+	}
+}
+
+// Through Raft: a Remove decided from the stored record deletes it, and
+// Load then gives the floor, which a new grant must reach.
+func TestRemoveSingleNode(t *testing.T) {
+	n := openNode(t, RaftConfig{Partitions: 2})
+	n.awaitSelfLeader(t)
+	x := rec("x", 5, 1)
+	if err := propose(t, n, 1, x); err != nil {
+		t.Fatal(err)
+	}
+	free := Record{Resource: "y", Token: 3, Revision: 2, LastModifiedMs: 10}
+	if err := propose(t, n, 1, free); err != nil {
+		t.Fatal(err)
+	}
+	var released []Record
+	if err := n.Released(1, 10, 0, func(r Record) bool { released = append(released, r); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(released) != 1 || !sameRecord(released[0], free) || released[0].Index == 0 {
+		t.Fatalf("released %+v, want y", released)
+	}
+	gone := removal(rec("x", 5, 2), 0) // propose sets Base from the stored x
+	if err := propose(t, n, 1, gone); err != nil {
+		t.Fatalf("remove x: %v", err)
+	}
+	got, ok, err := n.Load(1, "x")
+	if err != nil || ok || !reflect.DeepEqual(got, Record{Resource: "x", Token: 6}) {
+		t.Fatalf("Load after remove = %+v, %v, %v; want not found at token 6", got, ok, err)
+	}
+	if f, err := n.TokenFloor(1); f != 6 || err != nil {
+		t.Fatalf("TokenFloor(1) = %d, %v", f, err)
+	}
+	if f, err := n.TokenFloor(0); f != 0 || err != nil {
+		t.Fatalf("TokenFloor(0) = %d, %v", f, err)
+	}
+	for _, c := range []struct {
+		r    Record
+		want error
+	}{
+		{gone, ErrFenced},                       // nothing stored any more
+		{rec("x", 5, 1), ErrFenced},             // below the floor
+		{rec("x", 6, 1), nil},                   // at it
+		{removal(rec("x", 5, 2), 0), ErrFenced}, // a lower token than stored
+	} {
+		if err := propose(t, n, 1, c.r); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+			t.Errorf("%+v: %v, want %v", c.r, err, c.want)
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.TokenFloor(1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TokenFloor after Close: %v", err)
+	}
+	if err := n.Released(1, 10, 0, func(Record) bool { return true }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Released after Close: %v", err)
 	}
 }

@@ -13,14 +13,17 @@ import (
 // Snapshot stream of one shard:
 //
 //	version:byte uvarint(applied index) uvarint(epoch term) uvarint(epoch replica)
+//	varint(token floor)
 //	{ 0x01 uvarint(len) resource uvarint(len) stored value }*
 //	0x00 uvarint(record count)
 //
 // It carries the applied index because RecoverFromSnapshot gets none, and
-// the epoch because the fence depends on it. Version 1 (before the fence)
-// had no epoch.
+// the epoch and token floor because the fence depends on them. Version 1
+// (before the fence) had no epoch, version 2 (before removals) no floor:
+// both read as zero.
 const (
-	snapshotVersion   byte = 2
+	snapshotVersion   byte = 3
+	snapshotVersionV2 byte = 2
 	snapshotVersionV1 byte = 1
 	tagRecord         byte = 1
 	tagEnd            byte = 0
@@ -31,6 +34,7 @@ type snapshotView struct {
 	txn     *badger.Txn // a read txn is a point-in-time view
 	applied uint64
 	epoch   Epoch
+	floor   int64
 }
 
 // PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
@@ -38,15 +42,21 @@ type snapshotView struct {
 func (s *stateMachine) PrepareSnapshot() (any, error) {
 	txn := s.db.NewTransaction(false)
 	applied, err := readApplied(txn, s.shard)
-	var epoch Epoch
+	var (
+		epoch Epoch
+		floor int64
+	)
 	if err == nil {
 		epoch, err = readEpoch(txn, s.shard)
+	}
+	if err == nil {
+		floor, err = readFloor(txn, s.shard)
 	}
 	if err != nil {
 		txn.Discard()
 		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
 	}
-	return &snapshotView{txn: txn, applied: applied, epoch: epoch}, nil
+	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor}, nil
 }
 
 // SaveSnapshot streams the view taken by PrepareSnapshot.
@@ -64,6 +74,7 @@ func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan st
 	buf := binary.AppendUvarint([]byte{snapshotVersion}, v.applied)
 	buf = binary.AppendUvarint(buf, v.epoch.Term)
 	buf = binary.AppendUvarint(buf, v.epoch.Replica)
+	buf = binary.AppendVarint(buf, v.floor)
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
@@ -119,19 +130,27 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	if err != nil {
 		return err
 	}
-	if ver != snapshotVersion && ver != snapshotVersionV1 {
+	if ver != snapshotVersion && ver != snapshotVersionV2 && ver != snapshotVersionV1 {
 		return fmt.Errorf("%w: snapshot version %d", errCorrupt, ver)
 	}
 	applied, err := binary.ReadUvarint(br)
 	if err != nil {
 		return err
 	}
-	var epoch Epoch
-	if ver == snapshotVersion {
+	var (
+		epoch Epoch
+		floor int64
+	)
+	if ver >= snapshotVersionV2 {
 		if epoch.Term, err = binary.ReadUvarint(br); err != nil {
 			return err
 		}
 		if epoch.Replica, err = binary.ReadUvarint(br); err != nil {
+			return err
+		}
+	}
+	if ver >= snapshotVersion {
+		if floor, err = binary.ReadVarint(br); err != nil {
 			return err
 		}
 	}
@@ -149,8 +168,13 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	var ev [16]byte
 	binary.BigEndian.PutUint64(ev[:8], epoch.Term)
 	binary.BigEndian.PutUint64(ev[8:], epoch.Replica)
+	var fv [8]byte
+	binary.BigEndian.PutUint64(fv[:], uint64(floor))
 	err = s.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(s.epochKey, ev[:]); err != nil {
+			return err
+		}
+		if err := txn.Set(s.floorKey, fv[:]); err != nil {
 			return err
 		}
 		return txn.Set(s.appliedKey, val[:])
@@ -158,7 +182,7 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	if err != nil {
 		return err
 	}
-	s.epoch = epoch
+	s.epoch, s.floor = epoch, floor
 	return s.db.Sync()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -25,7 +26,11 @@ var errSMClosed = errors.New("durability: state machine closed")
 //   - a batch applies only if it was decided in the stored epoch;
 //   - each record of it applies only if the stored record is still at the
 //     Index the decision was made from (compare-and-set), and never lowers
-//     the token.
+//     the token: below the stored record's, or, with none stored, below
+//     the shard's token floor;
+//   - a removal (Record.Remove) applies under the same guard and only if a
+//     record is stored: it deletes the record and raises the floor above
+//     the record's token, so the name's tokens keep growing after it.
 //
 // A rejected record changes nothing, the same way on every replica.
 //
@@ -40,6 +45,7 @@ type stateMachine struct {
 	closed     atomic.Bool
 	appliedKey []byte
 	epochKey   []byte
+	floorKey   []byte
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
@@ -47,6 +53,7 @@ type stateMachine struct {
 	// Used only by Open, Update and RecoverFromSnapshot, which dragonboat
 	// never runs concurrently.
 	epoch      Epoch  // the stored epoch
+	floor      int64  // the stored token floor
 	keys       []byte // key arena
 	vals       []byte // stored-value arena
 	appliedVal [8]byte
@@ -101,6 +108,14 @@ func (c *orderCache) put(res []byte, o order) {
 	c.bytes += cost
 }
 
+// forget drops res, whose record was removed.
+func (c *orderCache) forget(res []byte) {
+	if _, ok := c.m[string(res)]; ok {
+		delete(c.m, string(res))
+		c.bytes -= orderCacheCost(len(res))
+	}
+}
+
 func (c *orderCache) clear() { c.m, c.bytes = nil, 0 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
@@ -112,6 +127,7 @@ func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFenc
 		log:           log.With("partition", int(shard)-1), // as kahuna numbers them (shard p+1)
 		appliedKey:    shardKey(nil, shard, keyApplied),
 		epochKey:      shardKey(nil, shard, keyEpoch),
+		floorKey:      shardKey(nil, shard, keyFloor),
 		unsafeNoFence: unsafeNoFence,
 	}
 }
@@ -124,11 +140,14 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 		if idx, err = readApplied(txn, s.shard); err != nil {
 			return err
 		}
-		s.epoch, err = readEpoch(txn, s.shard)
+		if s.epoch, err = readEpoch(txn, s.shard); err != nil {
+			return err
+		}
+		s.floor, err = readFloor(txn, s.shard)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("durability: shard %d: read applied index and epoch: %w", s.shard, err)
+		return 0, fmt.Errorf("durability: shard %d: read applied index, epoch and token floor: %w", s.shard, err)
 	}
 	return idx, nil
 }
@@ -139,7 +158,7 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 // that stops the node; a corrupt or oversized entry is logged and skipped
 // the same way on every replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	a := applier{s: s, txn: s.db.NewTransaction(true), keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch}
+	a := applier{s: s, txn: s.db.NewTransaction(true), keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor}
 	defer func() { a.txn.Discard() }()
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
@@ -159,7 +178,10 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 // value, two meta bytes and ten bytes of version.
 func setCost(k, v int) int64 { return int64(k + v + 12) }
 
-var appliedCost = setCost(shardKeyLen, 8)
+var (
+	appliedCost = setCost(shardKeyLen, 8)
+	floorCost   = setCost(shardKeyLen, 8)
+)
 
 type applier struct {
 	s           *stateMachine
@@ -168,11 +190,12 @@ type applier struct {
 	last        uint64 // index of the last entry fully in txn; 0 = none
 	keys, vals  []byte
 	epoch       Epoch // as this txn leaves it; the state machine's once committed
+	floor       int64 // likewise
 }
 
 func (a *applier) entry(e *sm.Entry) error {
 	e.Result = sm.Result{}
-	h, body, n, cost, err := scanEntry(e.Cmd)
+	h, body, ops, cost, err := scanEntry(e.Cmd)
 	if err != nil {
 		a.s.log.Warn("durability: skipping corrupt raft entry", "index", e.Index, "len", len(e.Cmd))
 		a.last = e.Index
@@ -182,16 +205,16 @@ func (a *applier) entry(e *sm.Entry) error {
 		return a.marker(e, h.epoch)
 	}
 	maxCount, maxSize := a.s.db.MaxBatchCount(), a.s.db.MaxBatchSize()
-	if a.count+n+1 >= maxCount || a.size+cost+appliedCost >= maxSize {
+	if a.count+ops+1 >= maxCount || a.size+cost+appliedCost >= maxSize {
 		if a.last != 0 {
 			if err := a.commit(); err != nil {
 				return err
 			}
 			a.txn = a.s.db.NewTransaction(true)
 		}
-		if n+1 >= maxCount || cost+appliedCost >= maxSize {
+		if ops+1 >= maxCount || cost+appliedCost >= maxSize {
 			a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
-				"index", e.Index, "records", n, "bytes", cost)
+				"index", e.Index, "records", h.count, "bytes", cost)
 			a.last = e.Index
 			return nil
 		}
@@ -203,7 +226,7 @@ func (a *applier) entry(e *sm.Entry) error {
 		fenced  = h.kind == kindBatch && !a.s.unsafeNoFence
 		stale   = fenced && h.epoch != a.epoch
 	)
-	for j := range n {
+	for j := range h.count {
 		var res, val []byte
 		res, val, body, _ = nextRecord(body, h.kind, &rec) // validated by scanEntry
 		ok := false
@@ -219,7 +242,7 @@ func (a *applier) entry(e *sm.Entry) error {
 				bits[j/8] |= 1 << (j % 8)
 			}
 		case bits == nil:
-			bits = make([]byte, (n+7)/8)
+			bits = make([]byte, (h.count+7)/8)
 			for k := range j {
 				bits[k/8] |= 1 << (k % 8)
 			}
@@ -257,9 +280,10 @@ func (a *applier) marker(e *sm.Entry, ep Epoch) error {
 const storedIndexCost = 10
 
 // scanEntry validates a whole entry before any of it is applied and returns
-// its header, its records part, and for a batch its record count and
-// badger cost.
-func scanEntry(cmd []byte) (h header, records []byte, n, cost int64, err error) {
+// its header, its records part, and for a batch the most badger writes
+// applying it takes (one per record, two per removal: the delete and the
+// floor) and their cost.
+func scanEntry(cmd []byte) (h header, records []byte, ops, cost int64, err error) {
 	h, body, err := parseHeader(cmd)
 	if err != nil || h.kind == kindEpoch {
 		return h, nil, 0, 0, err
@@ -272,18 +296,26 @@ func scanEntry(cmd []byte) (h header, records []byte, n, cost int64, err error) 
 		if err != nil {
 			return h, nil, 0, 0, err
 		}
+		// A delete costs no more than a write of the same key.
 		cost += setCost(shardKeyLen+len(res), len(val)+storedIndexCost)
+		ops++
+		if rec.Remove {
+			cost += floorCost
+			ops++
+		}
 	}
 	if len(body) != 0 {
 		return h, nil, 0, 0, errCorrupt
 	}
-	return h, records, int64(h.count), cost, nil
+	return h, records, ops, cost, nil
 }
 
 // put stores the record of resource res (command-form value val) as written
-// by the entry at index, if the guard lets it: fenced, the stored record
-// must still be at rec.Base and the token must not go down; otherwise (a
-// legacy batch, or the fence switched off) (Token, Revision) must advance.
+// by the entry at index, or removes it (rec.Remove), if the guard lets it.
+// Fenced, the stored record must still be at rec.Base and the token must
+// not go down (with none stored: not below the floor). Otherwise (a legacy
+// batch, or the fence switched off) a write must advance (Token, Revision).
+// Either way a removal needs a stored record.
 func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (bool, error) {
 	start := len(a.keys)
 	a.keys = recordKey(a.keys, a.s.shard, res)
@@ -300,14 +332,23 @@ func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (
 	}
 	var ok bool
 	switch {
+	case fenced && known:
+		ok = old.index == rec.Base && rec.Token >= old.token
 	case fenced:
-		ok = old.index == rec.Base && (!known || rec.Token >= old.token)
+		ok = rec.Base == 0 && !rec.Remove && rec.Token >= a.floor
+	case rec.Remove:
+		ok = known
 	default:
 		ok = !known || advances(rec.Token, rec.Revision, old.token, old.revision)
 	}
 	if !ok {
 		a.keys = a.keys[:start]
 		return false, nil
+	}
+	if rec.Remove {
+		// Unfenced, rec.Token may be below the stored one: the floor must
+		// pass both.
+		return true, a.remove(key, res, max(rec.Token, old.token))
 	}
 	vstart := len(a.vals)
 	a.vals = appendStored(a.vals, val, index)
@@ -319,6 +360,32 @@ func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (
 	a.count++
 	a.size += setCost(len(key), len(stored))
 	return true, nil
+}
+
+// remove deletes the record of res at key and raises the floor above token.
+func (a *applier) remove(key, res []byte, token int64) error {
+	if err := a.txn.Delete(key); err != nil {
+		return err
+	}
+	a.s.orders.forget(res)
+	a.count++
+	a.size += setCost(len(key), 0)
+	floor := token
+	if floor < math.MaxInt64 {
+		floor++
+	}
+	if floor <= a.floor {
+		return nil
+	}
+	vstart := len(a.vals)
+	a.vals = binary.BigEndian.AppendUint64(a.vals, uint64(floor))
+	if err := a.txn.Set(a.s.floorKey, a.vals[vstart:len(a.vals):len(a.vals)]); err != nil {
+		return err
+	}
+	a.count++
+	a.size += floorCost
+	a.floor = floor
+	return nil
 }
 
 // stored reads the order of the record at key, as this txn sees it; known
@@ -356,7 +423,7 @@ func (a *applier) commit() error {
 	if err := a.txn.Commit(); err != nil {
 		return err
 	}
-	a.s.epoch = a.epoch
+	a.s.epoch, a.s.floor = a.epoch, a.floor
 	a.count, a.size, a.last = 0, 0, 0
 	a.keys, a.vals = a.keys[:0], a.vals[:0] // badger copied them on commit
 	return nil

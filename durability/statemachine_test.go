@@ -353,8 +353,198 @@ func TestOrderCacheBound(t *testing.T) {
 	if c.bytes != before {
 		t.Fatalf("update changed the size: %d → %d", before, c.bytes)
 	}
+	c.forget(key(19_999))
+	c.forget(key(19_999)) // forgetting what is not cached costs nothing
+	if _, ok := c.get(key(19_999)); ok || c.bytes != before-orderCacheCost(len(key(19_999))) {
+		t.Fatalf("forget: %d bytes cached, want %d", c.bytes, before-orderCacheCost(len(key(19_999))))
+	}
 	c.clear()
 	if _, ok := c.get(key(19_999)); ok || c.bytes != 0 {
 		t.Fatal("clear kept entries")
+	}
+}
+
+// removal is r as a Remove decided from the stored record at base.
+func removal(r Record, base uint64) Record { r.Base, r.Remove = base, true; return r }
+
+func floorOf(t *testing.T, db *badger.DB, shard uint64) int64 {
+	t.Helper()
+	var f int64
+	if err := db.View(func(txn *badger.Txn) (err error) { f, err = readFloor(txn, shard); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// checkResults compares each entry's Result with want (Data nil: every
+// record applied).
+func checkResults(t *testing.T, ents []sm.Entry, want []sm.Result) {
+	t.Helper()
+	for i, w := range want {
+		if r := ents[i].Result; r.Value != w.Value || !bytes.Equal(r.Data, w.Data) {
+			t.Errorf("entry %d result %+v, want %+v", ents[i].Index, r, w)
+		}
+	}
+}
+
+// A Remove applies under a write's guard, only to a stored record; it
+// deletes the record and raises the floor, which a first write must reach.
+func TestStateMachineRemove(t *testing.T) {
+	db := memDB(t, 8<<20)
+	s := fencedSM(t, db)
+	ents := []sm.Entry{
+		entry(5, rec("a", 4, 1), rec("b", 9, 1), rec("c", 2, 1)),
+		// a: from a stale base, never stored x, a lower token than a's
+		// (all rejected), then from a's base (applied).
+		entry(6, removal(rec("a", 4, 2), 0), removal(rec("x", 1, 1), 0), removal(rec("a", 3, 2), 5), removal(rec("a", 4, 2), 5)),
+	}
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, ents, []sm.Result{{Value: 5}, {Value: 6, Data: []byte{0b1000}}})
+	if got, ok := mustLoad(t, db, 3, "a"); ok || !reflect.DeepEqual(got, Record{Resource: "a", Token: 5}) {
+		t.Fatalf("removed a: %+v found %v, want not found at token 5", got, ok)
+	}
+	if _, ok := s.orders.get([]byte("a")); ok {
+		t.Fatal("the order cache still holds a")
+	}
+	if f := floorOf(t, db, 3); f != 5 || s.floor != 5 {
+		t.Fatalf("floor %d (in memory %d), want 5", f, s.floor)
+	}
+
+	ents = []sm.Entry{
+		// Below the floor: a again, and d never stored (rejected); a gone
+		// (rejected); a at the floor (applied).
+		entry(7, rec("a", 4, 1), rec("d", 4, 1), removal(rec("a", 4, 2), 5), rec("a", 5, 1)),
+		// b raises the floor to 10, c's lower token leaves it there; in
+		// the same batch c is granted again at the new floor.
+		entry(8, removal(rec("b", 9, 2), 5), removal(rec("c", 2, 2), 5), rec("c", 10, 1)),
+		// Another epoch: rejected.
+		epochEntry(9, Epoch{Term: 3, Replica: 2}, removal(rec("a", 5, 2), 7)),
+	}
+	if _, err := s.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, ents, []sm.Result{{Value: 7, Data: []byte{0b1000}}, {Value: 8}, {}})
+	if f := floorOf(t, db, 3); f != 10 || s.floor != 10 {
+		t.Fatalf("floor %d (in memory %d), want 10", f, s.floor)
+	}
+	for res, want := range map[string]Record{"a": stored(rec("a", 5, 1), 7), "c": stored(rec("c", 10, 1), 8)} {
+		if got, ok := mustLoad(t, db, 3, res); !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %+v, want %+v", res, got, want)
+		}
+	}
+	if got, ok := mustLoad(t, db, 3, "b"); ok || got.Token != 10 {
+		t.Fatalf("b = %+v found %v, want not found at token 10", got, ok)
+	}
+	if f := floorOf(t, db, 4); f != 0 {
+		t.Fatalf("shard 4 has floor %d", f)
+	}
+
+	// A fresh state machine reads the floor back.
+	cold := newStateMachine(db, 3, discard, false)
+	if _, err := cold.Open(nil); err != nil || cold.floor != 10 {
+		t.Fatalf("reopened with floor %d: %v", cold.floor, err)
+	}
+	ents = []sm.Entry{entry(10, rec("e", 9, 1), rec("e", 10, 1))}
+	if _, err := cold.Update(ents); err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, ents, []sm.Result{{Value: 10, Data: []byte{0b10}}})
+}
+
+// Without the fence (switched off, or a legacy batch) a Remove applies to
+// any stored record; the floor still passes the stored token, and writes
+// ignore the floor as before.
+func TestStateMachineRemoveUnfenced(t *testing.T) {
+	for name, tc := range map[string]struct {
+		noFence bool
+		entry   func(uint64, ...Record) sm.Entry
+	}{
+		"no fence": {true, entry},
+		"legacy":   {false, legacyEntry},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := memDB(t, 8<<20)
+			s := newStateMachine(db, 3, discard, tc.noFence)
+			ents := []sm.Entry{
+				tc.entry(5, rec("a", 4, 1)),
+				// x is not stored (rejected); a from a stale base, with a
+				// lower token (applied).
+				tc.entry(6, removal(rec("x", 9, 1), 0), removal(rec("a", 1, 1), 3)),
+				tc.entry(7, rec("a", 1, 1)),
+			}
+			if _, err := s.Update(ents); err != nil {
+				t.Fatal(err)
+			}
+			checkResults(t, ents, []sm.Result{{Value: 5}, {Value: 6, Data: []byte{0b10}}, {Value: 7}})
+			if f := floorOf(t, db, 3); f != 5 || s.floor != 5 {
+				t.Fatalf("floor %d (in memory %d), want 5", f, s.floor)
+			}
+		})
+	}
+}
+
+func TestStateMachineSnapshotFloor(t *testing.T) {
+	src := memDB(t, 8<<20)
+	s := fencedSM(t, src) // shard 3
+	if _, err := s.Update([]sm.Entry{entry(2, rec("a", 7, 1), rec("b", 1, 1)), entry(3, removal(rec("a", 7, 2), 2))}); err != nil {
+		t.Fatal(err)
+	}
+	view, err := s.PrepareSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := s.SaveSnapshot(view, &buf, make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Bytes()[0] != snapshotVersion {
+		t.Fatalf("snapshot version %d", buf.Bytes()[0])
+	}
+
+	dst := memDB(t, 8<<20)
+	d := newStateMachine(dst, 3, discard, false)
+	if err := d.RecoverFromSnapshot(bytes.NewReader(buf.Bytes()), make(chan struct{})); err != nil {
+		t.Fatal(err)
+	}
+	if f := floorOf(t, dst, 3); f != 8 || d.floor != 8 {
+		t.Fatalf("recovered floor %d (in memory %d), want 8", f, d.floor)
+	}
+	if got, ok := mustLoad(t, dst, 3, "a"); ok || got.Token != 8 {
+		t.Fatalf("a = %+v found %v, want not found at token 8", got, ok)
+	}
+	next := []sm.Entry{entry(4, rec("a", 7, 1), rec("a", 8, 1))}
+	if _, err := d.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, next, []sm.Result{{Value: 4, Data: []byte{0b10}}})
+
+	// Streams of versions 1 and 2 have no floor: it reads as 0.
+	c := rec("c", 3, 1)
+	for _, ver := range []byte{snapshotVersionV2, snapshotVersionV1} {
+		old := binary.AppendUvarint([]byte{ver}, 20)
+		if ver == snapshotVersionV2 {
+			old = binary.AppendUvarint(binary.AppendUvarint(old, testEpoch.Term), testEpoch.Replica)
+		}
+		val := appendStored(nil, appendValue(nil, &c), 20)
+		old = binary.AppendUvarint(append(old, tagRecord), uint64(len(c.Resource)))
+		old = binary.AppendUvarint(append(old, c.Resource...), uint64(len(val)))
+		old = binary.AppendUvarint(append(append(old, val...), tagEnd), 1)
+		if err := d.RecoverFromSnapshot(bytes.NewReader(old), make(chan struct{})); err != nil {
+			t.Fatalf("version %d: %v", ver, err)
+		}
+		if f := floorOf(t, dst, 3); f != 0 || d.floor != 0 {
+			t.Fatalf("version %d: floor %d (in memory %d), want 0", ver, f, d.floor)
+		}
+		if got, ok := mustLoad(t, dst, 3, "c"); !ok || !reflect.DeepEqual(got, stored(c, 20)) {
+			t.Fatalf("version %d: c = %+v, %v", ver, got, ok)
+		}
+		if _, ok := mustLoad(t, dst, 3, "a"); ok {
+			t.Fatalf("version %d: a survived recovery", ver)
+		}
+	}
+	if err := d.RecoverFromSnapshot(bytes.NewReader([]byte{snapshotVersion + 1, 0}), make(chan struct{})); !errors.Is(err, errCorrupt) {
+		t.Fatalf("unknown version: %v", err)
 	}
 }

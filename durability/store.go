@@ -13,10 +13,16 @@ import (
 //
 //	's' shard:8 'a'            applied Raft index of the shard (8 bytes BE)
 //	's' shard:8 'e'            the shard's epoch: term, replica (8 bytes BE each)
+//	's' shard:8 'f'            the shard's token floor (8 bytes BE int64; absent: 0)
 //	's' shard:8 'r' resource   the resource's stored value (codec.go)
+//
+// The token floor is above the token of every record removed from the
+// shard, so a name granted again after its record was removed still gets
+// a larger fencing token than it ever had. It only grows.
 const (
 	keyApplied  byte = 'a'
 	keyEpoch    byte = 'e'
+	keyFloor    byte = 'f'
 	keyRecord   byte = 'r'
 	shardKeyLen      = 1 + 8 + 1
 )
@@ -113,11 +119,37 @@ func readEpoch(txn *badger.Txn, shard uint64) (Epoch, error) {
 	return e, err
 }
 
-// loadRecord reads one stored record; the result owns its memory.
+// readFloor returns the stored token floor of shard (0 if none).
+func readFloor(txn *badger.Txn, shard uint64) (int64, error) {
+	item, err := txn.Get(shardKey(nil, shard, keyFloor))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var floor int64
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: token floor of %d bytes", errCorrupt, len(v))
+		}
+		floor = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return floor, err
+}
+
+// loadRecord reads one stored record; the result owns its memory. Without
+// one it returns resource at the shard's token floor (Backend.Load), read
+// in the same view, so it is the applied floor that goes with the absence.
 func loadRecord(txn *badger.Txn, shard uint64, resource string) (Record, bool, error) {
 	item, err := txn.Get(recordKey(nil, shard, []byte(resource)))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return Record{}, false, nil
+		floor, err := readFloor(txn, shard)
+		if err != nil {
+			return Record{}, false, err
+		}
+		return Record{Resource: resource, Token: floor}, false, nil
 	}
 	if err != nil {
 		return Record{}, false, err
