@@ -23,6 +23,7 @@ const (
 	DefaultMaxCachedEntries      = 1_000_000
 	DefaultMaxQueuedPerLock      = 1024
 	DefaultMaxPendingPerActor    = 65536
+	DefaultReleasedRetention     = 10 * time.Minute
 )
 
 // Config configures a Node. The zero value is a single node with
@@ -139,6 +140,15 @@ type Config struct {
 	// 10 s). Negative turns balancing off (the start-up spread in Open
 	// still runs).
 	LeaderBalanceCooldown time.Duration
+	// ReleasedRetention is how long a persistent lock's record is kept
+	// once the lock is free (unlocked, or its lease ended) and unchanged
+	// (default 10 min; negative keeps records forever). The partition's
+	// leader then removes it (package sweep), so the store of a workload
+	// of unique names levels off; the partition's token floor keeps the
+	// name's next token above every token it had. After removal a late
+	// Unlock by the lapsed holder answers LockDoesNotExist, and the name's
+	// revisions start again from 1.
+	ReleasedRetention time.Duration
 	// AuthTokens, when set, makes the wire API served at ListenAddress
 	// refuse lock and admin calls without one of its bearer tokens (see
 	// transport.ServerOptions.Tokens; /healthz stays open). nil serves
@@ -192,6 +202,9 @@ type Config struct {
 	unsafeNoFence        bool // state machines apply records without compare-and-set or epoch checks
 	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
+	// sweepEvery paces the sweep of free records (0: sweep's default):
+	// tests make it short.
+	sweepEvery time.Duration
 	// onServe starts every reign of this node (partition.Options.OnServe):
 	// the fault tests record reigns with it (faults_export_test.go).
 	onServe func(p int, term uint64, serve func())
@@ -352,6 +365,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaderBalanceCooldown == 0 {
 		c.LeaderBalanceCooldown = DefaultLeaderBalanceCooldown
+	}
+	if c.ReleasedRetention == 0 {
+		c.ReleasedRetention = DefaultReleasedRetention
 	}
 	if c.MaxCachedEntries == 0 {
 		c.MaxCachedEntries = DefaultMaxCachedEntries

@@ -1,6 +1,7 @@
 package kahuna
 
 import (
+	"math"
 	"time"
 
 	"github.com/kahunago/kahuna/durability"
@@ -102,4 +103,24 @@ func ServingNow(n *Node, p int) bool {
 func WithoutTakeoverWait(cfg Config) Config {
 	cfg.unsafeNoTakeoverWait = true
 	return cfg
+}
+
+// WithSweepEvery returns cfg with the sweep of free records run every d
+// instead of every ReleasedRetention/10 (at least 1 s).
+func WithSweepEvery(cfg Config, d time.Duration) Config {
+	cfg.sweepEvery = d
+	return cfg
+}
+
+// StoredRecords counts the persistent records n stores, over every
+// partition.
+func StoredRecords(n *Node) (int, error) {
+	total := 0
+	for p := range n.cfg.Partitions {
+		err := n.backend.Released(p, math.MaxInt64, 0, func(durability.Record) bool { total++; return true })
+		if err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
+	"github.com/kahunago/kahuna/sweep"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -66,6 +67,8 @@ type Node struct {
 	// Leader balancing (balance.go): done when the balancer stopped (nil
 	// if it never ran), and the partitions it handed over.
 	balanceDone  chan struct{}
+	sweeper      *sweep.Sweeper // nil: records are kept forever
+	sweepDone    chan struct{}
 	balanceMoves atomic.Uint64
 }
 
@@ -165,6 +168,7 @@ func Open(cfg Config) (*Node, error) {
 		n.spreadLeaders()
 	}
 	n.startBalancer()
+	n.startSweeper()
 	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
 	return n, nil
 }
@@ -431,6 +435,9 @@ func (n *Node) Close() error {
 		}
 		timer.Stop()
 		n.stopBalancer()
+		if n.sweepDone != nil {
+			<-n.sweepDone
+		}
 		if n.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
 			_ = n.server.Shutdown(ctx)
@@ -458,13 +465,39 @@ type Stats struct {
 	RaftRecords   uint64 // persistent writes committed and applied
 	RaftFailures  uint64 // persistent writes proposed but not applied
 	LeaderMoves   uint64 // partitions leader balancing handed to another member
+	RecordsSwept  uint64 // free persistent records this node removed (Config.ReleasedRetention)
 }
 
 // Stats reports the node's counters. It is cheap: atomics only.
 func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
-	return Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, Refused: s.Refused, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
+	st := Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, Refused: s.Refused, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
 		LeaderMoves: n.balanceMoves.Load()}
+	if n.sweeper != nil {
+		st.RecordsSwept = n.sweeper.Removed()
+	}
+	return st
+}
+
+// startSweeper starts removing free persistent records older than
+// Config.ReleasedRetention, in the partitions this node serves.
+func (n *Node) startSweeper() {
+	if n.cfg.ReleasedRetention < 0 {
+		return
+	}
+	n.sweeper = sweep.New(sweep.Config{
+		Partitions: n.cfg.Partitions,
+		Retention:  n.cfg.ReleasedRetention,
+		Every:      n.cfg.sweepEvery,
+		Serving:    func(p int) bool { _, ok := n.leadership.Serving(p); return ok },
+		Now:        n.cfg.Clock,
+		Logger:     n.cfg.Logger,
+	}, n.backend, n.ring)
+	n.sweepDone = make(chan struct{})
+	go func() {
+		defer close(n.sweepDone)
+		n.sweeper.Run(n.life)
+	}()
 }
 
 // HeldLocks counts the live leases this node serves, by durability. It

@@ -267,6 +267,10 @@ func (a *lockActor) handle(c *call) {
 		c.reply <- Response{Status: lease.Errored}
 		return
 	}
+	if req.forget {
+		a.forget(c, s, cached, term, now)
+		return
+	}
 	if !cached && !a.admit(c, s, term, now) {
 		return // answered without an entry left behind, or refused
 	}
@@ -293,6 +297,33 @@ func (a *lockActor) handle(c *call) {
 	}
 	a.decide(c, s, term, now)
 	a.settle(s) // c may have freed the lock: the head is granted in this same step
+}
+
+// forget proposes the removal of s's stored record (Ring.Forget) if it is
+// still the free record stored at the index the sweep saw; otherwise c is
+// answered Busy and nothing changes.
+func (a *lockActor) forget(c *call, s *slot, cached bool, term uint64, now time.Time) {
+	if s.State == lease.Absent || s.kind != lease.Persistent || s.index != c.req.forgetAt || s.Live(now) ||
+		s.inflight != nil || len(s.waiters) > 0 || len(s.watchers) > 0 {
+		c.reply <- Response{Status: lease.Busy}
+		return
+	}
+	if !cached {
+		a.entries[s.resource] = s // for its write in flight; dropped once it completes
+	}
+	c.decision = lease.Decision{Status: lease.Unlocked}
+	c.rec = durability.Record{
+		Resource:       s.resource,
+		Token:          s.Token,
+		Revision:       s.Revision + 1,
+		LastModifiedMs: now.UnixMilli(),
+		Remove:         true,
+		Base:           s.index,
+		Term:           term,
+	}
+	c.self, c.root = a.self, a.root
+	s.inflight = c
+	a.cfg.Backend.Propose(s.partition, &c.rec, c)
 }
 
 // decide makes c's decision on s, which has no write in flight, and answers
@@ -390,6 +421,8 @@ func (a *lockActor) slot(req *Request, now time.Time) (*slot, bool, error) {
 	}
 	if found {
 		s.Entry, s.index, s.kind = entryOf(&rec, now), rec.Index, lease.Persistent
+	} else {
+		s.Token = rec.Token // the floor: a first grant's token
 	}
 	return s, false, nil
 }
@@ -447,6 +480,8 @@ func (a *lockActor) complete(c *call) {
 	c.handoff = nil
 	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Waited: c.waited}
 	switch {
+	case c.err == nil && c.req.forget:
+		s.dropped = true // removed: the next request loads the floor
 	case c.err == nil:
 		now := a.cfg.Now()
 		a.changed(s, c.decision.Next, lease.Persistent, eventOf(c.req.Op), now)

@@ -19,6 +19,7 @@ type fakeBackend struct {
 	mu        sync.Mutex
 	store     map[string]durability.Record
 	index     uint64 // Raft index of the last applied record
+	floor     int64  // the token floor: above every removed record's token
 	hold      map[string]bool
 	held      chan heldProposal
 	loadPanic string
@@ -63,10 +64,16 @@ func (b *fakeBackend) setHold(resource string, on bool) {
 func (b *fakeBackend) apply(r durability.Record) (uint64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old := b.store[r.Resource]; old.Index != r.Base {
+	old, known := b.store[r.Resource]
+	if old.Index != r.Base || r.Remove && !known || !known && r.Token < b.floor {
 		return 0, durability.ErrFenced
 	}
 	b.index++
+	if r.Remove {
+		delete(b.store, r.Resource)
+		b.floor = max(b.floor, r.Token+1)
+		return b.index, nil
+	}
 	r.Index = b.index
 	b.store[r.Resource] = r
 	return r.Index, nil
@@ -84,6 +91,9 @@ func (b *fakeBackend) Load(p int, resource string) (durability.Record, bool, err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, ok := b.store[resource]
+	if !ok {
+		r.Token = b.floor
+	}
 	return r, ok, nil
 }
 

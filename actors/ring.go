@@ -13,8 +13,10 @@
 //
 // Token rule. A resource has one token count, shared by both kinds: every
 // grant to a new owner, ephemeral or persistent, is the previous grant's
-// token + 1 (0 for the first ever). On a miss the count starts from the
-// stored record's token, the largest persistent token ever granted, so:
+// token + 1 (for the first ever, the partition's token floor: 0, or one
+// above the largest token of a record removed by Forget). On a miss the
+// count starts from the stored record's token, the largest persistent
+// token ever granted, or from the floor when nothing is stored, so:
 //   - a persistent grant's token is above every earlier persistent grant's,
 //     across leader changes, restarts and evictions (the stored token is
 //     the floor), and above every earlier ephemeral grant made on the
@@ -117,6 +119,11 @@ type Request struct {
 	Durability lease.Durability
 	Partition  int
 	Wait       time.Duration
+
+	// forget, set by Forget only, asks for the removal of the resource's
+	// stored record, if it is still the free one stored at forgetAt.
+	forget   bool
+	forgetAt uint64
 }
 
 // Response is the answer to a Request. For Got, Owner and Expires describe
@@ -270,6 +277,18 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	case <-r.done:
 		return Response{}, ErrClosed
 	}
+}
+
+// Forget removes the stored record of resource in partition p if it is
+// still the free record that was stored at index (Released found it): no
+// live holder, no write in flight, no waiter, no watcher, and not moved on
+// by an ephemeral grant. The removal is a record through the backend,
+// fenced like any write; the partition's token floor keeps the name's next
+// token above the removed one. It reports whether the record was removed;
+// false changes nothing (the next sweep looks again).
+func (r *Ring) Forget(ctx context.Context, p int, resource string, index uint64) (bool, error) {
+	resp, err := r.Do(ctx, Request{Resource: resource, Partition: p, forget: true, forgetAt: index})
+	return err == nil && resp.Status == lease.Unlocked, err
 }
 
 // wait runs a waiting TryLock. Its wait is timed here, on the caller's

@@ -157,7 +157,9 @@ type Entry struct {
 	// Expires is the end of the lease. Where it was granted it carries
 	// Go's monotonic reading, so wall-clock jumps cannot move it.
 	Expires time.Time
-	// Token is the fencing token of the current or last grant.
+	// Token is the fencing token of the current or last grant. For an
+	// Absent entry it is the least token its first grant may take (the
+	// partition's token floor: above every token of a removed record).
 	Token int64
 	// Revision counts writes of the resource; it orders persistent records.
 	Revision uint64
@@ -194,7 +196,7 @@ func Decide(e Entry, op Op, owner []byte, ttl time.Duration, now time.Time) Deci
 		}
 		token := e.Token + 1
 		if e.State == Absent {
-			token = 0
+			token = e.Token
 		}
 		next := Entry{State: Held, Owner: owner, Expires: now.Add(ttl), Token: token, Revision: e.Revision + 1}
 		return Decision{Status: Locked, Token: token, Write: true, Next: next}

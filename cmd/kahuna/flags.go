@@ -35,6 +35,7 @@ type options struct {
 	raftPort             int
 	raftRTT              time.Duration
 	balanceCooldown      time.Duration
+	releasedRetention    time.Duration
 	nodeID               uint64
 	members              map[uint64]kahuna.Member
 	clusterState         kahuna.ClusterState
@@ -95,6 +96,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&raftLogLevel, "raft-log-level", "warn", "least level of the Raft libraries' own logs (dragonboat, pebble, badger) passed to the log, which --log-level filters again")
 	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")
 	fs.IntVar(&o.raftPort, "raft-port", 2073, "port of this node's Raft listener")
+	fs.DurationVar(&o.releasedRetention, "released-retention", kahuna.DefaultReleasedRetention, "how long a free persistent lock's record (unlocked, or its lease ended) is kept before the partition's leader removes it; fencing tokens stay monotonic through the partition's token floor; 0 or negative keeps records forever")
 	fs.DurationVar(&o.balanceCooldown, "leader-balance-cooldown", kahuna.DefaultLeaderBalanceCooldown, "leader balancing: a partition moves to a member leading 2 fewer only after its leader has been unchanged this long, and at most once per cooldown; 0 or negative turns balancing off")
 	fs.DurationVar(&o.raftRTT, "raft-rtt", 10*time.Millisecond, "Raft tick: heartbeat every tick, election after 10 silent ticks; raise it (e.g. 50ms) when cluster nodes share a small machine")
 	var initialCluster, initialEndpoints string

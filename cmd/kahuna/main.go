@@ -93,6 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		NodeID:                o.nodeID,
 		RaftRTT:               o.raftRTT,
 		LeaderBalanceCooldown: balanceCooldown(o.balanceCooldown),
+		ReleasedRetention:     balanceCooldown(o.releasedRetention),
 		Members:               o.members,
 		DataDir:               o.storagePath,
 		WALDir:                o.walPath,
@@ -261,8 +262,8 @@ func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
-// balanceCooldown maps --leader-balance-cooldown to Config: 0 on the
-// command line means off, as a negative value does.
+// balanceCooldown maps --leader-balance-cooldown (and --released-retention)
+// to Config: 0 on the command line means off, as a negative value does.
 func balanceCooldown(d time.Duration) time.Duration {
 	if d <= 0 {
 		return -1

@@ -190,6 +190,7 @@ var (
 	recordsDesc       = prometheus.NewDesc("kahuna_raft_records_total", "Persistent lock writes committed and applied.", nil, nil)
 	failuresDesc      = prometheus.NewDesc("kahuna_raft_failures_total", "Persistent lock writes proposed but not applied.", nil, nil)
 	leaderMovesDesc   = prometheus.NewDesc("kahuna_leader_balance_moves_total", "Partitions this node's leader balancing handed to another member since it started.", nil, nil)
+	sweptDesc         = prometheus.NewDesc("kahuna_records_swept_total", "Free persistent lock records this node removed after --released-retention.", nil, nil)
 	leaderDesc        = prometheus.NewDesc("kahuna_partition_leader", "Node ID of the partition's leader as this node last heard (0: none known).", []string{"partition"}, nil)
 	termDesc          = prometheus.NewDesc("kahuna_partition_term", "Raft term of the partition's leader as this node last heard.", []string{"partition"}, nil)
 	servingDesc       = prometheus.NewDesc("kahuna_partition_serving", "1 if this node answers for the partition now (leader with a live lease), else 0.", []string{"partition"}, nil)
@@ -199,7 +200,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{heldDesc, cachedDesc, evictionsDesc, proposalsDesc, recordsDesc, failuresDesc, leaderMovesDesc,
-		leaderDesc, termDesc, servingDesc, leaderChangesDesc, peerUpDesc} {
+		sweptDesc, leaderDesc, termDesc, servingDesc, leaderChangesDesc, peerUpDesc} {
 		ch <- d
 	}
 }
@@ -212,6 +213,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(s.RaftRecords))
 	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(s.RaftFailures))
 	ch <- prometheus.MustNewConstMetric(leaderMovesDesc, prometheus.CounterValue, float64(s.LeaderMoves))
+	ch <- prometheus.MustNewConstMetric(sweptDesc, prometheus.CounterValue, float64(s.RecordsSwept))
 	for _, p := range c.node.PartitionStats() {
 		label := strconv.Itoa(p.Partition)
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, float64(p.Leader), label)
