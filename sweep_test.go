@@ -127,3 +127,30 @@ func mustStatus(t *testing.T, n *kahuna.Node, want kahuna.Status, op func() (kah
 		return r
 	}
 }
+
+// On a cluster the removal and the floor are replicated: once the leader
+// removed a record, every member's store drops it, and a new leader (the
+// old one killed) still grants the name a larger token.
+func TestSweepClusterFloorSurvivesFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster run")
+	}
+	c := startFaultCluster(t, 40, 3, func(cfg kahuna.Config) kahuna.Config {
+		cfg.ReleasedRetention = 200 * time.Millisecond
+		return kahuna.WithSweepEvery(cfg, 20*time.Millisecond)
+	})
+	const res = "swept"
+	p := c.node(c.ids[0]).Partition(res)
+	lid := waitServing(t, c, p, 0)
+	l := c.node(lid).Local()
+	for want := range int64(3) {
+		setupOp(t, l, "A locks", opTryLock(res, ownerA, time.Minute, kahuna.Persistent), kahuna.Locked, want)
+		setupOp(t, l, "A unlocks", opUnlock(res, ownerA, kahuna.Persistent), kahuna.Unlocked, 0)
+	}
+	for _, id := range c.ids {
+		waitRecords(t, c.node(id), 0)
+	}
+	c.kill(lid)
+	next := waitServing(t, c, p, lid)
+	setupOp(t, c.node(next).Local(), "B locks on the new leader", opTryLock(res, ownerB, time.Minute, kahuna.Persistent), kahuna.Locked, 3)
+}
