@@ -14,6 +14,7 @@ package sweep
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,8 @@ type Config struct {
 	// Batch caps the records removed per partition per pass (default
 	// 1024), so a backlog is worked off without starving lock traffic.
 	Batch int
+	// Parallel is how many removals are in flight at once (default 64).
+	Parallel int
 	// Serving reports whether this node leads and serves p now: only the
 	// leader sweeps.
 	Serving func(p int) bool
@@ -63,6 +66,9 @@ func New(cfg Config, store Store, forget Forgetter) *Sweeper {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1024
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 64
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -130,16 +136,37 @@ func (s *Sweeper) partition(ctx context.Context, p int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, c := range found {
-		ok, err := s.forget.Forget(ctx, p, c.resource, c.index)
-		if err != nil {
-			return n, err
-		}
-		if ok {
-			n++
-			s.removed.Add(1)
-		}
+	// Many removals in flight at once, so they share Raft entries and
+	// fsyncs (one at a time, a sweep removes about a thousand a second).
+	var (
+		n, next  atomic.Int64
+		wg       sync.WaitGroup
+		firstErr atomic.Pointer[error]
+	)
+	for range min(s.cfg.Parallel, len(found)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(found) || firstErr.Load() != nil {
+					return
+				}
+				ok, err := s.forget.Forget(ctx, p, found[i].resource, found[i].index)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+				if ok {
+					n.Add(1)
+					s.removed.Add(1)
+				}
+			}
+		}()
 	}
-	return n, nil
+	wg.Wait()
+	if err := firstErr.Load(); err != nil {
+		return int(n.Load()), *err
+	}
+	return int(n.Load()), nil
 }

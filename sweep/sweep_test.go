@@ -44,7 +44,7 @@ func TestPass(t *testing.T) {
 	}}
 	forget := &fakeForgetter{keep: map[string]bool{"b": true}}
 	s := New(Config{
-		Partitions: 2, Retention: time.Minute, Batch: 2,
+		Partitions: 2, Retention: time.Minute, Batch: 2, Parallel: 1,
 		Serving: func(p int) bool { return p == 0 },
 		Now:     func() time.Time { return now },
 	}, store, forget)
