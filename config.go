@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/space"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -24,6 +25,7 @@ const (
 	DefaultMaxQueuedPerLock      = 1024
 	DefaultMaxPendingPerActor    = 65536
 	DefaultReleasedRetention     = 10 * time.Minute
+	DefaultDiskReserve           = "256MiB"
 )
 
 // Config configures a Node. The zero value is a single node with
@@ -149,6 +151,16 @@ type Config struct {
 	// Unlock by the lapsed holder answers LockDoesNotExist, and the name's
 	// revisions start again from 1.
 	ReleasedRetention time.Duration
+	// DiskReserve is the free space to keep on the file systems of DataDir
+	// and WALDir: "5%" of the file system, or a size ("256MiB", the
+	// default; "0" keeps none). Below it the node refuses new persistent
+	// grants (MustRetry, with the reason; Extend, Unlock and ephemeral
+	// locks go on) until the free space is 5% above it again, and Open
+	// refuses to start (ErrNoSpace). StoreQuota ("" or "0": none, else a
+	// size) caps the bytes DataDir and WALDir hold, the same way. Ignored
+	// without a DataDir.
+	DiskReserve string
+	StoreQuota  string
 	// AuthTokens, when set, makes the wire API served at ListenAddress
 	// refuse lock and admin calls without one of its bearer tokens (see
 	// transport.ServerOptions.Tokens; /healthz stays open). nil serves
@@ -202,6 +214,9 @@ type Config struct {
 	unsafeNoFence        bool // state machines apply records without compare-and-set or epoch checks
 	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
+	// statfs replaces the file systems' free and total bytes for the
+	// space guard (tests only).
+	statfs func(dir string) (free, total uint64, err error)
 	// sweepEvery paces the sweep of free records (0: sweep's default):
 	// tests make it short.
 	sweepEvery time.Duration
@@ -365,6 +380,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LeaderBalanceCooldown == 0 {
 		c.LeaderBalanceCooldown = DefaultLeaderBalanceCooldown
+	}
+	if c.DiskReserve == "" {
+		c.DiskReserve = DefaultDiskReserve
+	}
+	if _, err := space.ParseReserve(c.DiskReserve); err != nil {
+		return c, fmt.Errorf("kahuna: config: DiskReserve: %w", err)
+	}
+	if c.StoreQuota != "" {
+		if _, err := space.ParseSize(c.StoreQuota); err != nil {
+			return c, fmt.Errorf("kahuna: config: StoreQuota: %w", err)
+		}
 	}
 	if c.ReleasedRetention == 0 {
 		c.ReleasedRetention = DefaultReleasedRetention

@@ -124,3 +124,16 @@ func StoredRecords(n *Node) (int, error) {
 	}
 	return total, nil
 }
+
+// WithStatfs returns cfg with the space guard measuring free and total
+// bytes with f instead of the file system.
+func WithStatfs(cfg Config, f func(dir string) (free, total uint64, err error)) Config {
+	cfg.statfs = f
+	return cfg
+}
+
+// CheckSpace makes n's space guard measure now, as its next tick would.
+func CheckSpace(n *Node) error {
+	_, _, err := n.space.Check()
+	return err
+}

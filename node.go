@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
+	"github.com/kahunago/kahuna/space"
 	"github.com/kahunago/kahuna/sweep"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -22,6 +24,11 @@ import (
 // ErrClosed is returned by calls on a closed Node, and by calls still in
 // flight when Close gave up waiting for them.
 var ErrClosed = errors.New("kahuna: node closed")
+
+// ErrNoSpace is returned by Open when the data dir's file system has less
+// free space than Config.DiskReserve, or the store is over
+// Config.StoreQuota: starting would only fill the disk.
+var ErrNoSpace = errors.New("kahuna: no space")
 
 // errClosedNotApplied is ErrClosed for a call that never entered the node.
 var errClosedNotApplied = fmt.Errorf("%w (%w)", ErrClosed, lease.ErrNotApplied)
@@ -67,8 +74,10 @@ type Node struct {
 	// Leader balancing (balance.go): done when the balancer stopped (nil
 	// if it never ran), and the partitions it handed over.
 	balanceDone  chan struct{}
+	space        *space.Guard   // nil: no data dir, nothing to guard
 	sweeper      *sweep.Sweeper // nil: records are kept forever
 	sweepDone    chan struct{}
+	spaceDone    chan struct{}
 	balanceMoves atomic.Uint64
 }
 
@@ -95,6 +104,9 @@ func Open(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...)}
 	n.peers.logger = cfg.Logger
 	n.life, n.endLife = context.WithCancel(context.Background())
+	if err := n.checkSpace(); err != nil {
+		return nil, err
+	}
 	if err := n.openBook(); err != nil {
 		return nil, err
 	}
@@ -169,6 +181,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.startBalancer()
 	n.startSweeper()
+	n.startSpaceGuard()
 	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
 	return n, nil
 }
@@ -438,6 +451,9 @@ func (n *Node) Close() error {
 		if n.sweepDone != nil {
 			<-n.sweepDone
 		}
+		if n.spaceDone != nil {
+			<-n.spaceDone
+		}
 		if n.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
 			_ = n.server.Shutdown(ctx)
@@ -466,6 +482,12 @@ type Stats struct {
 	RaftFailures  uint64 // persistent writes proposed but not applied
 	LeaderMoves   uint64 // partitions leader balancing handed to another member
 	RecordsSwept  uint64 // free persistent records this node removed (Config.ReleasedRetention)
+	// NoSpace says why persistent grants are refused now ("" when they are
+	// not: Config.DiskReserve, StoreQuota); DiskFree and StoreBytes are the
+	// space guard's last measurement (0 without a DataDir).
+	NoSpace    string
+	DiskFree   uint64
+	StoreBytes uint64
 }
 
 // Stats reports the node's counters. It is cheap: atomics only.
@@ -476,7 +498,70 @@ func (n *Node) Stats() Stats {
 	if n.sweeper != nil {
 		st.RecordsSwept = n.sweeper.Removed()
 	}
+	if n.space != nil {
+		st.NoSpace, _ = n.space.Exceeded()
+		u := n.space.Usage()
+		st.DiskFree, st.StoreBytes = u.Free, u.Store
+	}
 	return st
+}
+
+// checkSpace sets up the space guard (Config.DiskReserve, StoreQuota) and
+// refuses to open a node whose disk is already short of space.
+func (n *Node) checkSpace() error {
+	if n.cfg.DataDir == "" {
+		return nil
+	}
+	reserve, _ := space.ParseReserve(n.cfg.DiskReserve) // validated in withDefaults
+	var quota uint64
+	if n.cfg.StoreQuota != "" {
+		quota, _ = space.ParseSize(n.cfg.StoreQuota)
+	}
+	dirs := []string{n.cfg.DataDir}
+	if n.cfg.WALDir != "" {
+		dirs = append(dirs, n.cfg.WALDir)
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("kahuna: open: %w", err)
+		}
+	}
+	n.space = space.New(space.Config{Dirs: dirs, Reserve: reserve, Quota: quota, Statfs: n.cfg.statfs})
+	_, why, err := n.space.Check()
+	if err != nil {
+		return fmt.Errorf("kahuna: open: %w", err)
+	}
+	if why != "" {
+		return fmt.Errorf("%w: refusing to start: %s; free some space, or lower --disk-reserve / raise --store-quota", ErrNoSpace, why)
+	}
+	return nil
+}
+
+// startSpaceGuard re-measures the disk every second; persistent grants are
+// refused while it is short of space (route.go).
+func (n *Node) startSpaceGuard() {
+	if n.space == nil {
+		return
+	}
+	n.spaceDone = make(chan struct{})
+	go func() {
+		defer close(n.spaceDone)
+		n.space.Run(n.life, time.Second, func(why string) {
+			if why != "" {
+				n.cfg.Logger.Warn("refusing new persistent locks until space returns", "reason", why)
+			} else {
+				n.cfg.Logger.Info("space is back: persistent locks are granted again", "free", space.FormatBytes(n.space.Usage().Free))
+			}
+		}, func(err error) { n.cfg.Logger.Warn("cannot measure disk space", "err", err) })
+	}()
+}
+
+// noSpace says why a persistent grant must be refused now, if it must.
+func (n *Node) noSpace() (string, bool) {
+	if n.space == nil {
+		return "", false
+	}
+	return n.space.Exceeded()
 }
 
 // startSweeper starts removing free persistent records older than

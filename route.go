@@ -40,6 +40,13 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ Lo
 		}
 		return n.forward(ctx, req)
 	}
+	if req.Op == lease.TryLock && req.Durability == lease.Persistent {
+		// Holders may still extend and release; no new grant may grow a
+		// disk that is short of space.
+		if why, full := n.noSpace(); full {
+			return LockInfo{}, Result{Status: MustRetry, Reason: why}, nil
+		}
+	}
 	if req.Wait != 0 {
 		// A waiter stops waiting when the node closes, so Close is not
 		// held up by it.

@@ -69,12 +69,26 @@ func (l raftLogger) Warningf(f string, a ...any) { l.log(l.noisy(slog.LevelWarn,
 
 func (l raftLogger) Errorf(f string, a ...any) { l.log(l.noisy(slog.LevelError, f), f, a) }
 
-// Panicf must not return: dragonboat relies on it to stop.
+// Panicf must not return: dragonboat relies on it to stop. It calls the
+// process's fatal handler (SetFatalHandler) first, if there is one.
 func (l raftLogger) Panicf(f string, a ...any) {
 	msg := fmt.Sprintf(f, a...)
+	if h := fatalHandler.Load(); h != nil {
+		(*h)(l.pkg + ": " + msg)
+	}
 	l.log(slog.LevelError, "%s", []any{msg})
 	panic(msg)
 }
+
+var fatalHandler atomic.Pointer[func(msg string)]
+
+// SetFatalHandler makes h the process's last word when dragonboat cannot go
+// on: a failed Raft log write or fsync, or an error from a state machine
+// (a full or failing disk) stops it with a panic from a worker goroutine,
+// with no way to recover (stack.md §9.10). h should log one line and exit
+// the process; if it returns, the panic follows. cmd/kahuna sets it; an
+// embedding program may.
+func SetFatalHandler(h func(msg string)) { fatalHandler.Store(&h) }
 
 // noisy downgrades what is routine: election steps, connection churn while
 // peers start and stop, read indexes dropped during elections (Barrier

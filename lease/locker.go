@@ -19,7 +19,9 @@ type Result struct {
 	// Waited (less the drift of the server's clock over the wait).
 	Waited time.Duration
 	// Reason, for InvalidInput, says why the request was refused: which
-	// field, which limit (see Check). It is "" for every other status, and
+	// field, which limit (see Check); for a MustRetry, why the node could
+	// not take it, when it knows (its disk short of space). It is ""
+	// otherwise, and
 	// where the answer came over a wire that does not carry it (Kahuna's
 	// gRPC messages).
 	Reason string

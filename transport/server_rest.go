@@ -32,7 +32,7 @@ type lockReply struct {
 	ServedFrom   string       `json:"servedFrom"`
 	Type         lease.Status `json:"type"`
 	FencingToken int64        `json:"fencingToken"`
-	// Reason is kahuna's, not Kahuna's: for InvalidInput only, why
+	// Reason is kahuna's, not Kahuna's: for InvalidInput, why (and for a MustRetry refused for want of disk space, why)
 	// (lease.Check). Kahuna's clients ignore a field they do not know.
 	Reason string `json:"reason,omitempty"`
 }

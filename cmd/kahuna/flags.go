@@ -36,6 +36,8 @@ type options struct {
 	raftRTT              time.Duration
 	balanceCooldown      time.Duration
 	releasedRetention    time.Duration
+	diskReserve          string
+	storeQuota           string
 	nodeID               uint64
 	members              map[uint64]kahuna.Member
 	clusterState         kahuna.ClusterState
@@ -96,6 +98,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&raftLogLevel, "raft-log-level", "warn", "least level of the Raft libraries' own logs (dragonboat, pebble, badger) passed to the log, which --log-level filters again")
 	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")
 	fs.IntVar(&o.raftPort, "raft-port", 2073, "port of this node's Raft listener")
+	fs.StringVar(&o.diskReserve, "disk-reserve", kahuna.DefaultDiskReserve, "free space to keep on the data (and WAL) dir's file system, a size (512MiB, 1GB) or a share (5%); below it new persistent locks are refused (MustRetry, with the reason) until it is 5% above again, and the node refuses to start; 0 keeps none")
+	fs.StringVar(&o.storeQuota, "store-quota", "", "most bytes the data (and WAL) dir may hold, a size (2GiB); over it new persistent locks are refused; empty or 0: no quota")
 	fs.DurationVar(&o.releasedRetention, "released-retention", kahuna.DefaultReleasedRetention, "how long a free persistent lock's record (unlocked, or its lease ended) is kept before the partition's leader removes it; fencing tokens stay monotonic through the partition's token floor; 0 or negative keeps records forever")
 	fs.DurationVar(&o.balanceCooldown, "leader-balance-cooldown", kahuna.DefaultLeaderBalanceCooldown, "leader balancing: a partition moves to a member leading 2 fewer only after its leader has been unchanged this long, and at most once per cooldown; 0 or negative turns balancing off")
 	fs.DurationVar(&o.raftRTT, "raft-rtt", 10*time.Millisecond, "Raft tick: heartbeat every tick, election after 10 silent ticks; raise it (e.g. 50ms) when cluster nodes share a small machine")

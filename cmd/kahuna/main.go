@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/internal/buildinfo"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -37,6 +38,13 @@ func main() {
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// Exit codes beyond 0 (done), 1 (failed) and 2 (bad flags): a service
+// manager can tell the disk faults apart and not restart in a loop.
+const (
+	exitNoSpace       = 3 // refused to start: the disk is short of space (--disk-reserve, --store-quota)
+	exitStorageFailed = 4 // stopped: a write to the store failed
+)
 
 // run is the whole program; it returns the exit code. It serves until ctx
 // ends (a signal), then shuts down cleanly.
@@ -88,6 +96,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kahuna: raft listener %s: %s\n", raftAddr, oneLine(err))
 		return 1
 	}
+	// A failed Raft log write or fsync (a full or failing disk) cannot be
+	// recovered from: stop once, with one line that says so, and let the
+	// other replicas serve. (dragonboat would panic with a stack trace.)
+	durability.SetFatalHandler(func(msg string) {
+		logger.Error("kahuna: stopping: the store could not be written (disk full or failing); the cluster's other members keep serving. Free space or replace the disk, then restart.", "err", msg)
+		os.Exit(exitStorageFailed)
+	})
 	m := newMetrics() // metrics.go
 	node, err := kahuna.Open(kahuna.Config{
 		NodeID:                o.nodeID,
@@ -112,10 +127,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		PeerCertFile:          o.peerCert,
 		PeerKeyFile:           o.peerKey,
 		PeerCAFile:            o.peerCA,
+		DiskReserve:           o.diskReserve,
+		StoreQuota:            o.storeQuota,
 	})
 	if err != nil {
 		closeAll(listeners)
 		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		if errors.Is(err, kahuna.ErrNoSpace) {
+			return exitNoSpace
+		}
 		return 1
 	}
 	m.watch(node)

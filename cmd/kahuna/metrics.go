@@ -190,6 +190,9 @@ var (
 	recordsDesc       = prometheus.NewDesc("kahuna_raft_records_total", "Persistent lock writes committed and applied.", nil, nil)
 	failuresDesc      = prometheus.NewDesc("kahuna_raft_failures_total", "Persistent lock writes proposed but not applied.", nil, nil)
 	leaderMovesDesc   = prometheus.NewDesc("kahuna_leader_balance_moves_total", "Partitions this node's leader balancing handed to another member since it started.", nil, nil)
+	noSpaceDesc       = prometheus.NewDesc("kahuna_disk_quota_exceeded", "1 while this node refuses new persistent locks for want of disk space (--disk-reserve, --store-quota), else 0.", nil, nil)
+	diskFreeDesc      = prometheus.NewDesc("kahuna_disk_free_bytes", "Free bytes on the data dir's file system (the least over the data and WAL dirs), as last measured.", nil, nil)
+	storeBytesDesc    = prometheus.NewDesc("kahuna_store_bytes", "Bytes the data and WAL dirs hold, as last measured.", nil, nil)
 	sweptDesc         = prometheus.NewDesc("kahuna_records_swept_total", "Free persistent lock records this node removed after --released-retention.", nil, nil)
 	leaderDesc        = prometheus.NewDesc("kahuna_partition_leader", "Node ID of the partition's leader as this node last heard (0: none known).", []string{"partition"}, nil)
 	termDesc          = prometheus.NewDesc("kahuna_partition_term", "Raft term of the partition's leader as this node last heard.", []string{"partition"}, nil)
@@ -200,7 +203,7 @@ var (
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{heldDesc, cachedDesc, evictionsDesc, proposalsDesc, recordsDesc, failuresDesc, leaderMovesDesc,
-		sweptDesc, leaderDesc, termDesc, servingDesc, leaderChangesDesc, peerUpDesc} {
+		sweptDesc, noSpaceDesc, diskFreeDesc, storeBytesDesc, leaderDesc, termDesc, servingDesc, leaderChangesDesc, peerUpDesc} {
 		ch <- d
 	}
 }
@@ -214,6 +217,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(s.RaftFailures))
 	ch <- prometheus.MustNewConstMetric(leaderMovesDesc, prometheus.CounterValue, float64(s.LeaderMoves))
 	ch <- prometheus.MustNewConstMetric(sweptDesc, prometheus.CounterValue, float64(s.RecordsSwept))
+	ch <- prometheus.MustNewConstMetric(noSpaceDesc, prometheus.GaugeValue, boolValue(s.NoSpace != ""))
+	ch <- prometheus.MustNewConstMetric(diskFreeDesc, prometheus.GaugeValue, float64(s.DiskFree))
+	ch <- prometheus.MustNewConstMetric(storeBytesDesc, prometheus.GaugeValue, float64(s.StoreBytes))
 	for _, p := range c.node.PartitionStats() {
 		label := strconv.Itoa(p.Partition)
 		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, float64(p.Leader), label)
