@@ -274,9 +274,6 @@ func (n *Node) serveForwardedChange(w http.ResponseWriter, ctx context.Context, 
 	writeJSON(w, http.StatusOK, res)
 }
 
-// adminHTTP is the client of requests between nodes.
-var adminHTTP = &http.Client{Timeout: 30 * time.Second}
-
 // postMember sends req to member id's admin API, as a request between
 // nodes, decoding the answer into into (if not nil).
 func (n *Node) postMember(ctx context.Context, id uint64, req MemberRequest, into any) error {
@@ -284,7 +281,7 @@ func (n *Node) postMember(ctx context.Context, id uint64, req MemberRequest, int
 	if !ok || m.Endpoint == "" {
 		return fmt.Errorf("no endpoint known for node %d", id)
 	}
-	return postAdmin(ctx, m.Endpoint, req, into, n.cfg.peerSecret())
+	return n.postAdmin(ctx, m.Endpoint, req, into)
 }
 
 // authorizePeer makes hr a request between nodes: marked as passed on, and
@@ -299,15 +296,15 @@ func authorizePeer(hr *http.Request, secret func() string) {
 	}
 }
 
-func postAdmin(ctx context.Context, endpoint string, req MemberRequest, into any, secret func() string) error {
+func (n *Node) postAdmin(ctx context.Context, endpoint string, req MemberRequest, into any) error {
 	body, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(endpoint, "/")+AdminMembersPath, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	hr.Header.Set("Content-Type", "application/json")
-	authorizePeer(hr, secret)
-	resp, err := adminHTTP.Do(hr)
+	authorizePeer(hr, n.cfg.peerSecret())
+	resp, err := n.adminHTTP.Do(hr)
 	if err != nil {
 		return err
 	}
@@ -440,7 +437,7 @@ func (n *Node) prepareJoinOnce() error {
 		if id == n.cfg.NodeID {
 			continue
 		}
-		v, err := fetchMembers(n.cfg.Members[id].Endpoint, n.cfg.peerSecret())
+		v, err := n.fetchMembers(n.cfg.Members[id].Endpoint)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node %d: %w", id, err))
 			continue
@@ -499,7 +496,7 @@ func (n *Node) prepareJoinOnce() error {
 	return nil
 }
 
-func fetchMembers(endpoint string, secret func() string) (MembersView, error) {
+func (n *Node) fetchMembers(endpoint string) (MembersView, error) {
 	var v MembersView
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -507,8 +504,8 @@ func fetchMembers(endpoint string, secret func() string) (MembersView, error) {
 	if err != nil {
 		return v, err
 	}
-	authorizePeer(req, secret)
-	resp, err := adminHTTP.Do(req)
+	authorizePeer(req, n.cfg.peerSecret())
+	resp, err := n.adminHTTP.Do(req)
 	if err != nil {
 		return v, err
 	}

@@ -212,7 +212,7 @@ func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine Partiti
 	}
 	ctx, cancel := context.WithTimeout(ctx, balanceStatusTimeout)
 	defer cancel()
-	st, err := fetchStatus(ctx, m.Endpoint, n.cfg.peerSecret())
+	st, err := n.fetchStatus(ctx, m.Endpoint)
 	if err != nil {
 		return err
 	}
@@ -264,14 +264,14 @@ func (n *Node) balanceHandOver(ctx context.Context, v balanceView, p int, to uin
 }
 
 // fetchStatus asks the member at endpoint for its NodeStatus.
-func fetchStatus(ctx context.Context, endpoint string, secret func() string) (NodeStatus, error) {
+func (n *Node) fetchStatus(ctx context.Context, endpoint string) (NodeStatus, error) {
 	var st NodeStatus
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+AdminStatusPath, nil)
 	if err != nil {
 		return st, err
 	}
-	authorizePeer(req, secret)
-	resp, err := adminHTTP.Do(req)
+	authorizePeer(req, n.cfg.peerSecret())
+	resp, err := n.adminHTTP.Do(req)
 	if err != nil {
 		return st, err
 	}

@@ -74,6 +74,7 @@ type Node struct {
 	// Leader balancing (balance.go): done when the balancer stopped (nil
 	// if it never ran), and the partitions it handed over.
 	balanceDone  chan struct{}
+	adminHTTP    *http.Client   // admin requests to other members (peer_auth.go)
 	space        *space.Guard   // nil: no data dir, nothing to guard
 	sweeper      *sweep.Sweeper // nil: records are kept forever
 	sweepDone    chan struct{}
@@ -101,7 +102,11 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
-	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...)}
+	admin, err := cfg.adminClient() // peer_auth.go
+	if err != nil {
+		return nil, fmt.Errorf("kahuna: open: %w", err)
+	}
+	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...), adminHTTP: admin}
 	n.peers.logger = cfg.Logger
 	n.life, n.endLife = context.WithCancel(context.Background())
 	if err := n.checkSpace(); err != nil {

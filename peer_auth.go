@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
+	"time"
 
 	"github.com/kahunago/kahuna/transport"
 )
@@ -66,4 +68,33 @@ func PeerTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	}, nil
+}
+
+// adminClient is the HTTP client of admin requests between members
+// (membership changes, the balancer's health check). With peer TLS it
+// trusts the cluster CA besides the system's roots, so a member whose
+// API is served over https with a certificate from the private CA is
+// reached, and presents this member's certificate.
+func (c Config) adminClient() (*http.Client, error) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if !c.peerTLS() {
+		return hc, nil
+	}
+	tc, err := PeerTLSConfig(c.PeerCertFile, c.PeerKeyFile, c.PeerCAFile)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	pem, err := os.ReadFile(c.PeerCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer CA: %w", err)
+	}
+	roots.AppendCertsFromPEM(pem)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: tc.Certificates}
+	hc.Transport = tr
+	return hc, nil
 }
