@@ -154,6 +154,7 @@ type lockActor struct {
 	root      *actor.RootContext
 	self      *actor.PID
 	entries   map[string]*slot
+	loading   map[string]*loading // resources whose record is being read (load.go)
 	countdown int
 	oldestUse time.Time // lower bound of every entry's lastUsed (see collect)
 	nwaiting  int       // waiters over all slots
@@ -171,6 +172,7 @@ func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
 		cfg:       cfg,
 		root:      root,
 		entries:   make(map[string]*slot),
+		loading:   make(map[string]*loading),
 		countdown: collectEvery,
 	}
 }
@@ -183,6 +185,10 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.safely(m, a.handle)
 	case *completed:
 		a.safely((*call)(m), a.complete)
+	case *loaded:
+		a.loaded(m)
+		a.publish()
+		return // not a request: collections count requests
 	case *leave:
 		a.leave(m)
 	case *watchMsg:
@@ -260,13 +266,32 @@ func (a *lockActor) handle(c *call) {
 		c.reply <- Response{Status: lease.MustRetry}
 		return
 	}
-	now := a.cfg.Now()
-	s, cached, err := a.slot(req, now)
-	if err != nil {
-		a.cfg.Logger.Error("load lock", "resource", req.Resource, "err", err)
-		c.reply <- Response{Status: lease.Errored}
+	s := a.entries[req.Resource]
+	if s == nil {
+		a.load(req.Resource, req.Partition, c) // decided once its record is read (proceed)
 		return
 	}
+	a.decideOn(c, s, true, term, a.cfg.Now())
+}
+
+// proceed decides c on s, the slot its resource's record was just loaded
+// into (not cached: admit decides whether it is).
+func (a *lockActor) proceed(c *call, s *slot) {
+	if c.gone {
+		return
+	}
+	term, ok := a.cfg.Serving(c.req.Partition)
+	if !ok {
+		c.reply <- Response{Status: lease.MustRetry}
+		return
+	}
+	a.decideOn(c, s, false, term, a.cfg.Now())
+}
+
+// decideOn decides c on s (cached: s is in the cache), or queues it
+// behind s's write in flight.
+func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now time.Time) {
+	req := &c.req
 	if req.forget {
 		a.forget(c, s, cached, term, now)
 		return
@@ -405,28 +430,6 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// slot returns the entry of the request's resource and whether it is
-// cached. On a miss it loads the stored record, whatever durability the
-// request names (one name is one lock, so an ephemeral request must see a
-// persistent holder), into a new slot that is not cached yet: admit
-// decides whether it is.
-func (a *lockActor) slot(req *Request, now time.Time) (*slot, bool, error) {
-	if s, ok := a.entries[req.Resource]; ok {
-		return s, true, nil
-	}
-	s := &slot{resource: req.Resource, partition: req.Partition, lastUsed: now}
-	rec, found, err := a.cfg.Backend.Load(req.Partition, req.Resource)
-	if err != nil {
-		return nil, false, err
-	}
-	if found {
-		s.Entry, s.index, s.kind = entryOf(&rec, now), rec.Index, lease.Persistent
-	} else {
-		s.Token = rec.Token // the floor: a first grant's token
-	}
-	return s, false, nil
-}
-
 // admit decides whether s, the new slot of c's resource, is cached, and
 // reports whether c is to be decided on it as a cached entry.
 //   - A decision that changes the entry, or leaves c waiting on it, needs
@@ -455,20 +458,6 @@ func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 	return false
 }
 
-// entryOf turns a stored record into an entry. The recorded expiry is wall
-// time; from here on the lease is measured on this node's monotonic clock.
-func entryOf(rec *durability.Record, now time.Time) lease.Entry {
-	e := lease.Entry{
-		State:    lease.Released,
-		Token:    rec.Token,
-		Revision: rec.Revision,
-		Expires:  now.Add(time.Duration(rec.ExpiresMs-now.UnixMilli()) * time.Millisecond),
-	}
-	if rec.Locked {
-		e.State, e.Owner = lease.Held, rec.Owner
-	}
-	return e
-}
 
 // complete answers a call whose persistent write has an outcome, then
 // hands the lock to the next waiter if it is free, and replays the calls
@@ -662,6 +651,11 @@ func (a *lockActor) leave(m *leave) {
 // MustRetry. An entry with a write in flight is forgotten when the write
 // completes.
 func (a *lockActor) drop(p int) {
+	for _, l := range a.loading {
+		if l.partition == p {
+			l.dropped = true // what is read may predate the new leader's fence
+		}
+	}
 	for k, s := range a.entries {
 		if s.partition != p {
 			continue

@@ -25,6 +25,12 @@ type fakeBackend struct {
 	loadPanic string
 	loads     atomic.Int64
 
+	// Propose of blockPropose signals proposeEntered and waits for
+	// proposeRelease, holding the actor that proposes.
+	blockPropose   string
+	proposeEntered chan struct{}
+	proposeRelease chan struct{}
+
 	// Load of blockLoad signals loadEntered and waits for loadRelease.
 	blockLoad   string
 	loadEntered chan struct{}
@@ -43,6 +49,11 @@ func newFakeBackend() *fakeBackend {
 func (b *fakeBackend) Propose(p int, rec *durability.Record, c durability.Completion) {
 	r := *rec
 	r.Owner = append([]byte(nil), rec.Owner...)
+	if r.Resource == b.blockPropose {
+		// Propose runs on the actor: the actor is busy until released.
+		b.proposeEntered <- struct{}{}
+		<-b.proposeRelease
+	}
 	b.mu.Lock()
 	hold := b.hold[r.Resource]
 	b.mu.Unlock()
@@ -170,6 +181,12 @@ func newFixture(t *testing.T, actors, toRemove int, tune ...func(*Config)) *fixt
 	return f
 }
 
+// blockActor makes a persistent write of "block" hold the actor that
+// proposes it until proposeRelease is closed.
+func (f *fixture) blockActor() {
+	f.backend.blockPropose, f.backend.proposeEntered, f.backend.proposeRelease = "block", make(chan struct{}), make(chan struct{})
+}
+
 func (f *fixture) do(t *testing.T, op lease.Op, res, owner string, ttl time.Duration, d lease.Durability) Response {
 	t.Helper()
 	resp, err := f.ring.Do(context.Background(), Request{Op: op, Resource: res, Owner: []byte(owner), TTL: ttl, Durability: d, Partition: 1})
@@ -228,12 +245,12 @@ func TestRequestsQueueBehindPersistentWrite(t *testing.T) {
 // wins the lock instead of all of them being refused.
 func TestReleasesJumpTheMailbox(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	f.backend.blockLoad, f.backend.loadEntered, f.backend.loadRelease = "block", make(chan struct{}), make(chan struct{})
+	f.blockActor()
 	if r := f.do(t, lease.TryLock, "hot", "a", time.Hour, lease.Ephemeral); r.Status != lease.Locked {
 		t.Fatalf("a: %+v", r)
 	}
-	blocked := f.async(lease.Get, "block", "", lease.Persistent)
-	<-f.backend.loadEntered // the only actor is busy: what follows queues in its mailbox
+	blocked := f.async(lease.TryLock, "block", "x", lease.Persistent)
+	<-f.backend.proposeEntered // the only actor is busy: what follows queues in its mailbox
 	send := func(op lease.Op, owner string) chan Response {
 		c := f.ring.calls.Get().(*call)
 		c.req = Request{Op: op, Resource: "hot", Owner: []byte(owner), TTL: time.Hour, Durability: lease.Ephemeral, Partition: 1}
@@ -245,9 +262,9 @@ func TestReleasesJumpTheMailbox(t *testing.T) {
 		tries = append(tries, send(lease.TryLock, fmt.Sprint("b", i)))
 	}
 	unlock := send(lease.Unlock, "a")
-	close(f.backend.loadRelease)
-	if r := <-blocked; r.Status != lease.LockDoesNotExist {
-		t.Fatalf("get of the blocking resource: %+v", r)
+	close(f.backend.proposeRelease)
+	if r := <-blocked; r.Status != lease.Locked {
+		t.Fatalf("lock of the blocking resource: %+v", r)
 	}
 	if r := <-unlock; r.Status != lease.Unlocked {
 		t.Fatalf("unlock: %+v", r)

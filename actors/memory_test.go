@@ -155,9 +155,9 @@ func TestQueueCap(t *testing.T) {
 // the next MustRetry without sending it.
 func TestMailboxCap(t *testing.T) {
 	f := newFixture(t, 1, 100, func(c *Config) { c.MaxPending = 3 })
-	f.backend.blockLoad, f.backend.loadEntered, f.backend.loadRelease = "block", make(chan struct{}), make(chan struct{})
-	blocked := f.async(lease.Get, "block", "", lease.Ephemeral)
-	<-f.backend.loadEntered // the only actor is busy: what follows waits in its mailbox
+	f.blockActor()
+	blocked := f.async(lease.TryLock, "block", "x", lease.Persistent)
+	<-f.backend.proposeEntered // the only actor is busy: what follows waits in its mailbox
 	gone, cancel := context.WithCancel(context.Background())
 	cancel() // Do returns as soon as it has sent: the calls stay in the mailbox
 	for i := range 3 {
@@ -168,9 +168,9 @@ func TestMailboxCap(t *testing.T) {
 	if r, err := f.ring.Do(gone, Request{Op: lease.Get, Resource: "m-3", Partition: 1}); err != nil || r.Status != lease.MustRetry {
 		t.Fatalf("fourth call with 3 in the mailbox: %+v, %v, want MustRetry unsent", r, err)
 	}
-	close(f.backend.loadRelease)
-	if r := <-blocked; r.Status != lease.LockDoesNotExist {
-		t.Fatalf("blocked Get: %+v", r)
+	close(f.backend.proposeRelease)
+	if r := <-blocked; r.Status != lease.Locked {
+		t.Fatalf("blocked lock: %+v", r)
 	}
 	// Behind the three in the mailbox: answered once they are taken.
 	if r := f.do(t, lease.Get, "after", "", 0, lease.Ephemeral); r.Status != lease.LockDoesNotExist {

@@ -51,6 +51,7 @@ func TestWaitersGrantedInFIFOOrderOnRelease(t *testing.T) {
 			for i := range n {
 				ws = append(ws, f.waitFor(t, context.Background(), "r", fmt.Sprint("w", i), lease.WaitForever, d))
 			}
+			f.sync(t, "r") // the actor publishes its sizes after each message
 			if s := f.ring.Stats(); s.Waiters != n {
 				t.Fatalf("waiters = %d, want %d", s.Waiters, n)
 			}

@@ -167,12 +167,33 @@ func (a *lockActor) watch(m *watchMsg) {
 		m.reply <- ErrWatchMoved
 		return
 	}
-	now := a.cfg.Now()
-	s, cached, err := a.slot(&m.req, now)
-	if err != nil {
-		m.reply <- err
+	s := a.entries[m.req.Resource]
+	if s == nil {
+		a.load(m.req.Resource, m.req.Partition, m) // watched once its record is read
 		return
 	}
+	a.watchOn(m, s, true)
+}
+
+// watchLoaded adds m's watcher to s, the slot its resource's record was
+// just loaded into.
+func (a *lockActor) watchLoaded(m *watchMsg, s *slot) {
+	select {
+	case <-m.w.stop:
+		m.reply <- context.Canceled
+		return
+	default:
+	}
+	if _, ok := a.cfg.Serving(m.req.Partition); !ok {
+		m.reply <- ErrWatchMoved
+		return
+	}
+	a.watchOn(m, s, false)
+}
+
+// watchOn adds m's watcher to s (cached: s is in the cache).
+func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
+	now := a.cfg.Now()
 	if !cached {
 		if !a.room(now) {
 			a.refused.Add(1)

@@ -1,0 +1,116 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/lease"
+)
+
+// A cache miss reads the resource's stored record off the actor: a read
+// from disk must not stall every other resource of the actor. The
+// requests (and watches) for the resource wait, in order, until the read is
+// back, then are decided on what it found. A read whose partition was
+// dropped meanwhile is thrown away: it may predate the new leader's fence,
+// so its requests start over (and read again if this node still serves).
+
+// loading is a resource whose record is being read.
+type loading struct {
+	partition int
+	waiting   []any // *call and *watchMsg, oldest first
+	dropped   bool  // the partition was dropped during the read
+}
+
+// loaded is a finished read, sent back to the actor.
+type loaded struct {
+	resource string
+	l        *loading
+	rec      durability.Record
+	found    bool
+	err      error
+}
+
+// load queues m behind the read of resource's record, starting the read
+// if none is under way.
+func (a *lockActor) load(resource string, p int, m any) {
+	if l := a.loading[resource]; l != nil {
+		l.waiting = append(l.waiting, m)
+		return
+	}
+	l := &loading{partition: p, waiting: []any{m}}
+	a.loading[resource] = l
+	self, root, backend := a.self, a.root, a.cfg.Backend
+	go func() {
+		msg := &loaded{resource: resource, l: l}
+		defer func() {
+			if r := recover(); r != nil {
+				msg.err = fmt.Errorf("actors: load %q: panic: %v", resource, r)
+			}
+			root.Send(self, msg)
+		}()
+		msg.rec, msg.found, msg.err = backend.Load(p, resource)
+	}()
+}
+
+// loaded decides what waited for a read, on the slot it found.
+func (a *lockActor) loaded(m *loaded) {
+	if a.loading[m.resource] != m.l {
+		return
+	}
+	delete(a.loading, m.resource)
+	if m.err != nil {
+		a.cfg.Logger.Error("load lock", "resource", m.resource, "err", m.err)
+	}
+	now := a.cfg.Now()
+	var s *slot
+	if m.err == nil && !m.l.dropped {
+		s = &slot{resource: m.resource, partition: m.l.partition, lastUsed: now}
+		if m.found {
+			s.Entry, s.index, s.kind = entryOf(&m.rec, now), m.rec.Index, lease.Persistent
+		} else {
+			s.Token = m.rec.Token // the floor: a first grant's token
+		}
+	}
+	for _, w := range m.l.waiting {
+		switch w := w.(type) {
+		case *call:
+			switch {
+			case m.err != nil:
+				if !w.gone {
+					w.reply <- Response{Status: lease.Errored}
+				}
+			case s == nil || a.entries[m.resource] != nil:
+				// Start over: read again, or the slot is cached by an
+				// earlier request of this batch.
+				a.safely(w, a.handle)
+			default:
+				a.safely(w, func(c *call) { a.proceed(c, s) })
+			}
+		case *watchMsg:
+			switch {
+			case m.err != nil:
+				w.reply <- m.err
+			case s == nil || a.entries[m.resource] != nil:
+				a.watch(w)
+			default:
+				a.watchLoaded(w, s)
+			}
+		}
+	}
+}
+
+// entryOf turns a stored record into an entry. The recorded expiry is wall
+// time; from here on the lease is measured on this node's monotonic clock.
+func entryOf(rec *durability.Record, now time.Time) lease.Entry {
+	e := lease.Entry{
+		State:    lease.Released,
+		Token:    rec.Token,
+		Revision: rec.Revision,
+		Expires:  now.Add(time.Duration(rec.ExpiresMs-now.UnixMilli()) * time.Millisecond),
+	}
+	if rec.Locked {
+		e.State, e.Owner = lease.Held, rec.Owner
+	}
+	return e
+}
