@@ -458,7 +458,6 @@ func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 	return false
 }
 
-
 // complete answers a call whose persistent write has an outcome, then
 // hands the lock to the next waiter if it is free, and replays the calls
 // that queued behind the write.
