@@ -39,7 +39,8 @@ func WithoutFencing(cfg Config) Config {
 	return cfg
 }
 
-// WithoutLeadershipProof returns cfg with the leader lease switched off:
+// WithoutLeadershipProof returns cfg with the leader lease (and the new
+// leader's wait for an old lease to run out) switched off:
 // the node answers from its cache whenever Raft last told it that it leads,
 // as a deposed leader that has not heard the news would. A negative
 // control: the fault suite must report the stale answers.

@@ -467,6 +467,7 @@ func (a *lockActor) complete(c *call) {
 	h := c.handoff
 	c.handoff = nil
 	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Waited: c.waited}
+	unknown := false // the record may have applied
 	switch {
 	case c.err == nil && c.req.forget:
 		s.dropped = true // removed: the next request loads the floor
@@ -494,14 +495,20 @@ func (a *lockActor) complete(c *call) {
 		a.cfg.Logger.Warn("persistent write not confirmed", "resource", c.req.Resource, "err", c.err)
 		resp = Response{Status: lease.Errored}
 		s.dropped = true
+		unknown = true
 	}
 	switch {
 	case h == nil:
 	case h.gone:
 		// Its caller left while the hand-off was in flight: nothing to keep.
+	case h.waitOver && unknown:
+		h.reply <- Response{Status: lease.Errored} // its grant may have applied
 	case h.waitOver:
 		h.reply <- Response{Status: lease.Busy}
 	default:
+		if !unknown {
+			h.granted = false // certainly not applied: no lease of its began
+		}
 		// The hand-off did not commit (or may have): the waiter keeps its
 		// place at the head. If its grant did apply, the reload shows it as
 		// the holder and it is answered Locked with that token.
@@ -610,7 +617,7 @@ func (a *lockActor) stopTimer(s *slot) {
 func (a *lockActor) flush(s *slot, st lease.Status) {
 	a.endWatchers(s, ErrWatchMoved)
 	for _, w := range s.waiters {
-		w.reply <- Response{Status: st}
+		w.reply <- Response{Status: notGranted(w, st)}
 	}
 	a.nwaiting -= len(s.waiters)
 	s.waiters = nil
@@ -641,9 +648,20 @@ func (a *lockActor) leave(m *leave) {
 		if _, ok := a.cfg.Serving(s.partition); !ok {
 			st = lease.MustRetry
 		}
-		c.reply <- Response{Status: st}
+		c.reply <- Response{Status: notGranted(c, st)}
 	}
 	a.arm(s)
+}
+
+// notGranted is the answer st (Busy, MustRetry: certainly not granted) to
+// the waiter w that leaves the queue without a grant, unless a hand-off
+// to w may have applied (its outcome unknown: w.granted, and w put back):
+// then w may hold the lock, and is told Errored.
+func notGranted(w *call, st lease.Status) lease.Status {
+	if w.granted {
+		return lease.Errored
+	}
+	return st
 }
 
 // drop forgets every entry of partition p and answers its waiters

@@ -483,3 +483,46 @@ func TestHandOffUnknownButCommittedKeepsEarliestWait(t *testing.T) {
 		t.Fatalf("w waited %v, want 2s: its lease began at the hand-off decision", r.Waited)
 	}
 }
+
+// handOffUnknown makes a's Unlock hand r to the waiter w (wait 1 min) in
+// a record that commits while its proposer is told the outcome is unknown;
+// before that is known, end (if not nil) runs. It returns w's channel.
+func handOffUnknown(t *testing.T, f *fixture, end func(w *call)) <-chan Response {
+	t.Helper()
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	w := f.waitFor(t, context.Background(), "r", "w", time.Minute, lease.Persistent)
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held
+	if _, err := f.backend.apply(p.rec); err != nil { // the hand-off commits...
+		t.Fatal(err)
+	}
+	if end != nil {
+		end(p.c.(*call).handoff)
+	}
+	p.c.Committed(0, durability.ErrUnknownOutcome) // ...and the proposer cannot tell
+	if r := <-unlock; r.Status != lease.Errored {
+		t.Fatalf("unlock: %+v, want Errored", r)
+	}
+	return w
+}
+
+// A waiter granted by a hand-off whose outcome is unknown may hold the
+// lock: whatever ends its wait, it is never told Busy or MustRetry
+// (certainly not granted), only Locked (the reload shows it) or Errored.
+func TestHandOffUnknownNeverAnsweredNotGranted(t *testing.T) {
+	t.Run("wait over before the outcome", func(t *testing.T) {
+		f := newFixture(t, 1, 100)
+		w := handOffUnknown(t, f, func(h *call) { h.waitOver = true }) // as leave would mark it
+		if r := <-w; r.Status != lease.Errored && r.Status != lease.Locked {
+			t.Fatalf("waiter: %+v, want Errored or Locked: its grant committed", r)
+		}
+	})
+	t.Run("node stops serving", func(t *testing.T) {
+		f := newFixture(t, 1, 100)
+		w := handOffUnknown(t, f, func(*call) { f.serving[1].Store(false) })
+		if r := <-w; r.Status != lease.Errored {
+			t.Fatalf("waiter: %+v, want Errored: its grant committed, and this node no longer serves", r)
+		}
+	})
+}
