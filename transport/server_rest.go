@@ -9,8 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
-	"sync"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -89,7 +87,7 @@ func (s *Server) restLock(op lease.Op) http.Handler {
 		// A failed call is answered MustRetry or Errored (see serve), and
 		// the error only says the asker is gone, so it is not looked at.
 		_, res, _ := s.serve(r.Context(), s.locker, req)
-		writeLockReply(w, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
+		writeJSON(w, http.StatusOK, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
 	})
 }
 
@@ -121,19 +119,11 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool 
 	}
 	// ParseMediaType lowercases the type and accepts parameters such as
 	// charset=utf-8, which .NET's HttpClient adds.
-	if ct := r.Header.Get("Content-Type"); ct != "application/json" && !isJSONMediaType(ct) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 		return false
 	}
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= 64<<10 { // a huge body's buffer is not kept
-			buf.Reset()
-			bodyBuffers.Put(buf)
-		}
-	}()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
-	body := buf.Bytes()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
@@ -182,62 +172,6 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 // saying why in both fields: error as before, reason as InvalidInput has.
 func writeBadBody(w http.ResponseWriter, why string) {
 	writeJSON(w, http.StatusBadRequest, errorReply{Error: why, Reason: why})
-}
-
-// isJSONMediaType reports whether a Content-Type is application/json,
-// whatever its case and parameters (.NET's HttpClient adds charset=utf-8).
-func isJSONMediaType(ct string) bool {
-	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
-}
-
-// bodyBuffers recycles request bodies: a REST call's body is read whole
-// before it is decoded.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// replyBuffers recycles encoded lock replies.
-var replyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 128); return &b }}
-
-// jsonContentType is the replies' Content-Type header value, shared so
-// that setting it allocates nothing.
-var jsonContentType = []string{"application/json; charset=utf-8"}
-
-// writeLockReply answers a lock call: the hot path of REST, encoded by
-// hand, byte for byte what encoding/json writes for lockReply
-// (TestLockReplyEncoding), without its reflection.
-func writeLockReply(w http.ResponseWriter, v lockReply) {
-	bp := replyBuffers.Get().(*[]byte)
-	b := append((*bp)[:0], `{"servedFrom":`...)
-	b = appendJSONString(b, v.ServedFrom)
-	b = append(b, `,"type":`...)
-	b = strconv.AppendInt(b, int64(v.Type), 10)
-	b = append(b, `,"fencingToken":`...)
-	b = strconv.AppendInt(b, v.FencingToken, 10)
-	if v.Reason != "" {
-		b = append(b, `,"reason":`...)
-		b = appendJSONString(b, v.Reason)
-	}
-	b = append(b, '}')
-	w.Header()["Content-Type"] = jsonContentType
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
-	*bp = b
-	replyBuffers.Put(bp)
-}
-
-// appendJSONString appends s as encoding/json writes it: plain printable
-// ASCII as is, anything else (quotes, escapes, HTML characters, control
-// characters, non-ASCII) through encoding/json itself.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always marshals
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
