@@ -3,8 +3,6 @@ package kahuna_test
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/space"
 )
 
 // BenchmarkUniqueNames locks and releases b.N names never used before (one
@@ -101,14 +100,6 @@ func BenchmarkUniqueNames(b *testing.B) {
 
 // dirBytes is the size of the files under dir.
 func dirBytes(dir string) int64 {
-	var total int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if info, err := d.Info(); err == nil {
-				total += info.Size()
-			}
-		}
-		return nil
-	})
-	return total
+	n, _ := space.DirSize(dir)
+	return int64(n)
 }

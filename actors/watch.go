@@ -157,14 +157,7 @@ func (r *Ring) Watch(ctx context.Context, req Request, from uint64) (*Watch, err
 
 // watch adds a watcher to its resource's slot and gives it the current state.
 func (a *lockActor) watch(m *watchMsg) {
-	select {
-	case <-m.w.stop:
-		m.reply <- context.Canceled
-		return
-	default:
-	}
-	if _, ok := a.cfg.Serving(m.req.Partition); !ok {
-		m.reply <- ErrWatchMoved
+	if !a.watchable(m) {
 		return
 	}
 	s := a.entries[m.req.Resource]
@@ -178,17 +171,25 @@ func (a *lockActor) watch(m *watchMsg) {
 // watchLoaded adds m's watcher to s, the slot its resource's record was
 // just loaded into.
 func (a *lockActor) watchLoaded(m *watchMsg, s *slot) {
+	if a.watchable(m) {
+		a.watchOn(m, s, false)
+	}
+}
+
+// watchable answers m and reports false if its watch is over already or
+// this node does not serve its partition.
+func (a *lockActor) watchable(m *watchMsg) bool {
 	select {
 	case <-m.w.stop:
 		m.reply <- context.Canceled
-		return
+		return false
 	default:
 	}
 	if _, ok := a.cfg.Serving(m.req.Partition); !ok {
 		m.reply <- ErrWatchMoved
-		return
+		return false
 	}
-	a.watchOn(m, s, false)
+	return true
 }
 
 // watchOn adds m's watcher to s (cached: s is in the cache).

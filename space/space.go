@@ -121,7 +121,7 @@ func New(cfg Config) *Guard {
 		cfg.Statfs = statfs
 	}
 	if cfg.Size == nil {
-		cfg.Size = dirSize
+		cfg.Size = DirSize
 	}
 	return &Guard{cfg: cfg}
 }
@@ -223,7 +223,8 @@ func statfs(dir string) (free, total uint64, err error) {
 	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
-func dirSize(dir string) (uint64, error) {
+// DirSize is the sum of the sizes of the files under dir.
+func DirSize(dir string) (uint64, error) {
 	var total uint64
 	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
