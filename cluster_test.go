@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -24,15 +25,31 @@ type cluster struct {
 	mod     func(id uint64, cfg *kahuna.Config) // if set, changes each node's config
 }
 
+// freeAddr returns a loopback address free now, for a node to listen on
+// later. The port comes from below Linux's ephemeral range (32768 and up),
+// which the kernel hands to outgoing connections and to ":0" listeners:
+// a port from there, released here, can be taken by one of the test's own
+// client sockets before the node binds it ("address already in use").
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, given := freeAddrsGiven.LoadOrStore(addr, true); given {
+			continue // given before in this process
+		}
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port found below the ephemeral range")
+	return ""
 }
+
+var freeAddrsGiven sync.Map
 
 func startCluster(t *testing.T, partitions int) *cluster {
 	t.Helper()

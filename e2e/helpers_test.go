@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -119,25 +120,29 @@ func procEnv() []string {
 }
 
 // freePort returns a loopback port that was free a moment ago and that
-// this test process has not handed out before.
+// this test process has not handed out before. It comes from below Linux's
+// ephemeral range (32768 and up), from which the kernel picks the local
+// ports of outgoing connections: a port from there, released here, can be
+// taken by a client socket before the node binds it.
 func freePort(t *testing.T) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if portsGiven[port] {
+			continue // two nodes of a cluster must not collide
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			t.Fatal(err)
+			continue // taken
 		}
-		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		// The kernel may hand a released port out again: never give one
-		// twice, or two nodes of a cluster collide.
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			return port
-		}
+		portsGiven[port] = true
+		return port
 	}
+	t.Fatal("no free port found below the ephemeral range")
+	return 0
 }
 
 var (
