@@ -105,12 +105,16 @@ type NodeStatus struct {
 	// Healthy: this node runs every partition and knows a leader for each.
 	Healthy    bool              `json:"healthy"`
 	Partitions []PartitionStatus `json:"partitions"`
+	// NoSpace, when set, says why this node refuses new persistent locks:
+	// its disk is short of space (Config.DiskReserve, StoreQuota).
+	NoSpace string `json:"noSpace,omitempty"`
 }
 
 // Status reports this node's view of every partition (local, no network:
 // it may be stale), as GET AdminStatusPath does.
 func (n *Node) Status() NodeStatus {
 	st := NodeStatus{Node: n.cfg.NodeID, Healthy: !n.closing.Load()}
+	st.NoSpace, _ = n.noSpace()
 	for _, s := range n.backend.Status() {
 		_, serving := n.leadership.Serving(s.Partition)
 		if leader, _ := n.leadership.LeaderOf(s.Partition); s.Leader == 0 && leader != 0 {

@@ -220,6 +220,8 @@ func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine Partiti
 	switch {
 	case !st.Healthy:
 		return fmt.Errorf("node %d is not healthy (a partition not running, or without a known leader)", to)
+	case st.NoSpace != "":
+		return fmt.Errorf("node %d refuses persistent locks: %s", to, st.NoSpace)
 	case i < 0 || !st.Partitions[i].Running:
 		return fmt.Errorf("node %d does not run partition %d", to, p)
 	case st.Partitions[i].Leader != n.cfg.NodeID || st.Partitions[i].Term != mine.Term:

@@ -86,6 +86,10 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("metrics do not show the refusal:\n%s", grepLines(metrics, "kahuna_disk"))
 	}
 
+	if r := ctl(t, bin, "status", "--endpoints", endpoint).want(t, exitError); !strings.Contains(r.stdout, "no-space") || !strings.Contains(r.stdout, "refuses new persistent locks: no space") {
+		t.Fatalf("kahunactl status does not show the refusal: %s", r)
+	}
+
 	// Space returns: grants resume.
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)

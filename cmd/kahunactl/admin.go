@@ -329,7 +329,7 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 			continue
 		}
 		rows[i].Status = &st
-		if !st.Healthy {
+		if !st.Healthy || st.NoSpace != "" {
 			code = exitError
 		}
 	}
@@ -345,8 +345,11 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 			continue
 		}
 		health := "healthy"
-		if !r.Status.Healthy {
+		switch {
+		case !r.Status.Healthy:
 			health = "unhealthy"
+		case r.Status.NoSpace != "":
+			health = "no-space"
 		}
 		for _, p := range r.Status.Partitions {
 			serving := ""
@@ -361,6 +364,11 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
+	for _, r := range rows {
+		if r.Status != nil && r.Status.NoSpace != "" {
+			fmt.Fprintf(out.w, "node %d refuses new persistent locks: %s\n", r.Status.Node, r.Status.NoSpace)
+		}
+	}
 	return code
 }
 
