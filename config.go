@@ -214,6 +214,9 @@ type Config struct {
 	unsafeNoFence        bool // state machines apply records without compare-and-set or epoch checks
 	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
+	// DiskReserve and StoreQuota as parsed by withDefaults.
+	diskReserve space.Reserve
+	storeQuota  uint64
 	// statfs replaces the file systems' free and total bytes for the
 	// space guard (tests only).
 	statfs func(dir string) (free, total uint64, err error)
@@ -384,11 +387,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DiskReserve == "" {
 		c.DiskReserve = DefaultDiskReserve
 	}
-	if _, err := space.ParseReserve(c.DiskReserve); err != nil {
+	var err error
+	if c.diskReserve, err = space.ParseReserve(c.DiskReserve); err != nil {
 		return c, fmt.Errorf("kahuna: config: DiskReserve: %w", err)
 	}
 	if c.StoreQuota != "" {
-		if _, err := space.ParseSize(c.StoreQuota); err != nil {
+		if c.storeQuota, err = space.ParseSize(c.StoreQuota); err != nil {
 			return c, fmt.Errorf("kahuna: config: StoreQuota: %w", err)
 		}
 	}

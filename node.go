@@ -519,11 +519,6 @@ func (n *Node) checkSpace() error {
 	if n.cfg.DataDir == "" {
 		return nil
 	}
-	reserve, _ := space.ParseReserve(n.cfg.DiskReserve) // validated in withDefaults
-	var quota uint64
-	if n.cfg.StoreQuota != "" {
-		quota, _ = space.ParseSize(n.cfg.StoreQuota)
-	}
 	dirs := []string{n.cfg.DataDir}
 	if n.cfg.WALDir != "" {
 		dirs = append(dirs, n.cfg.WALDir)
@@ -533,7 +528,7 @@ func (n *Node) checkSpace() error {
 			return fmt.Errorf("kahuna: open: %w", err)
 		}
 	}
-	n.space = space.New(space.Config{Dirs: dirs, Reserve: reserve, Quota: quota, Statfs: n.cfg.statfs})
+	n.space = space.New(space.Config{Dirs: dirs, Reserve: n.cfg.diskReserve, Quota: n.cfg.storeQuota, Statfs: n.cfg.statfs})
 	_, why, err := n.space.Check()
 	if err != nil {
 		return fmt.Errorf("kahuna: open: %w", err)

@@ -55,10 +55,7 @@ func (a *lockActor) load(resource string, p int, m any) {
 
 // loaded decides what waited for a read, on the slot it found.
 func (a *lockActor) loaded(m *loaded) {
-	if a.loading[m.resource] != m.l {
-		return
-	}
-	delete(a.loading, m.resource)
+	delete(a.loading, m.resource) // one read per resource at a time: it is m.l
 	if m.err != nil {
 		a.cfg.Logger.Error("load lock", "resource", m.resource, "err", m.err)
 	}

@@ -107,8 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	node, err := kahuna.Open(kahuna.Config{
 		NodeID:                o.nodeID,
 		RaftRTT:               o.raftRTT,
-		LeaderBalanceCooldown: balanceCooldown(o.balanceCooldown),
-		ReleasedRetention:     balanceCooldown(o.releasedRetention),
+		LeaderBalanceCooldown: offIfZero(o.balanceCooldown),
+		ReleasedRetention:     offIfZero(o.releasedRetention),
 		Members:               o.members,
 		DataDir:               o.storagePath,
 		WALDir:                o.walPath,
@@ -282,9 +282,10 @@ func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
-// balanceCooldown maps --leader-balance-cooldown (and --released-retention)
-// to Config: 0 on the command line means off, as a negative value does.
-func balanceCooldown(d time.Duration) time.Duration {
+// offIfZero maps a duration flag whose 0 means off (--leader-balance-cooldown,
+// --released-retention) to Config, where 0 takes the default and a
+// negative value is off.
+func offIfZero(d time.Duration) time.Duration {
 	if d <= 0 {
 		return -1
 	}
