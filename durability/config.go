@@ -119,6 +119,14 @@ type RaftConfig struct {
 	// benchmarks.
 	inFlight     int
 	batchRecords int
+	// Tests of write-behind (pending.go): holdPending keeps the flusher
+	// from writing (Sync, snapshots and a full generation still do),
+	// crash makes Close lose what is pending as a crash would, and
+	// unsafeAppliedFirst stores the applied index in Update, ahead of the
+	// writes it covers (the negative control: a crash then loses records).
+	holdPending        bool
+	crash              bool
+	unsafeAppliedFirst bool
 	// preTokenDeployment makes the data dir the way kahuna did before
 	// cluster tokens (constant deployment ID, members on every start), to
 	// test that such dirs keep opening.

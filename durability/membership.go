@@ -13,7 +13,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/lni/dragonboat/v4"
 )
 
@@ -159,12 +158,13 @@ func (r *Raft) Status() []PartitionStatus {
 	if r.dbClosed {
 		return out
 	}
-	_ = r.db.View(func(txn *badger.Txn) error {
-		for p := range out {
-			out[p].Applied, _ = readApplied(txn, shardID(p))
+	for p := range out {
+		if m := r.machine(p); m != nil {
+			out[p].Applied = m.applied.Load()
+		} else {
+			out[p].Applied, _ = readApplied(view{db: r.db}, shardID(p))
 		}
-		return nil
-	})
+	}
 	return out
 }
 

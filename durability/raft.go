@@ -25,6 +25,9 @@ type Raft struct {
 	nh    *dragonboat.NodeHost
 	db    *badger.DB
 	lanes []*lane
+	// machines holds each partition's state machine once dragonboat made
+	// it: reads look at its pending writes first (pending.go).
+	machines []atomic.Pointer[stateMachine]
 	// leaders holds the last LeaderEvent of each partition, so LeaderID
 	// agrees with OnLeaderChange (dragonboat's own GetLeaderID lags it).
 	leaders []atomic.Pointer[LeaderEvent]
@@ -89,8 +92,15 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 		}
 		return nil, fmt.Errorf("durability: start raft in %s%s: %w", rc.where(), hint, err)
 	}
+	r.machines = make([]atomic.Pointer[stateMachine], rc.Partitions)
 	create := func(shard, _ uint64) sm.IOnDiskStateMachine {
-		return newStateMachine(db, shard, log, cfg.UnsafeNoFence)
+		m := newStateMachine(db, shard, log, cfg.UnsafeNoFence)
+		m.pend.hold, m.pend.crash, m.pend.appliedFirst = cfg.holdPending, cfg.crash, cfg.unsafeAppliedFirst
+		m.startFlusher()
+		if p := int(shard) - 1; p >= 0 && p < len(r.machines) {
+			r.machines[p].Store(m)
+		}
+		return m
 	}
 	for p := range rc.Partitions {
 		// Members only to found a partition (stack.md §9.7): given them,
@@ -176,6 +186,23 @@ func (r *Raft) Propose(p int, rec *Record, c Completion) {
 	r.lanes[p].push(rec, c)
 }
 
+// view reads partition p as applied: its state machine's pending writes,
+// then badger. The caller holds dbMu.
+func (r *Raft) view(p int) view {
+	if m := r.machine(p); m != nil {
+		return m.view()
+	}
+	return view{db: r.db}
+}
+
+// machine is partition p's state machine, nil before dragonboat made it.
+func (r *Raft) machine(p int) *stateMachine {
+	if p < 0 || p >= len(r.machines) {
+		return nil
+	}
+	return r.machines[p].Load()
+}
+
 // Load implements Backend.
 func (r *Raft) Load(p int, resource string) (Record, bool, error) {
 	if err := r.checkPartition(p); err != nil {
@@ -186,15 +213,7 @@ func (r *Raft) Load(p int, resource string) (Record, bool, error) {
 	if r.dbClosed {
 		return Record{}, false, ErrClosed
 	}
-	var (
-		rec   Record
-		found bool
-	)
-	err := r.db.View(func(txn *badger.Txn) error {
-		var err error
-		rec, found, err = loadRecord(txn, shardID(p), resource)
-		return err
-	})
+	rec, found, err := loadRecord(r.view(p), shardID(p), resource)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("durability: load %q from partition %d: %w", resource, p, err)
 	}
@@ -212,12 +231,7 @@ func (r *Raft) TokenFloor(p int) (int64, error) {
 	if r.dbClosed {
 		return 0, ErrClosed
 	}
-	var floor int64
-	err := r.db.View(func(txn *badger.Txn) error {
-		var err error
-		floor, err = readFloor(txn, shardID(p))
-		return err
-	})
+	floor, err := readFloor(r.view(p), shardID(p))
 	if err != nil {
 		return 0, fmt.Errorf("durability: read token floor of partition %d: %w", p, err)
 	}
@@ -281,6 +295,13 @@ func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned
 		recs []Record
 		next []byte
 	)
+	if m := r.machine(p); m != nil && from == nil {
+		// A scan of badger alone would miss what is pending. (Newer
+		// writes during the scan are fine: see Released.)
+		if err := m.pend.flush(); err != nil {
+			return nil, nil, err
+		}
+	}
 	err := r.db.View(func(txn *badger.Txn) error {
 		prefix := shardKey(nil, shardID(p), keyRecord)
 		if from == nil {
@@ -443,12 +464,7 @@ func (r *Raft) epochIs(p int, term uint64) bool {
 	if r.dbClosed {
 		return false
 	}
-	var e Epoch
-	_ = r.db.View(func(txn *badger.Txn) error {
-		var err error
-		e, err = readEpoch(txn, shardID(p))
-		return err
-	})
+	e, _ := readEpoch(r.view(p), shardID(p))
 	return e == Epoch{Term: term, Replica: r.cfg.ReplicaID}
 }
 
@@ -534,6 +550,16 @@ func (r *Raft) Close() error {
 	r.awaitLanes(2 * electionRTT * r.cfg.RTT)
 	r.nh.Close()
 	r.awaitLanes(0)
+	// dragonboat closed the state machines, which flushed their pending
+	// writes; a shard it stopped some other way must not flush into a
+	// closed DB.
+	for p := range r.machines {
+		if m := r.machine(p); m != nil {
+			if err := m.pend.shutdown(); err != nil {
+				r.log.Error("durability: flush pending writes on close", "partition", p, "err", err)
+			}
+		}
+	}
 	r.dbMu.Lock()
 	defer r.dbMu.Unlock()
 	r.dbClosed = true

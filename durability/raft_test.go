@@ -248,18 +248,12 @@ func TestLeaderEventsSingleNode(t *testing.T) {
 func appliedIndexes(t testing.TB, r *Raft) []uint64 {
 	t.Helper()
 	out := make([]uint64, r.Partitions())
-	err := r.db.View(func(txn *badger.Txn) error {
-		for p := range out {
-			idx, err := readApplied(txn, shardID(p))
-			if err != nil {
-				return err
-			}
-			out[p] = idx
+	for p := range out {
+		m := r.machine(p)
+		if m == nil {
+			t.Fatalf("partition %d has no state machine", p)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		out[p] = m.applied.Load()
 	}
 	return out
 }

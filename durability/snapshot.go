@@ -40,17 +40,21 @@ type snapshotView struct {
 // PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
 // with Update, so the applied index matches the data.
 func (s *stateMachine) PrepareSnapshot() (any, error) {
+	if err := s.pend.flush(); err != nil {
+		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
+	}
 	txn := s.db.NewTransaction(false)
-	applied, err := readApplied(txn, s.shard)
+	g := txnGetter{txn}
+	applied, err := readApplied(g, s.shard)
 	var (
 		epoch Epoch
 		floor int64
 	)
 	if err == nil {
-		epoch, err = readEpoch(txn, s.shard)
+		epoch, err = readEpoch(g, s.shard)
 	}
 	if err == nil {
-		floor, err = readFloor(txn, s.shard)
+		floor, err = readFloor(g, s.shard)
 	}
 	if err != nil {
 		txn.Discard()
@@ -118,7 +122,12 @@ func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan st
 // index is deleted first and written last, so a crash in between reopens
 // with index 0 and dragonboat installs the snapshot again.
 func (s *stateMachine) RecoverFromSnapshot(r io.Reader, stop <-chan struct{}) error {
-	s.orders.clear() // the records are replaced wholesale
+	// The records are replaced wholesale: what was pending is of the old
+	// state, and no flush may write it in the middle of the new one.
+	s.pend.flushMu.Lock()
+	defer s.pend.flushMu.Unlock()
+	s.pend.discard()
+	s.orders.clear()
 	if err := s.recoverSnapshot(bufio.NewReaderSize(r, 64<<10), stop); err != nil {
 		return fmt.Errorf("durability: shard %d: recover snapshot: %w", s.shard, err)
 	}
@@ -183,6 +192,7 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 		return err
 	}
 	s.epoch, s.floor = epoch, floor
+	s.applied.Store(applied)
 	return s.db.Sync()
 }
 

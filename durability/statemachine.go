@@ -34,6 +34,8 @@ var errSMClosed = errors.New("durability: state machine closed")
 //
 // A rejected record changes nothing, the same way on every replica.
 //
+// Applied writes reach badger through pend (pending.go, write-behind).
+//
 // Per entry, Result.Value is the entry's index when it was applied (for a
 // batch: any of its records; a marker: accepted), and 0 when nothing of it
 // was. Result.Data is nil when every record applied, else a bitmap (bit i
@@ -49,21 +51,22 @@ type stateMachine struct {
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
+	pend          *pending
+	applied       atomic.Uint64 // the last index Update applied (Status)
 
 	// Used only by Open, Update and RecoverFromSnapshot, which dragonboat
 	// never runs concurrently.
-	epoch      Epoch  // the stored epoch
-	floor      int64  // the stored token floor
-	keys       []byte // key arena
-	vals       []byte // stored-value arena
-	appliedVal [8]byte
-	orders     orderCache
+	epoch  Epoch  // the stored epoch
+	floor  int64  // the stored token floor
+	keys   []byte // key arena
+	vals   []byte // stored-value arena
+	orders orderCache
 }
 
 // orderCache remembers the stored (token, revision) of recently written
 // resources, so the advance-only check of a write need not read badger
 // (that read was a tenth of a node's CPU under write load). It holds what
-// the current txn has written too: when a commit fails it is cleared.
+// the current Update has written too: when it fails it is cleared.
 type orderCache struct {
 	m     map[string]order
 	bytes int // what m holds, counted as orderCacheCost per entry
@@ -120,62 +123,77 @@ func (c *orderCache) clear() { c.m, c.bytes = nil, 0 }
 
 var _ sm.IOnDiskStateMachine = (*stateMachine)(nil)
 
+// newStateMachine returns shard's state machine on db. Its writes reach
+// badger before Update returns until startFlusher is called.
 func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFence bool) *stateMachine {
+	appliedKey := shardKey(nil, shard, keyApplied)
 	return &stateMachine{
 		db:            db,
 		shard:         shard,
 		log:           log.With("partition", int(shard)-1), // as kahuna numbers them (shard p+1)
-		appliedKey:    shardKey(nil, shard, keyApplied),
+		appliedKey:    appliedKey,
 		epochKey:      shardKey(nil, shard, keyEpoch),
 		floorKey:      shardKey(nil, shard, keyFloor),
 		unsafeNoFence: unsafeNoFence,
+		pend:          newPending(db, appliedKey),
 	}
 }
+
+// startFlusher makes Update return before its writes reach badger: a
+// flusher writes them a moment later (pending.go).
+func (s *stateMachine) startFlusher() { s.pend.start() }
+
+// view reads the shard as it was applied.
+func (s *stateMachine) view() view { return view{p: s.pend, db: s.db} }
 
 // Open returns the applied index stored with the data.
 func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 	var idx uint64
 	err := s.db.View(func(txn *badger.Txn) error {
+		g := txnGetter{txn}
 		var err error
-		if idx, err = readApplied(txn, s.shard); err != nil {
+		if idx, err = readApplied(g, s.shard); err != nil {
 			return err
 		}
-		if s.epoch, err = readEpoch(txn, s.shard); err != nil {
+		if s.epoch, err = readEpoch(g, s.shard); err != nil {
 			return err
 		}
-		s.floor, err = readFloor(txn, s.shard)
+		s.floor, err = readFloor(g, s.shard)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("durability: shard %d: read applied index, epoch and token floor: %w", s.shard, err)
 	}
+	s.applied.Store(idx)
 	return idx, nil
 }
 
-// Update applies every entry in one badger txn with the applied index,
-// splitting into several txns (each with its own index) only when badger's
-// txn size limit requires it. Only storage failures return an error, since
+// Update applies every entry to the pending writes, which reach badger
+// with the applied index in one txn (pending.go); an entry's writes are
+// never split across txns. Only storage failures return an error, since
 // that stops the node; a corrupt or oversized entry is logged and skipped
 // the same way on every replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	a := applier{s: s, txn: s.db.NewTransaction(true), keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor}
-	defer func() { a.txn.Discard() }()
+	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor}
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
 			s.orders.clear()
 			return nil, fmt.Errorf("durability: shard %d: apply entry %d: %w", s.shard, ents[i].Index, err)
 		}
+		a.keys, a.vals = a.keys[:0], a.vals[:0] // the pending writes copied them
 	}
-	if err := a.commit(); err != nil {
-		s.orders.clear()
-		return nil, fmt.Errorf("durability: shard %d: commit: %w", s.shard, err)
-	}
+	s.epoch, s.floor = a.epoch, a.floor
 	s.keys, s.vals = a.keys[:0], a.vals[:0]
+	if a.last != 0 {
+		s.applied.Store(a.last)
+		if err := s.pend.wrote(a.last); err != nil {
+			s.orders.clear()
+			return nil, fmt.Errorf("durability: shard %d: %w", s.shard, err)
+		}
+	}
 	return ents, nil
 }
 
-// setCost is what badger charges a txn for one Set (txn.checkSize): key,
-// value, two meta bytes and ten bytes of version.
 func setCost(k, v int) int64 { return int64(k + v + 12) }
 
 var (
@@ -184,13 +202,11 @@ var (
 )
 
 type applier struct {
-	s           *stateMachine
-	txn         *badger.Txn
-	count, size int64  // badger's accounting of txn, mirrored
-	last        uint64 // index of the last entry fully in txn; 0 = none
-	keys, vals  []byte
-	epoch       Epoch // as this txn leaves it; the state machine's once committed
-	floor       int64 // likewise
+	s          *stateMachine
+	last       uint64 // index of the last entry fully applied; 0 = none
+	keys, vals []byte
+	epoch      Epoch // as the entries applied leave it
+	floor      int64 // likewise
 }
 
 func (a *applier) entry(e *sm.Entry) error {
@@ -204,20 +220,14 @@ func (a *applier) entry(e *sm.Entry) error {
 	if h.kind == kindEpoch {
 		return a.marker(e, h.epoch)
 	}
-	maxCount, maxSize := a.s.db.MaxBatchCount(), a.s.db.MaxBatchSize()
-	if a.count+ops+1 >= maxCount || a.size+cost+appliedCost >= maxSize {
-		if a.last != 0 {
-			if err := a.commit(); err != nil {
-				return err
-			}
-			a.txn = a.s.db.NewTransaction(true)
-		}
-		if ops+1 >= maxCount || cost+appliedCost >= maxSize {
-			a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
-				"index", e.Index, "records", h.count, "bytes", cost)
-			a.last = e.Index
-			return nil
-		}
+	if ops+1 >= a.s.db.MaxBatchCount() || cost+appliedCost >= a.s.db.MaxBatchSize() {
+		a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
+			"index", e.Index, "records", h.count, "bytes", cost)
+		a.last = e.Index
+		return nil
+	}
+	if err := a.s.pend.room(ops, cost, a.last); err != nil {
+		return err
 	}
 	var (
 		rec     Record
@@ -259,18 +269,18 @@ func (a *applier) entry(e *sm.Entry) error {
 // term than the stored epoch, so a late marker of an older leader (forwarded
 // after a newer one was accepted) cannot roll the epoch back.
 func (a *applier) marker(e *sm.Entry, ep Epoch) error {
-	a.last = e.Index
 	if ep.Term <= a.epoch.Term {
+		a.last = e.Index
 		return nil
 	}
 	var v [16]byte
 	binary.BigEndian.PutUint64(v[:8], ep.Term)
 	binary.BigEndian.PutUint64(v[8:], ep.Replica)
-	if err := a.txn.Set(a.s.epochKey, v[:]); err != nil {
+	if err := a.s.pend.room(1, setCost(len(a.s.epochKey), len(v)), a.last); err != nil {
 		return err
 	}
-	a.count++
-	a.size += setCost(len(a.s.epochKey), len(v))
+	a.s.pend.set(a.s.epochKey, v[:])
+	a.last = e.Index
 	a.epoch = ep
 	e.Result = sm.Result{Value: e.Index}
 	return nil
@@ -352,24 +362,15 @@ func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (
 	}
 	vstart := len(a.vals)
 	a.vals = appendStored(a.vals, val, index)
-	stored := a.vals[vstart:len(a.vals):len(a.vals)]
-	if err := a.txn.Set(key, stored); err != nil {
-		return false, err
-	}
+	a.s.pend.set(key, a.vals[vstart:])
 	a.s.orders.put(res, order{index: index, token: rec.Token, revision: rec.Revision})
-	a.count++
-	a.size += setCost(len(key), len(stored))
 	return true, nil
 }
 
 // remove deletes the record of res at key and raises the floor above token.
 func (a *applier) remove(key, res []byte, token int64) error {
-	if err := a.txn.Delete(key); err != nil {
-		return err
-	}
+	a.s.pend.del(key)
 	a.s.orders.forget(res)
-	a.count++
-	a.size += setCost(len(key), 0)
 	floor := token
 	if floor < math.MaxInt64 {
 		floor++
@@ -379,54 +380,23 @@ func (a *applier) remove(key, res []byte, token int64) error {
 	}
 	vstart := len(a.vals)
 	a.vals = binary.BigEndian.AppendUint64(a.vals, uint64(floor))
-	if err := a.txn.Set(a.s.floorKey, a.vals[vstart:len(a.vals):len(a.vals)]); err != nil {
-		return err
-	}
-	a.count++
-	a.size += floorCost
+	a.s.pend.set(a.s.floorKey, a.vals[vstart:])
 	a.floor = floor
 	return nil
 }
 
-// stored reads the order of the record at key, as this txn sees it; known
-// is false when there is none (or it is corrupt: it is overwritten).
+// stored reads the order of the record at key as applied so far; known is
+// false when there is none (or it is corrupt: it is overwritten).
 func (a *applier) stored(key, res []byte) (o order, known bool, err error) {
-	item, err := a.txn.Get(key)
-	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
-		return order{}, false, nil
-	case err != nil:
+	v, found, err := a.s.view().get(key)
+	if err != nil || !found {
 		return order{}, false, err
 	}
-	err = item.Value(func(v []byte) error {
-		var err error
-		if o, err = storedOrder(v); err != nil {
-			a.s.log.Error("durability: overwriting corrupt stored record", "resource", string(res))
-			o = order{}
-			return nil
-		}
-		known = true
-		return nil
-	})
-	return o, known, err
-}
-
-// commit writes the applied index and commits the txn.
-func (a *applier) commit() error {
-	if a.last == 0 {
-		return nil
+	if o, err = storedOrder(v); err != nil {
+		a.s.log.Error("durability: overwriting corrupt stored record", "resource", string(res))
+		return order{}, false, nil
 	}
-	binary.BigEndian.PutUint64(a.s.appliedVal[:], a.last)
-	if err := a.txn.Set(a.s.appliedKey, a.s.appliedVal[:]); err != nil {
-		return err
-	}
-	if err := a.txn.Commit(); err != nil {
-		return err
-	}
-	a.s.epoch, a.s.floor = a.epoch, a.floor
-	a.count, a.size, a.last = 0, 0, 0
-	a.keys, a.vals = a.keys[:0], a.vals[:0] // badger copied them on commit
-	return nil
+	return o, true, nil
 }
 
 // Lookup serves dragonboat's read path; the backend reads badger directly,
@@ -444,6 +414,9 @@ func (s *stateMachine) Lookup(q any) (any, error) {
 // Sync makes applied state durable; dragonboat calls it before compacting
 // the log.
 func (s *stateMachine) Sync() error {
+	if err := s.pend.flush(); err != nil {
+		return fmt.Errorf("durability: shard %d: sync: %w", s.shard, err)
+	}
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("durability: shard %d: sync: %w", s.shard, err)
 	}
@@ -454,5 +427,8 @@ func (s *stateMachine) Sync() error {
 // NodeHost.
 func (s *stateMachine) Close() error {
 	s.closed.Store(true)
+	if err := s.pend.shutdown(); err != nil {
+		return fmt.Errorf("durability: shard %d: close: %w", s.shard, err)
+	}
 	return nil
 }

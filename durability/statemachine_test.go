@@ -82,7 +82,7 @@ func mustLoad(t *testing.T, db *badger.DB, shard uint64, res string) (Record, bo
 	)
 	err := db.View(func(txn *badger.Txn) error {
 		var err error
-		r, ok, err = loadRecord(txn, shard, res)
+		r, ok, err = loadRecord(txnGetter{txn}, shard, res)
 		return err
 	})
 	if err != nil {
@@ -94,7 +94,7 @@ func mustLoad(t *testing.T, db *badger.DB, shard uint64, res string) (Record, bo
 func applied(t *testing.T, db *badger.DB, shard uint64) uint64 {
 	t.Helper()
 	var idx uint64
-	if err := db.View(func(txn *badger.Txn) (err error) { idx, err = readApplied(txn, shard); return err }); err != nil {
+	if err := db.View(func(txn *badger.Txn) (err error) { idx, err = readApplied(txnGetter{txn}, shard); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return idx
@@ -370,7 +370,7 @@ func removal(r Record, base uint64) Record { r.Base, r.Remove = base, true; retu
 func floorOf(t *testing.T, db *badger.DB, shard uint64) int64 {
 	t.Helper()
 	var f int64
-	if err := db.View(func(txn *badger.Txn) (err error) { f, err = readFloor(txn, shard); return err }); err != nil {
+	if err := db.View(func(txn *badger.Txn) (err error) { f, err = readFloor(txnGetter{txn}, shard); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -79,84 +79,78 @@ func openBadger(opts badger.Options) (*badger.DB, error) {
 	return db, nil
 }
 
-// readApplied returns the stored applied index of shard (0 if none).
-func readApplied(txn *badger.Txn, shard uint64) (uint64, error) {
-	item, err := txn.Get(shardKey(nil, shard, keyApplied))
+// getter reads one key as of some state: a badger txn (txnGetter) or a
+// shard's applied state, pending writes included (view).
+type getter interface {
+	get(key []byte) (val []byte, found bool, err error)
+}
+
+// txnGetter reads a badger txn.
+type txnGetter struct{ txn *badger.Txn }
+
+func (g txnGetter) get(key []byte) ([]byte, bool, error) {
+	item, err := g.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
+		return nil, false, nil
 	}
 	if err != nil {
+		return nil, false, err
+	}
+	v, err := item.ValueCopy(nil)
+	return v, err == nil, err
+}
+
+// readApplied returns the stored applied index of shard (0 if none).
+func readApplied(g getter, shard uint64) (uint64, error) {
+	v, found, err := g.get(shardKey(nil, shard, keyApplied))
+	if err != nil || !found {
 		return 0, err
 	}
-	var idx uint64
-	err = item.Value(func(v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("%w: applied index of %d bytes", errCorrupt, len(v))
-		}
-		idx = binary.BigEndian.Uint64(v)
-		return nil
-	})
-	return idx, err
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: applied index of %d bytes", errCorrupt, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
 }
 
 // readEpoch returns the stored epoch of shard (zero if none).
-func readEpoch(txn *badger.Txn, shard uint64) (Epoch, error) {
-	item, err := txn.Get(shardKey(nil, shard, keyEpoch))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return Epoch{}, nil
-	}
-	if err != nil {
+func readEpoch(g getter, shard uint64) (Epoch, error) {
+	v, found, err := g.get(shardKey(nil, shard, keyEpoch))
+	if err != nil || !found {
 		return Epoch{}, err
 	}
-	var e Epoch
-	err = item.Value(func(v []byte) error {
-		if len(v) != 16 {
-			return fmt.Errorf("%w: epoch of %d bytes", errCorrupt, len(v))
-		}
-		e = Epoch{Term: binary.BigEndian.Uint64(v[:8]), Replica: binary.BigEndian.Uint64(v[8:])}
-		return nil
-	})
-	return e, err
+	if len(v) != 16 {
+		return Epoch{}, fmt.Errorf("%w: epoch of %d bytes", errCorrupt, len(v))
+	}
+	return Epoch{Term: binary.BigEndian.Uint64(v[:8]), Replica: binary.BigEndian.Uint64(v[8:])}, nil
 }
 
 // readFloor returns the stored token floor of shard (0 if none).
-func readFloor(txn *badger.Txn, shard uint64) (int64, error) {
-	item, err := txn.Get(shardKey(nil, shard, keyFloor))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
+func readFloor(g getter, shard uint64) (int64, error) {
+	v, found, err := g.get(shardKey(nil, shard, keyFloor))
+	if err != nil || !found {
 		return 0, err
 	}
-	var floor int64
-	err = item.Value(func(v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("%w: token floor of %d bytes", errCorrupt, len(v))
-		}
-		floor = int64(binary.BigEndian.Uint64(v))
-		return nil
-	})
-	return floor, err
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: token floor of %d bytes", errCorrupt, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
 // loadRecord reads one stored record; the result owns its memory. Without
 // one it returns resource at the shard's token floor (Backend.Load), read
-// in the same view, so it is the applied floor that goes with the absence.
-func loadRecord(txn *badger.Txn, shard uint64, resource string) (Record, bool, error) {
-	item, err := txn.Get(recordKey(nil, shard, []byte(resource)))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		floor, err := readFloor(txn, shard)
+// from the same state, so it is the applied floor that goes with the
+// absence.
+func loadRecord(g getter, shard uint64, resource string) (Record, bool, error) {
+	v, found, err := g.get(recordKey(nil, shard, []byte(resource)))
+	if err != nil {
+		return Record{}, false, err
+	}
+	if !found {
+		floor, err := readFloor(g, shard)
 		if err != nil {
 			return Record{}, false, err
 		}
 		return Record{Resource: resource, Token: floor}, false, nil
-	}
-	if err != nil {
-		return Record{}, false, err
-	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return Record{}, false, err
 	}
 	rec := Record{Resource: resource}
 	if err := decodeStored(v, &rec); err != nil {

@@ -1,0 +1,327 @@
+package durability
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Write-behind. Update applies to a shard's pending writes in memory and
+// returns; a flusher writes them to badger a little later, many entries
+// (and every change to one key) in one txn, off dragonboat's apply path.
+// Writing badger inside Update cost a persistent write a third of its
+// time: each Update was a badger txn and its commit, one skiplist insert
+// per record plus one for the applied index, and the apply worker waited
+// for badger's writer goroutine.
+//
+// Why it is safe: the applied index goes to badger in the same txn as the
+// writes it covers, so badger always holds the state as of its applied
+// index. Losing the pending writes (a crash) loses nothing, since Open
+// reports that index and dragonboat applies the later entries again from
+// the Raft log, which it keeps until Sync has made them durable (Sync
+// flushes, and dragonboat calls it before it compacts the log). Each
+// generation of writes is flushed in one txn: badger never holds part of a
+// generation, whose replay could be fenced differently (a later epoch
+// stored would make an earlier entry stale).
+//
+// Readers look at the pending writes first, then at badger: Load, the
+// token floor and the epoch see what was applied, flushed or not.
+const (
+	// flushDelay is how long written records wait for more to join them
+	// in one badger txn.
+	flushDelay = 20 * time.Millisecond
+	// flushAt writes a generation at once when it holds this many keys.
+	flushAt = 1024
+)
+
+// generation is a set of pending writes that goes to badger as one txn.
+type generation struct {
+	vals        map[string][]byte // badger key → value; nil: deleted
+	count, size int64             // badger's accounting of a txn of them
+	applied     uint64            // the applied index they bring badger to
+}
+
+func newGeneration() *generation { return &generation{vals: make(map[string][]byte)} }
+
+// set records a write of key; val is copied.
+func (g *generation) set(key, val []byte) {
+	if val == nil {
+		val = []byte{} // a stored empty value is not a deletion
+	} else {
+		val = append([]byte(nil), val...)
+	}
+	g.put(key, val)
+}
+
+func (g *generation) del(key []byte) { g.put(key, nil) }
+
+func (g *generation) put(key, val []byte) {
+	cost := setCost(len(key), len(val))
+	if old, ok := g.vals[string(key)]; ok {
+		g.size += max(0, cost-setCost(len(key), len(old)))
+		g.vals[string(key)] = val
+		return
+	}
+	g.vals[string(key)] = val
+	g.count++
+	g.size += cost
+}
+
+// pending is one shard's write-behind buffer. open takes Update's writes;
+// sealed is the generation being written to badger (nil: none). mu guards
+// both; flushMu makes flushes (and snapshot recovery) one at a time, in
+// order, so badger's applied index only grows.
+type pending struct {
+	db         *badger.DB
+	appliedKey []byte
+
+	mu     sync.Mutex
+	open   *generation
+	sealed *generation
+	err    error // the last flush's failure, reported by the next Update
+
+	flushMu sync.Mutex
+
+	// Test knobs (RaftConfig.holdPending, crash, unsafeAppliedFirst).
+	hold, crash, appliedFirst bool
+
+	// Set when a flusher runs (start); without one every Update flushes
+	// before it returns.
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newPending(db *badger.DB, appliedKey []byte) *pending {
+	return &pending{db: db, appliedKey: appliedKey, open: newGeneration()}
+}
+
+// start runs the flusher until shutdown.
+func (p *pending) start() {
+	p.kick = make(chan struct{}, 1)
+	p.stop = make(chan struct{})
+	p.done = make(chan struct{})
+	go p.run()
+}
+
+func (p *pending) behind() bool { return p.kick != nil }
+
+func (p *pending) run() {
+	defer close(p.done)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-p.kick:
+		case <-p.stop:
+			return
+		}
+		p.mu.Lock()
+		full := p.open.count >= flushAt
+		p.mu.Unlock()
+		if p.hold {
+			continue
+		}
+		if !full {
+			t.Reset(flushDelay)
+			select {
+			case <-t.C:
+			case <-p.stop:
+				t.Stop()
+				return
+			}
+		}
+		if err := p.flush(); err != nil {
+			p.mu.Lock()
+			p.err = err
+			p.mu.Unlock()
+		}
+	}
+}
+
+// wrote is called by Update after it applied entries up to applied: it
+// wakes the flusher, or flushes at once without one.
+func (p *pending) wrote(applied uint64) error {
+	p.mu.Lock()
+	p.open.applied = applied
+	err := p.err
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if p.appliedFirst {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], applied)
+		if err := p.db.Update(func(txn *badger.Txn) error { return txn.Set(p.appliedKey, v[:]) }); err != nil {
+			return err
+		}
+	}
+	if !p.behind() {
+		return p.flush()
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// set and del record Update's writes in the open generation.
+func (p *pending) set(key, val []byte) {
+	p.mu.Lock()
+	p.open.set(key, val)
+	p.mu.Unlock()
+}
+
+func (p *pending) del(key []byte) {
+	p.mu.Lock()
+	p.open.del(key)
+	p.mu.Unlock()
+}
+
+// room makes room for an entry of count writes of size bytes: if the open
+// generation could then make a txn badger refuses, it is flushed first,
+// brought to applied (the last entry wholly in it).
+func (p *pending) room(count, size int64, applied uint64) error {
+	p.mu.Lock()
+	full := p.open.count+count+1 >= p.db.MaxBatchCount() || p.open.size+size+appliedCost >= p.db.MaxBatchSize()
+	if full && applied != 0 {
+		p.open.applied = applied
+	}
+	p.mu.Unlock()
+	if !full {
+		return nil
+	}
+	return p.flush()
+}
+
+// flush writes the pending writes to badger: a generation whose write
+// failed before, then the open one, each in one txn with its applied index.
+func (p *pending) flush() error {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
+	for range 2 {
+		p.mu.Lock()
+		if p.sealed == nil {
+			if p.open.applied == 0 && len(p.open.vals) == 0 {
+				p.mu.Unlock()
+				return nil
+			}
+			p.sealed, p.open = p.open, newGeneration()
+		}
+		g := p.sealed
+		p.mu.Unlock()
+		if err := p.write(g); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.sealed, p.err = nil, nil
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+func (p *pending) write(g *generation) error {
+	txn := p.db.NewTransaction(true)
+	defer txn.Discard()
+	for k, v := range g.vals {
+		var err error
+		if v == nil {
+			err = txn.Delete([]byte(k))
+		} else {
+			err = txn.Set([]byte(k), v)
+		}
+		if err != nil {
+			return fmt.Errorf("durability: write %d pending keys: %w", len(g.vals), err)
+		}
+	}
+	if g.applied != 0 {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], g.applied)
+		if err := txn.Set(p.appliedKey, v[:]); err != nil {
+			return fmt.Errorf("durability: write applied index: %w", err)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("durability: commit %d pending keys: %w", len(g.vals), err)
+	}
+	return nil
+}
+
+// get returns the pending value of key: found says whether key has one
+// (val nil: deleted). The caller copies val before it returns it.
+func (p *pending) get(key []byte) (val []byte, found bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.open.vals[string(key)]; ok {
+		return v, true
+	}
+	if p.sealed != nil {
+		if v, ok := p.sealed.vals[string(key)]; ok {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// discard drops every pending write (the shard's state is being replaced);
+// the caller holds flushMu.
+func (p *pending) discard() {
+	p.mu.Lock()
+	p.open, p.sealed, p.err = newGeneration(), nil, nil
+	p.mu.Unlock()
+}
+
+// shutdown stops the flusher and flushes what is left.
+func (p *pending) shutdown() error {
+	if p.behind() {
+		select {
+		case <-p.stop:
+		default:
+			close(p.stop)
+		}
+		<-p.done
+	}
+	if p.crash {
+		return nil
+	}
+	return p.flush()
+}
+
+// view reads keys as the shard applied them: pending writes, then badger.
+// Every badger read is a txn of its own, begun after the pending writes
+// were looked at: a flush commits a generation before it leaves them, so
+// a key missing from them is in any txn begun afterwards.
+type view struct {
+	p  *pending // nil: badger only
+	db *badger.DB
+}
+
+// get returns a copy of key's value; found is false when it has none.
+func (v view) get(key []byte) (val []byte, found bool, err error) {
+	if v.p != nil {
+		if val, ok := v.p.get(key); ok {
+			if val == nil {
+				return nil, false, nil
+			}
+			return append([]byte(nil), val...), true, nil
+		}
+	}
+	err = v.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		val, err = item.ValueCopy(nil)
+		return err
+	})
+	return val, found, err
+}
