@@ -141,6 +141,7 @@ func Open(cfg Config) (*Node, error) {
 		Transport:           cfg.raftTransport,
 		ProposalTimeout:     cfg.proposalTimeout,
 		UnsafeNoFence:       cfg.unsafeNoFence,
+		UnsafeAppliedFirst:  cfg.unsafeAppliedFirst,
 		InitialClusterState: cfg.InitialClusterState,
 		ClusterToken:        cfg.InitialClusterToken,
 		MutualTLS:           cfg.peerTLS(),

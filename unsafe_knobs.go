@@ -14,6 +14,7 @@ import (
 //
 //	no-lease   answer on the Raft leader flag alone, without the leader lease
 //	no-fence   apply records without the state machine's compare-and-set and epoch
+//	applied-first  store the applied index ahead of the records it covers (a crash loses some)
 //
 // The build tag is the only way in: a release build has no such switch.
 func init() { unsafeKnobs = unsafeFromEnv }
@@ -29,8 +30,10 @@ func unsafeFromEnv(cfg *Config) error {
 			cfg.unsafeNoLeaseCheck = true
 		case "no-fence":
 			cfg.unsafeNoFence = true
+		case "applied-first":
+			cfg.unsafeAppliedFirst = true
 		default:
-			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence)", k)
+			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first)", k)
 		}
 	}
 	cfg.Logger.Warn("SAFETY PROTECTIONS SWITCHED OFF (a negative-control build)", "KAHUNA_UNSAFE", v)

@@ -114,19 +114,20 @@ type RaftConfig struct {
 	// with the advance-only guard alone, and records decided in a lost term
 	// are still proposed). Only for the fault tests' negative controls.
 	UnsafeNoFence bool
+	// UnsafeAppliedFirst stores the applied index in Update, ahead of the
+	// pending writes it covers (pending.go), so a crash loses applied
+	// records. Only for the crash tests' negative controls.
+	UnsafeAppliedFirst bool
 
 	// inFlight and batchRecords override the group-commit constants in
 	// benchmarks.
 	inFlight     int
 	batchRecords int
 	// Tests of write-behind (pending.go): holdPending keeps the flusher
-	// from writing (Sync, snapshots and a full generation still do),
-	// crash makes Close lose what is pending as a crash would, and
-	// unsafeAppliedFirst stores the applied index in Update, ahead of the
-	// writes it covers (the negative control: a crash then loses records).
-	holdPending        bool
-	crash              bool
-	unsafeAppliedFirst bool
+	// from writing (Sync, snapshots and a full generation still do), and
+	// crash makes Close lose what is pending as a crash would.
+	holdPending bool
+	crash       bool
 	// preTokenDeployment makes the data dir the way kahuna did before
 	// cluster tokens (constant deployment ID, members on every start), to
 	// test that such dirs keep opening.

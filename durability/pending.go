@@ -86,7 +86,7 @@ type pending struct {
 
 	flushMu sync.Mutex
 
-	// Test knobs (RaftConfig.holdPending, crash, unsafeAppliedFirst).
+	// Test knobs (RaftConfig.holdPending, crash, UnsafeAppliedFirst).
 	hold, crash, appliedFirst bool
 
 	// Set when a flusher runs (start); without one every Update flushes

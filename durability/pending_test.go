@@ -16,7 +16,7 @@ func crashWithPending(t *testing.T, appliedFirst bool) (want, got map[string]Rec
 	t.Helper()
 	dir := t.TempDir()
 	const partitions = 2
-	cfg := RaftConfig{Dir: dir, Partitions: partitions, holdPending: true, crash: true, unsafeAppliedFirst: appliedFirst}
+	cfg := RaftConfig{Dir: dir, Partitions: partitions, holdPending: true, crash: true, UnsafeAppliedFirst: appliedFirst}
 	n := openNode(t, cfg)
 	n.awaitSelfLeader(t)
 	want = map[string]Record{}

@@ -95,7 +95,7 @@ func OpenRaft(cfg RaftConfig) (*Raft, error) {
 	r.machines = make([]atomic.Pointer[stateMachine], rc.Partitions)
 	create := func(shard, _ uint64) sm.IOnDiskStateMachine {
 		m := newStateMachine(db, shard, log, cfg.UnsafeNoFence)
-		m.pend.hold, m.pend.crash, m.pend.appliedFirst = cfg.holdPending, cfg.crash, cfg.unsafeAppliedFirst
+		m.pend.hold, m.pend.crash, m.pend.appliedFirst = cfg.holdPending, cfg.crash, cfg.UnsafeAppliedFirst
 		m.startFlusher()
 		if p := int(shard) - 1; p >= 0 && p < len(r.machines) {
 			r.machines[p].Store(m)

@@ -29,7 +29,35 @@ const crashTTL = time.Hour
 // in particular every grant after a crash has a larger token than every
 // grant acknowledged before it.
 func TestCrashDurability(t *testing.T) {
-	bin := build(t)
+	for _, f := range crashRun(t, build(t)) {
+		t.Error(f)
+	}
+}
+
+// TestCrashDurabilityNegativeControl runs the same crashes against a node
+// whose state machine stores the applied index ahead of the records it
+// covers (KAHUNA_UNSAFE=applied-first): a crash then loses records the
+// node had acknowledged, and the checks above must say so.
+func TestCrashDurabilityNegativeControl(t *testing.T) {
+	findings := crashRun(t, buildUnsafe(t, "applied-first"))
+	if len(findings) == 0 {
+		t.Fatal("the broken variant lost nothing the checks saw: the crash test cannot see a lost write")
+	}
+	t.Logf("the broken variant was caught (%d findings), the first: %s", len(findings), findings[0])
+}
+
+// crashRun is the crash test against bin; it returns what it found wrong.
+func crashRun(t *testing.T, bin binaries) []string {
+	t.Helper()
+	var (
+		findingsMu sync.Mutex
+		findings   []string
+	)
+	fail := func(format string, args ...any) {
+		findingsMu.Lock()
+		findings = append(findings, fmt.Sprintf(format, args...))
+		findingsMu.Unlock()
+	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("KAHUNA_CRASH_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -157,7 +185,7 @@ func TestCrashDurability(t *testing.T) {
 			case op.Outcome == checker.Indeterminate:
 				st.unknown = held.owner
 			default:
-				t.Errorf("release of acknowledged grant %s/%s token %d: %s", res, held.owner, held.token, op)
+				fail("release of acknowledged grant %s/%s token %d: %s", res, held.owner, held.token, op)
 				st.held = nil
 			}
 			stateMu.Unlock()
@@ -169,13 +197,13 @@ func TestCrashDurability(t *testing.T) {
 			case notSent(op): // still free
 			case op.Status == kahuna.Locked && op.Outcome == checker.OK:
 				if op.Token <= st.maxToken {
-					t.Errorf("%s: token %d after acknowledged token %d", res, op.Token, st.maxToken)
+					fail("%s: token %d after acknowledged token %d", res, op.Token, st.maxToken)
 				}
 				st.held, st.maxToken = &grant{owner, op.Token}, op.Token
 			case op.Outcome == checker.Indeterminate:
 				st.unknown = owner
 			default:
-				t.Errorf("acquire of a free resource %s: %s", res, op)
+				fail("acquire of a free resource %s: %s", res, op)
 			}
 			stateMu.Unlock()
 		}
@@ -263,20 +291,20 @@ func TestCrashDurability(t *testing.T) {
 			switch {
 			case st.held != nil && st.unknown == "":
 				if res.Status != kahuna.Got || string(info.Owner) != st.held.owner || info.FencingToken != st.held.token {
-					t.Errorf("after crash %d: %s: acknowledged grant to %s with token %d lost: %v %+v", crash+1, r, st.held.owner, st.held.token, res.Status, info)
+					fail("after crash %d: %s: acknowledged grant to %s with token %d lost: %v %+v", crash+1, r, st.held.owner, st.held.token, res.Status, info)
 				}
 				grantsBefore++
 			case st.held != nil: // its release's answer was lost: held or free
 				if res.Status == kahuna.Got && (string(info.Owner) != st.held.owner || info.FencingToken != st.held.token) {
-					t.Errorf("after crash %d: %s: held by %s token %d, want %s token %d or free", crash+1, r, info.Owner, info.FencingToken, st.held.owner, st.held.token)
+					fail("after crash %d: %s: held by %s token %d, want %s token %d or free", crash+1, r, info.Owner, info.FencingToken, st.held.owner, st.held.token)
 				}
 			case st.unknown != "": // an acquire's answer was lost: free or granted with a new token
 				if res.Status == kahuna.Got && (string(info.Owner) != st.unknown || info.FencingToken <= st.maxToken) {
-					t.Errorf("after crash %d: %s: held by %s token %d, want %s with a token above %d, or free", crash+1, r, info.Owner, info.FencingToken, st.unknown, st.maxToken)
+					fail("after crash %d: %s: held by %s token %d, want %s with a token above %d, or free", crash+1, r, info.Owner, info.FencingToken, st.unknown, st.maxToken)
 				}
 			default:
 				if res.Status != kahuna.LockDoesNotExist {
-					t.Errorf("after crash %d: %s: released lock is %v %+v", crash+1, r, res.Status, info)
+					fail("after crash %d: %s: released lock is %v %+v", crash+1, r, res.Status, info)
 				}
 			}
 		}
@@ -295,9 +323,12 @@ func TestCrashDurability(t *testing.T) {
 	t.Logf("%d crashes, %d acknowledged grants checked after restarts (%d of them held since the start); history %+v, %d grants compared for fencing; linearizability %s",
 		crashes, grantsBefore, crashes*len(long), report.Stats, report.FencedGrants, report.Linearizable.Result)
 	if err := report.Err(); err != nil {
-		t.Errorf("checkers: %v", err)
+		fail("checkers: %v", err)
 	}
 	if grantsBefore == 0 || report.FencedGrants < 20 {
 		t.Errorf("weak run: %d grants checked after restarts, %d grants in all", grantsBefore, report.FencedGrants)
 	}
+	findingsMu.Lock()
+	defer findingsMu.Unlock()
+	return findings
 }
