@@ -169,10 +169,10 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 }
 
 // Update applies every entry to the pending writes, which reach badger
-// with the applied index in one txn (pending.go); an entry's writes are
-// never split across txns. Only storage failures return an error, since
-// that stops the node; a corrupt or oversized entry is logged and skipped
-// the same way on every replica.
+// later with the applied index (pending.go). Only storage failures return
+// an error, since that stops the node; a corrupt or oversized entry (more
+// than one badger txn takes) is logged and skipped the same way on every
+// replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor}
 	for i := range ents {
@@ -194,6 +194,8 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	return ents, nil
 }
 
+// setCost is what badger charges a txn for one Set (txn.checkSize): key,
+// value, two meta bytes and ten bytes of version.
 func setCost(k, v int) int64 { return int64(k + v + 12) }
 
 var (
