@@ -136,7 +136,12 @@ func WithMustRetryBudget(d time.Duration) ClientOption {
 // Dial connects to nodes at endpoints: "http://host:port" (cleartext, h2c
 // for gRPC) or "https://host:port" (TLS). Calls go round robin over the
 // endpoints; any node serves any lock. Over gRPC, calls are multiplexed on
-// long-lived batch streams, as Kahuna's clients do.
+// long-lived batch streams, as Kahuna's clients do, and the client learns
+// each partition's leader: a node that forwarded a call names the leader's
+// client URL in the answer (Result.ServedFrom, the member's
+// --initial-cluster-endpoints URL), and when that is one of endpoints, the
+// next calls for resources of the same partition key (the part before the
+// last '/') go straight to it.
 func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Client, error) {
 	var o clientOptions
 	for _, opt := range opts {

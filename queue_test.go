@@ -18,6 +18,22 @@ func waiters(t *testing.T, node *kahuna.Node, n int) {
 	eventually(t, fmt.Sprintf("%d waiters", n), func() bool { return node.Stats().Waiters == n })
 }
 
+// queuedOn waits until one of nodes 1..n has one waiter and returns it.
+func queuedOn(t *testing.T, c *cluster, n uint64) uint64 {
+	t.Helper()
+	var on uint64
+	eventually(t, "a waiter on some node", func() bool {
+		for id := uint64(1); id <= n; id++ {
+			if c.node(id).Stats().Waiters == 1 {
+				on = id
+				return true
+			}
+		}
+		return false
+	})
+	return on
+}
+
 type lockAnswer struct {
 	r   kahuna.Result
 	err error
@@ -351,14 +367,25 @@ func TestClusterWaitingLock(t *testing.T) {
 	if a := <-remote; a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 1 {
 		t.Fatalf("remote waiter: %+v %v", a.r, a.err)
 	}
-	// A waiter queued on the leader is told MustRetry when the partition moves.
+	// A waiter queued on the leader is told MustRetry when the partition
+	// moves. (Under a loaded test run an election may have moved p since
+	// the start, or move it before the wait arrives: the wait then queues
+	// on the leader it was forwarded to, which is the one to move from.)
+	c.transfer(p, 1)
 	local := lockAsync(ctx, n1, res, "c", kahuna.WaitForever, kahuna.Persistent)
-	waiters(t, n1, 1)
-	c.transfer(p, 2)
+	queue := queuedOn(t, c, 3)
+	if queue != 1 {
+		t.Logf("partition %d moved to node %d before the wait arrived: the wait queued there", p, queue)
+	}
+	to := uint64(2)
+	if queue == to {
+		to = 3
+	}
+	c.transfer(p, to)
 	if a := <-local; a.err != nil || a.r.Status != kahuna.MustRetry {
 		t.Fatalf("waiter after the move: %+v %v, want MustRetry", a.r, a.err)
 	}
-	waiters(t, n1, 0)
+	waiters(t, c.node(queue), 0)
 	// The persistent holder moved with the partition; its token is the floor.
 	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("b"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock after the move: %+v", r)

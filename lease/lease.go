@@ -7,6 +7,7 @@ package lease
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -232,4 +233,14 @@ func Decide(e Entry, op Op, owner []byte, ttl time.Duration, now time.Time) Deci
 		return Decision{Status: Got, Token: e.Token}
 	}
 	return Decision{Status: InvalidInput}
+}
+
+// PartitionKey is the part of resource that picks its partition: the part
+// before the last '/', so "tenant/a/x" and "tenant/a/y" share one, or the
+// whole name when it has no '/'. Resources with one key have one leader.
+func PartitionKey(resource string) string {
+	if i := strings.LastIndexByte(resource, '/'); i >= 0 {
+		return resource[:i]
+	}
+	return resource
 }

@@ -5,7 +5,8 @@ package partition
 
 import (
 	"hash/fnv"
-	"strings"
+
+	"github.com/kahunago/kahuna/lease"
 )
 
 // Of returns the partition of resource among n partitions. Like Kahuna it
@@ -13,12 +14,8 @@ import (
 // share a partition; a name without '/' hashes whole. The hash is stable
 // across processes and versions: it decides where persistent locks live.
 func Of(resource string, n int) int {
-	key := resource
-	if i := strings.LastIndexByte(resource, '/'); i >= 0 {
-		key = resource[:i]
-	}
 	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
+	_, _ = h.Write([]byte(lease.PartitionKey(resource)))
 	return jump(h.Sum64(), n)
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks a 3-process cluster: starts scripts/cluster.sh in a temp dir,
-# waits for "cluster ready", runs kahuna-bench's lock workload over native
-# gRPC against all three nodes for each durability, prints the leaders
+# waits for "cluster ready", runs kahuna-bench's lock workload over gRPC
+# against all three nodes' client URLs (the shared ports, which the nodes
+# name in ServedFrom, so the client learns the leaders) for each
+# durability, prints the leaders
 # before and after each run (leader changes under load lose ephemeral
 # locks), and stops the cluster.
 #
@@ -44,7 +46,7 @@ for d in ${DURABILITIES:-ephemeral persistent}; do
   echo
   echo "== $d"
   "$bindir/kahuna-bench" --target grpc \
-    --endpoints http://127.0.0.1:2072,http://127.0.0.1:3072,http://127.0.0.1:4072 \
+    --endpoints http://127.0.0.1:2070,http://127.0.0.1:3070,http://127.0.0.1:4070 \
     --durability "$d" --progress=false "$@"
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "leaders of partitions 0..7: $(leaders)"

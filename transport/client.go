@@ -120,6 +120,7 @@ type Client struct {
 	budget    time.Duration
 	retry     bool         // retry MustRetry answers (not when forwarding)
 	native    atomic.Int32 // the servers offer kahuna.v1: nativeUnknown, nativeYes, nativeNo (native_client.go)
+	routes    routes       // the leader's endpoint per partition key, as answers named it (routes.go)
 	calls     sync.Pool
 
 	cancel    context.CancelFunc
@@ -334,7 +335,7 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 	deadline := time.Now().Add(c.budget)
 	var bo backoff
 	for {
-		r, err := c.roundTrip(ctx, cl)
+		r, err := c.roundTrip(ctx, cl, resource)
 		if err != nil {
 			// cl may still be referenced by a stream: leave it to the GC.
 			return reply{}, err
@@ -355,22 +356,38 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 	}
 }
 
-// roundTrip sends cl to the next endpoint and waits for its answer. An
-// answer whose ServedFrom is "" (served by the node called, as Kahuna
-// says it) gets that endpoint's URL, so ServedFrom is always the URL of
-// the node that served the call: the leader's when it was forwarded. A call
-// that was provably not processed (errUnsent) goes to the next endpoint,
-// once around the ring and once more (a fresh stream on the first one);
-// the last such error is returned, still lease.ErrNotApplied.
-func (c *Client) roundTrip(ctx context.Context, cl *call) (reply, error) {
+// roundTrip sends cl, a call for resource, to the endpoint its partition
+// key was last served by, else to the next endpoint. An answer whose
+// ServedFrom is "" (served by the node called, as Kahuna says it) gets
+// that endpoint's URL, so ServedFrom is always the URL of the node that
+// served the call: the leader's when it was forwarded, which the next
+// call for the key goes to (routes.go). A call that was provably not
+// processed (errUnsent) goes to the next endpoint, once around the ring
+// and once more (a fresh stream on the first one); the last such error is
+// returned, still lease.ErrNotApplied.
+func (c *Client) roundTrip(ctx context.Context, cl *call, resource string) (reply, error) {
 	n := uint32(len(c.endpoints))
+	var (
+		key    string
+		routed *endpoint
+	)
+	if n > 1 {
+		key = lease.PartitionKey(resource)
+		routed = c.routes.get(key)
+	}
 	first := c.next.Add(1)
 	var err error
 	for i := range n + 1 {
 		e := c.endpoints[(first+i)%n]
+		if i == 0 && routed != nil {
+			e = routed
+		}
 		err = e.pick().do(ctx, cl)
 		if err == nil {
 			r := cl.reply
+			if n > 1 {
+				c.routes.learn(key, c.servedBy(e, r.res))
+			}
 			if r.res.ServedFrom == "" {
 				r.res.ServedFrom = e.url
 			}

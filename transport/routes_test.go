@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// counting counts the calls that reach a Locker.
+type counting struct {
+	lease.Locker
+	n *atomic.Int64
+}
+
+func (c counting) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	c.n.Add(1)
+	return c.Locker.TryLock(ctx, resource, owner, ttl, d)
+}
+
+func (c counting) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	c.n.Add(1)
+	return c.Locker.Extend(ctx, resource, owner, ttl, d)
+}
+
+func (c counting) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
+	c.n.Add(1)
+	return c.Locker.Unlock(ctx, resource, owner, d)
+}
+
+func (c counting) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
+	c.n.Add(1)
+	return c.Locker.Get(ctx, resource, d)
+}
+
+// TestClientLearnsTheLeader: a node that forwards names the leader in
+// ServedFrom, and the client sends the next calls of that partition key
+// straight to it. Keys it has not seen still go round robin.
+func TestClientLearnsTheLeader(t *testing.T) {
+	state := newFake()
+	leader := startServer(t, state, ServerOptions{})
+	leaderURL := "http://" + leader.native
+	var viaFollower atomic.Int64
+	follower := startServer(t, counting{forwardedTo{state, leaderURL}, &viaFollower}, ServerOptions{})
+	c := dial(t, []string{"http://" + follower.native, leaderURL})
+	ctx := testCtx(t)
+
+	const calls = 40
+	for i := range calls {
+		res := fmt.Sprintf("jobs/%d", i) // one partition key: "jobs"
+		r, err := c.TryLock(ctx, res, []byte("o"), time.Minute, lease.Ephemeral)
+		if err != nil || r.Status != lease.Locked || r.ServedFrom != leaderURL {
+			t.Fatalf("TryLock %s = %+v, %v", res, r, err)
+		}
+		if r, err := c.Unlock(ctx, res, []byte("o"), lease.Ephemeral); err != nil || r.Status != lease.Unlocked {
+			t.Fatalf("Unlock %s = %+v, %v", res, r, err)
+		}
+	}
+	if n := viaFollower.Load(); n > 1 {
+		t.Errorf("%d of %d calls for one partition key went to the node that forwards them: the client did not learn the leader", n, 2*calls)
+	}
+
+	// Names without '/' are keys of their own: each new one starts round robin.
+	viaFollower.Store(0)
+	for i := range calls {
+		if _, _, err := c.Get(ctx, fmt.Sprintf("solo-%d", i), lease.Ephemeral); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := viaFollower.Load(); n == 0 || n == calls {
+		t.Errorf("%d of %d calls for unseen keys went to the forwarding node, want about half (round robin)", n, calls)
+	}
+}
+
+// TestRoutesForgetOnMustRetry: a MustRetry answer names no leader, so the
+// route learned before is dropped.
+func TestRoutesForgetOnMustRetry(t *testing.T) {
+	a, b := &endpoint{url: "http://a"}, &endpoint{url: "http://b"}
+	c := &Client{endpoints: []*endpoint{a, b}}
+	c.routes.learn("jobs", c.servedBy(a, lease.Result{Status: lease.Locked, ServedFrom: "http://b/"}))
+	if got := c.routes.get("jobs"); got != b {
+		t.Fatalf("after an answer forwarded to b: route %v, want b", got)
+	}
+	c.routes.learn("jobs", c.servedBy(b, lease.Result{Status: lease.MustRetry}))
+	if got := c.routes.get("jobs"); got != nil {
+		t.Fatalf("after MustRetry: route %v, want none", got)
+	}
+	c.routes.learn("jobs", c.servedBy(a, lease.Result{Status: lease.Busy, ServedFrom: "http://elsewhere"}))
+	if got := c.routes.get("jobs"); got != nil {
+		t.Fatalf("after an answer from a node the client has no endpoint for: route %v, want none", got)
+	}
+}
