@@ -393,6 +393,11 @@ func (c *Client) roundTrip(ctx context.Context, cl *call, resource string) (repl
 			}
 			return r, nil
 		}
+		if i == 0 && routed != nil {
+			// The leader it named is not answering (paused, cut off,
+			// down): round robin until an answer names one again.
+			c.routes.learn(key, nil)
+		}
 		if !errors.Is(err, errUnsent) {
 			return reply{}, err
 		}

@@ -93,3 +93,46 @@ func TestRoutesForgetOnMustRetry(t *testing.T) {
 		t.Fatalf("after an answer from a node the client has no endpoint for: route %v, want none", got)
 	}
 }
+
+// stalling parks TryLocks of one resource until their context ends, as a
+// paused leader would.
+type stalling struct {
+	lease.Locker
+	resource string
+}
+
+func (s stalling) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	if resource == s.resource {
+		<-ctx.Done()
+		return lease.Result{}, ctx.Err()
+	}
+	return s.Locker.TryLock(ctx, resource, owner, ttl, d)
+}
+
+// TestRouteDroppedWhenTheLeaderStalls: a call to the learned leader that
+// gets no answer drops the route, so the next calls go round robin again
+// instead of all waiting on a node that does not answer.
+func TestRouteDroppedWhenTheLeaderStalls(t *testing.T) {
+	state := newFake()
+	leader := startServer(t, stalling{state, "jobs/stuck"}, ServerOptions{})
+	leaderURL := "http://" + leader.native
+	follower := startServer(t, forwardedTo{state, leaderURL}, ServerOptions{})
+	c := dial(t, []string{"http://" + follower.native, leaderURL})
+	ctx := testCtx(t)
+	for i := range 4 { // whichever endpoint it starts on, the leader is learned
+		if _, _, err := c.Get(ctx, fmt.Sprintf("jobs/%d", i), lease.Ephemeral); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.routes.get("jobs"); got == nil || got.url != leaderURL {
+		t.Fatalf("route of jobs = %v, want the leader", got)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.TryLock(short, "jobs/stuck", []byte("o"), time.Minute, lease.Ephemeral); err == nil {
+		t.Fatal("TryLock on the stalled leader answered")
+	}
+	if got := c.routes.get("jobs"); got != nil {
+		t.Fatalf("after the leader stalled the route of jobs is still %v", got.url)
+	}
+}
