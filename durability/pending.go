@@ -126,27 +126,37 @@ func (p *pending) run() {
 		case <-p.stop:
 			return
 		}
-		p.mu.Lock()
-		full := p.open.count >= flushAt
-		p.mu.Unlock()
 		if p.hold {
 			continue
 		}
-		if !full {
-			t.Reset(flushDelay)
+		// Wait flushDelay for more writes to join, less if the generation
+		// fills up meanwhile (each Update kicks).
+		t.Reset(flushDelay)
+	wait:
+		for !p.full() {
 			select {
 			case <-t.C:
+				break wait
+			case <-p.kick:
 			case <-p.stop:
 				t.Stop()
 				return
 			}
 		}
+		t.Stop()
 		if err := p.flush(); err != nil {
 			p.mu.Lock()
 			p.err = err
 			p.mu.Unlock()
 		}
 	}
+}
+
+// full reports whether the open generation holds flushAt keys.
+func (p *pending) full() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open.count >= flushAt
 }
 
 // wrote is called by Update after it applied entries up to applied: it
