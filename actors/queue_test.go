@@ -80,6 +80,7 @@ func TestWaitersGrantedInFIFOOrderOnRelease(t *testing.T) {
 				}
 				prev = fmt.Sprint("w", i)
 			}
+			f.sync(t, "r") // the last grant's sizes are published after its answer
 			if s := f.ring.Stats(); s.Waiters != 0 {
 				t.Fatalf("waiters at the end = %d", s.Waiters)
 			}
@@ -292,6 +293,7 @@ func TestPersistentHandOffNotCommittedKeepsHead(t *testing.T) {
 		t.Fatalf("unlock: %+v", r)
 	}
 	f.backend.setHold("r", false)
+	f.sync(t, "r") // the actor publishes its sizes after the message that answered unlock
 	if s := f.ring.Stats(); s.Waiters != 2 {
 		t.Fatalf("waiters = %d, want 2", s.Waiters)
 	}
