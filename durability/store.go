@@ -138,8 +138,8 @@ func readFloor(g getter, shard uint64) (int64, error) {
 
 // loadRecord reads one stored record; the result owns its memory. Without
 // one it returns resource at the shard's token floor (Backend.Load), read
-// from the same state, so it is the applied floor that goes with the
-// absence.
+// after the absence: the floor only grows, so it is at least the floor
+// that goes with the absence.
 func loadRecord(g getter, shard uint64, resource string) (Record, bool, error) {
 	v, found, err := g.get(recordKey(nil, shard, []byte(resource)))
 	if err != nil {
