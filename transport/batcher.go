@@ -40,6 +40,8 @@ type batchStream struct {
 	queue   []*call // queued TryLocks and Gets
 	writing bool    // the writer is busy and rechecks the queues before it idles
 	cur     *clientStream
+
+	locks *lockCalls // native Locks on the same connection
 }
 
 // clientStream is one open stream and the calls waiting for its answers.
@@ -100,7 +102,8 @@ var (
 )
 
 func newBatchStream(ctx context.Context, wg *sync.WaitGroup, target string, conn *grpc.ClientConn, method *streamMethod) *batchStream {
-	s := &batchStream{target: target, conn: conn, method: method, ctx: ctx, wg: wg, wake: make(chan struct{}, 1)}
+	s := &batchStream{target: target, conn: conn, method: method, ctx: ctx, wg: wg, wake: make(chan struct{}, 1),
+		locks: &lockCalls{target: target, conn: conn, ctx: ctx, wg: wg}}
 	wg.Add(1)
 	go s.writeLoop()
 	return s

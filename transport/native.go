@@ -131,13 +131,30 @@ type nativeService struct {
 
 // registerNative offers the native service on g when the Locker waits.
 func (s *Server) registerNative(g *grpc.Server) {
-	if _, ok := s.locker.(lease.WaitLocker); ok {
-		v1.RegisterKahunaServer(g, &nativeService{s: s})
+	if _, ok := s.locker.(lease.WaitLocker); !ok {
+		return
 	}
+	if s.noLockStream {
+		v1.RegisterKahunaServer(g, &unaryOnlyNative{nativeService{s: s}})
+		return
+	}
+	v1.RegisterKahunaServer(g, &nativeService{s: s})
+}
+
+// unaryOnlyNative is the native service of a kahuna from before
+// LockStream (tests: the Client must fall back to the unary Lock).
+type unaryOnlyNative struct{ nativeService }
+
+func (unaryOnlyNative) LockStream(grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method LockStream not implemented")
 }
 
 func (n *nativeService) Lock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
 	return n.s.lock(ctx, n.s.locker, req)
+}
+
+func (n *nativeService) LockStream(stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
+	return n.s.lockStream(n.s.locker, stream)
 }
 
 func (n *nativeService) ForwardLock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
@@ -171,6 +188,15 @@ func (s *Server) untilDrain(ctx context.Context) (context.Context, context.Cance
 // failedStatus): a wait cut short by shutdown is Errored, since a grant
 // may have been made as it left.
 func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
+	wctx, cancel := s.untilDrain(ctx)
+	defer cancel()
+	return s.lockOn(ctx, wctx, l, req)
+}
+
+// lockOn serves one Lock for a caller whose call is ctx, waiting on wctx
+// (ctx, also ended by shutdown). It returns an error only when ctx ended:
+// the caller is gone and no answer is due.
+func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	start := time.Now()
 	wl, ok := l.(lease.WaitLocker)
 	if !ok {
@@ -199,16 +225,14 @@ func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) 
 	if why != "" {
 		res.Status, resp.Reason = lease.InvalidInput, why
 	} else {
-		cctx, cancel := s.untilDrain(ctx)
 		var err error
-		res, err = s.callLock(cctx, wl, req.GetResource(), req.GetOwner(), ttl, wait, d)
-		cancel()
+		res, err = s.callLock(wctx, wl, req.GetResource(), req.GetOwner(), ttl, wait, d)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
 			res = lease.Result{Status: failedStatus(err)}
-			if cctx.Err() == nil {
+			if wctx.Err() == nil {
 				s.log.Warn("lock request failed", "op", "Lock", "resource", req.GetResource(), "status", res.Status, "err", err)
 			}
 		}

@@ -94,7 +94,7 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 			err  error
 		)
 		if c.retry {
-			resp, err = c.kahuna().Lock(ctx, req)
+			resp, err = c.lock(ctx, req)
 		} else {
 			resp, err = c.kahuna().ForwardLock(ctx, req)
 		}
@@ -133,6 +133,19 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 			return lease.Result{}, err
 		}
 	}
+}
+
+// lock sends one Lock to the next endpoint: on its LockStream, or as a
+// unary call when the stream is not offered or the Lock certainly did not
+// reach the server on it.
+func (c *Client) lock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
+	ep := c.endpoints[c.next.Add(1)%uint32(len(c.endpoints))]
+	bs := ep.pick()
+	resp, err := bs.locks.do(ctx, req)
+	if err == nil || (!errors.Is(err, errNoLockStream) && !errors.Is(err, errUnsent)) {
+		return resp, err
+	}
+	return v1.NewKahunaClient(bs.conn).Lock(ctx, req)
 }
 
 // waitToMs is a wait on the wire: -1 for WaitForever, else milliseconds

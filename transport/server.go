@@ -101,6 +101,8 @@ type Server struct {
 	draining chan struct{} // closed when shutdown starts: batch streams wind down
 	https    map[*http.Server]struct{}
 	sniffers []*sniffer // of the ServeHTTP listeners (tests read their counts)
+
+	noLockStream bool // tests: serve the native service without LockStream
 }
 
 // NewServer returns a Server for l. It starts nothing.

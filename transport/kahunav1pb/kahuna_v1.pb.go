@@ -366,6 +366,121 @@ func (x *LockResponse) GetReason() string {
 	return ""
 }
 
+type LockStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among its Locks in flight on the stream.
+	RequestId int64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The Lock; unset when cancel is.
+	Lock *LockRequest `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
+	// Withdraw the waiting Lock with request_id.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockStreamRequest) Reset() {
+	*x = LockStreamRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockStreamRequest) ProtoMessage() {}
+
+func (x *LockStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockStreamRequest.ProtoReflect.Descriptor instead.
+func (*LockStreamRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LockStreamRequest) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *LockStreamRequest) GetLock() *LockRequest {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
+func (x *LockStreamRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type LockStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Lock          *LockResponse          `protobuf:"bytes,2,opt,name=lock,proto3" json:"lock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockStreamResponse) Reset() {
+	*x = LockStreamResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockStreamResponse) ProtoMessage() {}
+
+func (x *LockStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockStreamResponse.ProtoReflect.Descriptor instead.
+func (*LockStreamResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LockStreamResponse) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *LockStreamResponse) GetLock() *LockResponse {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
 type WatchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -378,7 +493,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +505,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +518,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{2}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchRequest) GetResource() string {
@@ -441,7 +556,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +568,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +581,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{3}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchEvent) GetType() EventType {
@@ -544,7 +659,16 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\twaited_ms\x18\x03 \x01(\x03R\bwaitedMs\x12\x1f\n" +
 	"\vserved_from\x18\x04 \x01(\tR\n" +
 	"servedFrom\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"O\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"v\n" +
+	"\x11LockStreamRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12*\n" +
+	"\x04lock\x18\x02 \x01(\v2\x16.kahuna.v1.LockRequestR\x04lock\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"`\n" +
+	"\x12LockStreamResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12+\n" +
+	"\x04lock\x18\x02 \x01(\v2\x17.kahuna.v1.LockResponseR\x04lock\"O\n" +
 	"\fWatchRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x04R\ffromRevision\"\x9e\x02\n" +
@@ -586,9 +710,11 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_EXTENDED\x10\x02\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x042\xfe\x01\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x042\xcd\x02\n" +
 	"\x06Kahuna\x127\n" +
-	"\x04Lock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x129\n" +
+	"\x04Lock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12M\n" +
+	"\n" +
+	"LockStream\x12\x1c.kahuna.v1.LockStreamRequest\x1a\x1d.kahuna.v1.LockStreamResponse(\x010\x01\x129\n" +
 	"\x05Watch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01\x12>\n" +
 	"\vForwardLock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12@\n" +
 	"\fForwardWatch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01B1Z/github.com/kahunago/kahuna/transport/kahunav1pbb\x06proto3"
@@ -606,34 +732,40 @@ func file_transport_proto_kahuna_v1_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_transport_proto_kahuna_v1_proto_goTypes = []any{
-	(Durability)(0),      // 0: kahuna.v1.Durability
-	(Status)(0),          // 1: kahuna.v1.Status
-	(EventType)(0),       // 2: kahuna.v1.EventType
-	(*LockRequest)(nil),  // 3: kahuna.v1.LockRequest
-	(*LockResponse)(nil), // 4: kahuna.v1.LockResponse
-	(*WatchRequest)(nil), // 5: kahuna.v1.WatchRequest
-	(*WatchEvent)(nil),   // 6: kahuna.v1.WatchEvent
+	(Durability)(0),            // 0: kahuna.v1.Durability
+	(Status)(0),                // 1: kahuna.v1.Status
+	(EventType)(0),             // 2: kahuna.v1.EventType
+	(*LockRequest)(nil),        // 3: kahuna.v1.LockRequest
+	(*LockResponse)(nil),       // 4: kahuna.v1.LockResponse
+	(*LockStreamRequest)(nil),  // 5: kahuna.v1.LockStreamRequest
+	(*LockStreamResponse)(nil), // 6: kahuna.v1.LockStreamResponse
+	(*WatchRequest)(nil),       // 7: kahuna.v1.WatchRequest
+	(*WatchEvent)(nil),         // 8: kahuna.v1.WatchEvent
 }
 var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
-	0, // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
-	1, // 1: kahuna.v1.LockResponse.status:type_name -> kahuna.v1.Status
-	2, // 2: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
-	0, // 3: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
-	3, // 4: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
-	5, // 5: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
-	3, // 6: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	5, // 7: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	4, // 8: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	6, // 9: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	4, // 10: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	6, // 11: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
+	1,  // 1: kahuna.v1.LockResponse.status:type_name -> kahuna.v1.Status
+	3,  // 2: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
+	4,  // 3: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
+	2,  // 4: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
+	0,  // 5: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
+	3,  // 6: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
+	5,  // 7: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
+	7,  // 8: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
+	3,  // 9: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
+	7,  // 10: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	4,  // 11: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	6,  // 12: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	8,  // 13: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	4,  // 14: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	8,  // 15: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_kahuna_v1_proto_init() }
@@ -647,7 +779,7 @@ func file_transport_proto_kahuna_v1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_kahuna_v1_proto_rawDesc), len(file_transport_proto_kahuna_v1_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

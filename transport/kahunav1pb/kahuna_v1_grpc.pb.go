@@ -30,6 +30,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Kahuna_Lock_FullMethodName         = "/kahuna.v1.Kahuna/Lock"
+	Kahuna_LockStream_FullMethodName   = "/kahuna.v1.Kahuna/LockStream"
 	Kahuna_Watch_FullMethodName        = "/kahuna.v1.Kahuna/Watch"
 	Kahuna_ForwardLock_FullMethodName  = "/kahuna.v1.Kahuna/ForwardLock"
 	Kahuna_ForwardWatch_FullMethodName = "/kahuna.v1.Kahuna/ForwardWatch"
@@ -44,6 +45,17 @@ type KahunaClient interface {
 	// blocks until the answer; a caller that cancels (or disconnects)
 	// leaves the queue.
 	Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockResponse, error)
+	// LockStream carries many Locks on one stream: each is answered when it
+	// is decided, out of order, matched by request_id. The same calls as
+	// Lock without a gRPC call (headers, trailers, a handler) per wait, so a
+	// hand-off reaches its waiter in one message. A message with cancel set
+	// withdraws the waiting Lock of that request_id: it leaves the queue and
+	// is not answered (unless it was decided first: that answer stands).
+	// Every Lock still waiting when the stream breaks leaves the queue. At
+	// shutdown the server answers the Locks it received (a cut-short wait
+	// is ERRORED) and ends the stream with OK: a Lock left unanswered by a
+	// clean end was never processed.
+	LockStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LockStreamRequest, LockStreamResponse], error)
 	// Watch streams a lock's changes, beginning with its current state.
 	// It ends with UNAVAILABLE when the lock's partition moves (watch again
 	// from the last revision), INVALID_ARGUMENT for bad input and
@@ -74,9 +86,22 @@ func (c *kahunaClient) Lock(ctx context.Context, in *LockRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *kahunaClient) LockStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LockStreamRequest, LockStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[0], Kahuna_LockStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LockStreamRequest, LockStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_LockStreamClient = grpc.BidiStreamingClient[LockStreamRequest, LockStreamResponse]
+
 func (c *kahunaClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[0], Kahuna_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[1], Kahuna_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +130,7 @@ func (c *kahunaClient) ForwardLock(ctx context.Context, in *LockRequest, opts ..
 
 func (c *kahunaClient) ForwardWatch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[1], Kahuna_ForwardWatch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[2], Kahuna_ForwardWatch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +156,17 @@ type KahunaServer interface {
 	// blocks until the answer; a caller that cancels (or disconnects)
 	// leaves the queue.
 	Lock(context.Context, *LockRequest) (*LockResponse, error)
+	// LockStream carries many Locks on one stream: each is answered when it
+	// is decided, out of order, matched by request_id. The same calls as
+	// Lock without a gRPC call (headers, trailers, a handler) per wait, so a
+	// hand-off reaches its waiter in one message. A message with cancel set
+	// withdraws the waiting Lock of that request_id: it leaves the queue and
+	// is not answered (unless it was decided first: that answer stands).
+	// Every Lock still waiting when the stream breaks leaves the queue. At
+	// shutdown the server answers the Locks it received (a cut-short wait
+	// is ERRORED) and ends the stream with OK: a Lock left unanswered by a
+	// clean end was never processed.
+	LockStream(grpc.BidiStreamingServer[LockStreamRequest, LockStreamResponse]) error
 	// Watch streams a lock's changes, beginning with its current state.
 	// It ends with UNAVAILABLE when the lock's partition moves (watch again
 	// from the last revision), INVALID_ARGUMENT for bad input and
@@ -153,6 +189,9 @@ type UnimplementedKahunaServer struct{}
 
 func (UnimplementedKahunaServer) Lock(context.Context, *LockRequest) (*LockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lock not implemented")
+}
+func (UnimplementedKahunaServer) LockStream(grpc.BidiStreamingServer[LockStreamRequest, LockStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method LockStream not implemented")
 }
 func (UnimplementedKahunaServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -201,6 +240,13 @@ func _Kahuna_Lock_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Kahuna_LockStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KahunaServer).LockStream(&grpc.GenericServerStream[LockStreamRequest, LockStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_LockStreamServer = grpc.BidiStreamingServer[LockStreamRequest, LockStreamResponse]
 
 func _Kahuna_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
@@ -259,6 +305,12 @@ var Kahuna_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "LockStream",
+			Handler:       _Kahuna_LockStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Watch",
 			Handler:       _Kahuna_Watch_Handler,

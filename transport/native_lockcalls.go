@@ -1,0 +1,204 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+)
+
+// errNoLockStream says a Lock was not sent on a LockStream and may take
+// the unary Lock: the server does not offer the stream (an older kahuna
+// answered UNIMPLEMENTED), or this one has MaxLocksPerStream in flight.
+var errNoLockStream = errors.New("transport: no lock stream")
+
+// lockCalls multiplexes native Locks over one LockStream on a batch
+// stream's connection, re-opening it when it breaks. A Lock registers its
+// request id, sends, and waits for its answer, which the stream's reader
+// delivers; a Lock whose context ends first withdraws itself with a
+// cancel message, so it leaves the server's queue at once (a unary Lock
+// leaves it by its call's cancellation).
+type lockCalls struct {
+	target string // the endpoint, for errors
+	conn   *grpc.ClientConn
+	ctx    context.Context // the client's: ends on Close
+	wg     *sync.WaitGroup // the client's goroutines
+	openMu sync.Mutex      // one stream opening at a time
+
+	mu  sync.Mutex
+	off bool // the server answered UNIMPLEMENTED: unary Locks only
+	ids int64
+	cur *lockStreamConn
+}
+
+// lockStreamConn is one open LockStream and the Locks waiting on it.
+type lockStreamConn struct {
+	stream  grpc.BidiStreamingClient[v1.LockStreamRequest, v1.LockStreamResponse]
+	cancel  context.CancelFunc
+	sendMu  sync.Mutex                // grpc allows one Send at a time
+	dead    bool                      // guarded by lockCalls.mu
+	pending map[int64]chan lockAnswer // guarded by lockCalls.mu
+}
+
+type lockAnswer struct {
+	resp *v1.LockResponse
+	err  error
+}
+
+// do sends req on the stream and waits for its answer. It fails with
+// errNoLockStream, or an errUnsent error, when req certainly did not reach
+// the server; when ctx ends first it returns ctx.Err() and the Lock is
+// withdrawn; any other error leaves its outcome unknown.
+func (l *lockCalls) do(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
+	l.mu.Lock()
+	off := l.off
+	l.mu.Unlock()
+	if off {
+		return nil, errNoLockStream
+	}
+	st, err := l.stream()
+	if err != nil {
+		return nil, &unsentError{err}
+	}
+	l.mu.Lock()
+	switch {
+	case st.dead:
+		l.mu.Unlock()
+		return nil, &unsentError{fmt.Errorf("lock stream to %s ended", l.target)}
+	case len(st.pending) >= MaxLocksPerStream:
+		l.mu.Unlock()
+		return nil, errNoLockStream
+	}
+	l.ids++
+	id := l.ids
+	ch := make(chan lockAnswer, 1)
+	st.pending[id] = ch
+	l.mu.Unlock()
+
+	st.sendMu.Lock()
+	err = st.stream.Send(&v1.LockStreamRequest{RequestId: id, Lock: req})
+	st.sendMu.Unlock()
+	if err != nil {
+		// grpc queues a message only once Send succeeds, so it never left;
+		// the stream's end reaches the reader, which fails the others.
+		if l.take(st, id) {
+			return nil, &unsentError{fmt.Errorf("sending to %s: %w", l.target, err)}
+		}
+		a := <-ch // the reader failed it first
+		return a.resp, a.err
+	}
+	select {
+	case a := <-ch:
+		return a.resp, a.err
+	case <-ctx.Done():
+		if !l.take(st, id) {
+			a := <-ch // answered as it left: take the answer
+			return a.resp, a.err
+		}
+		// A broken stream has withdrawn it already.
+		st.sendMu.Lock()
+		_ = st.stream.Send(&v1.LockStreamRequest{RequestId: id, Cancel: true})
+		st.sendMu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// take removes id from st's pending Locks, reporting whether it was there
+// (false: its answer is being delivered).
+func (l *lockCalls) take(st *lockStreamConn, id int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := st.pending[id]; !ok {
+		return false
+	}
+	delete(st.pending, id)
+	return true
+}
+
+// stream returns the open stream, opening one if needed.
+func (l *lockCalls) stream() (*lockStreamConn, error) {
+	l.openMu.Lock()
+	defer l.openMu.Unlock()
+	l.mu.Lock()
+	st := l.cur
+	l.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	ctx, cancel := context.WithCancel(l.ctx)
+	cs, err := v1.NewKahunaClient(l.conn).LockStream(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("opening a lock stream to %s: %w", l.target, err)
+	}
+	st = &lockStreamConn{stream: cs, cancel: cancel, pending: make(map[int64]chan lockAnswer)}
+	l.mu.Lock()
+	l.cur = st
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go l.readLoop(st)
+	return st, nil
+}
+
+func (l *lockCalls) readLoop(st *lockStreamConn) {
+	defer l.wg.Done()
+	for {
+		m, err := st.stream.Recv()
+		if err != nil {
+			l.broken(st, err)
+			return
+		}
+		l.mu.Lock()
+		ch := st.pending[m.GetRequestId()]
+		delete(st.pending, m.GetRequestId())
+		l.mu.Unlock()
+		if ch == nil {
+			continue // the answer to a withdrawn Lock
+		}
+		a := lockAnswer{resp: m.GetLock()}
+		if a.resp == nil {
+			a.err = fmt.Errorf("transport: lock stream to %s: an answer without a lock", l.target)
+		}
+		ch <- a
+	}
+}
+
+// broken fails the Locks still waiting on a stream that ended: as not
+// sent when the server never served the stream (UNIMPLEMENTED, a refused
+// token) or ended it cleanly (it answers everything it processed), else
+// with their outcome unknown.
+func (l *lockCalls) broken(st *lockStreamConn, err error) {
+	st.cancel()
+	var fail error
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		fail = errNoLockStream
+	case status.Code(err) == codes.Unauthenticated, errors.Is(err, io.EOF):
+		fail = &unsentError{fmt.Errorf("lock stream to %s ended: %w", l.target, err)}
+	case l.ctx.Err() != nil:
+		fail = ErrClosed
+	default:
+		fail = fmt.Errorf("transport: lock stream to %s broke, outcome unknown: %w", l.target, err)
+	}
+	l.mu.Lock()
+	st.dead = true
+	if l.cur == st {
+		l.cur = nil
+	}
+	if errors.Is(fail, errNoLockStream) {
+		l.off = true
+	}
+	pending := st.pending
+	st.pending = nil
+	l.mu.Unlock()
+	for _, ch := range pending {
+		ch <- lockAnswer{err: fail}
+	}
+}

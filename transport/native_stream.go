@@ -1,0 +1,134 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/kahunago/kahuna/lease"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+)
+
+// MaxLocksPerStream bounds the Locks one LockStream has in flight on the
+// server. One over it is answered Busy at once, with a reason; the
+// Client never sends one (it takes the unary Lock instead).
+const MaxLocksPerStream = 4096
+
+// lockStream serves one LockStream on l. Every Lock runs on a goroutine of
+// its own, as a unary Lock does, so a wait never holds up the stream's
+// other messages, and the reader keeps reading (cancels must get through
+// however many Locks wait). Each Lock's context is the stream's, ended on
+// its own by a cancel message; its wait is also ended by shutdown.
+func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
+	ctx := stream.Context()
+	// drain ends every wait of the stream at shutdown; AfterFunc costs a
+	// Lock no goroutine of its own.
+	drain, stopDrain := context.WithCancel(ctx)
+	defer stopDrain()
+	go func() {
+		select {
+		case <-s.draining:
+			stopDrain()
+		case <-drain.Done():
+		}
+	}()
+
+	var (
+		mu       sync.Mutex
+		stopping bool
+		inflight = map[int64]context.CancelFunc{}
+		sendMu   sync.Mutex // grpc allows one Send at a time
+		wg       sync.WaitGroup
+	)
+	send := func(resp *v1.LockStreamResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		// A failed Send means the stream is broken: Recv reports it.
+		_ = stream.Send(resp)
+	}
+	serve := func(id int64, req *v1.LockRequest, callCtx context.Context, cancel context.CancelFunc) {
+		defer wg.Done()
+		wctx, cancelWait := context.WithCancel(callCtx)
+		stop := context.AfterFunc(drain, cancelWait)
+		resp, err := s.lockOn(callCtx, wctx, l, req)
+		stop()
+		cancelWait()
+		mu.Lock()
+		delete(inflight, id)
+		mu.Unlock()
+		cancel()
+		if err == nil { // else withdrawn, or the stream is gone: no answer is due
+			send(&v1.LockStreamResponse{RequestId: id, Lock: resp})
+		}
+	}
+
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			id := m.GetRequestId()
+			mu.Lock()
+			switch {
+			case stopping:
+				// Received after shutdown began: dropped unprocessed, and
+				// the clean end tells the client so.
+			case m.GetCancel():
+				if cancel := inflight[id]; cancel != nil {
+					cancel()
+				}
+			case m.GetLock() == nil:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{
+						Status: v1.Status(lease.InvalidInput), Reason: "a LockStream message carries a lock or a cancel", ServedFrom: s.opts.NodeName}})
+				}()
+			case inflight[id] != nil:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{
+						Status: v1.Status(lease.InvalidInput), Reason: fmt.Sprintf("request_id %d is already waiting on this stream", id), ServedFrom: s.opts.NodeName}})
+				}()
+			case len(inflight) >= MaxLocksPerStream:
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{
+						Status: v1.Status(lease.Busy), Reason: fmt.Sprintf("this stream has %d locks waiting, the most it serves at once", MaxLocksPerStream), ServedFrom: s.opts.NodeName}})
+				}()
+			default:
+				callCtx, cancel := context.WithCancel(ctx)
+				inflight[id] = cancel
+				wg.Add(1)
+				go serve(id, m.GetLock(), callCtx, cancel)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	var err error
+	select {
+	case err = <-recvErr:
+	case <-s.draining:
+	}
+	mu.Lock()
+	stopping = true
+	mu.Unlock()
+	// Every Lock received must be answered before the stream ends: grpc
+	// forbids Send after the handler returns. At shutdown their waits end
+	// (drain); on a broken stream their contexts have.
+	wg.Wait()
+	if err == nil || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}

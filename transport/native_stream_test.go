@@ -1,0 +1,163 @@
+package transport
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// waitingFake is a WaitLocker whose Lock on "wait/…" waits until its
+// context ends (it reports the call's arrival and its end), and on any
+// other resource is TryLock.
+type waitingFake struct {
+	*fakeLocker
+	arrived, left chan struct{}
+	locks         atomic.Int64
+}
+
+func newWaitingFake() *waitingFake {
+	return &waitingFake{fakeLocker: newFake(), arrived: make(chan struct{}, 8), left: make(chan struct{}, 8)}
+}
+
+func (w *waitingFake) Lock(ctx context.Context, r string, o []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
+	w.locks.Add(1)
+	if len(r) < 5 || r[:5] != "wait/" {
+		return w.TryLock(ctx, r, o, ttl, d)
+	}
+	w.arrived <- struct{}{}
+	<-ctx.Done()
+	w.left <- struct{}{}
+	return lease.Result{}, ctx.Err()
+}
+
+func recvWithin(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not seen in 10 s", what)
+	}
+}
+
+// Locks go on the LockStream: many at once on one stream, answered while
+// others wait; a caller that gives up is withdrawn from the server at once.
+func TestLockStreamCarriesLocks(t *testing.T) {
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	ctx := testCtx(t)
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(cctx, "wait/a", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
+		done <- err
+	}()
+	recvWithin(t, w.arrived, "the waiting Lock at the server")
+	// The stream serves other Locks while one waits.
+	for i := range 3 {
+		if r, err := c.Lock(ctx, "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+			t.Fatalf("Lock %d beside a waiting one: %v %v", i, r, err)
+		}
+	}
+	bs := c.endpoints[0].streams[0]
+	bs.locks.mu.Lock()
+	st, off := bs.locks.cur, bs.locks.off
+	bs.locks.mu.Unlock()
+	if st == nil || off {
+		t.Fatalf("no open lock stream (off %v): the Locks did not use it", off)
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("cancelled Lock: %v", err)
+	}
+	recvWithin(t, w.left, "the withdrawn Lock leaving the server")
+}
+
+// A client that goes away (Close, a dropped connection) leaves the
+// server's queue: its waiting Lock's context ends there.
+func TestLockStreamClientGoneLeavesTheQueue(t *testing.T) {
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(context.Background(), "wait/b", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
+		done <- err
+	}()
+	recvWithin(t, w.arrived, "the waiting Lock at the server")
+	c.Close()
+	recvWithin(t, w.left, "the Lock of a closed client leaving the server")
+	if err := <-done; err == nil {
+		t.Fatal("Lock of a closed client returned no error")
+	}
+}
+
+// A graceful shutdown answers a waiting Lock (Errored: its wait was cut short) and
+// ends the stream cleanly.
+func TestLockStreamShutdownAnswersWaiters(t *testing.T) {
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native})
+	type answer struct {
+		r   lease.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := c.Lock(context.Background(), "wait/c", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
+		done <- answer{r, err}
+	}()
+	recvWithin(t, w.arrived, "the waiting Lock at the server")
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Shutdown(testCtx(t)) }()
+	a := <-done
+	if a.err != nil || a.r.Status != lease.Errored {
+		t.Fatalf("waiting Lock at shutdown: %v %v, want Errored", a.r, a.err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// Against a kahuna from before LockStream (its native service answers
+// the stream UNIMPLEMENTED) the Client takes the unary Lock, remembers
+// it, and the Lock still waits on the server.
+func TestLockFallsBackToUnaryWithoutLockStream(t *testing.T) {
+	w := newWaitingFake()
+	srv := NewServer(w, ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+	srv.noLockStream = true
+	srv.native, srv.mixed = srv.newGRPCServer(), srv.newGRPCServer()
+	old := listen(t)
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeGRPC(old) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+	c := dial(t, []string{"http://" + old.Addr().String()}, WithStreamsPerEndpoint(1))
+	ctx := testCtx(t)
+	for i := range 2 {
+		if r, err := c.Lock(ctx, "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+			t.Fatalf("Lock %d: %v %v", i, r, err)
+		}
+	}
+	if n := w.locks.Load(); n != 2 {
+		t.Fatalf("the server's Locker saw %d Locks, want 2", n)
+	}
+	bs := c.endpoints[0].streams[0]
+	bs.locks.mu.Lock()
+	off := bs.locks.off
+	bs.locks.mu.Unlock()
+	if !off {
+		t.Fatal("the Client did not remember that the server has no LockStream")
+	}
+	if native, known := c.Native(); !native || !known {
+		t.Fatalf("native = %v, known = %v: the unary Lock is native", native, known)
+	}
+}
