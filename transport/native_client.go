@@ -135,17 +135,32 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 	}
 }
 
-// lock sends one Lock to the next endpoint: on its LockStream, or as a
-// unary call when the stream is not offered or the Lock certainly did not
-// reach the server on it.
+// lock sends one Lock: on its LockStream, or as a unary call when the
+// stream is not offered or the Lock certainly did not reach the server on
+// it. It goes to the endpoint that last served its partition key on
+// Kahuna's wire (routes.go: the native answers name nodes by ID, not by
+// URL, so they teach no routes), else to the next one; a routed endpoint
+// that fails or answers MustRetry loses the route.
 func (c *Client) lock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
+	var key string
 	ep := c.endpoints[c.next.Add(1)%uint32(len(c.endpoints))]
+	if len(c.endpoints) > 1 {
+		key = lease.PartitionKey(req.GetResource())
+		if routed := c.routes.get(key); routed != nil {
+			ep = routed
+		} else {
+			key = ""
+		}
+	}
 	bs := ep.pick()
 	resp, err := bs.locks.do(ctx, req)
-	if err == nil || (!errors.Is(err, errNoLockStream) && !errors.Is(err, errUnsent)) {
-		return resp, err
+	if err != nil && (errors.Is(err, errNoLockStream) || errors.Is(err, errUnsent)) {
+		resp, err = v1.NewKahunaClient(bs.conn).Lock(ctx, req)
 	}
-	return v1.NewKahunaClient(bs.conn).Lock(ctx, req)
+	if key != "" && ctx.Err() == nil && (err != nil || lease.Status(resp.GetStatus()) == lease.MustRetry) {
+		c.routes.learn(key, nil)
+	}
+	return resp, err
 }
 
 // waitToMs is a wait on the wire: -1 for WaitForever, else milliseconds

@@ -136,3 +136,51 @@ func TestRouteDroppedWhenTheLeaderStalls(t *testing.T) {
 		t.Fatalf("after the leader stalled the route of jobs is still %v", got.url)
 	}
 }
+
+// forwardingWaiter is a follower's WaitLocker: its Locks are counted and
+// decided on the leader's state, with the leader's URL in ServedFrom.
+type forwardingWaiter struct {
+	counting
+	state *fakeLocker
+}
+
+func (f forwardingWaiter) Lock(ctx context.Context, resource string, owner []byte, ttl, _ time.Duration, d lease.Durability) (lease.Result, error) {
+	f.n.Add(1)
+	return f.counting.TryLock(ctx, resource, owner, ttl, d)
+}
+
+// TestNativeLockFollowsTheRoute: once Kahuna-wire answers have named the
+// leader of a partition key, native Locks of that key go straight to it.
+func TestNativeLockFollowsTheRoute(t *testing.T) {
+	leaderFake := newWaitingFake()
+	leader := startServer(t, leaderFake, ServerOptions{})
+	leaderURL := "http://" + leader.native
+	var viaFollower atomic.Int64
+	follower := startServer(t, forwardingWaiter{counting{forwardedTo{leaderFake.fakeLocker, leaderURL}, &viaFollower}, leaderFake.fakeLocker}, ServerOptions{})
+	c := dial(t, []string{"http://" + follower.native, leaderURL})
+	ctx := testCtx(t)
+
+	// Learn the route: round robin until an answer names the leader.
+	for i := 0; c.routes.get("jobs") == nil; i++ {
+		if i == 10 {
+			t.Fatal("no route to the leader learned from 10 Gets")
+		}
+		if _, _, err := c.Get(ctx, "jobs/x", lease.Ephemeral); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viaFollower.Store(0)
+	const calls = 20
+	for i := range calls {
+		res := fmt.Sprintf("jobs/%d", i)
+		if r, err := c.Lock(ctx, res, []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+			t.Fatalf("Lock %s = %+v, %v", res, r, err)
+		}
+	}
+	if n := viaFollower.Load(); n != 0 {
+		t.Errorf("%d of %d Locks of a routed key went to the node that forwards them", n, calls)
+	}
+	if n := leaderFake.locks.Load(); n != calls {
+		t.Errorf("the leader served %d Locks, want %d", n, calls)
+	}
+}
