@@ -66,6 +66,16 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		}
 	}
 
+	// answerNow answers a message that waits for nothing; called with mu
+	// held, so wg.Add is ordered before the drain's wg.Wait.
+	answerNow := func(id int64, st lease.Status, reason string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{Status: v1.Status(st), Reason: reason, ServedFrom: s.opts.NodeName}})
+		}()
+	}
+
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -85,26 +95,11 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 					cancel()
 				}
 			case m.GetLock() == nil:
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{
-						Status: v1.Status(lease.InvalidInput), Reason: "a LockStream message carries a lock or a cancel", ServedFrom: s.opts.NodeName}})
-				}()
+				answerNow(id, lease.InvalidInput, "a LockStream message carries a lock or a cancel")
 			case inflight[id] != nil:
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{
-						Status: v1.Status(lease.InvalidInput), Reason: fmt.Sprintf("request_id %d is already waiting on this stream", id), ServedFrom: s.opts.NodeName}})
-				}()
+				answerNow(id, lease.InvalidInput, fmt.Sprintf("request_id %d is already waiting on this stream", id))
 			case len(inflight) >= MaxLocksPerStream:
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					send(&v1.LockStreamResponse{RequestId: id, Lock: &v1.LockResponse{
-						Status: v1.Status(lease.Busy), Reason: fmt.Sprintf("this stream has %d locks waiting, the most it serves at once", MaxLocksPerStream), ServedFrom: s.opts.NodeName}})
-				}()
+				answerNow(id, lease.Busy, fmt.Sprintf("this stream has %d locks waiting, the most it serves at once", MaxLocksPerStream))
 			default:
 				callCtx, cancel := context.WithCancel(ctx)
 				inflight[id] = cancel

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/kahunago/kahuna/lease"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 )
 
 // waitingFake is a WaitLocker whose Lock on "wait/…" waits until its
@@ -160,4 +164,55 @@ func TestLockFallsBackToUnaryWithoutLockStream(t *testing.T) {
 	if native, known := c.Native(); !native || !known {
 		t.Fatalf("native = %v, known = %v: the unary Lock is native", native, known)
 	}
+}
+
+// Bad messages on a LockStream get InvalidInput with a reason, and the
+// stream goes on serving.
+func TestLockStreamBadMessages(t *testing.T) {
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{})
+	conn, err := grpc.NewClient(srv.native, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := v1.NewKahunaClient(conn).LockStream(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := &v1.LockRequest{Resource: "wait/d", Owner: []byte("o"), TtlMs: 60_000, WaitMs: -1}
+	for i, m := range []*v1.LockStreamRequest{
+		{RequestId: 1, Lock: waiting},
+		{RequestId: 2},                // neither a lock nor a cancel
+		{RequestId: 1, Lock: waiting}, // an id already waiting
+		{RequestId: 3, Lock: &v1.LockRequest{Owner: []byte("o"), TtlMs: 1000}}, // no resource
+		{RequestId: 4, Lock: &v1.LockRequest{Resource: "free", Owner: []byte("o"), TtlMs: 1000}},
+	} {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			recvWithin(t, w.arrived, "the first Lock waiting")
+		}
+	}
+	// Four answers: the bad messages and the free lock; the waiting one
+	// answers nothing until it is withdrawn.
+	want := map[int64]lease.Status{2: lease.InvalidInput, 1: lease.InvalidInput, 3: lease.InvalidInput, 4: lease.Locked}
+	for range 4 {
+		a, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, got := a.GetRequestId(), lease.Status(a.GetLock().GetStatus())
+		w, ok := want[id]
+		if !ok || got != w || (got == lease.InvalidInput && a.GetLock().GetReason() == "") {
+			t.Fatalf("answer to %d: %v %q, want %v with a reason (answers still due: %v)", id, got, a.GetLock().GetReason(), w, want)
+		}
+		delete(want, id)
+	}
+	// Withdraw the waiting one: it leaves, unanswered.
+	if err := st.Send(&v1.LockStreamRequest{RequestId: 1, Cancel: true}); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, w.left, "the withdrawn Lock leaving the server")
 }
