@@ -125,13 +125,35 @@ func (c *cluster) awaitLeader(t *testing.T, p int, want uint64, within time.Dura
 	}
 }
 
+// leaderNow waits until a replica leads p by its own account now, and
+// returns it. (A leader event can be stale by the time it is read: a
+// loaded machine may elect another replica right after the first.)
+func (c *cluster) leaderNow(t *testing.T, p int) *node {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for {
+		for _, n := range c.nodes {
+			if n == nil {
+				continue
+			}
+			if id, _, ok := n.LeaderID(p); ok && id == n.ReplicaID() {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no replica leads partition %d after %v", p, testWait)
+		}
+		time.Sleep(10 * time.Millisecond) // Raft state has no signal to wait on
+	}
+}
+
 func TestThreeReplicas(t *testing.T) {
 	c := openCluster(t, RaftConfig{Partitions: 2})
-	leaderID, ok := c.awaitLeader(t, 0, 0, testWait)
-	if !ok {
+	if _, ok := c.awaitLeader(t, 0, 0, testWait); !ok {
 		t.Fatal("no leader for partition 0")
 	}
-	leader := c.nodes[leaderID-1]
+	leader := c.leaderNow(t, 0)
+	leaderID := leader.ReplicaID()
 	follower := c.nodes[leaderID%3] // another replica
 	want := Record{Resource: "tenant/x", Owner: []byte("me"), ExpiresMs: 123456, Token: 1, Revision: 1, Locked: true, LastModifiedMs: 99}
 	if err := propose(t, leader, 0, want); err != nil {

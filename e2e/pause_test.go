@@ -426,7 +426,16 @@ func (cl *pauseClient) call(kind checker.Kind, res, owner string, ttl time.Durat
 	)
 	switch kind {
 	case checker.Acquire:
-		r, err = cl.c.TryLock(ctx, res, []byte(owner), ttl, kahuna.Persistent)
+		// Half the acquires wait (up to 300 ms) in the resource's queue on
+		// the leader, carried by the client's LockStream (ForwardLock from
+		// a follower), so hand-offs and queued waiters meet the pauses too.
+		// A waited grant linearizes within its call, as a TryLock does. Its
+		// served_from names a node by ID, not URL: it is not annotated.
+		if cl.rng.IntN(2) == 0 {
+			r, err = cl.c.Lock(ctx, res, []byte(owner), ttl, time.Duration(1+cl.rng.IntN(300))*time.Millisecond, kahuna.Persistent)
+		} else {
+			r, err = cl.c.TryLock(ctx, res, []byte(owner), ttl, kahuna.Persistent)
+		}
 	case checker.Extend:
 		r, err = cl.c.Extend(ctx, res, []byte(owner), ttl, kahuna.Persistent)
 	case checker.Release:
