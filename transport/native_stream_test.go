@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -215,4 +216,32 @@ func TestLockStreamBadMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	recvWithin(t, w.left, "the withdrawn Lock leaving the server")
+}
+
+// The LockStream is behind the client tokens: a wrong one is refused and
+// nothing reaches the Locker; a listed one is served.
+func TestLockStreamNeedsAToken(t *testing.T) {
+	tk, _ := NewTokens("alpha")
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{Tokens: tk})
+	bad := dial(t, []string{"http://" + srv.native}, WithToken("wrong"))
+	if _, err := bad.Lock(testCtx(t), "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); !errors.Is(err, lease.ErrUnauthenticated) {
+		t.Fatalf("Lock with a wrong token: %v, want ErrUnauthenticated", err)
+	}
+	if n := w.locks.Load(); n != 0 {
+		t.Fatalf("%d Locks of a refused client reached the Locker", n)
+	}
+	good := dial(t, []string{"http://" + srv.native}, WithToken("alpha"))
+	if r, err := good.Lock(testCtx(t), "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+		t.Fatalf("Lock with a listed token: %v %v", r, err)
+	}
+	open := false
+	for _, bs := range good.endpoints[0].streams {
+		bs.locks.mu.Lock()
+		open = open || bs.locks.cur != nil
+		bs.locks.mu.Unlock()
+	}
+	if !open {
+		t.Fatal("the listed client's Lock did not go on a LockStream")
+	}
 }
