@@ -9,6 +9,7 @@ package transport
 //	go test -run Fuzz ./transport                                   # the seed corpora
 //	go test -run X -fuzz FuzzUnaryRequest -fuzztime 10m ./transport  # one target for longer
 //	go test -run X -fuzz FuzzBatchStream -fuzztime 10m ./transport
+//	go test -run X -fuzz FuzzLockStream -fuzztime 10m ./transport   (fuzz_lockstream_test.go)
 //	go test -run X -fuzz FuzzRESTBody -fuzztime 10m ./transport
 
 import (
