@@ -14,6 +14,7 @@ parallel=${FUZZ_PARALLEL:-$(nproc)}
 targets=(
   "./transport FuzzUnaryRequest"
   "./transport FuzzBatchStream"
+  "./transport FuzzLockStream"
   "./transport FuzzRESTBody"
   "./transport FuzzWireDecode"
   "./durability FuzzDecodeBatch"
