@@ -18,8 +18,8 @@ import (
 // every worker, as an application would share it.
 //
 // hot-wait waits on the server when kahuna.Client is a lease.WaitLocker
-// (the native Lock), and polls TryLock otherwise: the workload decides by
-// a type assertion, so the native path is measured once it exists. With
+// (the native Lock, sent on its LockStream), and polls TryLock otherwise:
+// the workload decides by a type assertion. With
 // the in-process node, requests are counted at the node (Config.Observe);
 // at --endpoints, as client calls.
 func GRPCTarget() Target {
