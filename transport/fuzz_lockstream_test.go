@@ -4,26 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kahunago/kahuna/lease"
 	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 )
-
-// tryOnlyWaiter is a WaitLocker whose Lock never waits: a fuzzed stream
-// ends as soon as its messages are answered.
-type tryOnlyWaiter struct{ *fakeLocker }
-
-func (w tryOnlyWaiter) Lock(ctx context.Context, r string, o []byte, ttl, _ time.Duration, d lease.Durability) (lease.Result, error) {
-	return w.TryLock(ctx, r, o, ttl, d)
-}
 
 // FuzzLockStream sends a LockStream a sequence of messages, any of them
 // malformed: the server must answer only ids it was sent, each with a
@@ -41,22 +30,7 @@ func FuzzLockStream(f *testing.F) {
 	f.Add(joinFrames(lock(7, "a", 1<<40), []byte{0xff, 0xff}, lock(8, "b", 0)))
 	f.Add(joinFrames())
 
-	srv := NewServer(tryOnlyWaiter{newFake()}, ServerOptions{Logger: slog.New(slog.DiscardHandler), NodeName: "fuzz"})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	go srv.ServeGRPC(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		conn.Close()
-		srv.Close()
-	})
-
+	fs := startFuzzServer(f)
 	f.Fuzz(func(t *testing.T, input []byte) {
 		msgs := frames(input)
 		locks := map[int64]int{} // id → Locks sent with it
@@ -76,7 +50,7 @@ func FuzzLockStream(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, v1.Kahuna_LockStream_FullMethodName)
+		stream, err := fs.conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, v1.Kahuna_LockStream_FullMethodName)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,9 +53,18 @@ type fuzzServer struct {
 	conn   *grpc.ClientConn
 }
 
+// tryOnlyWaiter is a WaitLocker whose Lock never waits, so the native
+// service is served too and a fuzzed LockStream ends as soon as its
+// messages are answered.
+type tryOnlyWaiter struct{ *fakeLocker }
+
+func (w tryOnlyWaiter) Lock(ctx context.Context, r string, o []byte, ttl, _ time.Duration, d lease.Durability) (lease.Result, error) {
+	return w.TryLock(ctx, r, o, ttl, d)
+}
+
 func startFuzzServer(f *testing.F) *fuzzServer {
 	fs := &fuzzServer{locker: newFake()}
-	fs.srv = NewServer(fs.locker, ServerOptions{Logger: slog.New(slog.DiscardHandler), NodeName: "fuzz"})
+	fs.srv = NewServer(tryOnlyWaiter{fs.locker}, ServerOptions{Logger: slog.New(slog.DiscardHandler), NodeName: "fuzz"})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		f.Fatal(err)

@@ -35,7 +35,7 @@ type lockCalls struct {
 	mu  sync.Mutex
 	off bool // the server answered UNIMPLEMENTED: unary Locks only
 	ids int64
-	cur *lockStreamConn
+	cur *lockStreamConn // the open stream; nil once it ends
 }
 
 // lockStreamConn is one open LockStream and the Locks waiting on it.
@@ -43,8 +43,7 @@ type lockStreamConn struct {
 	stream  grpc.BidiStreamingClient[v1.LockStreamRequest, v1.LockStreamResponse]
 	cancel  context.CancelFunc
 	sendMu  sync.Mutex                // grpc allows one Send at a time
-	dead    bool                      // guarded by lockCalls.mu
-	pending map[int64]chan lockAnswer // guarded by lockCalls.mu
+	pending map[int64]chan lockAnswer // guarded by lockCalls.mu; nil once the stream ended
 }
 
 type lockAnswer struct {
@@ -57,31 +56,10 @@ type lockAnswer struct {
 // the server; when ctx ends first it returns ctx.Err() and the Lock is
 // withdrawn; any other error leaves its outcome unknown.
 func (l *lockCalls) do(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
-	l.mu.Lock()
-	off := l.off
-	l.mu.Unlock()
-	if off {
-		return nil, errNoLockStream
-	}
-	st, err := l.stream()
+	st, id, ch, err := l.register()
 	if err != nil {
-		return nil, &unsentError{err}
+		return nil, err
 	}
-	l.mu.Lock()
-	switch {
-	case st.dead:
-		l.mu.Unlock()
-		return nil, &unsentError{fmt.Errorf("lock stream to %s ended", l.target)}
-	case len(st.pending) >= MaxLocksPerStream:
-		l.mu.Unlock()
-		return nil, errNoLockStream
-	}
-	l.ids++
-	id := l.ids
-	ch := make(chan lockAnswer, 1)
-	st.pending[id] = ch
-	l.mu.Unlock()
-
 	st.sendMu.Lock()
 	err = st.stream.Send(&v1.LockStreamRequest{RequestId: id, Lock: req})
 	st.sendMu.Unlock()
@@ -122,29 +100,62 @@ func (l *lockCalls) take(st *lockStreamConn, id int64) bool {
 	return true
 }
 
-// stream returns the open stream, opening one if needed.
-func (l *lockCalls) stream() (*lockStreamConn, error) {
+// register adds a pending Lock to the open stream, opening one if there
+// is none: one lock taken while a stream is open. A stream that ends
+// before the Lock is registered is not taken again: the Lock is unsent.
+func (l *lockCalls) register() (*lockStreamConn, int64, chan lockAnswer, error) {
+	opened := false
+	for {
+		l.mu.Lock()
+		st := l.cur
+		switch {
+		case l.off:
+			l.mu.Unlock()
+			return nil, 0, nil, errNoLockStream
+		case st != nil && len(st.pending) >= MaxLocksPerStream:
+			l.mu.Unlock()
+			return nil, 0, nil, errNoLockStream
+		case st != nil:
+			l.ids++
+			ch := make(chan lockAnswer, 1)
+			st.pending[l.ids] = ch
+			l.mu.Unlock()
+			return st, l.ids, ch, nil
+		}
+		l.mu.Unlock()
+		if opened {
+			return nil, 0, nil, &unsentError{fmt.Errorf("lock stream to %s ended as it opened", l.target)}
+		}
+		if err := l.open(); err != nil {
+			return nil, 0, nil, &unsentError{err}
+		}
+		opened = true
+	}
+}
+
+// open opens a stream unless another caller has just done so.
+func (l *lockCalls) open() error {
 	l.openMu.Lock()
 	defer l.openMu.Unlock()
 	l.mu.Lock()
-	st := l.cur
+	open := l.cur != nil
 	l.mu.Unlock()
-	if st != nil {
-		return st, nil
+	if open {
+		return nil
 	}
 	ctx, cancel := context.WithCancel(l.ctx)
 	cs, err := v1.NewKahunaClient(l.conn).LockStream(ctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("opening a lock stream to %s: %w", l.target, err)
+		return fmt.Errorf("opening a lock stream to %s: %w", l.target, err)
 	}
-	st = &lockStreamConn{stream: cs, cancel: cancel, pending: make(map[int64]chan lockAnswer)}
+	st := &lockStreamConn{stream: cs, cancel: cancel, pending: make(map[int64]chan lockAnswer)}
 	l.mu.Lock()
 	l.cur = st
 	l.mu.Unlock()
 	l.wg.Add(1)
 	go l.readLoop(st)
-	return st, nil
+	return nil
 }
 
 func (l *lockCalls) readLoop(st *lockStreamConn) {
@@ -188,7 +199,6 @@ func (l *lockCalls) broken(st *lockStreamConn, err error) {
 		fail = fmt.Errorf("transport: lock stream to %s broke, outcome unknown: %w", l.target, err)
 	}
 	l.mu.Lock()
-	st.dead = true
 	if l.cur == st {
 		l.cur = nil
 	}
