@@ -15,7 +15,16 @@ import (
 
 // Defaults of Config. A zero field takes its default.
 const (
-	DefaultPartitions            = 8
+	// DefaultPartitions is a cluster's partition count (Members given).
+	DefaultPartitions = 8
+	// DefaultSingleNodePartitions is a single node's (no Members). Every
+	// partition is a Raft shard, and a single node gains nothing from
+	// several: they share its one Raft log and its fsyncs, while each
+	// costs its own Raft entries, so one shard packs more records per
+	// entry (one node, 64 callers over gRPC, persistent: 1.33–1.39× the
+	// ops/s of 8, 0.6–0.7× the CPU per op). A single node never takes
+	// members, so it never needs partitions to spread leaders.
+	DefaultSingleNodePartitions  = 1
 	DefaultLockActors            = 8
 	DefaultCacheEntryTTL         = 30 * time.Minute
 	DefaultCacheEntriesToRemove  = 100
@@ -94,8 +103,10 @@ type Config struct {
 	// Cluster data dirs created before tokens existed keep opening too,
 	// with that old ID, as long as no token is given.
 	InitialClusterToken string
-	// Partitions is the number of Raft shards locks are spread over
-	// (default 8). It is fixed when DataDir is first used.
+	// Partitions is the number of Raft shards locks are spread over. It
+	// is fixed when DataDir is first used; 0 takes the count DataDir was
+	// created with, else DefaultSingleNodePartitions for a single node and
+	// DefaultPartitions for a cluster.
 	Partitions int
 	// LockActors is the number of lock actors (default 8, measured best on
 	// a 2-core machine; raise it on bigger ones). Any value ≥ 1 is honoured.
@@ -369,6 +380,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Partitions == 0 {
 		c.Partitions = DefaultPartitions
+		if len(c.Members) == 0 {
+			c.Partitions = DefaultSingleNodePartitions
+		}
 	}
 	if c.LockActors == 0 {
 		c.LockActors = DefaultLockActors

@@ -15,6 +15,27 @@ import (
 // silently lose locks: Open refuses instead.
 const layoutFile = "kahuna-layout"
 
+// recordedPartitions is the partition count dir was created with, 0 when
+// there is no dir or it records none yet.
+func recordedPartitions(dir string) (int, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	got, err := os.ReadFile(filepath.Join(dir, layoutFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kahuna: data dir: %w", err)
+	}
+	v, ok := strings.CutPrefix(strings.TrimSpace(string(got)), "partitions=")
+	n, err := strconv.Atoi(v)
+	if !ok || err != nil || n < 1 {
+		return 0, fmt.Errorf("kahuna: data dir %s: %s holds %q, not partitions=N", dir, layoutFile, got)
+	}
+	return n, nil
+}
+
 func checkLayout(cfg Config) error {
 	if cfg.DataDir == "" {
 		return nil

@@ -86,6 +86,15 @@ var _ WaitLocker = (*Node)(nil)
 
 // Open starts a node and returns once it serves every partition.
 func Open(cfg Config) (*Node, error) {
+	if cfg.Partitions == 0 {
+		// The data dir's count, so a dir created under another default
+		// keeps opening.
+		p, err := recordedPartitions(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Partitions = p
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

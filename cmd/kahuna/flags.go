@@ -90,7 +90,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.keyFile, "https-certificate-key", "", "TLS private key (PEM) for --https-certificate")
 	fs.StringVar(&o.storagePath, "storage-path", "", "data dir for the Raft log and lock store (default $KAHUNA_HOME/data, else $XDG_DATA_HOME/kahuna/data, else ~/.local/share/kahuna/data)")
 	fs.StringVar(&o.walPath, "wal-path", "", "optional dir for the Raft WAL, on a low-latency device (default: inside --storage-path)")
-	fs.IntVar(&o.partitions, "initial-cluster-partitions", 8, "number of partitions (Raft shards); fixed once the data dir is created")
+	fs.IntVar(&o.partitions, "initial-cluster-partitions", 0, "number of partitions (Raft shards), 1..1024; fixed once the data dir is created. Default: the data dir's count, else 1 for a single node and 8 for a cluster")
 	fs.IntVar(&o.lockActors, "locks-workers", 0, "number of lock actors (0 = default)")
 	fs.IntVar(&cacheTTLSeconds, "cache-entry-ttl", 1800, "seconds an idle cached lock entry is kept before it may be evicted")
 	fs.IntVar(&o.cacheEntriesToRemove, "cache-entries-to-remove", 100, "most entries one eviction pass removes")
@@ -134,6 +134,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	var errs []error
 	var err error
 	if o.httpPorts, err = parsePorts("--http-ports", httpPorts); err != nil {
@@ -154,7 +156,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if len(o.httpPorts)+len(o.grpcPorts)+len(o.httpsPorts) == 0 {
 		errs = append(errs, errors.New("no listener: give --http-ports, --grpc-cleartext-ports or --https-ports"))
 	}
-	if o.partitions < 1 || o.partitions > 1024 {
+	if explicit["initial-cluster-partitions"] && (o.partitions < 1 || o.partitions > 1024) {
 		errs = append(errs, fmt.Errorf("--initial-cluster-partitions must be 1..1024, got %d", o.partitions))
 	}
 	if o.lockActors < 0 {

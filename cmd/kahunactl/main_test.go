@@ -505,7 +505,7 @@ func TestPartitions(t *testing.T) {
 	_, ep := startNode(t)
 	r := ctl(t, "partitions", "--endpoints", ep).want(t, exitOK, "partitions")
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
-	if len(lines) != 1+kahuna.DefaultPartitions || lines[0] != "as seen by node 1:" {
+	if len(lines) != 1+kahuna.DefaultSingleNodePartitions || lines[0] != "as seen by node 1:" {
 		t.Fatalf("partitions output: %s", r)
 	}
 	for p, l := range lines[1:] {
@@ -522,7 +522,7 @@ func TestPartitions(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &body); err != nil {
 		t.Fatalf("%v: %s", err, r)
 	}
-	if body.Node != 1 || len(body.Partitions) != kahuna.DefaultPartitions {
+	if body.Node != 1 || len(body.Partitions) != kahuna.DefaultSingleNodePartitions {
 		t.Fatalf("partitions json: %+v", body)
 	}
 	for p, info := range body.Partitions {
@@ -543,16 +543,16 @@ func TestTransferLeadership(t *testing.T) {
 	oneStderrLine(t, r, "no partition 99")
 
 	// To the node that already leads: accepted, and nothing changes.
-	r = ctl(t, "transfer-leadership", "--partition", "3", "--to", "1", "--endpoints", ep, "--format", "json").want(t, exitOK, "transfer to the leader")
-	if m := r.jsonOut(t); fmt.Sprintf("%v %v %v", m["partition"], m["to"], m["status"]) != "3 1 requested" {
+	r = ctl(t, "transfer-leadership", "--partition", "0", "--to", "1", "--endpoints", ep, "--format", "json").want(t, exitOK, "transfer to the leader")
+	if m := r.jsonOut(t); fmt.Sprintf("%v %v %v", m["partition"], m["to"], m["status"]) != "0 1 requested" {
 		t.Fatalf("transfer json: %s", r)
 	}
-	r = ctl(t, "transfer-leadership", "--partition", "3", "--to", "1", "--endpoints", ep).want(t, exitOK, "transfer text")
-	if r.stdout != "leadership of partition 3 requested for node 1\n" {
+	r = ctl(t, "transfer-leadership", "--partition", "0", "--to", "1", "--endpoints", ep).want(t, exitOK, "transfer text")
+	if r.stdout != "leadership of partition 0 requested for node 1\n" {
 		t.Fatalf("transfer text: %s", r)
 	}
-	if leader, serving := n.Leader(3); leader != 1 || !serving {
-		t.Fatalf("partition 3 after a transfer to its leader: leader %d serving %v", leader, serving)
+	if leader, serving := n.Leader(0); leader != 1 || !serving {
+		t.Fatalf("partition 0 after a transfer to its leader: leader %d serving %v", leader, serving)
 	}
 	ctl(t, "lock", "after-transfer", "--endpoints", ep).want(t, exitOK, "lock after transfer")
 }
