@@ -10,6 +10,7 @@
 #   scripts/cluster-bench.sh                       # ephemeral, then persistent, 10 s each
 #   scripts/cluster-bench.sh --duration 30s        # extra flags go to kahuna-bench
 #   DURABILITIES=persistent scripts/cluster-bench.sh
+#   CLUSTER_FLAGS="--initial-cluster-partitions 3" scripts/cluster-bench.sh   # flags for every node
 #
 # Uses the fixed ports of cluster.sh (2070-2073, 3070-3073, 4070-4073).
 set -euo pipefail
@@ -19,7 +20,7 @@ bindir="$dir/bin"
 mkdir -p "$bindir"
 go build -o "$bindir/" ./cmd/kahunactl ./cmd/kahuna-bench
 
-KAHUNA_CLUSTER_DIR="$dir/cluster" scripts/cluster.sh --log-level warn >"$dir/cluster.out" 2>&1 &
+KAHUNA_CLUSTER_DIR="$dir/cluster" scripts/cluster.sh --log-level warn ${CLUSTER_FLAGS:-} >"$dir/cluster.out" 2>&1 &
 cluster=$!
 cleanup() {
   kill -TERM "$cluster" 2>/dev/null || true
