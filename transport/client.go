@@ -169,9 +169,9 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 
 	life, cancel := context.WithCancel(context.Background())
 	c := &Client{budget: cfg.mustRetryBudget, retry: !cfg.forwarding, cancel: cancel}
-	method := batchClientMethod
+	method := packedClientMethod
 	if cfg.forwarding {
-		method = batchServerMethod
+		method = packedServerMethod
 	}
 	c.calls.New = func() any { return newCall() }
 	for _, p := range eps {
@@ -222,7 +222,9 @@ func (c *Client) open(ctx context.Context) error {
 	for range all {
 		select {
 		case err := <-errs:
-			if err == nil {
+			// A refusal is the call's to report (ErrUnauthenticated):
+			// the endpoint was reached.
+			if err == nil || errors.Is(err, lease.ErrUnauthenticated) {
 				return nil
 			}
 			failed = append(failed, err)

@@ -30,31 +30,44 @@ func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	r, ok := v.(*batchReply)
-	if !ok {
-		return protoCodec.Unmarshal(data, v)
+	switch r := v.(type) {
+	case *batchReply:
+		return unmarshalWith(data, r.unmarshal)
+	case *replyPack:
+		return unmarshalWith(data, r.unmarshal)
 	}
+	return protoCodec.Unmarshal(data, v)
+}
+
+// unmarshalWith decodes data with f, in place when it is one buffer.
+func unmarshalWith(data mem.BufferSlice, f func([]byte) error) error {
 	if len(data) == 1 {
-		return r.unmarshal(data[0].ReadOnlyData())
+		return f(data[0].ReadOnlyData())
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return r.unmarshal(buf.ReadOnlyData())
+	return f(buf.ReadOnlyData())
 }
 
 func (wireCodec) Name() string { return proto.Name }
 
-// serverCodec is the servers' codec: batch stream messages (*batchMsg) are
-// decoded and their answers encoded by hand (see wire.go); every other
-// message, the unary calls', goes to grpc's standard proto codec.
+// serverCodec is the servers' codec: batch stream messages (*batchMsg, and
+// Batch's *batchPack and *answerPack) are decoded and their answers
+// encoded by hand (see wire.go); every other message, the unary calls',
+// goes to grpc's standard proto codec.
 type serverCodec struct{}
 
 func (serverCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(*batchMsg)
-	if !ok {
+	var b []byte
+	var err error
+	switch m := v.(type) {
+	case *batchMsg:
+		b, err = m.marshalResponse()
+	case *answerPack:
+		b, err = m.marshal()
+	default:
 		return protoCodec.Marshal(v)
 	}
-	b, err := m.marshalResponse()
 	if err != nil {
 		return nil, err
 	}
@@ -62,16 +75,13 @@ func (serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*batchMsg)
-	if !ok {
-		return protoCodec.Unmarshal(data, v)
+	switch m := v.(type) {
+	case *batchMsg:
+		return unmarshalWith(data, m.unmarshal)
+	case *batchPack:
+		return unmarshalWith(data, m.unmarshal)
 	}
-	if len(data) == 1 {
-		return m.unmarshal(data[0].ReadOnlyData())
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return m.unmarshal(buf.ReadOnlyData())
+	return protoCodec.Unmarshal(data, v)
 }
 
 func (serverCodec) Name() string { return proto.Name }

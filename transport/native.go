@@ -142,11 +142,20 @@ func (s *Server) registerNative(g *grpc.Server) {
 }
 
 // unaryOnlyNative is the native service of a kahuna from before
-// LockStream (tests: the Client must fall back to the unary Lock).
+// LockStream and Batch (tests: the Client must fall back to the unary Lock
+// and to Kahuna's batch stream).
 type unaryOnlyNative struct{ nativeService }
 
 func (unaryOnlyNative) LockStream(grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method LockStream not implemented")
+}
+
+func (unaryOnlyNative) Batch(grpc.BidiStreamingServer[v1.BatchRequests, v1.BatchResponses]) error {
+	return status.Error(codes.Unimplemented, "method Batch not implemented")
+}
+
+func (unaryOnlyNative) ForwardBatch(grpc.BidiStreamingServer[v1.BatchRequests, v1.BatchResponses]) error {
+	return status.Error(codes.Unimplemented, "method ForwardBatch not implemented")
 }
 
 func (n *nativeService) Lock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
@@ -155,6 +164,15 @@ func (n *nativeService) Lock(ctx context.Context, req *v1.LockRequest) (*v1.Lock
 
 func (n *nativeService) LockStream(stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	return n.s.lockStream(n.s.locker, stream)
+}
+
+func (n *nativeService) Batch(stream grpc.BidiStreamingServer[v1.BatchRequests, v1.BatchResponses]) error {
+	return n.s.servePacked(stream, n.s.locker)
+}
+
+// ForwardBatch is served by the Forwarded Locker, as BatchServerLockRequests.
+func (n *nativeService) ForwardBatch(stream grpc.BidiStreamingServer[v1.BatchRequests, v1.BatchResponses]) error {
+	return n.s.servePacked(stream, n.s.forwarded)
 }
 
 func (n *nativeService) ForwardLock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {

@@ -130,12 +130,11 @@ func TestLockStreamShutdownAnswersWaiters(t *testing.T) {
 	}
 }
 
-// Against a kahuna from before LockStream (its native service answers
-// the stream UNIMPLEMENTED) the Client takes the unary Lock, remembers
-// it, and the Lock still waits on the server.
-func TestLockFallsBackToUnaryWithoutLockStream(t *testing.T) {
-	w := newWaitingFake()
-	srv := NewServer(w, ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+// startOlderKahuna serves l as a kahuna from before LockStream and Batch
+// did (its native service answers them UNIMPLEMENTED) and returns its
+// native gRPC address.
+func startOlderKahuna(t *testing.T, l lease.Locker) string {
+	srv := NewServer(l, ServerOptions{Logger: slog.New(slog.DiscardHandler)})
 	srv.noLockStream = true
 	srv.native, srv.mixed = srv.newGRPCServer(), srv.newGRPCServer()
 	old := listen(t)
@@ -145,7 +144,15 @@ func TestLockFallsBackToUnaryWithoutLockStream(t *testing.T) {
 		srv.Close()
 		<-served
 	})
-	c := dial(t, []string{"http://" + old.Addr().String()}, WithStreamsPerEndpoint(1))
+	return old.Addr().String()
+}
+
+// Against a kahuna from before LockStream (its native service answers
+// the stream UNIMPLEMENTED) the Client takes the unary Lock, remembers
+// it, and the Lock still waits on the server.
+func TestLockFallsBackToUnaryWithoutLockStream(t *testing.T) {
+	w := newWaitingFake()
+	c := dial(t, []string{"http://" + startOlderKahuna(t, w)}, WithStreamsPerEndpoint(1))
 	ctx := testCtx(t)
 	for i := range 2 {
 		if r, err := c.Lock(ctx, "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {

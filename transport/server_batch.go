@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -29,6 +31,26 @@ import (
 // ends with OK. So a sender that sees a clean end knows that whatever is
 // still unanswered was never processed and may be sent again elsewhere.
 func (s *Server) serveBatch(stream grpc.ServerStream, l lease.Locker) error {
+	return s.serveStream(stream, l, false)
+}
+
+// batchHeader marks the headers of a Batch stream the server serves.
+const batchHeader = "kahuna-batch"
+
+// servePacked serves one Batch stream (kahuna.v1): serveBatch with many
+// requests to a message each way. The headers go out at once, so a client
+// learns at the stream's start that the server offers it (see
+// batchStream.stream).
+func (s *Server) servePacked(stream grpc.ServerStream, l lease.Locker) error {
+	if err := stream.SendHeader(metadata.Pairs(batchHeader, "1")); err != nil {
+		return err
+	}
+	return s.serveStream(stream, l, true)
+}
+
+// serveStream serves a batch stream of single requests (Kahuna's) or of
+// packed ones (kahuna.v1's Batch).
+func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bool) error {
 	ctx := stream.Context()
 	var (
 		mu       sync.Mutex // orders wg.Add against the drain's wg.Wait
@@ -39,55 +61,84 @@ func (s *Server) serveBatch(stream grpc.ServerStream, l lease.Locker) error {
 	slots := make(chan struct{}, s.opts.MaxInFlightPerStream)
 	recvErr := make(chan error, 1)
 
-	serve := func(m *batchMsg) {
-		if s.answer(ctx, l, m) {
-			sendMu.Lock()
-			// A failed Send means the stream is broken; Recv reports it.
-			// grpc ends the stream with the Send's error status, never OK,
-			// so a sender never takes this processed request for one
-			// dropped unprocessed (TestServerUnsendableAnswerEndsTheStream).
-			// Send only queues the encoded answer for grpc's writer, which
-			// flushes many answers per socket write.
-			_ = stream.SendMsg(m)
-			sendMu.Unlock()
-		}
-		// The answer is encoded (SendMsg copies it out), and the Locker
-		// kept at most the request's resource and owner, which are
-		// allocated afresh for each message: m is free again.
+	// The answer is encoded (SendMsg copies it out), and the Locker kept
+	// at most the request's resource and owner, which are allocated
+	// afresh for each message: m is free again.
+	done := func(m *batchMsg) {
 		batchMsgs.Put(m)
 		<-slots
 		wg.Done()
+	}
+	// A failed Send means the stream is broken; Recv reports it. grpc ends
+	// the stream with the Send's error status, never OK, so a sender never
+	// takes this processed request for one dropped unprocessed
+	// (TestServerUnsendableAnswerEndsTheStream). Send only queues the
+	// encoded answer for grpc's writer, which flushes many answers per
+	// socket write.
+	out := &outbox{send: func(p *answerPack) { _ = stream.SendMsg(p) }, done: done}
+	serve := func(m *batchMsg) {
+		switch {
+		case !s.answer(ctx, l, m):
+			done(m)
+		case packed:
+			out.put(m)
+		default:
+			sendMu.Lock()
+			_ = stream.SendMsg(m)
+			sendMu.Unlock()
+			done(m)
+		}
 	}
 	workers := newBatchWorkers(serve)
 	defer workers.close()
 
 	go func() {
+		var one [1]*batchMsg
+		pack := new(batchPack)
 		for {
-			m := batchMsgs.Get().(*batchMsg)
-			if err := stream.RecvMsg(m); err != nil {
-				batchMsgs.Put(m)
-				recvErr <- err
-				return
+			var msgs []*batchMsg
+			if packed {
+				if err := stream.RecvMsg(pack); err != nil {
+					recvErr <- err
+					return
+				}
+				msgs = pack.msgs
+			} else {
+				m := batchMsgs.Get().(*batchMsg)
+				if err := stream.RecvMsg(m); err != nil {
+					batchMsgs.Put(m)
+					recvErr <- err
+					return
+				}
+				one[0] = m
+				msgs = one[:]
 			}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				batchMsgs.Put(m)
-				continue // the next Recv fails
-			case <-s.draining:
-				batchMsgs.Put(m)
-				continue // dropped unprocessed; the stream is ending
-			}
-			mu.Lock()
-			if stopping {
+			for i, m := range msgs {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					putBatchMsgs(msgs[i:])
+					msgs = nil // the next Recv fails
+				case <-s.draining:
+					putBatchMsgs(msgs[i:])
+					msgs = nil // dropped unprocessed; the stream is ending
+				}
+				if msgs == nil {
+					break
+				}
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					<-slots
+					putBatchMsgs(msgs[i:])
+					break
+				}
+				wg.Add(1)
 				mu.Unlock()
-				<-slots
-				batchMsgs.Put(m)
-				continue
+				workers.run(m)
 			}
-			wg.Add(1)
-			mu.Unlock()
-			workers.run(m)
+			clear(one[:])
+			pack.reset()
 		}
 	}()
 
@@ -106,6 +157,65 @@ func (s *Server) serveBatch(stream grpc.ServerStream, l lease.Locker) error {
 		return nil
 	}
 	return err
+}
+
+// outbox sends the answers of a Batch stream: a worker with an answer
+// sends it, with every answer that is ready by then (after one yield), in
+// one message;
+// workers whose answers are ready while it sends leave them for it, and it
+// sends again until none is left. So answers done together share a
+// message, and none waits for a timer or another goroutine.
+type outbox struct {
+	send func(*answerPack)
+	done func(*batchMsg) // after the message holding it is sent
+
+	mu      sync.Mutex
+	ready   []*batchMsg
+	spare   []*batchMsg
+	sending bool
+	pack    answerPack // the sender's
+}
+
+func (o *outbox) put(m *batchMsg) {
+	o.mu.Lock()
+	o.ready = append(o.ready, m)
+	if o.sending {
+		o.mu.Unlock()
+		return
+	}
+	o.sending = true
+	// Yield once, so workers that are runnable finish their answers into
+	// this message (about 11 answers a message with 64 callers).
+	o.mu.Unlock()
+	runtime.Gosched()
+	o.mu.Lock()
+	for len(o.ready) > 0 {
+		msgs := o.ready
+		o.ready = o.spare[:0]
+		o.mu.Unlock()
+		for rest := msgs; len(rest) > 0; {
+			k := min(len(rest), MaxBatchRequests)
+			o.pack.msgs = rest[:k]
+			o.send(&o.pack)
+			rest = rest[k:]
+		}
+		o.pack.msgs = nil
+		for _, m := range msgs {
+			o.done(m)
+		}
+		clear(msgs)
+		o.mu.Lock()
+		o.spare = msgs[:0]
+	}
+	o.sending = false
+	o.mu.Unlock()
+}
+
+func putBatchMsgs(msgs []*batchMsg) {
+	for i, m := range msgs {
+		batchMsgs.Put(m)
+		msgs[i] = nil
+	}
 }
 
 // batchMsgs recycles the batch streams' messages.

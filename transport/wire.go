@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -309,15 +310,26 @@ func (m *batchMsg) marshalResponse() ([]byte, error) {
 	if !utf8.ValidString(m.servedFrom) {
 		return nil, errWireUTF8 // as the generated code refuses it
 	}
-	psize := m.payloadSize()
-	size := 1 + protowire.SizeBytes(psize)
+	size, psize := m.responseSize()
+	return m.appendResponse(make([]byte, 0, size), psize), nil
+}
+
+// responseSize is the size of the encoded answer and of its payload.
+func (m *batchMsg) responseSize() (size, psize int) {
+	psize = m.payloadSize()
+	size = 1 + protowire.SizeBytes(psize)
 	if m.typ != 0 {
 		size += 1 + protowire.SizeVarint(uint64(m.typ))
 	}
 	if m.id != 0 {
 		size += 1 + protowire.SizeVarint(uint64(m.id))
 	}
-	b := make([]byte, 0, size)
+	return size, psize
+}
+
+// appendResponse appends the answer (see marshalResponse) to b, its
+// payload psize bytes long.
+func (m *batchMsg) appendResponse(b []byte, psize int) []byte {
 	if m.typ != 0 {
 		b = protowire.AppendVarint(append(b, byte(fieldType)<<3|byte(protowire.VarintType)), uint64(m.typ))
 	}
@@ -348,7 +360,122 @@ func (m *batchMsg) marshalResponse() ([]byte, error) {
 			}
 		}
 	}
+	return b
+}
+
+// ---- Packed messages: kahuna.v1's Batch stream. ----
+
+// MaxBatchRequests is the most requests (or answers) one message of a
+// Batch stream may carry; a message with more ends the stream with an
+// error.
+const MaxBatchRequests = 1024
+
+var errTooManyRequests = fmt.Errorf("transport: a Batch message carries more than %d requests", MaxBatchRequests)
+
+// packField is the repeated field of BatchRequests and BatchResponses.
+const packField protowire.Number = 1
+
+// batchPack is one message of a Batch stream on the server, a
+// BatchRequests: its requests, each decoded into a pooled batchMsg.
+type batchPack struct{ msgs []*batchMsg }
+
+func (p *batchPack) reset() {
+	clear(p.msgs)
+	p.msgs = p.msgs[:0]
+}
+
+// unmarshal decodes a BatchRequests. On an error no message is kept.
+func (p *batchPack) unmarshal(b []byte) error {
+	p.reset()
+	err := eachPacked(b, func(v []byte) error {
+		if len(p.msgs) == MaxBatchRequests {
+			return errTooManyRequests
+		}
+		m := batchMsgs.Get().(*batchMsg)
+		p.msgs = append(p.msgs, m)
+		return m.unmarshal(v)
+	})
+	if err != nil {
+		putBatchMsgs(p.msgs)
+		p.reset()
+	}
+	return err
+}
+
+// answerPack is one message of answers on a Batch stream, a
+// BatchResponses.
+type answerPack struct{ msgs []*batchMsg }
+
+func (p *answerPack) marshal() ([]byte, error) {
+	size := 0
+	for _, m := range p.msgs {
+		if !utf8.ValidString(m.servedFrom) {
+			return nil, errWireUTF8
+		}
+		n, _ := m.responseSize()
+		size += 1 + protowire.SizeBytes(n)
+	}
+	b := make([]byte, 0, size)
+	for _, m := range p.msgs {
+		n, psize := m.responseSize()
+		b = protowire.AppendVarint(append(b, byte(packField)<<3|byte(protowire.BytesType)), uint64(n))
+		b = m.appendResponse(b, psize)
+	}
 	return b, nil
+}
+
+// eachPacked calls f with each element of a packed message's repeated
+// field, skipping other fields.
+func eachPacked(b []byte, f func([]byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWireDecode
+		}
+		b = b[n:]
+		var err error
+		if num == packField && typ == protowire.BytesType {
+			var v []byte
+			if v, n, err = bytesField(b); err == nil {
+				err = f(v)
+			}
+		} else {
+			n, err = skipField(num, typ, b)
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// appendPacked appends req, one encoded request, as an element of a
+// BatchRequests.
+func appendPacked(b, req []byte) []byte {
+	b = protowire.AppendVarint(append(b, byte(packField)<<3|byte(protowire.BytesType)), uint64(len(req)))
+	return append(b, req...)
+}
+
+// replyPack is one message of answers on a client's Batch stream, a
+// BatchResponses, decoded. A stream's reader reuses one.
+type replyPack struct {
+	replies []batchReply
+	n       int
+}
+
+func (p *replyPack) unmarshal(b []byte) error {
+	p.n = 0
+	return eachPacked(b, func(v []byte) error {
+		if p.n == MaxBatchRequests {
+			return errTooManyRequests
+		}
+		if p.n == len(p.replies) {
+			p.replies = append(p.replies, batchReply{})
+		}
+		p.n++
+		return p.replies[p.n-1].unmarshal(v)
+	})
 }
 
 // ---- Client side: requests out, answers in. ----

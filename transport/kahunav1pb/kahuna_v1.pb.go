@@ -17,6 +17,7 @@
 package kahunav1pb
 
 import (
+	lockspb "github.com/kahunago/kahuna/transport/lockspb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -640,11 +641,99 @@ func (x *WatchEvent) GetServedFrom() string {
 	return ""
 }
 
+type BatchRequests struct {
+	state         protoimpl.MessageState                `protogen:"open.v1"`
+	Requests      []*lockspb.GrpcBatchClientLockRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequests) Reset() {
+	*x = BatchRequests{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequests) ProtoMessage() {}
+
+func (x *BatchRequests) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequests.ProtoReflect.Descriptor instead.
+func (*BatchRequests) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BatchRequests) GetRequests() []*lockspb.GrpcBatchClientLockRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+type BatchResponses struct {
+	state         protoimpl.MessageState                 `protogen:"open.v1"`
+	Responses     []*lockspb.GrpcBatchClientLockResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponses) Reset() {
+	*x = BatchResponses{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponses) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponses) ProtoMessage() {}
+
+func (x *BatchResponses) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponses.ProtoReflect.Descriptor instead.
+func (*BatchResponses) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BatchResponses) GetResponses() []*lockspb.GrpcBatchClientLockResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\"\xa6\x01\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xa6\x01\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -685,7 +774,11 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"durability\x18\a \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
 	"durability\x12\x1f\n" +
 	"\vserved_from\x18\b \x01(\tR\n" +
-	"servedFrom*A\n" +
+	"servedFrom\"H\n" +
+	"\rBatchRequests\x127\n" +
+	"\brequests\x18\x01 \x03(\v2\x1b.GrpcBatchClientLockRequestR\brequests\"L\n" +
+	"\x0eBatchResponses\x12:\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1c.GrpcBatchClientLockResponseR\tresponses*A\n" +
 	"\n" +
 	"Durability\x12\x18\n" +
 	"\x14DURABILITY_EPHEMERAL\x10\x00\x12\x19\n" +
@@ -710,14 +803,16 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_EXTENDED\x10\x02\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x042\xcd\x02\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x042\xd8\x03\n" +
 	"\x06Kahuna\x127\n" +
 	"\x04Lock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12M\n" +
 	"\n" +
 	"LockStream\x12\x1c.kahuna.v1.LockStreamRequest\x1a\x1d.kahuna.v1.LockStreamResponse(\x010\x01\x129\n" +
 	"\x05Watch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01\x12>\n" +
 	"\vForwardLock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12@\n" +
-	"\fForwardWatch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01B1Z/github.com/kahunago/kahuna/transport/kahunav1pbb\x06proto3"
+	"\fForwardWatch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01\x12@\n" +
+	"\x05Batch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x01\x12G\n" +
+	"\fForwardBatch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x01B1Z/github.com/kahunago/kahuna/transport/kahunav1pbb\x06proto3"
 
 var (
 	file_transport_proto_kahuna_v1_proto_rawDescOnce sync.Once
@@ -732,17 +827,21 @@ func file_transport_proto_kahuna_v1_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_transport_proto_kahuna_v1_proto_goTypes = []any{
-	(Durability)(0),            // 0: kahuna.v1.Durability
-	(Status)(0),                // 1: kahuna.v1.Status
-	(EventType)(0),             // 2: kahuna.v1.EventType
-	(*LockRequest)(nil),        // 3: kahuna.v1.LockRequest
-	(*LockResponse)(nil),       // 4: kahuna.v1.LockResponse
-	(*LockStreamRequest)(nil),  // 5: kahuna.v1.LockStreamRequest
-	(*LockStreamResponse)(nil), // 6: kahuna.v1.LockStreamResponse
-	(*WatchRequest)(nil),       // 7: kahuna.v1.WatchRequest
-	(*WatchEvent)(nil),         // 8: kahuna.v1.WatchEvent
+	(Durability)(0),                             // 0: kahuna.v1.Durability
+	(Status)(0),                                 // 1: kahuna.v1.Status
+	(EventType)(0),                              // 2: kahuna.v1.EventType
+	(*LockRequest)(nil),                         // 3: kahuna.v1.LockRequest
+	(*LockResponse)(nil),                        // 4: kahuna.v1.LockResponse
+	(*LockStreamRequest)(nil),                   // 5: kahuna.v1.LockStreamRequest
+	(*LockStreamResponse)(nil),                  // 6: kahuna.v1.LockStreamResponse
+	(*WatchRequest)(nil),                        // 7: kahuna.v1.WatchRequest
+	(*WatchEvent)(nil),                          // 8: kahuna.v1.WatchEvent
+	(*BatchRequests)(nil),                       // 9: kahuna.v1.BatchRequests
+	(*BatchResponses)(nil),                      // 10: kahuna.v1.BatchResponses
+	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 11: GrpcBatchClientLockRequest
+	(*lockspb.GrpcBatchClientLockResponse)(nil), // 12: GrpcBatchClientLockResponse
 }
 var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	0,  // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
@@ -751,21 +850,27 @@ var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	4,  // 3: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
 	2,  // 4: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
 	0,  // 5: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
-	3,  // 6: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
-	5,  // 7: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
-	7,  // 8: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
-	3,  // 9: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	7,  // 10: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	4,  // 11: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	6,  // 12: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
-	8,  // 13: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	4,  // 14: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	8,  // 15: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	11, // 6: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
+	12, // 7: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
+	3,  // 8: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
+	5,  // 9: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
+	7,  // 10: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
+	3,  // 11: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
+	7,  // 12: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	9,  // 13: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
+	9,  // 14: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
+	4,  // 15: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	6,  // 16: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	8,  // 17: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	4,  // 18: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	8,  // 19: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	10, // 20: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
+	10, // 21: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_kahuna_v1_proto_init() }
@@ -779,7 +884,7 @@ func file_transport_proto_kahuna_v1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_kahuna_v1_proto_rawDesc), len(file_transport_proto_kahuna_v1_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

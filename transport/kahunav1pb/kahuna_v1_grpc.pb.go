@@ -34,6 +34,8 @@ const (
 	Kahuna_Watch_FullMethodName        = "/kahuna.v1.Kahuna/Watch"
 	Kahuna_ForwardLock_FullMethodName  = "/kahuna.v1.Kahuna/ForwardLock"
 	Kahuna_ForwardWatch_FullMethodName = "/kahuna.v1.Kahuna/ForwardWatch"
+	Kahuna_Batch_FullMethodName        = "/kahuna.v1.Kahuna/Batch"
+	Kahuna_ForwardBatch_FullMethodName = "/kahuna.v1.Kahuna/ForwardBatch"
 )
 
 // KahunaClient is the client API for Kahuna service.
@@ -66,6 +68,21 @@ type KahunaClient interface {
 	// or UNAVAILABLE, from any other node).
 	ForwardLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockResponse, error)
 	ForwardWatch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// Batch is Kahuna's BatchClientLockRequests stream with many requests
+	// to a message each way: the same envelopes, each request handled
+	// concurrently and answered as soon as it is done, out of order, matched
+	// by RequestId, but answers done together share a message. gRPC's work
+	// per message (framing, flow control, a wake-up of the reading
+	// goroutine) is paid once per message instead of once per request. At
+	// shutdown the server answers every request of the messages it
+	// received and ends the stream with OK, so a request left unanswered by
+	// a clean end was never processed. A message may carry at most 1024
+	// requests (INVALID_ARGUMENT beyond).
+	Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequests, BatchResponses], error)
+	// ForwardBatch is Batch between nodes (Kahuna's BatchServerLockRequests,
+	// guarded by the cluster secret): served by the partition leader, never
+	// forwarded again.
+	ForwardBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequests, BatchResponses], error)
 }
 
 type kahunaClient struct {
@@ -147,6 +164,32 @@ func (c *kahunaClient) ForwardWatch(ctx context.Context, in *WatchRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Kahuna_ForwardWatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *kahunaClient) Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequests, BatchResponses], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[3], Kahuna_Batch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BatchRequests, BatchResponses]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_BatchClient = grpc.BidiStreamingClient[BatchRequests, BatchResponses]
+
+func (c *kahunaClient) ForwardBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequests, BatchResponses], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[4], Kahuna_ForwardBatch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BatchRequests, BatchResponses]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_ForwardBatchClient = grpc.BidiStreamingClient[BatchRequests, BatchResponses]
+
 // KahunaServer is the server API for Kahuna service.
 // All implementations must embed UnimplementedKahunaServer
 // for forward compatibility.
@@ -177,6 +220,21 @@ type KahunaServer interface {
 	// or UNAVAILABLE, from any other node).
 	ForwardLock(context.Context, *LockRequest) (*LockResponse, error)
 	ForwardWatch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
+	// Batch is Kahuna's BatchClientLockRequests stream with many requests
+	// to a message each way: the same envelopes, each request handled
+	// concurrently and answered as soon as it is done, out of order, matched
+	// by RequestId, but answers done together share a message. gRPC's work
+	// per message (framing, flow control, a wake-up of the reading
+	// goroutine) is paid once per message instead of once per request. At
+	// shutdown the server answers every request of the messages it
+	// received and ends the stream with OK, so a request left unanswered by
+	// a clean end was never processed. A message may carry at most 1024
+	// requests (INVALID_ARGUMENT beyond).
+	Batch(grpc.BidiStreamingServer[BatchRequests, BatchResponses]) error
+	// ForwardBatch is Batch between nodes (Kahuna's BatchServerLockRequests,
+	// guarded by the cluster secret): served by the partition leader, never
+	// forwarded again.
+	ForwardBatch(grpc.BidiStreamingServer[BatchRequests, BatchResponses]) error
 	mustEmbedUnimplementedKahunaServer()
 }
 
@@ -201,6 +259,12 @@ func (UnimplementedKahunaServer) ForwardLock(context.Context, *LockRequest) (*Lo
 }
 func (UnimplementedKahunaServer) ForwardWatch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method ForwardWatch not implemented")
+}
+func (UnimplementedKahunaServer) Batch(grpc.BidiStreamingServer[BatchRequests, BatchResponses]) error {
+	return status.Error(codes.Unimplemented, "method Batch not implemented")
+}
+func (UnimplementedKahunaServer) ForwardBatch(grpc.BidiStreamingServer[BatchRequests, BatchResponses]) error {
+	return status.Error(codes.Unimplemented, "method ForwardBatch not implemented")
 }
 func (UnimplementedKahunaServer) mustEmbedUnimplementedKahunaServer() {}
 func (UnimplementedKahunaServer) testEmbeddedByValue()                {}
@@ -288,6 +352,20 @@ func _Kahuna_ForwardWatch_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Kahuna_ForwardWatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _Kahuna_Batch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KahunaServer).Batch(&grpc.GenericServerStream[BatchRequests, BatchResponses]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_BatchServer = grpc.BidiStreamingServer[BatchRequests, BatchResponses]
+
+func _Kahuna_ForwardBatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KahunaServer).ForwardBatch(&grpc.GenericServerStream[BatchRequests, BatchResponses]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_ForwardBatchServer = grpc.BidiStreamingServer[BatchRequests, BatchResponses]
+
 // Kahuna_ServiceDesc is the grpc.ServiceDesc for Kahuna service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -320,6 +398,18 @@ var Kahuna_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ForwardWatch",
 			Handler:       _Kahuna_ForwardWatch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Batch",
+			Handler:       _Kahuna_Batch_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ForwardBatch",
+			Handler:       _Kahuna_ForwardBatch_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "transport/proto/kahuna_v1.proto",

@@ -1,0 +1,239 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/kahunago/kahuna/lease"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+	pb "github.com/kahunago/kahuna/transport/lockspb"
+)
+
+// batchClient opens a kahuna.v1 Batch stream to addr with the generated
+// code, as a client in another language would.
+func batchClient(t *testing.T, addr string) (v1.Kahuna_BatchClient, metadata.MD) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	st, err := v1.NewKahunaClient(conn).Batch(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := st.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, md
+}
+
+func tryLockEnvelope(id int32, resource, owner string) *pb.GrpcBatchClientLockRequest {
+	return &pb.GrpcBatchClientLockRequest{Type: pb.GrpcClientBatchType_TRY_LOCK, RequestId: id,
+		Payload: &pb.GrpcBatchClientLockRequest_TryLock{TryLock: &pb.GrpcTryLockRequest{Resource: resource, Owner: []byte(owner), ExpiresMs: 60_000}}}
+}
+
+// recvAnswers reads answers until every id in want is answered, checking
+// each one's status.
+func recvAnswers(t *testing.T, st v1.Kahuna_BatchClient, want map[int32]pb.GrpcLockResponseType) (messages int) {
+	t.Helper()
+	for len(want) > 0 {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("answers still due %v: %v", want, err)
+		}
+		messages++
+		for _, a := range resp.GetResponses() {
+			w, ok := want[a.GetRequestId()]
+			if !ok {
+				t.Fatalf("answer to %d: not asked or answered twice", a.GetRequestId())
+			}
+			var got pb.GrpcLockResponseType
+			switch p := a.GetPayload().(type) {
+			case *pb.GrpcBatchClientLockResponse_TryLock:
+				got = p.TryLock.GetType()
+			case *pb.GrpcBatchClientLockResponse_Unlock:
+				got = p.Unlock.GetType()
+			case *pb.GrpcBatchClientLockResponse_GetLock:
+				got = p.GetLock.GetType()
+			default:
+				t.Fatalf("answer to %d: payload %T", a.GetRequestId(), p)
+			}
+			if got != w {
+				t.Fatalf("answer to %d: %v, want %v", a.GetRequestId(), got, w)
+			}
+			delete(want, a.GetRequestId())
+		}
+	}
+	return messages
+}
+
+// A Batch message carries many requests, each answered by RequestId; the
+// stream's headers say it is served; a message over MaxBatchRequests ends
+// the stream with a reason and applies none of its requests.
+func TestBatchStreamCarriesManyRequestsAMessage(t *testing.T) {
+	f := newWaitingFake()
+	srv := startServer(t, f, ServerOptions{})
+	st, md := batchClient(t, srv.native)
+	if len(md.Get(batchHeader)) == 0 {
+		t.Fatalf("Batch headers %v: no %s mark", md, batchHeader)
+	}
+	err := st.Send(&v1.BatchRequests{Requests: []*pb.GrpcBatchClientLockRequest{
+		tryLockEnvelope(1, "a", "A"),
+		tryLockEnvelope(2, "b", "B"),
+		{Type: pb.GrpcClientBatchType_GET_LOCK, RequestId: 3, Payload: &pb.GrpcBatchClientLockRequest_GetLock{GetLock: &pb.GrpcGetLockRequest{Resource: "c"}}},
+		{Type: pb.GrpcClientBatchType_TRY_LOCK, RequestId: 4, Payload: &pb.GrpcBatchClientLockRequest_TryLock{TryLock: &pb.GrpcTryLockRequest{Resource: "", Owner: []byte("A"), ExpiresMs: 1000}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvAnswers(t, st, map[int32]pb.GrpcLockResponseType{
+		1: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+		2: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+		3: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCK_DOES_NOT_EXIST,
+		4: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_INVALID_INPUT,
+	})
+	if err := st.Send(&v1.BatchRequests{Requests: []*pb.GrpcBatchClientLockRequest{
+		tryLockEnvelope(5, "a", "intruder"),
+		{Type: pb.GrpcClientBatchType_UNLOCK, RequestId: 6, Payload: &pb.GrpcBatchClientLockRequest_Unlock{Unlock: &pb.GrpcUnlockRequest{Resource: "b", Owner: []byte("B")}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	recvAnswers(t, st, map[int32]pb.GrpcLockResponseType{
+		5: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_BUSY,
+		6: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_UNLOCKED,
+	})
+
+	// One request too many: nothing of the message is applied.
+	over := &v1.BatchRequests{}
+	for i := range MaxBatchRequests + 1 {
+		over.Requests = append(over.Requests, tryLockEnvelope(int32(100+i), fmt.Sprintf("over/%d", i), "A"))
+	}
+	if err := st.Send(over); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) == codes.OK || !strings.Contains(err.Error(), "more than 1024 requests") {
+		t.Fatalf("a message over the limit: %v, want the stream ended saying why", err)
+	}
+	for i := range MaxBatchRequests + 1 {
+		if _, r, _ := f.Get(testCtx(t), fmt.Sprintf("over/%d", i), lease.Ephemeral); r.Status != lease.LockDoesNotExist {
+			t.Fatalf("over/%d of the refused message: %v", i, r.Status)
+		}
+	}
+}
+
+// The Go client speaks Batch to a kahuna that offers it, and many callers'
+// requests share its messages; against Kahuna (no native service) and an
+// older kahuna (native service without Batch) it speaks Kahuna's stream.
+func TestClientBatchStreamAndItsFallback(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		addr   string
+		packed bool
+	}{
+		{"kahuna", startServer(t, newWaitingFake(), ServerOptions{}).native, true},
+		{"Kahuna", startServer(t, newFake(), ServerOptions{}).native, false},
+		{"older kahuna", startOlderKahuna(t, newWaitingFake()), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := dial(t, []string{"http://" + c.addr}, WithStreamsPerEndpoint(1))
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for g := range 64 {
+				wg.Go(func() {
+					for i := range 20 {
+						name, owner := fmt.Sprintf("g%d/%d", g, i), []byte(fmt.Sprint(g))
+						if r, err := cl.TryLock(testCtx(t), name, owner, time.Minute, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+							errs <- fmt.Errorf("TryLock %s: %v %v", name, r.Status, err)
+							return
+						}
+						if r, err := cl.Unlock(testCtx(t), name, owner, lease.Ephemeral); err != nil || r.Status != lease.Unlocked {
+							errs <- fmt.Errorf("Unlock %s: %v %v", name, r.Status, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			bs := cl.endpoints[0].streams[0]
+			bs.mu.Lock()
+			packed := bs.cur != nil && bs.cur.packed
+			bs.mu.Unlock()
+			if packed != c.packed {
+				t.Fatalf("stream packed %v, want %v", packed, c.packed)
+			}
+		})
+	}
+}
+
+// ForwardBatch is node-to-node: the cluster secret opens it, a client
+// token does not, and the client stream does not take the secret.
+func TestForwardBatchNeedsThePeerSecret(t *testing.T) {
+	clients, _ := NewTokens("client")
+	peers, _ := NewTokens("secret")
+	f := newWaitingFake()
+	srv := startServer(t, f, ServerOptions{Tokens: clients, PeerTokens: peers})
+	call := func(opts ...ClientOption) (*Client, error) {
+		c := dial(t, []string{"http://" + srv.native}, opts...)
+		_, err := c.TryLock(testCtx(t), "p", []byte("o"), time.Second, lease.Ephemeral)
+		return c, err
+	}
+	if _, err := call(WithForwarding(), WithToken("client")); !errors.Is(err, lease.ErrUnauthenticated) {
+		t.Errorf("ForwardBatch with a client token: %v, want ErrUnauthenticated", err)
+	}
+	if _, err := call(WithToken("secret")); !errors.Is(err, lease.ErrUnauthenticated) {
+		t.Errorf("Batch with the peer secret: %v, want ErrUnauthenticated", err)
+	}
+	c, err := call(WithForwarding(), WithToken("secret"), WithStreamsPerEndpoint(1))
+	if err != nil {
+		t.Fatalf("ForwardBatch with the peer secret: %v", err)
+	}
+	if bs := c.endpoints[0].streams[0]; bs.method != packedServerMethod {
+		t.Fatalf("forwarding client speaks %s, want ForwardBatch", bs.method.name)
+	}
+}
+
+// A server shutting down answers every request of the Batch messages it
+// received and ends the stream cleanly.
+func TestBatchShutdownAnswersWhatItReceived(t *testing.T) {
+	f := newFake()
+	g := newGate("held")
+	f.hook = g.hook
+	w := &waitingFake{fakeLocker: f}
+	srv := startServer(t, w, ServerOptions{})
+	st, _ := batchClient(t, srv.native)
+	if err := st.Send(&v1.BatchRequests{Requests: []*pb.GrpcBatchClientLockRequest{tryLockEnvelope(1, "held", "A"), tryLockEnvelope(2, "free", "A")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.arrived
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(testCtx(t)) }()
+	<-srv.draining // shutdown has begun
+	close(g.release)
+	recvAnswers(t, st, map[int32]pb.GrpcLockResponseType{
+		1: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+		2: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+	})
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the answers: %v, want a clean end", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+}
