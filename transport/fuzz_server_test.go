@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kahunago/kahuna/lease"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 	pb "github.com/kahunago/kahuna/transport/lockspb"
 )
 
@@ -225,7 +226,8 @@ func joinFrames(fs ...[]byte) []byte {
 
 // FuzzBatchStream opens a BatchClientLockRequests stream and sends a
 // sequence of arbitrary messages (the fuzz input cut into length-prefixed
-// frames), then closes its side. If every message decodes the stream must
+// frames), then closes its side; then the same on a kahuna.v1 Batch
+// stream, the frames packed three to a message. If every message decodes the stream must
 // end cleanly with exactly one answer per message, matched by RequestId and
 // echoing its Type, with a known status (InvalidInput for a malformed or
 // invalid request); if one does not, the stream may end with an error, and
@@ -246,7 +248,6 @@ func FuzzBatchStream(f *testing.F) {
 	fs := startFuzzServer(f)
 	f.Fuzz(func(t *testing.T, input []byte) {
 		msgs := frames(input)
-		type sent struct{ typ, id int32 }
 		var want []sent
 		allDecode := true
 		for _, b := range msgs {
@@ -257,25 +258,64 @@ func FuzzBatchStream(f *testing.F) {
 			}
 			want = append(want, sent{int32(m.Type), m.RequestId})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		stream, err := fs.conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/Locker/BatchClientLockRequests")
-		if err != nil {
-			t.Fatal(err)
+		for _, packed := range []bool{false, true} {
+			fuzzOneBatchStream(t, fs, msgs, want, allDecode, packed)
 		}
-		for _, b := range msgs {
-			if stream.SendMsg(b) != nil {
-				break // the server ended the stream; Recv says why
+		fs.healthy(t)
+	})
+}
+
+type sent struct{ typ, id int32 }
+
+// fuzzOneBatchStream sends msgs on a batch stream (Kahuna's, or packed on
+// kahuna.v1's Batch) and checks the answers against want (see
+// FuzzBatchStream).
+func fuzzOneBatchStream(t *testing.T, fs *fuzzServer, msgs [][]byte, want []sent, allDecode, packed bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	method := "/Locker/BatchClientLockRequests"
+	out := msgs
+	if packed {
+		// Kahuna.v1's Batch: the same requests, up to three a message.
+		method, out = v1.Kahuna_Batch_FullMethodName, nil
+		for i := 0; i < len(msgs); i += 3 {
+			var m []byte
+			for _, b := range msgs[i:min(i+3, len(msgs))] {
+				m = appendPacked(m, b)
+			}
+			out = append(out, m)
+		}
+	}
+	stream, err := fs.conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range out {
+		if stream.SendMsg(b) != nil {
+			break // the server ended the stream; Recv says why
+		}
+	}
+	_ = stream.CloseSend()
+	var got []sent
+	var end error
+	for {
+		var out []byte
+		if end = stream.RecvMsg(&out); end != nil {
+			break
+		}
+		answers := [][]byte{out}
+		if packed {
+			var resp v1.BatchResponses
+			if err := proto.Unmarshal(out, &resp); err != nil || len(resp.Responses) == 0 {
+				t.Fatalf("answer message does not decode or is empty: %v", err)
+			}
+			answers = answers[:0]
+			for _, r := range resp.Responses {
+				b, _ := proto.Marshal(r)
+				answers = append(answers, b)
 			}
 		}
-		_ = stream.CloseSend()
-		var got []sent
-		var end error
-		for {
-			var out []byte
-			if end = stream.RecvMsg(&out); end != nil {
-				break
-			}
+		for _, out := range answers {
 			var r pb.GrpcBatchClientLockResponse
 			if err := proto.Unmarshal(out, &r); err != nil {
 				t.Fatalf("answer does not decode: %v", err)
@@ -296,30 +336,29 @@ func FuzzBatchStream(f *testing.F) {
 			}
 			got = append(got, sent{int32(r.Type), r.RequestId})
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("stream hung: %v", end)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("stream hung: %v", end)
+	}
+	// Every answer belongs to a message sent, at most once each.
+	left := map[sent]int{}
+	for _, s := range want {
+		left[s]++
+	}
+	for _, g := range got {
+		if left[g] == 0 {
+			t.Fatalf("answer %+v to no message sent (sent %+v)", g, want)
 		}
-		// Every answer belongs to a message sent, at most once each.
-		left := map[sent]int{}
-		for _, s := range want {
-			left[s]++
+		left[g]--
+	}
+	if allDecode {
+		if !errors.Is(end, io.EOF) {
+			t.Fatalf("stream of well-formed messages ended with %v", end)
 		}
-		for _, g := range got {
-			if left[g] == 0 {
-				t.Fatalf("answer %+v to no message sent (sent %+v)", g, want)
-			}
-			left[g]--
+		if len(got) != len(want) {
+			t.Fatalf("%d answers to %d messages", len(got), len(want))
 		}
-		if allDecode {
-			if !errors.Is(end, io.EOF) {
-				t.Fatalf("stream of well-formed messages ended with %v", end)
-			}
-			if len(got) != len(want) {
-				t.Fatalf("%d answers to %d messages", len(got), len(want))
-			}
-		}
-		fs.healthy(t)
-	})
+	}
 }
 
 // restBody mirrors the REST lock DTO as encoding/json reads it; restGetBody
