@@ -75,7 +75,7 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 	// (TestServerUnsendableAnswerEndsTheStream). Send only queues the
 	// encoded answer for grpc's writer, which flushes many answers per
 	// socket write.
-	out := &outbox{send: func(p *answerPack) { _ = stream.SendMsg(p) }, done: done}
+	out := &outbox{send: func(p *answerPack) { _ = stream.SendMsg(p) }, done: done, busy: func() bool { return len(slots) > 1 }}
 	serve := func(m *batchMsg) {
 		switch {
 		case !s.answer(ctx, l, m):
@@ -168,6 +168,7 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 type outbox struct {
 	send func(*answerPack)
 	done func(*batchMsg) // after the message holding it is sent
+	busy func() bool     // other requests of the stream are in flight
 
 	mu      sync.Mutex
 	ready   []*batchMsg
@@ -184,11 +185,15 @@ func (o *outbox) put(m *batchMsg) {
 		return
 	}
 	o.sending = true
-	// Yield once, so workers that are runnable finish their answers into
-	// this message (about 11 answers a message with 64 callers).
-	o.mu.Unlock()
-	runtime.Gosched()
-	o.mu.Lock()
+	// While other requests of the stream are in flight, yield once, so
+	// workers that are runnable finish their answers into this message
+	// (about 11 answers a message with 64 callers). An answer alone goes
+	// at once.
+	if o.busy() {
+		o.mu.Unlock()
+		runtime.Gosched()
+		o.mu.Lock()
+	}
 	for len(o.ready) > 0 {
 		msgs := o.ready
 		o.ready = o.spare[:0]
