@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -86,6 +87,9 @@ var _ WaitLocker = (*Node)(nil)
 
 // Open starts a node and returns once it serves every partition.
 func Open(cfg Config) (*Node, error) {
+	// The node keeps its own copy: a caller may change its map later
+	// (a test adding a member did, racing the balancer's reads).
+	cfg.Members = maps.Clone(cfg.Members)
 	if cfg.Partitions == 0 {
 		// The data dir's count, so a dir created under another default
 		// keeps opening.
