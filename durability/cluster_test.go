@@ -45,7 +45,13 @@ func clusterMembers() map[uint64]string {
 // InitialClusterState, by default that of an existing cluster.
 func openCluster(t *testing.T, base RaftConfig) *cluster {
 	t.Helper()
-	members := clusterMembers()
+	return openClusterOn(t, base, clusterMembers(), nil)
+}
+
+// openClusterOn is openCluster on the given members' addresses; adjust, if
+// not nil, changes replica id's config.
+func openClusterOn(t *testing.T, base RaftConfig, members map[uint64]string, adjust func(id uint64, cfg *RaftConfig)) *cluster {
+	t.Helper()
 	c := &cluster{t: t, cfgs: make([]RaftConfig, 3), nodes: make([]*node, 3), events: make(chan clusterEvent, 1024)}
 	for i := range c.cfgs {
 		id := uint64(i + 1)
@@ -62,6 +68,9 @@ func openCluster(t *testing.T, base RaftConfig) *cluster {
 		}
 		if cfg.InitialClusterState == "" {
 			cfg.InitialClusterState = ClusterStateNew
+		}
+		if adjust != nil {
+			adjust(id, &cfg)
 		}
 		c.cfgs[i] = cfg
 	}

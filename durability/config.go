@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kahunago/kahuna/raftnet"
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
@@ -96,7 +97,7 @@ type RaftConfig struct {
 	// learns of a new leader (or of none) for a partition. It must not block.
 	OnLeaderChange func(LeaderEvent)
 	// Transport, if set, replaces the Raft transport chosen by RaftAddress
-	// (TCP, or in-process channels). For tests: the fault tests wrap the
+	// (raftnet's TCP, or in-process channels). For tests: the fault tests wrap the
 	// channel transport to cut, delay and drop messages between nodes.
 	Transport TransportFactory
 	// MutualTLS makes the TCP transport mutual TLS (dragonboat's
@@ -132,6 +133,12 @@ type RaftConfig struct {
 	// cluster tokens (constant deployment ID, members on every start), to
 	// test that such dirs keep opening.
 	preTokenDeployment bool
+	// dragonboatTransport keeps dragonboat's own TCP transport, as kahuna
+	// had before raftnet, to test clusters upgraded one member at a time.
+	dragonboatTransport bool
+	// snapshotEntries and compactionOverhead, if not 0, override the
+	// constants, so a test can make a lagging replica need a snapshot.
+	snapshotEntries, compactionOverhead uint64
 }
 
 // ClusterState is RaftConfig.InitialClusterState (etcd's spelling).
@@ -470,6 +477,8 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	}
 	if r.inProc {
 		nhc.Expert.TransportFactory = &chanFactory{}
+	} else if !r.dragonboatTransport {
+		nhc.Expert.TransportFactory = raftnet.Factory{Logger: r.transportLogger()}
 	}
 	if r.Transport != nil {
 		nhc.Expert.TransportFactory = r.Transport
@@ -477,7 +486,19 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	return nhc
 }
 
+// transportLogger is Logger for raftnet, which needs one.
+func (r *resolved) transportLogger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Logger
+}
+
 func (r *resolved) shardConfig(p int) config.Config {
+	snapshots, overhead := uint64(snapshotEntries), uint64(compactionOverhead)
+	if r.snapshotEntries != 0 {
+		snapshots, overhead = r.snapshotEntries, r.compactionOverhead
+	}
 	return config.Config{
 		ShardID:            shardID(p),
 		ReplicaID:          r.ReplicaID,
@@ -485,8 +506,8 @@ func (r *resolved) shardConfig(p int) config.Config {
 		HeartbeatRTT:       heartbeatRTT,
 		CheckQuorum:        true,
 		PreVote:            true,
-		SnapshotEntries:    snapshotEntries,
-		CompactionOverhead: compactionOverhead,
+		SnapshotEntries:    snapshots,
+		CompactionOverhead: overhead,
 		WaitReady:          true,
 	}
 }

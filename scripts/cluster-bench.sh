@@ -10,6 +10,7 @@
 #   scripts/cluster-bench.sh                       # ephemeral, then persistent, 10 s each
 #   scripts/cluster-bench.sh --duration 30s        # extra flags go to kahuna-bench
 #   DURABILITIES=persistent scripts/cluster-bench.sh
+#   KAHUNA_BIN=/tmp/kahuna-old scripts/cluster-bench.sh    # another build (cluster.sh)
 #   CLUSTER_FLAGS="--initial-cluster-partitions 3" scripts/cluster-bench.sh   # flags for every node
 #
 # Uses the fixed ports of cluster.sh (2070-2073, 3070-3073, 4070-4073).

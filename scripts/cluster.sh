@@ -19,7 +19,8 @@
 # empty is refused by kahuna, since it would come back having forgotten
 # its Raft votes and log. To start over, remove the whole dir.
 #
-# With KAHUNA_READY_TIMEOUT (seconds, default 60) the wait for readiness is
+# With KAHUNA_BIN the nodes run that binary instead of a build of this
+# checkout. With KAHUNA_READY_TIMEOUT (seconds, default 60) the wait for readiness is
 # bounded; a node that exits or is not ready in time stops the cluster.
 set -euo pipefail
 base="${KAHUNA_CLUSTER_DIR:-./.cluster}"
@@ -40,7 +41,11 @@ mkdir -p "$base"
 base="$(cd "$base" && pwd)" # absolute, from the caller's directory
 cd "$(dirname "$0")/.."
 bin="$base/kahuna"
-go build -o "$bin" ./cmd/kahuna
+if [[ -n "${KAHUNA_BIN:-}" ]]; then
+  cp "$KAHUNA_BIN" "$bin" # a build of another commit, for an A/B
+else
+  go build -o "$bin" ./cmd/kahuna
+fi
 
 cluster="1=127.0.0.1:2073,2=127.0.0.1:3073,3=127.0.0.1:4073"
 endpoints="1=http://127.0.0.1:2070,2=http://127.0.0.1:3070,3=http://127.0.0.1:4070"

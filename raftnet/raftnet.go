@@ -1,0 +1,459 @@
+// Package raftnet is kahuna's Raft transport for dragonboat: TCP (mutual
+// TLS when the NodeHostConfig asks for it) with one write per message batch
+// and buffered reads.
+//
+// dragonboat's own TCP transport writes each batch with three write calls
+// (magic number, header, body) and reads it back with three, setting a
+// deadline around each; on loopback every write also runs the receiver's
+// TCP stack, so in a 3-process cluster it was a quarter of each member's
+// CPU. Here a connection opens with a preface naming its kind, and each
+// batch or snapshot chunk is one frame: length, CRC-32C, body.
+package raftnet
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/raftio"
+	pb "github.com/lni/dragonboat/v4/raftpb"
+)
+
+// Name is the transport's name as dragonboat reports it.
+const Name = "kahuna-raftnet"
+
+const (
+	// maxFrame bounds one frame's body: dragonboat's largest message batch
+	// (64 MB) plus room for its framing.
+	maxFrame = 64<<20 + 1<<20
+	// frameHeader is the body's length and its CRC-32C, big-endian.
+	frameHeader = 8
+	// readBuffer is the receiver's buffer: many small batches a read.
+	readBuffer = 64 << 10
+
+	dialTimeout      = 5 * time.Second
+	handshakeTimeout = 10 * time.Second
+	// writeTimeout bounds a small frame's write, so a peer that stopped
+	// reading fails the connection (dragonboat then redials).
+	writeTimeout = 10 * time.Second
+	// closeAckTimeout bounds the wait for a snapshot receiver's
+	// acknowledgement of the end of the stream.
+	closeAckTimeout = 10 * time.Second
+	keepAlive       = 10 * time.Second
+)
+
+// The preface is 4 magic bytes and a kind, acknowledged with one byte; the
+// receiver answers a snapshot connection's end-of-stream frame (length 0)
+// with one byte too.
+var magic = [4]byte{'K', 'R', 'N', 1}
+
+const (
+	kindMessages byte = 'm'
+	kindChunks   byte = 's'
+	prefaceAck   byte = 'a'
+	closeAck     byte = 'k'
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Factory creates the transport (config.TransportFactory).
+type Factory struct {
+	// Logger receives connection failures; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+var _ config.TransportFactory = Factory{}
+
+// Create implements config.TransportFactory.
+func (f Factory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHandler, onChunk raftio.ChunkHandler) raftio.ITransport {
+	log := f.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &transport{
+		nhc:        nhc,
+		onMessages: onMessages,
+		onChunk:    onChunk,
+		log:        log.With("component", "raftnet"),
+		conns:      map[net.Conn]struct{}{},
+	}
+}
+
+// Validate implements config.TransportFactory: a Raft address is host:port.
+func (Factory) Validate(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && port != ""
+}
+
+type transport struct {
+	nhc        config.NodeHostConfig
+	onMessages raftio.MessageHandler
+	onChunk    raftio.ChunkHandler
+	log        *slog.Logger
+
+	mu     sync.Mutex
+	lis    net.Listener
+	conns  map[net.Conn]struct{} // accepted, closed by Close
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var _ raftio.ITransport = (*transport)(nil)
+
+func (t *transport) Name() string { return Name }
+
+// Start listens on the NodeHostConfig's listen address.
+func (t *transport) Start() error {
+	tlsConfig, err := t.nhc.GetServerTLSConfig()
+	if err != nil {
+		return fmt.Errorf("raftnet: server TLS: %w", err)
+	}
+	lis, err := net.Listen("tcp", t.nhc.GetListenAddress())
+	if err != nil {
+		return fmt.Errorf("raftnet: %w", err)
+	}
+	if tlsConfig != nil {
+		lis = tls.NewListener(lis, tlsConfig)
+	}
+	t.mu.Lock()
+	t.lis = lis
+	t.mu.Unlock()
+	t.wg.Add(1)
+	go t.accept(lis)
+	return nil
+}
+
+// Close stops listening and closes every accepted connection; it returns
+// once their handlers have returned.
+func (t *transport) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	if t.lis != nil {
+		t.lis.Close()
+	}
+	for c := range t.conns {
+		c.Close()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
+
+func (t *transport) accept(lis net.Listener) {
+	defer t.wg.Done()
+	for {
+		conn, err := lis.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return // closed
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			conn.Close()
+			return
+		}
+		t.conns[conn] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go func() {
+			defer t.wg.Done()
+			if err := t.serve(conn); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.log.Debug("Raft connection ended", "remote", conn.RemoteAddr().String(), "err", err)
+			}
+			conn.Close()
+			t.mu.Lock()
+			delete(t.conns, conn)
+			t.mu.Unlock()
+		}()
+	}
+}
+
+// serve reads one connection's frames until it ends: kahuna's framing
+// after its preface, or dragonboat's from a member on an older kahuna.
+func (t *transport) serve(conn net.Conn) error {
+	if err := conn.SetReadDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(conn, readBuffer)
+	var preface [len(magic) + 1]byte
+	if _, err := io.ReadFull(r, preface[:2]); err != nil {
+		return fmt.Errorf("preface: %w", err)
+	}
+	// Raft traffic has no idle bound of its own: heartbeats keep a live
+	// link busy, and TCP keep-alives find a dead one.
+	if [2]byte(preface[:2]) == legacyMagic {
+		if err := conn.SetReadDeadline(time.Time{}); err != nil {
+			return err
+		}
+		return t.serveLegacy(conn, r, t.nhc.MutualTLS)
+	}
+	if _, err := io.ReadFull(r, preface[2:]); err != nil {
+		return fmt.Errorf("preface: %w", err)
+	}
+	if [4]byte(preface[:4]) != magic {
+		return fmt.Errorf("preface %x is not a Raft transport's", preface[:4])
+	}
+	kind := preface[4]
+	if kind != kindMessages && kind != kindChunks {
+		return fmt.Errorf("unknown connection kind %q", kind)
+	}
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	if err := writeAll(conn, []byte{prefaceAck}); err != nil {
+		return err
+	}
+	var buf []byte
+	for {
+		body, err := readFrame(r, &buf)
+		if err != nil {
+			return err
+		}
+		if kind == kindMessages {
+			if body == nil {
+				return errors.New("empty frame on a message connection")
+			}
+			var b pb.MessageBatch
+			if err := b.Unmarshal(body); err != nil {
+				return fmt.Errorf("message batch: %w", err)
+			}
+			t.onMessages(b)
+			continue
+		}
+		if body == nil { // end of a snapshot stream
+			return writeAll(conn, []byte{closeAck})
+		}
+		var c pb.Chunk
+		if err := c.Unmarshal(body); err != nil {
+			return fmt.Errorf("snapshot chunk: %w", err)
+		}
+		if !t.onChunk(c) {
+			return fmt.Errorf("snapshot chunk %d of shard %d refused", c.ChunkId, c.ShardID)
+		}
+	}
+}
+
+// readFrame returns the next frame's body (nil for an empty frame), in
+// *buf, which it grows as needed.
+func readFrame(r *bufio.Reader, buf *[]byte) ([]byte, error) {
+	var h [frameHeader]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(h[:4])
+	if n == 0 {
+		return nil, nil
+	}
+	if n > maxFrame {
+		return nil, fmt.Errorf("frame of %d bytes is over the %d limit", n, maxFrame)
+	}
+	if cap(*buf) < int(n) {
+		*buf = make([]byte, n)
+	}
+	body := (*buf)[:n]
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(h[4:]) {
+		return nil, errors.New("frame checksum mismatch")
+	}
+	return body, nil
+}
+
+// GetConnection dials target for message batches.
+func (t *transport) GetConnection(ctx context.Context, target string) (raftio.IConnection, error) {
+	conn, legacy, err := t.dial(ctx, target, kindMessages)
+	if err != nil {
+		return nil, err
+	}
+	return &messageConn{conn: conn, legacy: legacy, encrypted: t.nhc.MutualTLS}, nil
+}
+
+// GetSnapshotConnection dials target for one snapshot's chunks.
+func (t *transport) GetSnapshotConnection(ctx context.Context, target string) (raftio.ISnapshotConnection, error) {
+	conn, legacy, err := t.dial(ctx, target, kindChunks)
+	if err != nil {
+		return nil, err
+	}
+	return &chunkConn{conn: conn, legacy: legacy, encrypted: t.nhc.MutualTLS}, nil
+}
+
+// dial connects to target and offers kahuna's framing; a member that
+// closes the connection instead of acknowledging the preface runs
+// dragonboat's transport (an older kahuna), and gets a new connection in
+// dragonboat's framing (legacy true).
+func (t *transport) dial(ctx context.Context, target string, kind byte) (conn net.Conn, legacy bool, err error) {
+	conn, err = t.connect(ctx, target)
+	if err != nil {
+		return nil, false, err
+	}
+	err = offer(conn, kind)
+	if err == nil {
+		return conn, false, nil
+	}
+	conn.Close()
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return nil, false, fmt.Errorf("raftnet: preface to %s: %w", target, err)
+	}
+	conn, err = t.connect(ctx, target)
+	if err != nil {
+		return nil, false, err
+	}
+	return conn, true, nil
+}
+
+// offer sends the preface and waits for its acknowledgement.
+func offer(conn net.Conn, kind byte) error {
+	if err := writeAll(conn, append(magic[:len(magic):len(magic)], kind)); err != nil {
+		return err
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+		return err
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(conn, ack[:]); err != nil {
+		return err
+	}
+	if ack[0] != prefaceAck {
+		return fmt.Errorf("preface answered %q", ack[0])
+	}
+	return conn.SetReadDeadline(time.Time{})
+}
+
+func (t *transport) connect(ctx context.Context, target string) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: keepAlive}
+	conn, err := d.DialContext(ctx, "tcp", target)
+	if err != nil {
+		return nil, fmt.Errorf("raftnet: dial %s: %w", target, err)
+	}
+	tlsConfig, err := t.nhc.GetClientTLSConfig(target)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raftnet: client TLS for %s: %w", target, err)
+	}
+	if tlsConfig == nil {
+		return conn, nil
+	}
+	tc := tls.Client(conn, tlsConfig)
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("raftnet: TLS handshake with %s: %w", target, err)
+	}
+	return tc, nil
+}
+
+// writeAll writes b in one call, within writeTimeout plus a second per MB
+// (dragonboat's transport allows 5 s per 2 MB piece).
+func writeAll(conn net.Conn, b []byte) error {
+	timeout := writeTimeout + time.Duration(len(b)>>20)*time.Second
+	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	_, err := conn.Write(b)
+	return err
+}
+
+// frame marshals m behind a frame header into *buf (grown as needed).
+func frame(buf *[]byte, size int, marshal func([]byte) (int, error)) ([]byte, error) {
+	if size > maxFrame {
+		return nil, fmt.Errorf("raftnet: frame of %d bytes is over the %d limit", size, maxFrame)
+	}
+	if cap(*buf) < frameHeader+size {
+		*buf = make([]byte, frameHeader+size)
+	}
+	b := (*buf)[:frameHeader+size]
+	n, err := marshal(b[frameHeader:])
+	if err != nil {
+		return nil, fmt.Errorf("raftnet: marshal: %w", err)
+	}
+	b = b[:frameHeader+n]
+	binary.BigEndian.PutUint32(b[:4], uint32(n))
+	binary.BigEndian.PutUint32(b[4:8], crc32.Checksum(b[frameHeader:], castagnoli))
+	return b, nil
+}
+
+// messageConn sends message batches; dragonboat calls it from one
+// goroutine per target.
+type messageConn struct {
+	conn      net.Conn
+	legacy    bool // dragonboat's framing (legacy.go)
+	encrypted bool
+	buf       []byte
+}
+
+func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
+	var b []byte
+	var err error
+	if c.legacy {
+		b, err = legacyFrame(&c.buf, legacyMessages, batch.SizeUpperLimit(), c.encrypted, batch.MarshalTo)
+	} else {
+		b, err = frame(&c.buf, batch.SizeUpperLimit(), batch.MarshalTo)
+	}
+	if err != nil {
+		return err
+	}
+	err = writeAll(c.conn, b)
+	if cap(c.buf) > 4<<20 {
+		c.buf = nil // one huge batch need not pin its buffer
+	}
+	return err
+}
+
+func (c *messageConn) Close() { c.conn.Close() }
+
+// chunkConn sends one snapshot's chunks.
+type chunkConn struct {
+	conn      net.Conn
+	legacy    bool
+	encrypted bool
+	buf       []byte
+}
+
+func (c *chunkConn) SendChunk(chunk pb.Chunk) error {
+	var b []byte
+	var err error
+	if c.legacy {
+		b, err = legacyFrame(&c.buf, legacyChunks, chunk.Size(), c.encrypted, chunk.MarshalTo)
+	} else {
+		b, err = frame(&c.buf, chunk.Size(), chunk.MarshalTo)
+	}
+	if err != nil {
+		return err
+	}
+	return writeAll(c.conn, b)
+}
+
+// Close ends the stream and waits for the receiver to have handled every
+// chunk before closing.
+func (c *chunkConn) Close() {
+	defer c.conn.Close()
+	if c.legacy {
+		legacyEnd(c.conn)
+		return
+	}
+	if err := writeAll(c.conn, make([]byte, frameHeader)); err != nil {
+		return
+	}
+	if err := c.conn.SetReadDeadline(time.Now().Add(closeAckTimeout)); err != nil {
+		return
+	}
+	var ack [1]byte
+	io.ReadFull(c.conn, ack[:])
+}
