@@ -37,22 +37,14 @@ const (
 // header into *buf (grown as needed), for one write.
 func legacyFrame(buf *[]byte, method uint16, size int, encrypted bool, marshal func([]byte) (int, error)) ([]byte, error) {
 	const pre = len(legacyMagic) + legacyHeader
-	if size > maxFrame {
-		return nil, fmt.Errorf("raftnet: message of %d bytes is over the %d limit", size, maxFrame)
-	}
-	if cap(*buf) < pre+size {
-		*buf = make([]byte, pre+size)
-	}
-	b := (*buf)[:pre+size]
-	n, err := marshal(b[pre:])
+	b, err := marshalBehind(buf, pre, size, marshal)
 	if err != nil {
-		return nil, fmt.Errorf("raftnet: marshal: %w", err)
+		return nil, err
 	}
-	b = b[:pre+n]
 	copy(b, legacyMagic[:])
 	h := b[len(legacyMagic):pre]
 	binary.BigEndian.PutUint16(h, method)
-	binary.BigEndian.PutUint64(h[2:], uint64(n))
+	binary.BigEndian.PutUint64(h[2:], uint64(len(b)-pre))
 	binary.BigEndian.PutUint32(h[10:], 0)
 	var crc uint32
 	if !encrypted {

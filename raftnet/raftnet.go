@@ -281,7 +281,7 @@ func (t *transport) GetConnection(ctx context.Context, target string) (raftio.IC
 	if err != nil {
 		return nil, err
 	}
-	return &messageConn{conn: conn, legacy: legacy, encrypted: t.nhc.MutualTLS}, nil
+	return &messageConn{sender{conn: conn, legacy: legacy, encrypted: t.nhc.MutualTLS}}, nil
 }
 
 // GetSnapshotConnection dials target for one snapshot's chunks.
@@ -290,7 +290,7 @@ func (t *transport) GetSnapshotConnection(ctx context.Context, target string) (r
 	if err != nil {
 		return nil, err
 	}
-	return &chunkConn{conn: conn, legacy: legacy, encrypted: t.nhc.MutualTLS}, nil
+	return &chunkConn{sender{conn: conn, legacy: legacy, encrypted: t.nhc.MutualTLS}}, nil
 }
 
 // dial connects to target and offers kahuna's framing; a member that
@@ -370,74 +370,77 @@ func writeAll(conn net.Conn, b []byte) error {
 	return err
 }
 
-// frame marshals m behind a frame header into *buf (grown as needed).
+// frame marshals a message behind a frame header into *buf.
 func frame(buf *[]byte, size int, marshal func([]byte) (int, error)) ([]byte, error) {
-	if size > maxFrame {
-		return nil, fmt.Errorf("raftnet: frame of %d bytes is over the %d limit", size, maxFrame)
-	}
-	if cap(*buf) < frameHeader+size {
-		*buf = make([]byte, frameHeader+size)
-	}
-	b := (*buf)[:frameHeader+size]
-	n, err := marshal(b[frameHeader:])
+	b, err := marshalBehind(buf, frameHeader, size, marshal)
 	if err != nil {
-		return nil, fmt.Errorf("raftnet: marshal: %w", err)
+		return nil, err
 	}
-	b = b[:frameHeader+n]
+	n := len(b) - frameHeader
 	binary.BigEndian.PutUint32(b[:4], uint32(n))
 	binary.BigEndian.PutUint32(b[4:8], crc32.Checksum(b[frameHeader:], castagnoli))
 	return b, nil
 }
 
-// messageConn sends message batches; dragonboat calls it from one
-// goroutine per target.
-type messageConn struct {
+// marshalBehind marshals a message of at most size bytes after pre bytes
+// of room for its header, into *buf (grown as needed).
+func marshalBehind(buf *[]byte, pre, size int, marshal func([]byte) (int, error)) ([]byte, error) {
+	if size > maxFrame {
+		return nil, fmt.Errorf("raftnet: message of %d bytes is over the %d limit", size, maxFrame)
+	}
+	if cap(*buf) < pre+size {
+		*buf = make([]byte, pre+size)
+	}
+	b := (*buf)[:pre+size]
+	n, err := marshal(b[pre:])
+	if err != nil {
+		return nil, fmt.Errorf("raftnet: marshal: %w", err)
+	}
+	return b[:pre+n], nil
+}
+
+// sender writes messages on one connection, each in one write, in the
+// framing agreed when it was dialled.
+type sender struct {
 	conn      net.Conn
 	legacy    bool // dragonboat's framing (legacy.go)
 	encrypted bool
 	buf       []byte
 }
 
-func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
+func (s *sender) send(legacyMethod uint16, size int, marshal func([]byte) (int, error)) error {
 	var b []byte
 	var err error
-	if c.legacy {
-		b, err = legacyFrame(&c.buf, legacyMessages, batch.SizeUpperLimit(), c.encrypted, batch.MarshalTo)
+	if s.legacy {
+		b, err = legacyFrame(&s.buf, legacyMethod, size, s.encrypted, marshal)
 	} else {
-		b, err = frame(&c.buf, batch.SizeUpperLimit(), batch.MarshalTo)
+		b, err = frame(&s.buf, size, marshal)
 	}
 	if err != nil {
 		return err
 	}
-	err = writeAll(c.conn, b)
-	if cap(c.buf) > 4<<20 {
-		c.buf = nil // one huge batch need not pin its buffer
+	err = writeAll(s.conn, b)
+	if cap(s.buf) > 4<<20 {
+		s.buf = nil // one huge message need not pin its buffer
 	}
 	return err
+}
+
+// messageConn sends message batches; dragonboat calls it from one
+// goroutine per target.
+type messageConn struct{ sender }
+
+func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
+	return c.send(legacyMessages, batch.SizeUpperLimit(), batch.MarshalTo)
 }
 
 func (c *messageConn) Close() { c.conn.Close() }
 
 // chunkConn sends one snapshot's chunks.
-type chunkConn struct {
-	conn      net.Conn
-	legacy    bool
-	encrypted bool
-	buf       []byte
-}
+type chunkConn struct{ sender }
 
 func (c *chunkConn) SendChunk(chunk pb.Chunk) error {
-	var b []byte
-	var err error
-	if c.legacy {
-		b, err = legacyFrame(&c.buf, legacyChunks, chunk.Size(), c.encrypted, chunk.MarshalTo)
-	} else {
-		b, err = frame(&c.buf, chunk.Size(), chunk.MarshalTo)
-	}
-	if err != nil {
-		return err
-	}
-	return writeAll(c.conn, b)
+	return c.send(legacyChunks, chunk.Size(), chunk.MarshalTo)
 }
 
 // Close ends the stream and waits for the receiver to have handled every

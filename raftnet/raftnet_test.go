@@ -67,7 +67,7 @@ func (r *receiver) next(t *testing.T) pb.MessageBatch {
 	}
 }
 
-func sender(t *testing.T) raftio.ITransport {
+func dialer(t *testing.T) raftio.ITransport {
 	t.Helper()
 	s := Factory{}.Create(config.NodeHostConfig{RaftAddress: "127.0.0.1:0"}, func(pb.MessageBatch) {}, func(pb.Chunk) bool { return true })
 	return s
@@ -97,7 +97,7 @@ func sameBatch(t *testing.T, got, want pb.MessageBatch) {
 // receiver's read buffer, and one over the sender's kept buffer).
 func TestMessageBatches(t *testing.T) {
 	r := startReceiver(t)
-	conn, err := sender(t).GetConnection(context.Background(), r.addr())
+	conn, err := dialer(t).GetConnection(context.Background(), r.addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestMessageBatches(t *testing.T) {
 // Close of a snapshot connection returns once every chunk is handled.
 func TestSnapshotChunks(t *testing.T) {
 	r := startReceiver(t)
-	conn, err := sender(t).GetSnapshotConnection(context.Background(), r.addr())
+	conn, err := dialer(t).GetSnapshotConnection(context.Background(), r.addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestSnapshotChunks(t *testing.T) {
 func TestRefusedChunkEndsStream(t *testing.T) {
 	r := startReceiver(t)
 	r.refuse = true
-	conn, err := sender(t).GetSnapshotConnection(context.Background(), r.addr())
+	conn, err := dialer(t).GetSnapshotConnection(context.Background(), r.addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestBadInputEndsConnection(t *testing.T) {
 		t.Fatalf("bad input delivered a batch: %+v", b)
 	default:
 	}
-	conn, err := sender(t).GetConnection(context.Background(), r.addr())
+	conn, err := dialer(t).GetConnection(context.Background(), r.addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestFallbackToDragonboatFraming(t *testing.T) {
 	defer lis.Close()
 	got := make(chan []byte, 16)
 	go oldMember(lis, got)
-	s := sender(t)
+	s := dialer(t)
 	conn, err := s.GetConnection(context.Background(), lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
