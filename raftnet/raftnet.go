@@ -67,6 +67,10 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// errPreface is a connection that did not open as a member's would (a TLS
+// handshake that failed included).
+var errPreface = errors.New("bad preface")
+
 // Factory creates the transport (config.TransportFactory).
 type Factory struct {
 	// Logger receives connection failures; nil: slog.Default().
@@ -152,15 +156,24 @@ func (t *transport) Close() error {
 
 func (t *transport) accept(lis net.Listener) {
 	defer t.wg.Done()
+	var backoff time.Duration
 	for {
 		conn, err := lis.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return // closed
+			// Out of file descriptors, say: keep the listener and try
+			// again, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			t.log.Warn("accepting a Raft connection failed; retrying", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
@@ -172,7 +185,13 @@ func (t *transport) accept(lis net.Listener) {
 		t.mu.Unlock()
 		go func() {
 			defer t.wg.Done()
-			if err := t.serve(conn); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			switch err := t.serve(conn); {
+			case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			case errors.Is(err, errPreface):
+				// Not a member, or one with a certificate this cluster's CA
+				// did not sign: the operator wants to hear of it.
+				t.log.Warn("Raft connection refused", "remote", conn.RemoteAddr().String(), "err", err)
+			default:
 				t.log.Debug("Raft connection ended", "remote", conn.RemoteAddr().String(), "err", err)
 			}
 			conn.Close()
@@ -192,7 +211,10 @@ func (t *transport) serve(conn net.Conn) error {
 	r := bufio.NewReaderSize(conn, readBuffer)
 	var preface [len(magic) + 1]byte
 	if _, err := io.ReadFull(r, preface[:2]); err != nil {
-		return fmt.Errorf("preface: %w", err)
+		if errors.Is(err, io.EOF) {
+			return err // connected and left (a probe)
+		}
+		return fmt.Errorf("%w: %w", errPreface, err)
 	}
 	// Raft traffic has no idle bound of its own: heartbeats keep a live
 	// link busy, and TCP keep-alives find a dead one.
@@ -203,14 +225,14 @@ func (t *transport) serve(conn net.Conn) error {
 		return t.serveLegacy(conn, r, t.nhc.MutualTLS)
 	}
 	if _, err := io.ReadFull(r, preface[2:]); err != nil {
-		return fmt.Errorf("preface: %w", err)
+		return fmt.Errorf("%w: %w", errPreface, err)
 	}
 	if [4]byte(preface[:4]) != magic {
-		return fmt.Errorf("preface %x is not a Raft transport's", preface[:4])
+		return fmt.Errorf("%w: it opens with %q, not a Raft transport's preface", errPreface, preface[:4])
 	}
 	kind := preface[4]
 	if kind != kindMessages && kind != kindChunks {
-		return fmt.Errorf("unknown connection kind %q", kind)
+		return fmt.Errorf("%w: unknown connection kind %q", errPreface, kind)
 	}
 	if err := conn.SetReadDeadline(time.Time{}); err != nil {
 		return err

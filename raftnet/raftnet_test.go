@@ -7,7 +7,9 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,12 +29,40 @@ type receiver struct {
 	mu      sync.Mutex
 	chunks  []pb.Chunk
 	refuse  bool // the chunk handler refuses
+	logs    logLines
+}
+
+// logLines is a log destination that hands on each line.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// awaitLog waits for a logged line containing want.
+func (r *receiver) awaitLog(t *testing.T, want string) {
+	t.Helper()
+	timeout := time.After(wait)
+	for {
+		select {
+		case line := <-r.logs:
+			if strings.Contains(line, want) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no log line with %q", want)
+		}
+	}
 }
 
 func startReceiver(t *testing.T) *receiver {
 	t.Helper()
-	r := &receiver{batches: make(chan pb.MessageBatch, 64)}
-	tr := Factory{}.Create(config.NodeHostConfig{RaftAddress: "127.0.0.1:0"},
+	r := &receiver{batches: make(chan pb.MessageBatch, 64), logs: make(logLines, 64)}
+	tr := Factory{Logger: slog.New(slog.NewTextHandler(r.logs, nil))}.Create(config.NodeHostConfig{RaftAddress: "127.0.0.1:0"},
 		func(b pb.MessageBatch) { r.batches <- b },
 		func(c pb.Chunk) bool {
 			r.mu.Lock()
@@ -185,6 +215,9 @@ func TestBadInputEndsConnection(t *testing.T) {
 	}
 	for name, input := range cases {
 		t.Run(name, func(t *testing.T) {
+			for len(r.logs) > 0 {
+				<-r.logs
+			}
 			c, err := net.Dial("tcp", r.addr())
 			if err != nil {
 				t.Fatal(err)
@@ -196,6 +229,9 @@ func TestBadInputEndsConnection(t *testing.T) {
 			// preface's acknowledgement, if it was one).
 			if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
 				t.Fatalf("connection not closed: %v", err)
+			}
+			if name == "garbage" || name == "unknown kind" {
+				r.awaitLog(t, "Raft connection refused") // at Warn: an operator should hear of it
 			}
 		})
 	}
