@@ -2,6 +2,7 @@ package durability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -65,6 +66,22 @@ func (c *cluster) moveLeader(t *testing.T, p int, to uint64) {
 	t.Fatalf("leadership of partition %d did not move to %d", p, to)
 }
 
+// proposeSettled commits r through whichever replica leads p, again when
+// an attempt certainly did not apply (leadership moved under load).
+func (c *cluster) proposeSettled(t *testing.T, p int, r Record) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for {
+		err := propose(t, c.leaderNow(t, p), p, r)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrRetry) || time.Now().After(deadline) {
+			t.Fatalf("propose %s: %v", r.Resource, err)
+		}
+	}
+}
+
 // readAll checks that every running replica has the records.
 func (c *cluster) readAll(t *testing.T, p int, want ...Record) {
 	t.Helper()
@@ -95,10 +112,18 @@ func TestMixedTransports(t *testing.T) {
 	})
 	var written []Record
 	for round, leader := range []uint64{3, 1, 2} {
-		c.moveLeader(t, 0, leader)
 		r := rec(fmt.Sprintf("mixed/%d", round), int64(round+1), 1)
-		if err := propose(t, c.nodes[leader-1], 0, r); err != nil {
-			t.Fatalf("propose through replica %d: %v", leader, err)
+		deadline := time.Now().Add(testWait)
+		for {
+			c.moveLeader(t, 0, leader)
+			err := propose(t, c.nodes[leader-1], 0, r)
+			if err == nil {
+				break
+			}
+			// Leadership can move again under load before the proposal.
+			if !errors.Is(err, ErrRetry) || time.Now().After(deadline) {
+				t.Fatalf("propose through replica %d: %v", leader, err)
+			}
 		}
 		written = append(written, r)
 		c.readAll(t, 0, written...)
@@ -128,9 +153,7 @@ func TestSnapshotToLaggingReplica(t *testing.T) {
 			var written []Record
 			for i := 0; i < 100; i++ {
 				r := rec(fmt.Sprintf("snap/%d", i), int64(i+1), 1)
-				if err := propose(t, c.nodes[0], 0, r); err != nil {
-					t.Fatalf("propose %d: %v", i, err)
-				}
+				c.proposeSettled(t, 0, r)
 				written = append(written, r)
 			}
 			if err := c.start(3); err != nil {
