@@ -2,7 +2,6 @@ package durability
 
 import (
 	"fmt"
-	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -105,15 +104,7 @@ func benchProposeOn(b *testing.B, goroutines int, n *node) {
 //	go test -run '^$' -bench ProposeReplicated -benchtime 5s ./durability
 func BenchmarkProposeReplicated(b *testing.B) {
 	const partitions = 8
-	members := map[uint64]string{}
-	for id := uint64(1); id <= 3; id++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		members[id] = l.Addr().String()
-		l.Close()
-	}
+	members := tcpMembers(b)
 	nodes := make([]*Raft, 3)
 	var wg sync.WaitGroup
 	errs := make([]error, 3)

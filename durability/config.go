@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kahunago/kahuna/raftnet"
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kahunago/kahuna/raftnet"
 	"github.com/lni/dragonboat/v4/config"
 	chantransport "github.com/lni/dragonboat/v4/plugin/chan"
 	"github.com/lni/dragonboat/v4/raftio"

@@ -16,7 +16,7 @@ import (
 )
 
 // tcpMembers names three replicas on free loopback ports.
-func tcpMembers(t *testing.T) map[uint64]string {
+func tcpMembers(t testing.TB) map[uint64]string {
 	t.Helper()
 	members := map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {

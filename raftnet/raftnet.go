@@ -246,26 +246,28 @@ func (t *transport) serve(conn net.Conn) error {
 		if err != nil {
 			return err
 		}
-		if kind == kindMessages {
-			if body == nil {
-				return errors.New("empty frame on a message connection")
-			}
+		switch {
+		case kind == kindMessages && body == nil:
+			return errors.New("empty frame on a message connection")
+		case kind == kindMessages:
 			var b pb.MessageBatch
 			if err := b.Unmarshal(body); err != nil {
 				return fmt.Errorf("message batch: %w", err)
 			}
 			t.onMessages(b)
-			continue
-		}
-		if body == nil { // end of a snapshot stream
+		case body == nil: // end of a snapshot stream
 			return writeAll(conn, []byte{closeAck})
+		default:
+			var c pb.Chunk
+			if err := c.Unmarshal(body); err != nil {
+				return fmt.Errorf("snapshot chunk: %w", err)
+			}
+			if !t.onChunk(c) {
+				return fmt.Errorf("snapshot chunk %d of shard %d refused", c.ChunkId, c.ShardID)
+			}
 		}
-		var c pb.Chunk
-		if err := c.Unmarshal(body); err != nil {
-			return fmt.Errorf("snapshot chunk: %w", err)
-		}
-		if !t.onChunk(c) {
-			return fmt.Errorf("snapshot chunk %d of shard %d refused", c.ChunkId, c.ShardID)
+		if cap(buf) > 4<<20 {
+			buf = nil // one huge message need not pin its buffer
 		}
 	}
 }
