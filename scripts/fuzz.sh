@@ -16,6 +16,7 @@ targets=(
   "./transport FuzzBatchStream"
   "./transport FuzzLockStream"
   "./transport FuzzRESTBody"
+  "./transport FuzzFastHead"
   "./transport FuzzWireDecode"
   "./durability FuzzDecodeBatch"
   "./cmd/kahuna FuzzParseFlags"

@@ -90,7 +90,7 @@ func authServer(t *testing.T, opts ServerOptions) (*testServer, *countingLocker)
 	t.Helper()
 	l := &countingLocker{Locker: newFake()}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"ok": "yes"})
+		writeReply(w, http.StatusOK, mustMarshal(map[string]string{"ok": "yes"}))
 	})
 	opts.Extra = map[string]http.Handler{"/metrics": ok, "/v1/admin/partitions": ok}
 	return startServer(t, l, opts), l

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-
-	"github.com/kahunago/kahuna/lease"
 )
 
 // Handler returns the mixed handler: gRPC requests (HTTP/2 with an
@@ -24,10 +22,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) newHandler() http.Handler {
 	mux := http.NewServeMux()
 	guard := func(h http.Handler) http.Handler { return requireToken(s.opts.Tokens, h) } // auth.go
-	mux.Handle("/v1/locks/try-lock", guard(s.restLock(lease.TryLock)))
-	mux.Handle("/v1/locks/try-extend", guard(s.restLock(lease.Extend)))
-	mux.Handle("/v1/locks/try-unlock", guard(s.restLock(lease.Unlock)))
-	mux.Handle("/v1/locks/get-info", guard(s.restGet()))
+	for route, path := range restRoutePaths {
+		if path != "" {
+			mux.Handle(path, guard(s.restHandler(restRoute(route))))
+		}
+	}
 	mux.HandleFunc("/healthz", healthz)
 	for pattern, h := range s.opts.Extra {
 		if !slices.Contains(s.opts.Unauthenticated, pattern) {
@@ -63,7 +62,11 @@ func (s *Server) ServeHTTP(lis net.Listener) error {
 		lis.Close()
 		return ErrServerClosed
 	}
-	sn := newSniffer(lis, s.opts.SniffTimeout)
+	fast := s.fast.serve
+	if s.noFastREST {
+		fast = nil
+	}
+	sn := newSniffer(lis, s.opts.SniffTimeout, fast)
 	s.mu.Lock()
 	s.sniffers = append(s.sniffers, sn)
 	s.mu.Unlock()

@@ -100,9 +100,11 @@ type Server struct {
 	closed   bool
 	draining chan struct{} // closed when shutdown starts: batch streams wind down
 	https    map[*http.Server]struct{}
-	sniffers []*sniffer // of the ServeHTTP listeners (tests read their counts)
+	sniffers []*sniffer  // of the ServeHTTP listeners (tests read their counts)
+	fast     *http1Conns // the REST fast path of the ServeHTTP listeners (http1.go)
 
 	noLockStream bool // tests: serve the native service without LockStream
+	noFastREST   bool // tests: serve every HTTP/1.x connection with net/http
 }
 
 // NewServer returns a Server for l. It starts nothing.
@@ -127,6 +129,7 @@ func NewServer(l lease.Locker, opts ServerOptions) *Server {
 	if opts.Forwarded != nil {
 		s.forwarded = opts.Forwarded
 	}
+	s.fast = newHTTP1Conns(s)
 	s.native = s.newGRPCServer()
 	s.mixed = s.newGRPCServer()
 	s.handler = s.newHandler()
@@ -243,6 +246,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			wg.Go(func() { _ = hs.Shutdown(context.Background()) })
 		}
 		wg.Go(s.native.GracefulStop)
+		wg.Go(s.fast.shutdown)
 		wg.Wait()
 		s.mixed.Stop()
 	}()
@@ -266,6 +270,7 @@ func (s *Server) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	s.fast.close()
 	s.native.Stop()
 	s.mixed.Stop()
 	return errors.Join(errs...)

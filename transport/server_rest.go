@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -73,77 +74,90 @@ type errorReply struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// restLock serves try-lock, try-extend and try-unlock.
-func (s *Server) restLock(op lease.Op) http.Handler {
+// restHandler serves one lock route over net/http: it checks what the
+// fast path's head parser checks (method, Content-Type, size), reads the
+// body and answers through restAnswer, as the fast path does (http1.go).
+func (s *Server) restHandler(route restRoute) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var b lockBody
-		if !s.decodeJSON(w, r, &b) {
+		body, ok := s.readJSONBody(w, r)
+		if !ok {
 			return
 		}
-		req := request{op: op, resource: b.Resource, owner: b.Owner, d: lease.Durability(b.Durability)}
-		if op != lease.Unlock {
-			req.ttl = msToTTL(b.ExpiresMs)
-		}
-		// A failed call is answered MustRetry or Errored (see serve), and
-		// the error only says the asker is gone, so it is not looked at.
-		_, res, _ := s.serve(r.Context(), s.locker, req)
-		writeJSON(w, http.StatusOK, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
+		code, reply := s.restAnswer(r.Context(), route, body)
+		writeReply(w, code, reply)
 	})
 }
 
-// restGet serves get-info.
-func (s *Server) restGet() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// restAnswer serves body, the JSON request of route, and returns the HTTP
+// status and the JSON reply: 200 with Kahuna's reply, or 400 for a body
+// that is not a request object (nothing then reaches the Locker).
+func (s *Server) restAnswer(ctx context.Context, route restRoute, body []byte) (int, []byte) {
+	if route == routeGet {
 		var b getBody
-		if !s.decodeJSON(w, r, &b) {
-			return
+		if why := decodeBody(body, &b); why != "" {
+			return badBody(why)
 		}
-		info, res, _ := s.serve(r.Context(), s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
+		info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
 		if res.Status != lease.Got {
-			writeJSON(w, http.StatusOK, statusReply{Type: res.Status, Reason: res.Reason})
-			return
+			return http.StatusOK, mustMarshal(statusReply{Type: res.Status, Reason: res.Reason})
 		}
-		writeJSON(w, http.StatusOK, getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
+		return http.StatusOK, mustMarshal(getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
 			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})
-	})
+	}
+	var b lockBody
+	if why := decodeBody(body, &b); why != "" {
+		return badBody(why)
+	}
+	op := route.op()
+	req := request{op: op, resource: b.Resource, owner: b.Owner, d: lease.Durability(b.Durability)}
+	if op != lease.Unlock {
+		req.ttl = msToTTL(b.ExpiresMs)
+	}
+	// A failed call is answered MustRetry or Errored (see serve), and
+	// the error only says the asker is gone, so it is not looked at.
+	_, res, _ := s.serve(ctx, s.locker, req)
+	return http.StatusOK, mustMarshal(lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
 }
 
-// decodeJSON reads a POSTed JSON object into v, or answers the client's
-// mistake with an HTTP error and a JSON body and returns false. Nothing
-// reaches the Locker from a request that fails here.
-func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+// readJSONBody reads a POSTed JSON body, or answers the client's mistake
+// with an HTTP error and a JSON body and returns false.
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed, use POST", r.Method))
-		return false
+		return nil, false
 	}
 	// ParseMediaType lowercases the type and accepts parameters such as
 	// charset=utf-8, which .NET's HttpClient adds.
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-		return false
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.opts.MaxRequestBytes)))
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbe.Limit))
-			return false
+			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
-		return false
+		return nil, false
 	}
+	return body, true
+}
+
+// decodeBody reads body, a JSON request object, into v, or says in the
+// request's terms why it cannot.
+func decodeBody(body []byte, v any) (why string) {
 	// json.Unmarshal would accept null, a bare value being nothing we
 	// could serve; insist on an object.
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		writeBadBody(w, "body must be a JSON object")
-		return false
+		return "body must be a JSON object"
 	}
 	// Unmarshal also rejects anything after the object.
 	if err := json.Unmarshal(body, v); err != nil {
-		writeBadBody(w, jsonProblem(err))
-		return false
+		return jsonProblem(err)
 	}
-	return true
+	return ""
 }
 
 // jsonProblem describes a decoding error in the request's terms rather
@@ -165,23 +179,29 @@ func jsonProblem(err error) string {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, errorReply{Error: msg})
+	writeReply(w, code, mustMarshal(errorReply{Error: msg}))
 }
 
-// writeBadBody answers 400 for a body that is not a valid request object,
+// badBody answers 400 for a body that is not a valid request object,
 // saying why in both fields: error as before, reason as InvalidInput has.
-func writeBadBody(w http.ResponseWriter, why string) {
-	writeJSON(w, http.StatusBadRequest, errorReply{Error: why, Reason: why})
+func badBody(why string) (int, []byte) {
+	return http.StatusBadRequest, mustMarshal(errorReply{Error: why, Reason: why})
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// mustMarshal encodes one of our reply types, which always marshal.
+func mustMarshal(v any) []byte {
 	body, err := json.Marshal(v)
 	if err != nil {
-		// Our reply types always marshal; this is a bug, not bad input.
-		http.Error(w, "encoding reply: "+err.Error(), http.StatusInternalServerError)
-		return
+		panic(fmt.Sprintf("transport: encoding reply %T: %v", v, err))
 	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	return body
+}
+
+// jsonContentType is the Content-Type of every JSON reply.
+const jsonContentType = "application/json; charset=utf-8"
+
+func writeReply(w http.ResponseWriter, code int, body []byte) {
+	w.Header().Set("Content-Type", jsonContentType)
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
 }

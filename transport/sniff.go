@@ -21,14 +21,16 @@ const DefaultSniffTimeout = 10 * time.Second
 
 // sniffer splits one listener by the first bytes of each connection: an
 // HTTP/2 preface goes to grpcs (served by the native grpc.Server), anything
-// else to https (served by net/http). Accepted connections are classified
-// on their own goroutines, so a slow one holds up nobody else. The
-// listener underneath is closed once both halves are.
+// else to http1 when set (the REST fast path, which hands what it does not
+// serve to https), else to https (served by net/http). Accepted
+// connections are classified on their own goroutines, so a slow one holds
+// up nobody else. The listener underneath is closed once both halves are.
 type sniffer struct {
 	root    net.Listener
 	timeout time.Duration
 	grpcs   *sniffed
 	https   *sniffed
+	http1   func(c net.Conn, toHTTPS func(net.Conn))
 
 	mu     sync.Mutex
 	open   int // halves not yet closed
@@ -40,11 +42,11 @@ type sniffer struct {
 	toGRPC, toHTTP, dropped atomic.Int64
 }
 
-func newSniffer(root net.Listener, timeout time.Duration) *sniffer {
+func newSniffer(root net.Listener, timeout time.Duration, http1 func(net.Conn, func(net.Conn))) *sniffer {
 	if timeout <= 0 {
 		timeout = DefaultSniffTimeout
 	}
-	s := &sniffer{root: root, timeout: timeout, open: 2, closed: make(chan struct{})}
+	s := &sniffer{root: root, timeout: timeout, http1: http1, open: 2, closed: make(chan struct{})}
 	s.grpcs = &sniffed{s: s, conns: make(chan net.Conn), done: make(chan struct{})}
 	s.https = &sniffed{s: s, conns: make(chan net.Conn), done: make(chan struct{})}
 	go s.acceptLoop()
@@ -96,6 +98,10 @@ func (s *sniffer) classify(c net.Conn) {
 		return
 	}
 	s.toHTTP.Add(1)
+	if s.http1 != nil {
+		s.http1(pc, s.https.deliver)
+		return
+	}
 	s.https.deliver(pc)
 }
 
