@@ -41,6 +41,7 @@ type clientConfig struct {
 	mustRetryBudget    time.Duration
 	forwarding         bool
 	token              func() string // nil: no token (auth.go)
+	restViaNetHTTP     bool          // tests: REST calls to http:// endpoints go through net/http too
 }
 
 // WithTLSConfig sets the TLS configuration for https:// endpoints (for

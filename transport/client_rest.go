@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -23,10 +24,14 @@ import (
 // retried like the gRPC Client does; Errored answers and failed calls are
 // returned, never retried.
 //
-// Only a call made after Close is known not to have been sent (its
-// ErrClosed wraps lease.ErrNotApplied); every other error leaves the
-// outcome unknown. (net/http may send a request again on a new connection
-// after the first attempt, so even a dial error does not prove that no
+// Calls to an http:// endpoint (without a proxy from the environment) are
+// written and read on the caller's goroutine over kept-alive HTTP/1.1
+// connections (client_h1.go); https:// and proxied endpoints go through
+// net/http. A call made after Close, or one whose connection could not be
+// opened on that direct path, is known not to have been sent (its error
+// wraps lease.ErrNotApplied); every other error leaves the outcome
+// unknown. (net/http may send a request again on a new connection after
+// the first attempt, so there even a dial error does not prove that no
 // attempt reached the server.)
 //
 // A request that lease.Check rejects is answered InvalidInput, with its
@@ -35,6 +40,7 @@ import (
 type RESTClient struct {
 	client    *http.Client
 	endpoints []string
+	direct    []*h1Pool // per endpoint: its calls without net/http (client_h1.go), or nil
 	next      atomic.Uint64
 	budget    time.Duration
 	token     func() string // nil: no Authorization header
@@ -56,12 +62,16 @@ func DialREST(endpoints []string, opts ...ClientOption) (*RESTClient, error) {
 		return nil, errors.New("transport: no endpoints")
 	}
 	eps := make([]string, len(endpoints))
+	direct := make([]*h1Pool, len(endpoints))
 	for i, e := range endpoints {
 		u, err := url.Parse(e)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			return nil, fmt.Errorf("transport: endpoint %q: want http://host:port or https://host:port", e)
 		}
 		eps[i] = u.Scheme + "://" + u.Host
+		if u.Scheme == "http" && !cfg.restViaNetHTTP && !proxied(u) {
+			direct[i] = &h1Pool{addr: hostPort(u)}
+		}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
@@ -73,13 +83,33 @@ func DialREST(endpoints []string, opts ...ClientOption) (*RESTClient, error) {
 		}
 		tr.TLSClientConfig.InsecureSkipVerify = true //nolint:gosec // asked for explicitly
 	}
-	return &RESTClient{client: &http.Client{Transport: tr}, endpoints: eps, budget: cfg.mustRetryBudget, token: cfg.token}, nil
+	return &RESTClient{client: &http.Client{Transport: tr}, endpoints: eps, direct: direct, budget: cfg.mustRetryBudget, token: cfg.token}, nil
+}
+
+// proxied reports whether the environment (HTTP_PROXY, NO_PROXY) sends
+// requests to u through a proxy, which net/http then speaks to.
+func proxied(u *url.URL) bool {
+	p, err := http.ProxyFromEnvironment(&http.Request{URL: u})
+	return err != nil || p != nil
+}
+
+// hostPort is u's host with the scheme's port when it names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 // Close drops the idle connections; later calls fail with ErrClosed.
 func (r *RESTClient) Close() error {
 	r.closed.Store(true)
 	r.client.CloseIdleConnections()
+	for _, p := range r.direct {
+		if p != nil {
+			p.close()
+		}
+	}
 	return nil
 }
 
@@ -203,41 +233,70 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 	if err != nil {
 		return fmt.Errorf("transport: rest %s: encode: %w", path, err)
 	}
-	ep := r.endpoints[r.next.Add(1)%uint64(len(r.endpoints))]
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep+"/v1/locks/"+path, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("transport: rest %s: %w", path, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	i := r.next.Add(1) % uint64(len(r.endpoints))
+	ep := r.endpoints[i]
+	var token string
 	if r.token != nil {
-		if tok := r.token(); tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
+		token = r.token()
 	}
-	resp, err := r.client.Do(req)
+	var (
+		code  int
+		reply []byte
+	)
+	if p := r.direct[i]; p != nil {
+		code, reply, err = p.post(ctx, path, token, body)
+	} else {
+		code, reply, err = r.postNetHTTP(ctx, ep+"/v1/locks/"+path, token, body)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return fmt.Errorf("transport: rest %s: %w", path, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusUnauthorized {
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		return fmt.Errorf("%w: rest %s: %s", lease.ErrUnauthenticated, path, strings.TrimSpace(string(snippet)))
+	if code == http.StatusUnauthorized {
+		return fmt.Errorf("%w: rest %s: %s", lease.ErrUnauthenticated, path, snippet(reply))
 	}
-	if resp.StatusCode != http.StatusOK {
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		return fmt.Errorf("transport: rest %s: HTTP %d: %s", path, resp.StatusCode, strings.TrimSpace(string(snippet)))
+	if code != http.StatusOK {
+		return fmt.Errorf("transport: rest %s: HTTP %d: %s", path, code, snippet(reply))
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.Unmarshal(reply, out); err != nil {
 		return fmt.Errorf("transport: rest %s: decode: %w", path, err)
 	}
 	if a, ok := out.(servedHere); ok {
 		a.servedHere(ep)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body) // back to the pool
 	return nil
+}
+
+// postNetHTTP is post's call through net/http (https, a proxy).
+func (r *RESTClient) postNetHTTP(ctx context.Context, url, token string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	reply, err := io.ReadAll(io.LimitReader(resp.Body, h1MaxReply+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(reply) > h1MaxReply {
+		return 0, nil, fmt.Errorf("answer over %d bytes", h1MaxReply)
+	}
+	return resp.StatusCode, reply, nil
+}
+
+// snippet is the start of an error answer, for the error's text.
+func snippet(reply []byte) string {
+	return strings.TrimSpace(string(reply[:min(len(reply), 200)]))
 }
 
 // servedHere is an answer whose servedFrom "" (served by the node called,
