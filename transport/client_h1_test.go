@@ -36,7 +36,7 @@ func idleConns(p *h1Pool) int {
 // net/http's server alike.
 func TestRESTClientDirect(t *testing.T) {
 	for _, fast := range []bool{true, false} {
-		_, addr := startREST(t, newFake(), ServerOptions{}, fast)
+		srv, addr := startREST(t, newFake(), ServerOptions{}, fast)
 		rc, err := DialREST([]string{"http://" + addr})
 		must(t, err)
 		t.Cleanup(func() { rc.Close() })
@@ -69,6 +69,10 @@ func TestRESTClientDirect(t *testing.T) {
 		}
 		if n := idleConns(p); n != 1 {
 			t.Errorf("fast=%v: %d idle connections after sequential calls, want 1", fast, n)
+		}
+		// Both clients' requests are in the server's fast path.
+		if n := srv.fast.served.Load(); fast && n != 5 {
+			t.Errorf("fast path served %d of the 5 calls", n)
 		}
 	}
 }

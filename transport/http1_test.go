@@ -100,6 +100,11 @@ func TestFastRESTAnswersAsNetHTTP(t *testing.T) {
 		handedOn bool  // the connection went on to net/http
 	}{
 		{"try-lock", post("/v1/locks/try-lock", jsonCT, lockJSON), 1, 1, false},
+		// As Node.js 20's fetch sends it (captured), lowercase names and all.
+		{"node fetch", "POST /v1/locks/try-lock HTTP/1.1\r\nhost: 127.0.0.1:2070\r\nconnection: keep-alive\r\n" +
+			"Content-Type: application/json\r\naccept: */*\r\naccept-language: *\r\nsec-fetch-mode: cors\r\n" +
+			"user-agent: node\r\naccept-encoding: gzip, deflate\r\ncontent-length: 63\r\n\r\n" +
+			`{"resource":"r","owner":"b3du","expiresMs":1000,"durability":0}`, 1, 1, false},
 		{"charset and case", post("/v1/locks/try-lock", "content-type: Application/JSON; charset=UTF-8\r\n", lockJSON), 1, 1, false},
 		{"get-info", post("/v1/locks/get-info", jsonCT, `{"resource":"r"}`), 1, 1, false},
 		{"try-extend", post("/v1/locks/try-extend", jsonCT, lockJSON), 1, 1, false},
