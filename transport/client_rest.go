@@ -229,8 +229,13 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 	if r.closed.Load() {
 		return errClosedUnsent
 	}
-	body, err := json.Marshal(in)
-	if err != nil {
+	var (
+		body []byte
+		err  error
+	)
+	if l, ok := in.(restLock); ok {
+		body = appendRestLock(nil, l) // json_fast.go
+	} else if body, err = json.Marshal(in); err != nil {
 		return fmt.Errorf("transport: rest %s: encode: %w", path, err)
 	}
 	i := r.next.Add(1) % uint64(len(r.endpoints))
@@ -259,6 +264,13 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 	}
 	if code != http.StatusOK {
 		return fmt.Errorf("transport: rest %s: HTTP %d: %s", path, code, snippet(reply))
+	}
+	if a, ok := out.(*restLockAnswer); ok {
+		if fast, ok := decodeLockAnswer(reply); ok { // json_fast.go
+			*a = fast
+			a.servedHere(ep)
+			return nil
+		}
 	}
 	if err := json.Unmarshal(reply, out); err != nil {
 		return fmt.Errorf("transport: rest %s: decode: %w", path, err)

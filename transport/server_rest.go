@@ -93,9 +93,12 @@ func (s *Server) restHandler(route restRoute) http.Handler {
 // that is not a request object (nothing then reaches the Locker).
 func (s *Server) restAnswer(ctx context.Context, route restRoute, body []byte) (int, []byte) {
 	if route == routeGet {
-		var b getBody
-		if why := decodeBody(body, &b); why != "" {
-			return badBody(why)
+		b, ok := decodeGetBody(body) // json_fast.go, else encoding/json
+		if !ok {
+			b = getBody{}
+			if why := decodeBody(body, &b); why != "" {
+				return badBody(why)
+			}
 		}
 		info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
 		if res.Status != lease.Got {
@@ -104,9 +107,12 @@ func (s *Server) restAnswer(ctx context.Context, route restRoute, body []byte) (
 		return http.StatusOK, mustMarshal(getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
 			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})
 	}
-	var b lockBody
-	if why := decodeBody(body, &b); why != "" {
-		return badBody(why)
+	b, ok := decodeLockBody(body)
+	if !ok {
+		b = lockBody{}
+		if why := decodeBody(body, &b); why != "" {
+			return badBody(why)
+		}
 	}
 	op := route.op()
 	req := request{op: op, resource: b.Resource, owner: b.Owner, d: lease.Durability(b.Durability)}
@@ -116,7 +122,7 @@ func (s *Server) restAnswer(ctx context.Context, route restRoute, body []byte) (
 	// A failed call is answered MustRetry or Errored (see serve), and
 	// the error only says the asker is gone, so it is not looked at.
 	_, res, _ := s.serve(ctx, s.locker, req)
-	return http.StatusOK, mustMarshal(lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
+	return http.StatusOK, appendLockReply(nil, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
 }
 
 // readJSONBody reads a POSTed JSON body, or answers the client's mistake
