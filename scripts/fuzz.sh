@@ -17,6 +17,7 @@ targets=(
   "./transport FuzzLockStream"
   "./transport FuzzRESTBody"
   "./transport FuzzFastHead"
+  "./transport FuzzFastJSON"
   "./transport FuzzWireDecode"
   "./durability FuzzDecodeBatch"
   "./cmd/kahuna FuzzParseFlags"
