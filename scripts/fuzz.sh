@@ -18,6 +18,7 @@ targets=(
   "./transport FuzzRESTBody"
   "./transport FuzzFastHead"
   "./transport FuzzFastJSON"
+  "./transport FuzzFastResponse"
   "./transport FuzzWireDecode"
   "./durability FuzzDecodeBatch"
   "./cmd/kahuna FuzzParseFlags"

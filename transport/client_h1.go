@@ -106,7 +106,29 @@ func (c *h1Conn) roundTrip(host, path, token string, body []byte) (code int, rep
 	if _, err := c.c.Write(b); err != nil {
 		return 0, nil, false, err
 	}
+	return c.readAnswer()
+}
+
+// readAnswer reads the answer to the request just written: itself when
+// its head is in parseFastResponse's subset, else with http.ReadResponse
+// (interim 1xx answers skipped).
+func (c *h1Conn) readAnswer() (code int, reply []byte, keep bool, err error) {
+	head, err := peekHead(c.br, func() {})
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if a, ok := parseFastResponse(head, h1MaxReply); ok {
+		_, _ = c.br.Discard(len(head))
+		reply = make([]byte, a.contentLength)
+		if _, err := io.ReadFull(c.br, reply); err != nil {
+			return 0, nil, false, err
+		}
+		return a.code, reply, !a.close, nil
+	}
 	resp, err := http.ReadResponse(c.br, nil)
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(c.br, nil)
+	}
 	if err != nil {
 		return 0, nil, false, err
 	}
@@ -118,7 +140,7 @@ func (c *h1Conn) roundTrip(host, path, token string, body []byte) (code int, rep
 	if len(reply) > h1MaxReply {
 		return 0, nil, false, fmt.Errorf("answer over %d bytes", h1MaxReply)
 	}
-	return resp.StatusCode, reply, !resp.Close, nil
+	return resp.StatusCode, reply, !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols, nil
 }
 
 // get takes an idle connection that is still open, or dials a new one.

@@ -226,3 +226,68 @@ func asciiEqualFold(b []byte, s string) bool {
 	}
 	return true
 }
+
+// fastAnswer is what the REST client needs of an answer's head.
+type fastAnswer struct {
+	code          int
+	contentLength int
+	close         bool // Connection: close
+}
+
+// parseFastResponse reads head, an answer's head ending with its blank
+// line, when it is in the subset the REST client reads itself: status line
+// "HTTP/1.1 NNN reason" with NNN from 200 to 599; lines as parseFastHead
+// takes them; one Content-Length of digits only, at most maxBody; no
+// Transfer-Encoding or Trailer; a Connection header only of "keep-alive"
+// and "close". Anything else (not ok) goes to http.ReadResponse.
+func parseFastResponse(head []byte, maxBody int) (a fastAnswer, ok bool) {
+	line, rest, ok := cutLine(head)
+	if !ok || len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') || !validFieldValue(line) {
+		return a, false
+	}
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return a, false
+		}
+		a.code = a.code*10 + int(c-'0')
+	}
+	if a.code < 200 || a.code > 599 {
+		return a, false
+	}
+	lengths := 0
+	for {
+		line, rest, ok = cutLine(rest)
+		if !ok {
+			return a, false
+		}
+		if len(line) == 0 {
+			break
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return a, false
+		}
+		name, value := line[:colon], trimOWS(line[colon+1:])
+		if !httpguts.ValidHeaderFieldName(string(name)) || !validFieldValue(value) {
+			return a, false
+		}
+		switch {
+		case asciiEqualFold(name, "content-length"):
+			lengths++
+			n, ok := parseLength(value, maxBody)
+			if !ok {
+				return a, false
+			}
+			a.contentLength = n
+		case asciiEqualFold(name, "connection"):
+			close, ok := connectionClose(value)
+			if !ok {
+				return a, false
+			}
+			a.close = a.close || close
+		case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "trailer"):
+			return a, false
+		}
+	}
+	return a, len(rest) == 0 && lengths == 1
+}

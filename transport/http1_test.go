@@ -292,6 +292,7 @@ func FuzzFastHead(f *testing.F) {
 	f.Add([]byte(post("/v1/locks/try-unlock", jsonCT+"X-A:\tb \r\n", "{}") + post("/v1/locks/try-lock", jsonCT, "{}")))
 	f.Add([]byte(strings.ReplaceAll(post("/v1/locks/try-lock", jsonCT, lockJSON), "\r\n", "\n")))
 	f.Add([]byte(post("/v1/locks/try-extend", jsonCT+"Host: b\r\n", lockJSON)))
+	f.Add([]byte(post("/v1/locks/try-lock", jsonCT+"Transfer-Encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\n")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		head, err := peekHead(bufio.NewReaderSize(bytes.NewReader(b), fastHeadMax), func() {})
 		if err != nil {
@@ -347,6 +348,51 @@ func FuzzFastHead(f *testing.F) {
 		after, _ := io.ReadAll(br)
 		if !bytes.Equal(after, rest) {
 			t.Fatalf("the next request: net/http starts at %q, fast path at %q", after, rest)
+		}
+	})
+}
+
+// FuzzFastResponse holds the REST client's reader of answer heads to
+// http.ReadResponse: every answer it takes, net/http reads with the same
+// status, length, body, Connection: close and next answer's start.
+func FuzzFastResponse(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nDate: Thu, 03 Dec 2026 11:00:00 GMT\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\n"))
+	f.Add([]byte("HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nWww-Authenticate: Bearer realm=\"kahuna\"\r\nContent-Length: 5\r\n\r\nnope\n"))
+	f.Add([]byte("HTTP/1.1 200\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"))
+	f.Add([]byte("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		head, err := peekHead(bufio.NewReaderSize(bytes.NewReader(b), fastHeadMax), func() {})
+		if err != nil {
+			return
+		}
+		a, ok := parseFastResponse(head, h1MaxReply)
+		if !ok {
+			return
+		}
+		br := bufio.NewReader(bytes.NewReader(b))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("fast path takes %q, net/http refuses it: %v", head, err)
+		}
+		if resp.StatusCode != a.code || resp.ContentLength != int64(a.contentLength) || resp.Close != a.close ||
+			len(resp.TransferEncoding) != 0 || resp.ProtoMajor != 1 || resp.ProtoMinor != 1 {
+			t.Fatalf("fast path: %+v; net/http: %d length %d close %v transfer encoding %v %s",
+				a, resp.StatusCode, resp.ContentLength, resp.Close, resp.TransferEncoding, resp.Proto)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if len(b) < len(head)+a.contentLength {
+			if err == nil {
+				t.Fatalf("body cut short: net/http read it whole (%d bytes)", len(body))
+			}
+			return
+		}
+		if err != nil || !bytes.Equal(body, b[len(head):len(head)+a.contentLength]) {
+			t.Fatalf("body: net/http read %q (%v), fast path %q", body, err, b[len(head):len(head)+a.contentLength])
+		}
+		after, _ := io.ReadAll(br)
+		if !bytes.Equal(after, b[len(head)+a.contentLength:]) {
+			t.Fatalf("the next answer: net/http starts at %q, fast path at %q", after, b[len(head)+a.contentLength:])
 		}
 	})
 }
