@@ -26,6 +26,9 @@ const (
 	// fastHeadMax bounds a head the fast path reads; a longer one goes
 	// to net/http (whose limit is 1 MB).
 	fastHeadMax = 4096
+	// fastBodyKeep is the largest body buffer a connection keeps for its
+	// next request (a lock request is well under 1 KiB).
+	fastBodyKeep = 4096
 	// Timeouts as net/http's (newHTTPServer): how long a connection may
 	// idle between requests, and how long a request may take to arrive.
 	fastIdleTimeout = 5 * time.Minute
@@ -121,6 +124,9 @@ func (h *http1Conns) serve(c net.Conn, handOff func(net.Conn)) {
 		}
 		code, reply := h.s.restAnswer(h.ctx, fh.route, body)
 		h.served.Add(1)
+		if cap(body) > fastBodyKeep {
+			body = nil // a large body's buffer is not held while the connection idles
+		}
 		writeResponse(bw, code, reply, fh.close)
 		if fh.close || br.Buffered() == 0 {
 			// Pipelined requests already here are answered before
