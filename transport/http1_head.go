@@ -76,57 +76,57 @@ func parseFastHead(head []byte, maxBody int) (h fastHead, ok bool) {
 		return h, false
 	}
 	hosts, lengths, types := 0, 0, 0
-	for {
-		line, rest, ok = cutLine(rest)
-		if !ok {
-			return h, false
-		}
-		if len(line) == 0 {
-			break
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			return h, false
-		}
-		name, value := line[:colon], trimOWS(line[colon+1:])
-		if !httpguts.ValidHeaderFieldName(string(name)) || !validFieldValue(value) {
-			return h, false
-		}
+	ok = eachField(rest, func(name, value []byte) bool {
 		switch {
 		case asciiEqualFold(name, "host"):
 			hosts++
-			if len(value) == 0 || !httpguts.ValidHostHeader(string(value)) {
-				return h, false
-			}
+			return len(value) > 0 && httpguts.ValidHostHeader(string(value))
 		case asciiEqualFold(name, "content-length"):
 			lengths++
 			n, ok := parseLength(value, maxBody)
-			if !ok {
-				return h, false
-			}
 			h.contentLength = n
+			return ok
 		case asciiEqualFold(name, "content-type"):
 			types++
-			if !asciiEqualFold(value, "application/json") && !asciiEqualFold(value, "application/json; charset=utf-8") {
-				return h, false
-			}
+			return asciiEqualFold(value, "application/json") || asciiEqualFold(value, "application/json; charset=utf-8")
 		case asciiEqualFold(name, "connection"):
 			close, ok := connectionClose(value)
-			if !ok {
-				return h, false
-			}
 			h.close = h.close || close
+			return ok
 		case asciiEqualFold(name, "authorization"):
 			h.auth = append(h.auth, string(value))
 		case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "expect"),
 			asciiEqualFold(name, "upgrade"), asciiEqualFold(name, "te"), asciiEqualFold(name, "trailer"):
-			return h, false
+			return false
+		}
+		return true
+	})
+	return h, ok && hosts == 1 && lengths == 1 && types == 1
+}
+
+// eachField calls field with the name and value of each header line in
+// rest, up to the blank line that must end it. It returns false at a
+// malformed line (no colon, a name that is not a token, a value with
+// control characters), a missing blank line, bytes after it, or when
+// field does.
+func eachField(rest []byte, field func(name, value []byte) bool) bool {
+	for {
+		line, next, ok := cutLine(rest)
+		if !ok {
+			return false
+		}
+		if rest = next; len(line) == 0 {
+			return len(rest) == 0
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			return false
+		}
+		name, value := line[:colon], trimOWS(line[colon+1:])
+		if !httpguts.ValidHeaderFieldName(string(name)) || !validFieldValue(value) || !field(name, value) {
+			return false
 		}
 	}
-	if len(rest) != 0 || hosts != 1 || lengths != 1 || types != 1 {
-		return h, false
-	}
-	return h, true
 }
 
 // routeOfRequestLine is the route of "POST <path> HTTP/1.1", or routeNone.
@@ -255,39 +255,21 @@ func parseFastResponse(head []byte, maxBody int) (a fastAnswer, ok bool) {
 		return a, false
 	}
 	lengths := 0
-	for {
-		line, rest, ok = cutLine(rest)
-		if !ok {
-			return a, false
-		}
-		if len(line) == 0 {
-			break
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			return a, false
-		}
-		name, value := line[:colon], trimOWS(line[colon+1:])
-		if !httpguts.ValidHeaderFieldName(string(name)) || !validFieldValue(value) {
-			return a, false
-		}
+	ok = eachField(rest, func(name, value []byte) bool {
 		switch {
 		case asciiEqualFold(name, "content-length"):
 			lengths++
 			n, ok := parseLength(value, maxBody)
-			if !ok {
-				return a, false
-			}
 			a.contentLength = n
+			return ok
 		case asciiEqualFold(name, "connection"):
 			close, ok := connectionClose(value)
-			if !ok {
-				return a, false
-			}
 			a.close = a.close || close
+			return ok
 		case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "trailer"):
-			return a, false
+			return false
 		}
-	}
-	return a, len(rest) == 0 && lengths == 1
+		return true
+	})
+	return a, ok && lengths == 1
 }
