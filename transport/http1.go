@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,15 @@ func (h *http1Conns) serve(c net.Conn, handOff func(net.Conn)) {
 		return
 	}
 	defer h.remove(hc)
+	defer func() {
+		// As net/http does: a panic serving a connection closes it and
+		// is logged; the node goes on.
+		if p := recover(); p != nil {
+			h.s.log.Error("panic serving a REST connection", "remote", c.RemoteAddr().String(),
+				"panic", p, "stack", string(debug.Stack()))
+			c.Close()
+		}
+	}()
 	br := bufio.NewReaderSize(c, fastHeadMax)
 	bw := bufio.NewWriterSize(c, 4096)
 	var body []byte
