@@ -25,7 +25,7 @@ func TestNeverLockedLeavesNoEntry(t *testing.T) {
 			t.Fatalf("%v never-%d: %+v, want LockDoesNotExist", op, i, r)
 		}
 	}
-	s := f.ring.Stats()
+	s := f.stats(t)
 	t.Logf("after %d Gets/Unlocks/Extends of never-locked names: %+v", n, s)
 	if s.Entries != 0 {
 		t.Fatalf("%d entries left behind, want 0", s.Entries)
@@ -42,7 +42,7 @@ func TestEntryCap(t *testing.T) {
 		f.do(t, lease.TryLock, fmt.Sprintf("live-%d", i), "a", time.Hour, lease.Ephemeral)
 		f.do(t, lease.TryLock, fmt.Sprintf("short-%d", i), "a", time.Second, lease.Persistent)
 	}
-	if s := f.ring.Stats(); s.Entries != 10 {
+	if s := f.stats(t); s.Entries != 10 {
 		t.Fatalf("%+v, want 10 entries", s)
 	}
 	// Full, every lease live: what needs an entry is refused, unapplied.
@@ -74,7 +74,7 @@ func TestEntryCap(t *testing.T) {
 	if n := f.backend.loads.Load() - loads; n != 2 {
 		t.Fatalf("%d loads for two Gets at the cap, want 2 (not cached)", n)
 	}
-	if s := f.ring.Stats(); s.Entries != 10 || s.Evictions != 0 || s.Refused != 3 {
+	if s := f.stats(t); s.Entries != 10 || s.Evictions != 0 || s.Refused != 3 {
 		t.Fatalf("%+v, want 10 entries, 0 evictions, 3 refused", s)
 	}
 	// The short leases lapse: they make room, the live ones stay.
@@ -82,7 +82,7 @@ func TestEntryCap(t *testing.T) {
 	if r := f.do(t, lease.TryLock, "new", "b", time.Hour, lease.Persistent); r.Status != lease.Locked {
 		t.Fatalf("TryLock with lapsed entries to evict: %+v", r)
 	}
-	if s := f.ring.Stats(); s.Entries != 6 || s.Evictions != 5 {
+	if s := f.stats(t); s.Entries != 6 || s.Evictions != 5 {
 		t.Fatalf("%+v, want the 5 lapsed entries evicted", s)
 	}
 	for i := range 5 {
@@ -100,7 +100,7 @@ func TestEntryCap(t *testing.T) {
 	if r := f.do(t, lease.TryLock, "short-4", "b", time.Hour, lease.Persistent); r.Status != lease.MustRetry {
 		t.Fatalf("short-4 with 10 live entries: %+v, want MustRetry", r)
 	}
-	if s := f.ring.Stats(); s.Entries != 10 || s.Refused != 4 {
+	if s := f.stats(t); s.Entries != 10 || s.Refused != 4 {
 		t.Fatalf("%+v, want 10 entries, 4 refused", s)
 	}
 }
@@ -192,12 +192,12 @@ func TestEndedWatchOfNeverLockedNameLeavesNoEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := f.ring.Stats(); s.Entries != 1 {
+	if s := f.stats(t); s.Entries != 1 {
 		t.Fatalf("%+v, want the watched entry", s)
 	}
 	w.Stop()
 	f.sync(t, "w") // behind the unwatch
-	if s := f.ring.Stats(); s.Entries != 0 {
+	if s := f.stats(t); s.Entries != 0 {
 		t.Fatalf("%+v, want no entry after the watch ended", s)
 	}
 }

@@ -39,6 +39,18 @@ func (f *fixture) sync(t *testing.T, res string) {
 	f.do(t, lease.Get, res, "", 0, lease.Ephemeral)
 }
 
+// stats is Ring.Stats once every actor has published its sizes after the
+// messages already answered (an actor answers while it handles a message
+// and publishes after it): Held visits every actor, and no actor may be
+// blocked when it is called.
+func (f *fixture) stats(t *testing.T) Stats {
+	t.Helper()
+	if _, _, err := f.ring.Held(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f.ring.Stats()
+}
+
 func TestWaitersGrantedInFIFOOrderOnRelease(t *testing.T) {
 	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
 		t.Run(d.String(), func(t *testing.T) {
