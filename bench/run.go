@@ -39,6 +39,8 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 	if err != nil {
 		return Result{}, &openError{target: t.Name, err: err}
 	}
+	// Armed before the Close below is deferred, disarmed after it returns.
+	defer reportStall(t.Name, c.Warmup+c.Duration+2*max(c.Timeout, 0))()
 	defer func() {
 		if cerr := sys.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("%s: close: %w", t.Name, cerr))

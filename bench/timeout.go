@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -92,4 +96,27 @@ func (w *worker) expire(s int64) {
 // isTimeout reports whether err (with the operation's ctx) is a timeout.
 func isTimeout(ctx context.Context, err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(context.Cause(ctx), errTimeout)
+}
+
+// stallMargin is how long past its planned end (warm-up, duration and two
+// timeouts) a target may run, Close included, before reportStall writes
+// every goroutine's stack to stallOut: a call that ignores its cancelled
+// context, or a Close that never returns, then leaves evidence instead of
+// a silent hang. Tests shorten it.
+var (
+	stallMargin           = time.Minute
+	stallOut    io.Writer = os.Stderr
+)
+
+// reportStall arms the stall report of target, planned to take planned;
+// stop disarms it.
+func reportStall(target string, planned time.Duration) (stop func()) {
+	t := time.AfterFunc(planned+stallMargin, func() {
+		var report bytes.Buffer // one write, so the report is not interleaved
+		fmt.Fprintf(&report, "kahuna-bench: %s is still running %v past its planned %v (a call or Close that does not return); every goroutine:\n",
+			target, stallMargin, planned)
+		_ = pprof.Lookup("goroutine").WriteTo(&report, 2)
+		_, _ = stallOut.Write(report.Bytes())
+	})
+	return func() { t.Stop() }
 }
