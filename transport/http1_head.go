@@ -48,10 +48,37 @@ func (r restRoute) op() lease.Op {
 
 // fastHead is what the fast path needs of a request head.
 type fastHead struct {
-	route         restRoute
+	framing
+	route restRoute
+	auth  []string // Authorization values, in order
+}
+
+// framing is what frames a message, request or answer: its length, and
+// whether the connection closes after it.
+type framing struct {
+	lengths       int // Content-Length headers seen
 	contentLength int
-	close         bool     // Connection: close
-	auth          []string // Authorization values, in order
+	close         bool // Connection: close
+}
+
+// field reads name and value when they frame the message: handled says
+// whether they do, ok whether the value is in the fast paths' subset (one
+// digits-only Content-Length up to maxBody; Connection only of
+// "keep-alive" and "close"; no Transfer-Encoding or Trailer).
+func (f *framing) field(name, value []byte, maxBody int) (handled, ok bool) {
+	switch {
+	case asciiEqualFold(name, "content-length"):
+		f.lengths++
+		f.contentLength, ok = parseLength(value, maxBody)
+		return true, ok
+	case asciiEqualFold(name, "connection"):
+		close, ok := connectionClose(value)
+		f.close = f.close || close
+		return true, ok
+	case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "trailer"):
+		return true, false
+	}
+	return false, true
 }
 
 // parseFastHead reads head, a request head ending with its blank line
@@ -75,33 +102,26 @@ func parseFastHead(head []byte, maxBody int) (h fastHead, ok bool) {
 	if h.route = routeOfRequestLine(line); h.route == routeNone {
 		return h, false
 	}
-	hosts, lengths, types := 0, 0, 0
+	hosts, types := 0, 0
 	ok = eachField(rest, func(name, value []byte) bool {
+		if handled, ok := h.field(name, value, maxBody); handled {
+			return ok
+		}
 		switch {
 		case asciiEqualFold(name, "host"):
 			hosts++
 			return len(value) > 0 && httpguts.ValidHostHeader(string(value))
-		case asciiEqualFold(name, "content-length"):
-			lengths++
-			n, ok := parseLength(value, maxBody)
-			h.contentLength = n
-			return ok
 		case asciiEqualFold(name, "content-type"):
 			types++
 			return asciiEqualFold(value, "application/json") || asciiEqualFold(value, "application/json; charset=utf-8")
-		case asciiEqualFold(name, "connection"):
-			close, ok := connectionClose(value)
-			h.close = h.close || close
-			return ok
 		case asciiEqualFold(name, "authorization"):
 			h.auth = append(h.auth, string(value))
-		case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "expect"),
-			asciiEqualFold(name, "upgrade"), asciiEqualFold(name, "te"), asciiEqualFold(name, "trailer"):
+		case asciiEqualFold(name, "expect"), asciiEqualFold(name, "upgrade"), asciiEqualFold(name, "te"):
 			return false
 		}
 		return true
 	})
-	return h, ok && hosts == 1 && lengths == 1 && types == 1
+	return h, ok && hosts == 1 && h.lengths == 1 && types == 1
 }
 
 // eachField calls field with the name and value of each header line in
@@ -229,9 +249,8 @@ func asciiEqualFold(b []byte, s string) bool {
 
 // fastAnswer is what the REST client needs of an answer's head.
 type fastAnswer struct {
-	code          int
-	contentLength int
-	close         bool // Connection: close
+	framing
+	code int
 }
 
 // parseFastResponse reads head, an answer's head ending with its blank
@@ -254,22 +273,9 @@ func parseFastResponse(head []byte, maxBody int) (a fastAnswer, ok bool) {
 	if a.code < 200 || a.code > 599 {
 		return a, false
 	}
-	lengths := 0
 	ok = eachField(rest, func(name, value []byte) bool {
-		switch {
-		case asciiEqualFold(name, "content-length"):
-			lengths++
-			n, ok := parseLength(value, maxBody)
-			a.contentLength = n
-			return ok
-		case asciiEqualFold(name, "connection"):
-			close, ok := connectionClose(value)
-			a.close = a.close || close
-			return ok
-		case asciiEqualFold(name, "transfer-encoding"), asciiEqualFold(name, "trailer"):
-			return false
-		}
-		return true
+		_, ok := a.field(name, value, maxBody)
+		return ok
 	})
-	return a, ok && lengths == 1
+	return a, ok && a.lengths == 1
 }
