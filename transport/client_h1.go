@@ -133,14 +133,19 @@ func (c *h1Conn) readAnswer() (code int, reply []byte, keep bool, err error) {
 		return 0, nil, false, err
 	}
 	defer resp.Body.Close()
-	reply, err = io.ReadAll(io.LimitReader(resp.Body, h1MaxReply+1))
-	if err != nil {
+	if reply, err = readReply(resp.Body); err != nil {
 		return 0, nil, false, err
 	}
-	if len(reply) > h1MaxReply {
-		return 0, nil, false, fmt.Errorf("answer over %d bytes", h1MaxReply)
-	}
 	return resp.StatusCode, reply, !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols, nil
+}
+
+// readReply reads an answer's body, at most h1MaxReply bytes.
+func readReply(body io.Reader) ([]byte, error) {
+	reply, err := io.ReadAll(io.LimitReader(body, h1MaxReply+1))
+	if err == nil && len(reply) > h1MaxReply {
+		err = fmt.Errorf("answer over %d bytes", h1MaxReply)
+	}
+	return reply, err
 }
 
 // get takes an idle connection that is still open, or dials a new one.

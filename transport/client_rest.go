@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -265,20 +264,26 @@ func (r *RESTClient) post(ctx context.Context, path string, in, out any) error {
 	if code != http.StatusOK {
 		return fmt.Errorf("transport: rest %s: HTTP %d: %s", path, code, snippet(reply))
 	}
-	if a, ok := out.(*restLockAnswer); ok {
-		if fast, ok := decodeLockAnswer(reply); ok { // json_fast.go
-			*a = fast
-			a.servedHere(ep)
-			return nil
-		}
-	}
-	if err := json.Unmarshal(reply, out); err != nil {
+	if err := decodeAnswer(reply, out); err != nil {
 		return fmt.Errorf("transport: rest %s: decode: %w", path, err)
 	}
 	if a, ok := out.(servedHere); ok {
 		a.servedHere(ep)
 	}
 	return nil
+}
+
+// decodeAnswer reads a JSON answer into out: a lock answer in the usual
+// shape without reflection (json_fast.go), anything else with
+// encoding/json.
+func decodeAnswer(reply []byte, out any) error {
+	if a, ok := out.(*restLockAnswer); ok {
+		if fast, ok := decodeLockAnswer(reply); ok {
+			*a = fast
+			return nil
+		}
+	}
+	return json.Unmarshal(reply, out)
 }
 
 // postNetHTTP is post's call through net/http (https, a proxy).
@@ -296,14 +301,8 @@ func (r *RESTClient) postNetHTTP(ctx context.Context, url, token string, body []
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	reply, err := io.ReadAll(io.LimitReader(resp.Body, h1MaxReply+1))
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(reply) > h1MaxReply {
-		return 0, nil, fmt.Errorf("answer over %d bytes", h1MaxReply)
-	}
-	return resp.StatusCode, reply, nil
+	reply, err := readReply(resp.Body)
+	return resp.StatusCode, reply, err
 }
 
 // snippet is the start of an error answer, for the error's text.

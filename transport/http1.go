@@ -82,7 +82,7 @@ func (h *http1Conns) serve(c net.Conn, handOff func(net.Conn)) {
 	}()
 	br := bufio.NewReaderSize(c, fastHeadMax)
 	bw := bufio.NewWriterSize(c, 4096)
-	var body []byte
+	var body, reply []byte // kept for the connection's next request
 	for {
 		if br.Buffered() == 0 {
 			_ = c.SetReadDeadline(time.Now().Add(fastIdleTimeout))
@@ -132,7 +132,8 @@ func (h *http1Conns) serve(c net.Conn, handOff func(net.Conn)) {
 			c.Close()
 			return
 		}
-		code, reply := h.s.restAnswer(h.ctx, fh.route, body)
+		var code int
+		code, reply = h.s.restAnswer(h.ctx, reply[:0], fh.route, body)
 		h.served.Add(1)
 		if cap(body) > fastBodyKeep {
 			body = nil // a large body's buffer is not held while the connection idles

@@ -83,35 +83,36 @@ func (s *Server) restHandler(route restRoute) http.Handler {
 		if !ok {
 			return
 		}
-		code, reply := s.restAnswer(r.Context(), route, body)
+		code, reply := s.restAnswer(r.Context(), nil, route, body)
 		writeReply(w, code, reply)
 	})
 }
 
 // restAnswer serves body, the JSON request of route, and returns the HTTP
-// status and the JSON reply: 200 with Kahuna's reply, or 400 for a body
-// that is not a request object (nothing then reaches the Locker).
-func (s *Server) restAnswer(ctx context.Context, route restRoute, body []byte) (int, []byte) {
+// status and the JSON reply, appended to dst: 200 with Kahuna's reply, or
+// 400 for a body that is not a request object (nothing then reaches the
+// Locker).
+func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, body []byte) (int, []byte) {
 	if route == routeGet {
 		b, ok := decodeGetBody(body) // json_fast.go, else encoding/json
 		if !ok {
 			b = getBody{}
 			if why := decodeBody(body, &b); why != "" {
-				return badBody(why)
+				return badBody(dst, why)
 			}
 		}
 		info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
 		if res.Status != lease.Got {
-			return http.StatusOK, mustMarshal(statusReply{Type: res.Status, Reason: res.Reason})
+			return http.StatusOK, append(dst, mustMarshal(statusReply{Type: res.Status, Reason: res.Reason})...)
 		}
-		return http.StatusOK, mustMarshal(getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
-			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})
+		return http.StatusOK, append(dst, mustMarshal(getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
+			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})...)
 	}
 	b, ok := decodeLockBody(body)
 	if !ok {
 		b = lockBody{}
 		if why := decodeBody(body, &b); why != "" {
-			return badBody(why)
+			return badBody(dst, why)
 		}
 	}
 	op := route.op()
@@ -122,7 +123,7 @@ func (s *Server) restAnswer(ctx context.Context, route restRoute, body []byte) (
 	// A failed call is answered MustRetry or Errored (see serve), and
 	// the error only says the asker is gone, so it is not looked at.
 	_, res, _ := s.serve(ctx, s.locker, req)
-	return http.StatusOK, appendLockReply(nil, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
+	return http.StatusOK, appendLockReply(dst, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
 }
 
 // readJSONBody reads a POSTed JSON body, or answers the client's mistake
@@ -190,8 +191,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // badBody answers 400 for a body that is not a valid request object,
 // saying why in both fields: error as before, reason as InvalidInput has.
-func badBody(why string) (int, []byte) {
-	return http.StatusBadRequest, mustMarshal(errorReply{Error: why, Reason: why})
+func badBody(dst []byte, why string) (int, []byte) {
+	return http.StatusBadRequest, append(dst, mustMarshal(errorReply{Error: why, Reason: why})...)
 }
 
 // mustMarshal encodes one of our reply types, which always marshal.
