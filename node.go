@@ -503,6 +503,12 @@ type Stats struct {
 	RaftFailures  uint64 // persistent writes proposed but not applied
 	LeaderMoves   uint64 // partitions leader balancing handed to another member
 	RecordsSwept  uint64 // free persistent records this node removed (Config.ReleasedRetention)
+	// RaftWait and RaftCommit are summed over the RaftProposals: from an
+	// entry's first write to its proposal (the partition had its most
+	// entries in flight), and from the proposal to the outcome (append and
+	// fsync, commit, apply). Divided by RaftProposals: a persistent
+	// write's mean time in each.
+	RaftWait, RaftCommit time.Duration
 	// NoSpace says why persistent grants are refused now ("" when they are
 	// not: Config.DiskReserve, StoreQuota); DiskFree and StoreBytes are the
 	// space guard's last measurement (0 without a DataDir).
@@ -515,6 +521,7 @@ type Stats struct {
 func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
 	st := Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, Refused: s.Refused, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
+		RaftWait: b.Wait, RaftCommit: b.Commit,
 		LeaderMoves: n.balanceMoves.Load()}
 	if n.sweeper != nil {
 		st.RecordsSwept = n.sweeper.Removed()

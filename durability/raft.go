@@ -591,6 +591,11 @@ type Stats struct {
 	Proposals uint64 // Raft entries proposed and settled (each a group of records)
 	Records   uint64 // records committed and applied
 	Failures  uint64 // records of proposed entries not applied: timed out, dropped or stale
+	// Where a persistent write's time goes, summed over the Proposals
+	// (divide by them for a mean): Wait from an entry's first record to
+	// its proposal (the partition had its most entries in flight), Commit
+	// from the proposal to its outcome (append and fsync, commit, apply).
+	Wait, Commit time.Duration
 }
 
 // Stats sums the counters of every partition.
@@ -600,6 +605,8 @@ func (r *Raft) Stats() Stats {
 		s.Proposals += l.proposals.Load()
 		s.Records += l.records.Load()
 		s.Failures += l.failures.Load()
+		s.Wait += time.Duration(l.waitNanos.Load())
+		s.Commit += time.Duration(l.raftNanos.Load())
 	}
 	return s
 }

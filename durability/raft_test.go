@@ -725,3 +725,54 @@ func TestRemoveSingleNode(t *testing.T) {
 		t.Fatalf("Released after Close: %v", err)
 	}
 }
+
+// Stats.Wait and Stats.Commit account for each settled entry: the time its
+// records waited for a free slot and the time Raft took, neither more than
+// the proposers saw.
+func TestStatsWaitAndCommit(t *testing.T) {
+	n := openNode(t, RaftConfig{Partitions: 1, inFlight: 1, batchRecords: 5})
+	n.awaitSelfLeader(t)
+	term := n.term(t, 0)
+	before := n.Stats()
+
+	// One record at a time: nothing waits behind another entry.
+	var walls time.Duration
+	for i := range 5 {
+		start := time.Now()
+		if err := propose(t, n, 0, rec(fmt.Sprintf("alone-%d", i), 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		walls += time.Since(start)
+	}
+	alone := n.Stats()
+	if got := alone.Proposals - before.Proposals; got != 5 {
+		t.Fatalf("%d entries settled, want 5", got)
+	}
+	commit, wait := alone.Commit-before.Commit, alone.Wait-before.Wait
+	if commit <= 0 || commit+wait > walls {
+		t.Fatalf("Commit %v and Wait %v for proposals that took %v in all", commit, wait, walls)
+	}
+
+	// A burst of four entries' worth with one in flight: the entries
+	// behind the first wait for it to settle.
+	var wg sync.WaitGroup
+	const burst = 20
+	wg.Add(burst)
+	start := time.Now()
+	for i := range burst {
+		r := rec(fmt.Sprintf("burst-%d", i), 1, 1)
+		r.Term = term
+		n.Propose(0, &r, &onceCompletion{t: t, wg: &wg})
+	}
+	waitGroup(t, &wg)
+	took := time.Since(start)
+	after := n.Stats()
+	entries := after.Proposals - alone.Proposals
+	if entries < burst/5 {
+		t.Fatalf("%d entries for a burst of %d records with one in flight", entries, burst)
+	}
+	wait, commit = after.Wait-alone.Wait, after.Commit-alone.Commit
+	if wait <= 0 || commit <= 0 || wait > time.Duration(entries)*took || commit > time.Duration(entries)*took {
+		t.Fatalf("burst of %v in %d entries: Wait %v, Commit %v", took, entries, wait, commit)
+	}
+}

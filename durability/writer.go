@@ -56,6 +56,9 @@ type batch struct {
 	term  uint64
 	buf   []byte
 	comps []Completion
+	// opened is when the first record joined; proposed is when the batch
+	// was handed to Raft.
+	opened, proposed time.Time
 }
 
 type flight struct {
@@ -83,6 +86,10 @@ type lane struct {
 	proposals atomic.Uint64 // Raft entries settled
 	records   atomic.Uint64 // records applied
 	failures  atomic.Uint64 // records not applied, whatever the reason
+	// Summed over settled entries: the time from the first record's
+	// arrival to the proposal (waiting for a slot), and from the proposal
+	// to the outcome (append, fsync, commit, apply).
+	waitNanos, raftNanos atomic.Int64
 
 	wake    chan struct{} // cap 1: a record arrived in an empty queue
 	stop    <-chan struct{}
@@ -163,6 +170,7 @@ func (l *lane) newBatch(term uint64) *batch {
 		b = &batch{buf: make([]byte, 0, 4096)}
 	}
 	b.term = term
+	b.opened = time.Now()
 	b.buf = appendBatchHeader(b.buf[:0], Epoch{Term: term, Replica: l.replica})
 	return b
 }
@@ -200,6 +208,7 @@ func (l *lane) write() {
 			l.failQueued()
 			return
 		}
+		b.proposed = time.Now()
 		// Never blocks: a slot is held for this flight.
 		if l.fenced && !leads(l.nh, l.shard, l.replica, b.term) {
 			l.flights <- flight{b: b, err: errNotLeader}
@@ -273,6 +282,8 @@ func (l *lane) settle(f flight) {
 	}
 	<-l.slots // the writer may send the next batch while we complete this one
 	b := f.b
+	l.waitNanos.Add(int64(b.proposed.Sub(b.opened)))
+	l.raftNanos.Add(int64(time.Since(b.proposed)))
 	l.proposals.Add(1)
 	var applied uint64
 	for i, c := range b.comps {

@@ -189,6 +189,8 @@ var (
 	proposalsDesc     = prometheus.NewDesc("kahuna_raft_proposals_total", "Raft entries proposed (each carries a group of lock writes).", nil, nil)
 	recordsDesc       = prometheus.NewDesc("kahuna_raft_records_total", "Persistent lock writes committed and applied.", nil, nil)
 	failuresDesc      = prometheus.NewDesc("kahuna_raft_failures_total", "Persistent lock writes proposed but not applied.", nil, nil)
+	raftWaitDesc      = prometheus.NewDesc("kahuna_raft_wait_seconds_total", "Time Raft entries waited to be proposed (the partition had its most in flight), from each entry's first write, summed; divided by kahuna_raft_proposals_total: the mean.", nil, nil)
+	raftCommitDesc    = prometheus.NewDesc("kahuna_raft_commit_seconds_total", "Time from proposing a Raft entry to its outcome (append and fsync, commit, apply), summed; divided by kahuna_raft_proposals_total: the mean.", nil, nil)
 	leaderMovesDesc   = prometheus.NewDesc("kahuna_leader_balance_moves_total", "Partitions this node's leader balancing handed to another member since it started.", nil, nil)
 	noSpaceDesc       = prometheus.NewDesc("kahuna_disk_quota_exceeded", "1 while this node refuses new persistent locks for want of disk space (--disk-reserve, --store-quota), else 0.", nil, nil)
 	diskFreeDesc      = prometheus.NewDesc("kahuna_disk_free_bytes", "Free bytes on the data dir's file system (the least over the data and WAL dirs), as last measured.", nil, nil)
@@ -202,7 +204,7 @@ var (
 )
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{heldDesc, cachedDesc, evictionsDesc, proposalsDesc, recordsDesc, failuresDesc, leaderMovesDesc,
+	for _, d := range []*prometheus.Desc{heldDesc, cachedDesc, evictionsDesc, proposalsDesc, recordsDesc, failuresDesc, raftWaitDesc, raftCommitDesc, leaderMovesDesc,
 		sweptDesc, noSpaceDesc, diskFreeDesc, storeBytesDesc, leaderDesc, termDesc, servingDesc, leaderChangesDesc, peerUpDesc} {
 		ch <- d
 	}
@@ -215,6 +217,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(proposalsDesc, prometheus.CounterValue, float64(s.RaftProposals))
 	ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.CounterValue, float64(s.RaftRecords))
 	ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(s.RaftFailures))
+	ch <- prometheus.MustNewConstMetric(raftWaitDesc, prometheus.CounterValue, s.RaftWait.Seconds())
+	ch <- prometheus.MustNewConstMetric(raftCommitDesc, prometheus.CounterValue, s.RaftCommit.Seconds())
 	ch <- prometheus.MustNewConstMetric(leaderMovesDesc, prometheus.CounterValue, float64(s.LeaderMoves))
 	ch <- prometheus.MustNewConstMetric(sweptDesc, prometheus.CounterValue, float64(s.RecordsSwept))
 	ch <- prometheus.MustNewConstMetric(noSpaceDesc, prometheus.GaugeValue, boolValue(s.NoSpace != ""))

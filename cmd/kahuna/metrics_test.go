@@ -55,6 +55,9 @@ func TestMetricsSeries(t *testing.T) {
 	if r, err := node.Unlock(ctx, "m/b", []byte("me"), kahuna.Persistent); err != nil || r.Status != kahuna.LockDoesNotExist {
 		t.Fatalf("Unlock: %v %v", r, err)
 	}
+	if r, err := node.TryLock(ctx, "m/c", []byte("me"), time.Minute, kahuna.Persistent); err != nil || r.Status != kahuna.Locked {
+		t.Fatalf("TryLock: %v %v", r, err)
+	}
 	m.observeWire(lease.Extend, lease.InvalidInput, time.Millisecond) // the API refused one
 	m.observeWire(lease.Get, lease.Got, time.Millisecond)             // counted by the node, not here
 
@@ -84,6 +87,17 @@ func TestMetricsSeries(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^kahuna_partition_term\{partition="0"\} [1-9]`).MatchString(all) {
 		t.Errorf("no term for partition 0")
+	}
+	// The persistent TryLock was one Raft entry, and took time in Raft.
+	raft := map[string]float64{}
+	for _, l := range lines {
+		if name, v, ok := strings.Cut(l, " "); ok && strings.HasPrefix(name, "kahuna_raft_") {
+			raft[name], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	_, waited := raft["kahuna_raft_wait_seconds_total"]
+	if raft["kahuna_raft_proposals_total"] != 1 || raft["kahuna_raft_commit_seconds_total"] <= 0 || !waited {
+		t.Errorf("Raft series %v: want 1 proposal, its time in Raft, and the time it waited", raft)
 	}
 	if strings.Contains(all, `kahuna_invalid_requests_total{op="Get"}`) || strings.Contains(all, "kahuna_forwarded_requests_total") {
 		t.Errorf("series that did not occur:\n%s", all)
