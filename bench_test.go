@@ -38,8 +38,25 @@ func BenchmarkLockOp(b *testing.B) {
 		benchLockOp(b, openNode(b, kahuna.Config{}), kahuna.Ephemeral, names)
 	})
 	b.Run("persistent", func(b *testing.B) {
-		benchLockOp(b, openNode(b, kahuna.Config{DataDir: b.TempDir()}), kahuna.Persistent, names)
+		n := openNode(b, kahuna.Config{DataDir: b.TempDir()})
+		before := n.Stats()
+		benchLockOp(b, n, kahuna.Persistent, names)
+		reportRaft(b, before, n.Stats())
 	})
+}
+
+// reportRaft reports where the persistent writes between two Stats spent
+// their time, per Raft entry: records it carried, µs waiting for a
+// proposal slot, µs from proposal to outcome (append and fsync, commit,
+// apply).
+func reportRaft(b *testing.B, before, after kahuna.Stats) {
+	entries := float64(after.RaftProposals - before.RaftProposals)
+	if entries == 0 {
+		return
+	}
+	b.ReportMetric(float64(after.RaftRecords-before.RaftRecords)/entries, "records/entry")
+	b.ReportMetric(float64((after.RaftWait-before.RaftWait).Microseconds())/entries, "wait-µs/entry")
+	b.ReportMetric(float64((after.RaftCommit-before.RaftCommit).Microseconds())/entries, "raft-µs/entry")
 }
 
 func benchLockOp(b *testing.B, l kahuna.Locker, d kahuna.Durability, names []string) {
