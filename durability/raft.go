@@ -606,7 +606,7 @@ func (r *Raft) Stats() Stats {
 		s.Records += l.records.Load()
 		s.Failures += l.failures.Load()
 		s.Wait += time.Duration(l.waitNanos.Load())
-		s.Commit += time.Duration(l.raftNanos.Load())
+		s.Commit += time.Duration(l.commitNanos.Load())
 	}
 	return s
 }

@@ -89,7 +89,7 @@ type lane struct {
 	// Summed over settled entries: the time from the first record's
 	// arrival to the proposal (waiting for a slot), and from the proposal
 	// to the outcome (append, fsync, commit, apply).
-	waitNanos, raftNanos atomic.Int64
+	waitNanos, commitNanos atomic.Int64
 
 	wake    chan struct{} // cap 1: a record arrived in an empty queue
 	stop    <-chan struct{}
@@ -283,7 +283,7 @@ func (l *lane) settle(f flight) {
 	<-l.slots // the writer may send the next batch while we complete this one
 	b := f.b
 	l.waitNanos.Add(int64(b.proposed.Sub(b.opened)))
-	l.raftNanos.Add(int64(time.Since(b.proposed)))
+	l.commitNanos.Add(int64(time.Since(b.proposed)))
 	l.proposals.Add(1)
 	var applied uint64
 	for i, c := range b.comps {
