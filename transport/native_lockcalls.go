@@ -116,11 +116,14 @@ func (l *lockCalls) register() (*lockStreamConn, int64, chan lockAnswer, error) 
 			l.mu.Unlock()
 			return nil, 0, nil, errNoLockStream
 		case st != nil:
+			// The id is read under the lock: read after it, it may be
+			// another caller's, and two Locks would share one id.
 			l.ids++
+			id := l.ids
 			ch := make(chan lockAnswer, 1)
-			st.pending[l.ids] = ch
+			st.pending[id] = ch
 			l.mu.Unlock()
-			return st, l.ids, ch, nil
+			return st, id, ch, nil
 		}
 		l.mu.Unlock()
 		if opened {

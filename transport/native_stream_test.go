@@ -3,7 +3,10 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -250,5 +253,56 @@ func TestLockStreamNeedsAToken(t *testing.T) {
 	}
 	if !open {
 		t.Fatal("the listed client's Lock did not go on a LockStream")
+	}
+}
+
+// tokenByResource is a WaitLocker whose Lock grants resource "r/N" at
+// once with fencing token N, so each answer says which request it is for.
+type tokenByResource struct{ *fakeLocker }
+
+func (tokenByResource) Lock(_ context.Context, r string, _ []byte, _, _ time.Duration, _ lease.Durability) (lease.Result, error) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(r, "r/"), 10, 64)
+	if err != nil {
+		return lease.Result{Status: lease.InvalidInput, Reason: err.Error()}, nil
+	}
+	return lease.Result{Status: lease.Locked, FencingToken: n}, nil
+}
+
+// Concurrent Locks on one LockStream each get their own answer: request
+// ids are taken under the lock that registers them, so two callers never
+// send the same id (one would take the other's grant, and the other
+// would wait for an answer that never comes, its context's end included).
+func TestLockStreamConcurrentLocksGetTheirOwnAnswers(t *testing.T) {
+	srv := startServer(t, tokenByResource{newFake()}, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	const (
+		callers = 16
+		each    = 200
+	)
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			for range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				r, err := c.Lock(ctx, fmt.Sprintf("r/%d", i), []byte("o"), time.Minute, time.Second, lease.Ephemeral)
+				cancel()
+				if err != nil || r.Status != lease.Locked || r.FencingToken != int64(i) {
+					errs <- fmt.Errorf("caller %d: %+v, %v; want Locked with token %d", i, r, err, i)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	deadline := time.After(60 * time.Second)
+	for range callers {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("a Lock did not return within 5 s of its context's end: it waits for an answer no one will send")
+		}
 	}
 }
