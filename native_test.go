@@ -3,6 +3,7 @@ package kahuna_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"net"
@@ -274,4 +275,68 @@ func pull(seq func(func(kahuna.WatchEvent, error) bool)) (func() (kahuna.WatchEv
 
 func iterPull2(seq func(func(kahuna.WatchEvent, error) bool)) (func() (kahuna.WatchEvent, error, bool), func()) {
 	return iter.Pull2(iter.Seq2[kahuna.WatchEvent, error](seq))
+}
+
+// Many callers of one Client lock at once over the native LockStream,
+// half of them contending for a few locks (they wait in the node's queue),
+// half on locks of their own (granted at once, so their Locks follow each
+// other closely on the stream): every grant a caller gets is its own (the
+// node names its owner as the holder, with its token), and its release is
+// accepted. With request ids shared between concurrent Locks a caller took
+// another's grant, and another waited forever.
+func TestConcurrentWaitingLocksOverOneClient(t *testing.T) {
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	c := dial(t, "http://"+n.ListenAddress())
+	const (
+		shared  = 4
+		callers = 32
+		each    = 100
+	)
+	errs := make(chan error, callers)
+	for i := range callers {
+		go func() {
+			res, owner := fmt.Sprintf("many/own-%d", i), fmt.Sprintf("owner-%d", i)
+			if i%2 == 1 {
+				res = fmt.Sprintf("many/shared-%d", i%shared)
+			}
+			for range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := holdOnce(ctx, c, res, owner)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("%s on %s: %w", owner, res, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	deadline := time.After(2 * time.Minute)
+	for range callers {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			t.Fatal("a caller is still waiting 2 minutes on: a Lock that never returned")
+		}
+	}
+}
+
+// holdOnce waits for res, checks with Get that the node holds it for
+// owner with the granted token, and releases it.
+func holdOnce(ctx context.Context, c *kahuna.Client, res, owner string) error {
+	r, err := c.Lock(ctx, res, []byte(owner), time.Minute, 5*time.Second, kahuna.Ephemeral)
+	if err != nil || r.Status != kahuna.Locked {
+		return fmt.Errorf("Lock: %+v, %v", r, err)
+	}
+	info, g, err := c.Get(ctx, res, kahuna.Ephemeral)
+	if err != nil || g.Status != kahuna.Got || string(info.Owner) != owner || info.FencingToken != r.FencingToken {
+		return fmt.Errorf("granted token %d, but the node says %+v (%s, token %d), %v", r.FencingToken, g, info.Owner, info.FencingToken, err)
+	}
+	if u, err := c.Unlock(ctx, res, []byte(owner), kahuna.Ephemeral); err != nil || u.Status != kahuna.Unlocked {
+		return fmt.Errorf("Unlock: %+v, %v", u, err)
+	}
+	return nil
 }
