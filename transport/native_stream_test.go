@@ -256,16 +256,25 @@ func TestLockStreamNeedsAToken(t *testing.T) {
 	}
 }
 
-// tokenByResource is a WaitLocker whose Lock grants resource "r/N" at
-// once with fencing token N, so each answer says which request it is for.
+// tokenByResource is a WaitLocker whose Lock and TryLock grant resource
+// "r/N" at once with fencing token N, so each answer says which request it
+// is for.
 type tokenByResource struct{ *fakeLocker }
 
 func (tokenByResource) Lock(_ context.Context, r string, _ []byte, _, _ time.Duration, _ lease.Durability) (lease.Result, error) {
+	return grantByName(r), nil
+}
+
+func (tokenByResource) TryLock(_ context.Context, r string, _ []byte, _ time.Duration, _ lease.Durability) (lease.Result, error) {
+	return grantByName(r), nil
+}
+
+func grantByName(r string) lease.Result {
 	n, err := strconv.ParseInt(strings.TrimPrefix(r, "r/"), 10, 64)
 	if err != nil {
-		return lease.Result{Status: lease.InvalidInput, Reason: err.Error()}, nil
+		return lease.Result{Status: lease.InvalidInput, Reason: err.Error()}
 	}
-	return lease.Result{Status: lease.Locked, FencingToken: n}, nil
+	return lease.Result{Status: lease.Locked, FencingToken: n}
 }
 
 // Concurrent Locks on one LockStream each get their own answer: request
@@ -273,6 +282,23 @@ func (tokenByResource) Lock(_ context.Context, r string, _ []byte, _, _ time.Dur
 // send the same id (one would take the other's grant, and the other
 // would wait for an answer that never comes, its context's end included).
 func TestLockStreamConcurrentLocksGetTheirOwnAnswers(t *testing.T) {
+	concurrentOwnAnswers(t, func(ctx context.Context, c *Client, r string) (lease.Result, error) {
+		return c.Lock(ctx, r, []byte("o"), time.Minute, time.Second, lease.Ephemeral)
+	})
+}
+
+// So do concurrent TryLocks on one Batch stream.
+func TestBatchStreamConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
+	concurrentOwnAnswers(t, func(ctx context.Context, c *Client, r string) (lease.Result, error) {
+		return c.TryLock(ctx, r, []byte("o"), time.Minute, lease.Ephemeral)
+	})
+}
+
+// concurrentOwnAnswers runs many callers of one stream, each granting its
+// own "r/N" through call, and fails on an answer that is not the caller's
+// or a call that does not return.
+func concurrentOwnAnswers(t *testing.T, call func(context.Context, *Client, string) (lease.Result, error)) {
+	t.Helper()
 	srv := startServer(t, tokenByResource{newFake()}, ServerOptions{})
 	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
 	const (
@@ -284,7 +310,7 @@ func TestLockStreamConcurrentLocksGetTheirOwnAnswers(t *testing.T) {
 		go func() {
 			for range each {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				r, err := c.Lock(ctx, fmt.Sprintf("r/%d", i), []byte("o"), time.Minute, time.Second, lease.Ephemeral)
+				r, err := call(ctx, c, fmt.Sprintf("r/%d", i))
 				cancel()
 				if err != nil || r.Status != lease.Locked || r.FencingToken != int64(i) {
 					errs <- fmt.Errorf("caller %d: %+v, %v; want Locked with token %d", i, r, err, i)
@@ -302,7 +328,7 @@ func TestLockStreamConcurrentLocksGetTheirOwnAnswers(t *testing.T) {
 				t.Fatal(err)
 			}
 		case <-deadline:
-			t.Fatal("a Lock did not return within 5 s of its context's end: it waits for an answer no one will send")
+			t.Fatal("a call did not return within 5 s of its context's end: it waits for an answer no one will send")
 		}
 	}
 }
