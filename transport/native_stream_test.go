@@ -282,25 +282,39 @@ func grantByName(r string) lease.Result {
 // send the same id (one would take the other's grant, and the other
 // would wait for an answer that never comes, its context's end included).
 func TestLockStreamConcurrentLocksGetTheirOwnAnswers(t *testing.T) {
-	concurrentOwnAnswers(t, func(ctx context.Context, c *Client, r string) (lease.Result, error) {
+	srv := startServer(t, tokenByResource{newFake()}, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	concurrentOwnAnswers(t, func(ctx context.Context, r string) (lease.Result, error) {
 		return c.Lock(ctx, r, []byte("o"), time.Minute, time.Second, lease.Ephemeral)
 	})
 }
 
-// So do concurrent TryLocks on one Batch stream.
+// So do concurrent TryLocks on one Batch stream, and over REST.
 func TestBatchStreamConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
-	concurrentOwnAnswers(t, func(ctx context.Context, c *Client, r string) (lease.Result, error) {
+	srv := startServer(t, tokenByResource{newFake()}, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	concurrentOwnAnswers(t, func(ctx context.Context, r string) (lease.Result, error) {
 		return c.TryLock(ctx, r, []byte("o"), time.Minute, lease.Ephemeral)
 	})
 }
 
-// concurrentOwnAnswers runs many callers of one stream, each granting its
-// own "r/N" through call, and fails on an answer that is not the caller's
-// or a call that does not return.
-func concurrentOwnAnswers(t *testing.T, call func(context.Context, *Client, string) (lease.Result, error)) {
-	t.Helper()
+func TestRESTConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
 	srv := startServer(t, tokenByResource{newFake()}, ServerOptions{})
-	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	rc, err := DialREST([]string{"http://" + srv.mixed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close() })
+	concurrentOwnAnswers(t, func(ctx context.Context, r string) (lease.Result, error) {
+		return rc.TryLock(ctx, r, []byte("o"), time.Minute, lease.Ephemeral)
+	})
+}
+
+// concurrentOwnAnswers runs many callers at once, each granting its own
+// "r/N" through call, and fails on an answer that is not the caller's or
+// a call that does not return.
+func concurrentOwnAnswers(t *testing.T, call func(ctx context.Context, resource string) (lease.Result, error)) {
+	t.Helper()
 	const (
 		callers = 16
 		each    = 200
@@ -310,7 +324,7 @@ func concurrentOwnAnswers(t *testing.T, call func(context.Context, *Client, stri
 		go func() {
 			for range each {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				r, err := call(ctx, c, fmt.Sprintf("r/%d", i))
+				r, err := call(ctx, fmt.Sprintf("r/%d", i))
 				cancel()
 				if err != nil || r.Status != lease.Locked || r.FencingToken != int64(i) {
 					errs <- fmt.Errorf("caller %d: %+v, %v; want Locked with token %d", i, r, err, i)
