@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testrun"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
@@ -292,35 +293,23 @@ func TestConcurrentWaitingLocksOverOneClient(t *testing.T) {
 		callers = 32
 		each    = 100
 	)
-	errs := make(chan error, callers)
-	for i := range callers {
-		go func() {
-			res, owner := fmt.Sprintf("many/own-%d", i), fmt.Sprintf("owner-%d", i)
-			if i%2 == 1 {
-				res = fmt.Sprintf("many/shared-%d", i%shared)
-			}
-			for range each {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := holdOnce(ctx, c, res, owner)
-				cancel()
-				if err != nil {
-					errs <- fmt.Errorf("%s on %s: %w", owner, res, err)
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	deadline := time.After(2 * time.Minute)
-	for range callers {
-		select {
-		case err := <-errs:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-deadline:
-			t.Fatal("a caller is still waiting 2 minutes on: a Lock that never returned")
+	err := testrun.Callers(callers, 2*time.Minute, func(i int) error {
+		res, owner := fmt.Sprintf("many/own-%d", i), fmt.Sprintf("owner-%d", i)
+		if i%2 == 1 {
+			res = fmt.Sprintf("many/shared-%d", i%shared)
 		}
+		for range each {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := holdOnce(ctx, c, res, owner)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s on %s: %w", owner, res, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
