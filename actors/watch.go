@@ -220,8 +220,8 @@ func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
 	}
 	s.watchers = append(s.watchers, m.w)
 	s.lastUsed = now
+	a.arm(s) // before the reply: once Watch returns, the expiry is watched
 	m.reply <- nil
-	a.arm(s)
 }
 
 // unwatch removes a watcher and closes its channel.
