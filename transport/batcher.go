@@ -56,6 +56,12 @@ type clientStream struct {
 	packed  bool            // kahuna.v1's Batch: many requests to a message
 	dead    bool            // guarded by batchStream.mu
 	pending map[int32]*call // guarded by batchStream.mu
+	// Guarded by batchStream.mu: end is how the stream ended (RecvMsg's
+	// error), once dead; refusedSend holds the calls whose SendMsg found
+	// the stream ended by the server (io.EOF) before the reader had its
+	// status, for the reader to fail with it.
+	end         error
+	refusedSend []*call
 }
 
 // errUnsent marks the failure of a call that the server never processed:
@@ -247,8 +253,9 @@ func (s *batchStream) send(batch []*call) {
 	}
 	s.mu.Lock()
 	if st.dead {
+		end := st.end
 		s.mu.Unlock()
-		s.failQueued(batch, &unsentError{fmt.Errorf("stream to %s ended", s.target)})
+		s.failQueued(batch, s.endedUnsent(end))
 		return
 	}
 	// Register before sending: an answer can come back before SendMsg
@@ -376,13 +383,32 @@ func (s *batchStream) sendFailed(st *clientStream, unsent []*call, err error) {
 			failed = append(failed, c)
 		}
 	}
-	s.mu.Unlock()
-	// io.EOF means the server ended the stream and RecvMsg will report how;
-	// anything else leaves it half-open, so end it for the reader.
-	if !errors.Is(err, io.EOF) {
-		st.cancel()
+	if errors.Is(err, io.EOF) {
+		// The server ended the stream, and the status RecvMsg reports says
+		// why: a refused token is ErrUnauthenticated, not a bare EOF.
+		if !st.dead {
+			st.refusedSend = append(st.refusedSend, failed...)
+			s.mu.Unlock()
+			return // the reader fails them (broken)
+		}
+		end := st.end
+		s.mu.Unlock()
+		s.complete(failed, s.failure(s.endedUnsent(end)))
+		return
 	}
+	s.mu.Unlock()
+	st.cancel() // half-open: end it for the reader
 	s.complete(failed, s.failure(&unsentError{fmt.Errorf("sending to %s: %w", s.target, err)}))
+}
+
+// endedUnsent is the error of calls never sent because the server had
+// ended their stream with end (RecvMsg's error): the server's refusal of
+// the token when it was that, else not sent.
+func (s *batchStream) endedUnsent(end error) error {
+	if refused := unauthenticated(s.target, end); refused != nil {
+		return refused
+	}
+	return &unsentError{fmt.Errorf("stream to %s ended before the request was sent: %w", s.target, end)}
 }
 
 func (s *batchStream) readLoop(st *clientStream) {
@@ -430,7 +456,7 @@ func (s *batchStream) deliver(st *clientStream, m *batchReply) {
 // after any other end the outcome of those calls is unknown.
 func (s *batchStream) broken(st *clientStream, err error) {
 	s.mu.Lock()
-	st.dead = true
+	st.dead, st.end = true, err
 	if s.cur == st {
 		s.cur = nil
 	}
@@ -440,8 +466,11 @@ func (s *batchStream) broken(st *clientStream, err error) {
 		failed = append(failed, c)
 	}
 	clear(st.pending)
+	refusedSend := st.refusedSend
+	st.refusedSend = nil
 	s.mu.Unlock()
 	st.cancel()
+	s.complete(refusedSend, s.failure(s.endedUnsent(err)))
 	if refused := unauthenticated(s.target, err); refused != nil {
 		err = refused // the stream was refused at its start: nothing on it was processed
 	} else if errors.Is(err, io.EOF) {
