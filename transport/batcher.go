@@ -57,11 +57,11 @@ type clientStream struct {
 	dead    bool            // guarded by batchStream.mu
 	pending map[int32]*call // guarded by batchStream.mu
 	// Guarded by batchStream.mu: end is how the stream ended (RecvMsg's
-	// error), once dead; refusedSend holds the calls whose SendMsg found
+	// error), once dead; sendEnded holds the calls whose SendMsg found
 	// the stream ended by the server (io.EOF) before the reader had its
 	// status, for the reader to fail with it.
-	end         error
-	refusedSend []*call
+	end       error
+	sendEnded []*call
 }
 
 // errUnsent marks the failure of a call that the server never processed:
@@ -387,7 +387,7 @@ func (s *batchStream) sendFailed(st *clientStream, unsent []*call, err error) {
 		// The server ended the stream, and the status RecvMsg reports says
 		// why: a refused token is ErrUnauthenticated, not a bare EOF.
 		if !st.dead {
-			st.refusedSend = append(st.refusedSend, failed...)
+			st.sendEnded = append(st.sendEnded, failed...)
 			s.mu.Unlock()
 			return // the reader fails them (broken)
 		}
@@ -466,11 +466,11 @@ func (s *batchStream) broken(st *clientStream, err error) {
 		failed = append(failed, c)
 	}
 	clear(st.pending)
-	refusedSend := st.refusedSend
-	st.refusedSend = nil
+	sendEnded := st.sendEnded
+	st.sendEnded = nil
 	s.mu.Unlock()
 	st.cancel()
-	s.complete(refusedSend, s.failure(s.endedUnsent(err)))
+	s.complete(sendEnded, s.failure(s.endedUnsent(err)))
 	if refused := unauthenticated(s.target, err); refused != nil {
 		err = refused // the stream was refused at its start: nothing on it was processed
 	} else if errors.Is(err, io.EOF) {
