@@ -18,22 +18,6 @@ func waiters(t *testing.T, node *kahuna.Node, n int) {
 	eventually(t, fmt.Sprintf("%d waiters", n), func() bool { return node.Stats().Waiters == n })
 }
 
-// queuedOn waits until one of nodes 1..n has one waiter and returns it.
-func queuedOn(t *testing.T, c *cluster, n uint64) uint64 {
-	t.Helper()
-	var on uint64
-	eventually(t, "a waiter on some node", func() bool {
-		for id := uint64(1); id <= n; id++ {
-			if c.node(id).Stats().Waiters == 1 {
-				on = id
-				return true
-			}
-		}
-		return false
-	})
-	return on
-}
-
 type lockAnswer struct {
 	r   kahuna.Result
 	err error
@@ -372,8 +356,33 @@ func TestClusterWaitingLock(t *testing.T) {
 	// the start, or move it before the wait arrives: the wait then queues
 	// on the leader it was forwarded to, which is the one to move from.)
 	c.transfer(p, 1)
-	local := lockAsync(ctx, n1, res, "c", kahuna.WaitForever, kahuna.Persistent)
-	queue := queuedOn(t, c, 3)
+	// A wait that meets an election before it queues is answered
+	// MustRetry (nothing applied): it asks again, as every client does.
+	var (
+		local <-chan lockAnswer
+		queue uint64
+	)
+	eventually(t, "a waiter on some node", func() bool {
+		if local == nil {
+			local = lockAsync(ctx, n1, res, "c", kahuna.WaitForever, kahuna.Persistent)
+		}
+		select {
+		case a := <-local:
+			if a.err != nil || a.r.Status != kahuna.MustRetry {
+				t.Fatalf("waiter before the move: %+v %v, want it queued", a.r, a.err)
+			}
+			local = nil
+			return false
+		default:
+		}
+		for id := uint64(1); id <= 3; id++ {
+			if c.node(id).Stats().Waiters == 1 {
+				queue = id
+				return true
+			}
+		}
+		return false
+	})
 	if queue != 1 {
 		t.Logf("partition %d moved to node %d before the wait arrived: the wait queued there", p, queue)
 	}
