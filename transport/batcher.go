@@ -385,15 +385,11 @@ func (s *batchStream) sendFailed(st *clientStream, unsent []*call, err error) {
 	}
 	if errors.Is(err, io.EOF) {
 		// The server ended the stream, and the status RecvMsg reports says
-		// why: a refused token is ErrUnauthenticated, not a bare EOF.
-		if !st.dead {
-			st.sendEnded = append(st.sendEnded, failed...)
-			s.mu.Unlock()
-			return // the reader fails them (broken)
-		}
-		end := st.end
+		// why: a refused token is ErrUnauthenticated, not a bare EOF. The
+		// reader fails them with it (broken); once the stream is dead,
+		// broken has taken every pending call, so failed is empty.
+		st.sendEnded = append(st.sendEnded, failed...)
 		s.mu.Unlock()
-		s.complete(failed, s.failure(s.endedUnsent(end)))
 		return
 	}
 	s.mu.Unlock()
