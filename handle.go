@@ -237,6 +237,9 @@ type Lock struct {
 	state     lockState
 	cause     error       // why the lock ended (state lost or released)
 	granted   time.Time   // send time of the request the deadline counts from
+	// unsureTTL is the shortest ttl of an Extend whose outcome is unknown
+	// (extendUnknown); MaxTTL while there is none.
+	unsureTTL time.Duration
 	expires   time.Time   // the deadline
 	timer     handleTimer // fires at expires
 	releasing int         // Unlock calls in flight
@@ -421,7 +424,7 @@ func newLock(l Locker, resource string, token int64, o acquireOptions, granted t
 	inner, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
 		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet,
-		cancel: cancel, lost: make(chan struct{})}
+		cancel: cancel, lost: make(chan struct{}), unsureTTL: lease.MaxTTL}
 	lk.ctx = &lockContext{Context: inner, l: lk}
 	lk.mu.Lock()
 	lk.setDeadline(granted, o.ttl)
@@ -437,6 +440,26 @@ func (l *Lock) setDeadline(sent time.Time, ttl time.Duration) {
 		l.timer.Stop()
 	}
 	l.timer = l.clock.AfterFunc(l.expires.Sub(l.clock.Now()), l.lapse)
+}
+
+// extendUnknown bounds the deadline by an Extend of ttl whose outcome is
+// unknown, its first attempt sent at sent. The server sets a lease to end
+// ttl after it applies an Extend (it may shorten it), and a request can be
+// delivered late, after a later Extend. So from now on:
+//   - the deadline is at most sent + ttl: the late Extend applies no
+//     earlier than it was sent;
+//   - an Extend that succeeds later, sent at s, sets the deadline to
+//     s + min(its ttl, ttl): if the late one applies after it, it applies
+//     after s and the lease ends ttl after that.
+//
+// Nothing tells when a request still on its way can no longer arrive, so
+// the bound stays for the Lock's life. KeepAlive's Extends all carry the
+// same ttl and are not shortened by it. l.mu is held.
+func (l *Lock) extendUnknown(sent time.Time, ttl time.Duration) {
+	l.unsureTTL = min(l.unsureTTL, ttl)
+	if l.state == held && l.deadline(sent, ttl).Before(l.expires) {
+		l.setDeadline(sent, ttl)
+	}
 }
 
 // lapse runs when the deadline timer fires: the lock is lost unless an
@@ -504,7 +527,11 @@ func (l *Lock) Expires() time.Time {
 
 // Extend makes the lease end ttl after now (and the deadline: ttl after
 // this call's successful attempt was sent, minus the margin; a shorter ttl
-// shortens both). It returns an error matching ErrLockLost when the lease
+// shortens both). An Extend whose outcome stays unknown (its context ended
+// or its retries ran out with a request in flight) may still apply late,
+// and shorten the lease then: it caps the deadline at its send time + its
+// ttl, and every later deadline at ttl after its Extend's send time (see
+// extendUnknown). It returns an error matching ErrLockLost when the lease
 // is gone (and the lock is then lost: stop the protected work), ErrReleased
 // after Unlock, and ctx.Err() unchanged if ctx ends.
 //
@@ -529,6 +556,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	a := retryOp(octx, l.clock, l.ended, func() (Result, error) {
 		return l.locker.Extend(octx, l.resource, l.owner, ttl, l.durability)
 	})
+	if a.unknown {
+		l.mu.Lock()
+		l.extendUnknown(a.unknownSent, ttl)
+		l.mu.Unlock()
+	}
 	if a.err != nil {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -542,7 +574,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	case Extended:
 		l.mu.Lock()
 		if l.state == held {
-			l.setDeadline(a.sent, ttl)
+			l.setDeadline(a.sent, min(ttl, l.unsureTTL))
 		}
 		l.mu.Unlock()
 		return l.ended() // nil unless the lock ended meanwhile
@@ -708,8 +740,10 @@ type answer struct {
 	r    Result    // the final answer, when err is nil
 	sent time.Time // send time of the attempt that gave r
 	// unknown: an attempt before the final one had an unknown outcome (it
-	// may have applied).
-	unknown bool
+	// may have applied, and may still: a request can be delivered late);
+	// unknownSent is the send time of the first such attempt.
+	unknown     bool
+	unknownSent time.Time
 	// err: ctx.Err() if ctx ended, the call error of the last unknown
 	// outcome when the budget ran out on it, or halt's error.
 	err error
@@ -726,35 +760,42 @@ func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (R
 	deadline := c.Now().Add(mustRetryBudget)
 	backoff := minBackoff
 	var last answer
+	var firstUnknown time.Time
 	for {
 		sent := c.Now()
 		r, err := op()
+		unknownFrom := func() time.Time {
+			if firstUnknown.IsZero() {
+				firstUnknown = sent
+			}
+			return firstUnknown
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return answer{unknown: true, err: ctx.Err()}
+			return answer{unknown: true, unknownSent: unknownFrom(), err: ctx.Err()}
 		case errors.Is(err, lease.ErrUnauthenticated):
-			return answer{unknown: last.unknown, err: err} // asking again cannot help
+			return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err} // asking again cannot help
 		case err != nil:
-			last = answer{unknown: true, err: err}
+			last = answer{unknown: true, unknownSent: unknownFrom(), err: err}
 		case r.Status == Errored || r.Status == WaitingForReplication:
-			last = answer{r: r, sent: sent, unknown: true}
+			last = answer{r: r, sent: sent, unknown: true, unknownSent: unknownFrom()}
 		case r.Status == MustRetry:
 			if !last.unknown {
 				last = answer{r: r, sent: sent}
 			}
 		default:
-			return answer{r: r, sent: sent, unknown: last.unknown}
+			return answer{r: r, sent: sent, unknown: last.unknown, unknownSent: firstUnknown}
 		}
 		if !c.Now().Before(deadline) {
 			return last
 		}
 		if halt != nil {
 			if err := halt(); err != nil {
-				return answer{unknown: last.unknown, err: err}
+				return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err}
 			}
 		}
 		if err := sleep(ctx, min(jitter(backoff), deadline.Sub(c.Now()))); err != nil {
-			return answer{unknown: last.unknown, err: err}
+			return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err}
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}

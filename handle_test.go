@@ -1065,3 +1065,88 @@ func TestAcquireWaitReturnsCtxErr(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled unchanged", err)
 	}
 }
+
+// heldExtends holds every Extend of one ttl: the call reaches the Locker
+// (arrived is told) but is not delivered until the test calls deliver,
+// long after the handle's own call ended with its context, as a batch
+// stream or a forward hop can deliver a request late.
+type heldExtends struct {
+	Locker
+	ttl     time.Duration
+	arrived chan struct{}
+	mu      sync.Mutex
+	held    []func()
+}
+
+func (h *heldExtends) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	if ttl != h.ttl {
+		return h.Locker.Extend(ctx, resource, owner, ttl, d)
+	}
+	owner = append([]byte(nil), owner...)
+	h.mu.Lock()
+	h.held = append(h.held, func() { _, _ = h.Locker.Extend(context.Background(), resource, owner, ttl, d) })
+	h.mu.Unlock()
+	h.arrived <- struct{}{}
+	<-ctx.Done()
+	return Result{}, ctx.Err()
+}
+
+// deliver applies the held Extends now.
+func (h *heldExtends) deliver() {
+	h.mu.Lock()
+	held := h.held
+	h.held = nil
+	h.mu.Unlock()
+	for _, f := range held {
+		f()
+	}
+}
+
+// TestHandleLateShortExtend: an Extend with a short ttl whose outcome is
+// unknown (its call ended with its context while the request was still on
+// its way) may apply after a later, longer Extend, and the server's lease
+// then ends the short ttl after that late apply. The handle's deadline
+// must never be later than that: another owner may be granted the lock
+// from then on.
+func TestHandleLateShortExtend(t *testing.T) {
+	for _, d := range []Durability{Ephemeral, Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			nodeClk := newNodeClock()
+			n := openHandleNode(t, Config{Clock: nodeClk.Now})
+			clk := newFakeClock()
+			step := func(dt time.Duration) { nodeClk.Advance(dt); clk.Advance(dt) }
+			short := 500 * time.Millisecond
+			h := &heldExtends{Locker: n, ttl: short, arrived: make(chan struct{}, 1)}
+			ctx := context.Background()
+			res := "late-extend/" + d.String()
+			a, err := Acquire(ctx, h, res, WithTTL(2*time.Second), WithDurability(d), withClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			step(100 * time.Millisecond)
+			ectx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- a.Extend(ectx, short) }()
+			<-h.arrived
+			cancel() // the caller gives up: the request is still on its way
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("short extend: %v, want context.Canceled", err)
+			}
+			step(100 * time.Millisecond)
+			if err := a.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			step(100 * time.Millisecond)
+			h.deliver() // the short extend applies now: the lease ends 500 ms from here
+			step(short + time.Millisecond)
+			b, err := n.TryLock(ctx, res, []byte("bee"), time.Minute, d)
+			if err != nil || b.Status != Locked {
+				t.Fatalf("another owner's TryLock after the late extend's lease: %+v %v", b, err)
+			}
+			if held := clk.Now().Before(a.Expires()); held || !isClosed(a.Lost()) {
+				t.Fatalf("two holders: bee got token %d while a's handle holds until %v from now (lost: %v)",
+					b.FencingToken, a.Expires().Sub(clk.Now()), isClosed(a.Lost()))
+			}
+		})
+	}
+}
