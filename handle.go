@@ -233,10 +233,10 @@ type Lock struct {
 
 	extendMu sync.Mutex // one Extend at a time, so deadlines follow the server's order
 
-	mu        sync.Mutex
-	state     lockState
-	cause     error       // why the lock ended (state lost or released)
-	granted   time.Time   // send time of the request the deadline counts from
+	mu      sync.Mutex
+	state   lockState
+	cause   error     // why the lock ended (state lost or released)
+	granted time.Time // send time of the request the deadline counts from
 	// unsureTTL is the shortest ttl of an Extend whose outcome is unknown
 	// (extendUnknown); MaxTTL while there is none.
 	unsureTTL time.Duration
