@@ -63,11 +63,21 @@ var negativeControls = []negativeControl{
 	{
 		// Not a switch of the engine but of the checker: the ephemeral
 		// history of leader transfers, with its reign events taken out,
-		// must be flagged (tokens restart, holds vanish). It proves that the
-		// reigns are what excuse those, and that the runs do change
-		// leaders under the clients' feet.
+		// must be found not linearizable (holds vanish at a leader change).
+		// It proves that the reigns are what excuse those, and that the
+		// runs do change leaders under the clients' feet. (The fencing
+		// checker does not read reigns: tokens rise across them.)
 		name: "ephemeral-without-reigns", seed: 101, strip: true,
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, linTimeout: 20 * time.Second},
+	},
+	{
+		// Each new leader counts ephemeral tokens from the stored record
+		// (from 0), as before ephemeral tokens were fenced: a name's tokens
+		// go backwards at every leader change. Caught by the fencing
+		// checker alone.
+		name: "ephemeral-tokens-from-zero", seed: 102, by: "fencing",
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer},
+			mod: kahuna.WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
 	},
 }
 
@@ -76,6 +86,9 @@ type negativeControl struct {
 	seed  uint64
 	opts  runOpts
 	strip bool // check the history without its reigns
+	// by, if set, is the one checker whose findings catch the control
+	// ("fencing").
+	by string
 	// residual: caught only by a committed write of a deposed node, or by
 	// findings that answers given by deposed nodes do not explain (see
 	// withoutDeposedAnswers), so that on an engine that also lacks the
@@ -163,8 +176,15 @@ func (nc negativeControl) missed(t *testing.T, seed uint64) string {
 		h := slices.DeleteFunc(run.history, func(o checker.Op) bool { return o.Kind == checker.Reign })
 		r = checker.Check(h, checker.Options{Margin: faultMargin, Timeout: 20 * time.Second})
 		t.Logf("with its reigns the history has violations %s; without them %s", fmtViolations(run.report), fmtViolations(r))
-		if len(r.Fencing) == 0 || r.Linearizable.Result != checker.NotLinearizable {
-			return fmt.Sprintf("without reigns fencing %d, linearizability %s", len(r.Fencing), r.Linearizable.Result)
+		if r.Linearizable.Result != checker.NotLinearizable {
+			return fmt.Sprintf("without reigns linearizability %s", r.Linearizable.Result)
+		}
+		return ""
+	}
+	if nc.by == "fencing" {
+		t.Logf("negative control %s: fencing findings %s", nc.name, fmtViolations(r))
+		if len(r.Fencing) == 0 {
+			return fmt.Sprintf("no fencing finding (all findings: %s)", fmtViolations(r))
 		}
 		return ""
 	}

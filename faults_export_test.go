@@ -49,6 +49,16 @@ func WithoutLeadershipProof(cfg Config) Config {
 	return cfg
 }
 
+// WithEphemeralTokensFromZero returns cfg with ephemeral tokens unfenced:
+// a new leader counts a name's tokens from its stored record (from 0 for a
+// name only ever locked ephemerally), as before the token reach. A
+// negative control: the fencing checker must report tokens going backwards
+// across leader changes.
+func WithEphemeralTokensFromZero(cfg Config) Config {
+	cfg.unsafeTokensFromZero = true
+	return cfg
+}
+
 // PauseNode freezes n as a process pause would (SIGSTOP, a long GC pause, a
 // VM freeze), as far as a process can freeze part of itself: calls that
 // reach it wait at its door, and the Raft leader events it would act on

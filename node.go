@@ -165,6 +165,10 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
+	var tokens actors.TokenWindows = n.leadership
+	if cfg.unsafeTokensFromZero {
+		tokens = nil
+	}
 	n.ring, err = actors.NewRing(actors.Config{
 		Actors:               cfg.LockActors,
 		CacheEntryTTL:        cfg.CacheEntryTTL,
@@ -174,6 +178,7 @@ func Open(cfg Config) (*Node, error) {
 		MaxPending:           cfg.MaxPendingPerActor,
 		Backend:              n.backend,
 		Serving:              n.leadership.Serving,
+		Tokens:               tokens,
 		Now:                  cfg.Clock,
 		Logger:               cfg.Logger,
 	})

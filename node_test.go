@@ -245,7 +245,7 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 func TestPersistentLocksSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	n, err := kahuna.Open(kahuna.Config{DataDir: dir})
+	n, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,15 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 	}
 	n.TryLock(ctx, "p/released", []byte("owner-2"), time.Hour, kahuna.Persistent)
 	n.Unlock(ctx, "p/released", []byte("owner-2"), kahuna.Persistent)
-	n.TryLock(ctx, "e/held", []byte("owner-3"), time.Hour, kahuna.Ephemeral)
+	// An ephemeral lock on a partition of its own: one that shares a
+	// partition with p/released would raise that partition's ephemeral
+	// token reach, and the next grant there after the restart would take
+	// a token from the reach instead of 1.
+	eph := "e/held"
+	for i := 0; n.Partition(eph) == n.Partition("p/released") || n.Partition(eph) == n.Partition("p/held"); i++ {
+		eph = fmt.Sprintf("e%d/held", i)
+	}
+	n.TryLock(ctx, eph, []byte("owner-3"), time.Hour, kahuna.Ephemeral)
 	before, _, _ := n.Get(ctx, "p/held", kahuna.Persistent)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
@@ -268,7 +276,7 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 
-	n = openNode(t, kahuna.Config{DataDir: dir})
+	n = openNode(t, kahuna.Config{DataDir: dir, Partitions: 4})
 	after, r, err := n.Get(ctx, "p/held", kahuna.Persistent)
 	if err != nil || r.Status != kahuna.Got {
 		t.Fatalf("after restart: %v %v", r.Status, err)
@@ -282,7 +290,7 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 	if r, _ := n.TryLock(ctx, "p/released", []byte("next"), time.Hour, kahuna.Persistent); r.Status != kahuna.Locked || r.FencingToken != 1 {
 		t.Fatalf("released lock after restart: %v token %d, want Locked 1", r.Status, r.FencingToken)
 	}
-	if _, r, _ := n.Get(ctx, "e/held", kahuna.Ephemeral); r.Status != kahuna.LockDoesNotExist {
+	if _, r, _ := n.Get(ctx, eph, kahuna.Ephemeral); r.Status != kahuna.LockDoesNotExist {
 		t.Fatalf("ephemeral lock survived restart: %v", r.Status)
 	}
 }

@@ -168,7 +168,7 @@ var staleCases = []staleCase{
 		},
 		after: func(t *testing.T, m kahuna.Locker, res string) {
 			setupOp(t, m, "A unlocks", opUnlock(res, ownerA, kahuna.Persistent), kahuna.Unlocked, -1)
-			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, 1)
+			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, -1) // above A's: the new reign's base
 		},
 		probe: func(res string) lockOp { return opTryLock(res, ownerA, longTTL, kahuna.Persistent) },
 		stale: func(a probeAnswer) string {
@@ -201,7 +201,7 @@ var staleCases = []staleCase{
 		},
 		after: func(t *testing.T, m kahuna.Locker, res string) {
 			setupOp(t, m, "A unlocks", opUnlock(res, ownerA, kahuna.Persistent), kahuna.Unlocked, -1)
-			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, 1)
+			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, -1) // above A's: the new reign's base
 		},
 		probe: func(res string) lockOp { return opExtend(res, ownerB, longTTL, kahuna.Persistent) },
 		stale: func(a probeAnswer) string {
@@ -218,7 +218,7 @@ var staleCases = []staleCase{
 			setupOp(t, l, "A unlocks", opUnlock(res, ownerA, kahuna.Persistent), kahuna.Unlocked, -1)
 		},
 		after: func(t *testing.T, m kahuna.Locker, res string) {
-			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, 1)
+			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, -1) // above A's: the new reign's base
 		},
 		probe: func(res string) lockOp { return opExtend(res, ownerB, longTTL, kahuna.Persistent) },
 		stale: func(a probeAnswer) string {
@@ -235,7 +235,7 @@ var staleCases = []staleCase{
 		},
 		after: func(t *testing.T, m kahuna.Locker, res string) {
 			setupOp(t, m, "A unlocks", opUnlock(res, ownerA, kahuna.Persistent), kahuna.Unlocked, -1)
-			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, 1)
+			setupOp(t, m, "B locks", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Locked, -1) // above A's: the new reign's base
 		},
 		probe: func(res string) lockOp { return opGet(res, kahuna.Persistent) },
 		stale: func(a probeAnswer) string {

@@ -15,6 +15,7 @@ import (
 //	no-lease   answer on the Raft leader flag alone, without the leader lease
 //	no-fence   apply records without the state machine's compare-and-set and epoch
 //	applied-first  store the applied index ahead of the records it covers (a crash loses some)
+//	tokens-from-zero  a new leader counts ephemeral tokens from the stored record (they go backwards)
 //
 // The build tag is the only way in: a release build has no such switch.
 func init() { unsafeKnobs = unsafeFromEnv }
@@ -32,8 +33,10 @@ func unsafeFromEnv(cfg *Config) error {
 			cfg.unsafeNoFence = true
 		case "applied-first":
 			cfg.unsafeAppliedFirst = true
+		case "tokens-from-zero":
+			cfg.unsafeTokensFromZero = true
 		default:
-			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first)", k)
+			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first, tokens-from-zero)", k)
 		}
 	}
 	cfg.Logger.Warn("SAFETY PROTECTIONS SWITCHED OFF (a negative-control build)", "KAHUNA_UNSAFE", v)

@@ -150,11 +150,15 @@ type stopper interface{ Stop() bool }
 // outside any per-message state, and the producer returns this same value
 // on restart, so a supervisor restart keeps the cache.
 type lockActor struct {
-	cfg       Config
-	root      *actor.RootContext
-	self      *actor.PID
-	entries   map[string]*slot
-	loading   map[string]*loading // resources whose record is being read (load.go)
+	cfg     Config
+	root    *actor.RootContext
+	self    *actor.PID
+	entries map[string]*slot
+	loading map[string]*loading // resources whose record is being read (load.go)
+	// floors, per partition, is above the token of every ephemeral grant
+	// whose entry this actor dropped from its cache (uncache): the store
+	// never saw those tokens, so a name's next entry starts above them.
+	floors    map[int]int64
 	countdown int
 	oldestUse time.Time // lower bound of every entry's lastUsed (see collect)
 	nwaiting  int       // waiters over all slots
@@ -173,6 +177,7 @@ func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
 		root:      root,
 		entries:   make(map[string]*slot),
 		loading:   make(map[string]*loading),
+		floors:    make(map[int]int64),
 		countdown: collectEvery,
 	}
 }
@@ -391,6 +396,9 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	if kind == lease.Ephemeral {
+		if req.Op == lease.TryLock && !a.tokenRoom(c, s.partition, term, d.Token) {
+			return
+		}
 		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
 		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
 		return
@@ -428,6 +436,44 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	c.self, c.root = a.self, a.root
 	s.inflight = c
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
+}
+
+// tokenRoom reports whether an ephemeral grant of token to c may be made
+// in p's window of term. If not, c is answered MustRetry, with the raise
+// to wait for before asking again (Ring.Do), and nothing changes. A grant
+// past the window's soon mark raises it in the background.
+func (a *lockActor) tokenRoom(c *call, p int, term uint64, token int64) bool {
+	limit, soon, ok := a.cfg.Tokens.TokenWindow(p, term)
+	switch {
+	case !ok:
+		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
+		return false
+	case token >= limit:
+		resp := Response{Status: notGranted(c, lease.MustRetry)}
+		if resp.Status == lease.MustRetry {
+			resp.raise = a.cfg.Tokens.RaiseTokens(p, term, token+1)
+		}
+		c.reply <- resp
+		return false
+	case token >= soon:
+		a.cfg.Tokens.RaiseTokens(p, term, token+1)
+	}
+	return true
+}
+
+// uncache drops s from the cache. Its token is kept in the partition's
+// floor if an ephemeral grant set it, since no store knows it.
+func (a *lockActor) uncache(s *slot) {
+	if s.kind == lease.Ephemeral && s.State != lease.Absent && s.Token >= a.floors[s.partition] {
+		a.floors[s.partition] = s.Token + 1
+	}
+	delete(a.entries, s.resource)
+}
+
+// floor is the least token a first grant of a name of p, loaded now,
+// may take.
+func (a *lockActor) floor(p int) int64 {
+	return max(a.cfg.Tokens.TokenBase(p), a.floors[p])
 }
 
 // admit decides whether s, the new slot of c's resource, is cached, and
@@ -519,7 +565,7 @@ func (a *lockActor) complete(c *call) {
 	s.queue, s.queueTail, s.queued = nil, nil, 0
 	var replay []*call
 	if s.dropped {
-		delete(a.entries, c.req.Resource)
+		a.uncache(s)
 		a.stopTimer(s)
 		if _, ok := a.cfg.Serving(s.partition); ok {
 			// Decided again from the reloaded record, in their order.
@@ -668,6 +714,7 @@ func notGranted(w *call, st lease.Status) lease.Status {
 // MustRetry. An entry with a write in flight is forgotten when the write
 // completes.
 func (a *lockActor) drop(p int) {
+	delete(a.floors, p) // the next reign's base is above them
 	for _, l := range a.loading {
 		if l.partition == p {
 			l.dropped = true // what is read may predate the new leader's fence

@@ -32,7 +32,7 @@ func (a *lockActor) collect() {
 	}
 	budget := a.cfg.CacheEntriesToRemove
 	oldest := now
-	for k, s := range a.entries {
+	for _, s := range a.entries {
 		if budget <= 0 {
 			oldest = time.Time{} // scan cut short: the bound is unknown
 			break
@@ -43,7 +43,7 @@ func (a *lockActor) collect() {
 			}
 			continue
 		}
-		delete(a.entries, k)
+		a.uncache(s)
 		budget--
 		a.evictions.Add(1)
 	}
@@ -80,7 +80,7 @@ func (a *lockActor) room(now time.Time) bool {
 func (a *lockActor) makeRoom(now time.Time) {
 	budget := max(a.cfg.CacheEntriesToRemove, 1)
 	looked := 0
-	for k, s := range a.entries {
+	for _, s := range a.entries {
 		if budget <= 0 || looked >= pressureScan {
 			return
 		}
@@ -88,7 +88,7 @@ func (a *lockActor) makeRoom(now time.Time) {
 		if s.busy() || s.Live(now) {
 			continue
 		}
-		delete(a.entries, k)
+		a.uncache(s)
 		budget--
 		a.evictions.Add(1)
 	}

@@ -66,8 +66,9 @@ func (a *lockActor) loaded(m *loaded) {
 		if m.found {
 			s.Entry, s.index, s.kind = entryOf(&m.rec, now), m.rec.Index, lease.Persistent
 		} else {
-			s.Token = m.rec.Token // the floor: a first grant's token
+			s.Token = m.rec.Token // the store's floor: a first grant's token
 		}
+		s.Floor = a.floor(m.l.partition)
 	}
 	for _, w := range m.l.waiting {
 		switch w := w.(type) {

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,9 @@ type Config struct {
 	// and the leader term persistent decisions are tagged with. Actors
 	// check it for every decision, so a deposed leader stops at once.
 	Serving func(p int) (term uint64, ok bool)
+	// Tokens bounds ephemeral fencing tokens (partition.Leadership); nil:
+	// unbounded, from 0 (a node whose ephemeral locks never outlive it).
+	Tokens TokenWindows
 	// Now is the clock (default time.Now). Leases are measured on its
 	// monotonic reading.
 	Now func() time.Time
@@ -96,6 +100,32 @@ type Config struct {
 	onWait    func(resource string)                   // test hook: a call joined the wait queue
 	afterFunc func(d time.Duration, f func()) stopper // the holders' expiry timers (default time.AfterFunc; tests swap it)
 }
+
+// TokenWindows keeps ephemeral fencing tokens rising across leader
+// changes (partition.Leadership implements it): each reign of a partition
+// grants ephemeral tokens from a base above every earlier reign's, below a
+// limit raised through Raft.
+type TokenWindows interface {
+	// TokenBase is the least token a first grant of a name of p may take
+	// (the latest reign's base: above every ephemeral token of earlier
+	// reigns).
+	TokenBase(p int) int64
+	// TokenWindow is p's window in term: an ephemeral grant needs a token
+	// below limit; one at or past soon asks for more in the background.
+	// ok is false if there is no window for term.
+	TokenWindow(p int, term uint64) (limit, soon int64, ok bool)
+	// RaiseTokens raises p's limit in term past want, in the background;
+	// the channel is closed when that raise (or one under way) ends.
+	RaiseTokens(p int, term uint64, want int64) <-chan struct{}
+}
+
+type unbounded struct{}
+
+func (unbounded) TokenBase(int) int64 { return 0 }
+func (unbounded) TokenWindow(int, uint64) (int64, int64, bool) {
+	return math.MaxInt64, math.MaxInt64, true
+}
+func (unbounded) RaiseTokens(int, uint64, int64) <-chan struct{} { return nil }
 
 // Request is one lock operation on one resource. Partition is the
 // resource's partition, computed by the caller.
@@ -137,6 +167,11 @@ type Response struct {
 	// wait queue before the decision that granted it (on the actors'
 	// clock); the lease started then.
 	Waited time.Duration
+
+	// raise, with Status MustRetry, says the call was not decided because
+	// its ephemeral grant needs a token past the partition's window: Do
+	// asks again once the window is raised (closed).
+	raise <-chan struct{}
 }
 
 // Ring is a fixed set of lock actors; a resource always goes to the same one.
@@ -162,6 +197,9 @@ func NewRing(cfg Config) (*Ring, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Tokens == nil {
+		cfg.Tokens = unbounded{}
 	}
 	if cfg.afterFunc == nil {
 		cfg.afterFunc = func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
@@ -240,7 +278,34 @@ func (a *lockActor) enter() bool {
 // ctx (ctx.Err() is returned unchanged) or Close (ErrClosed). An actor
 // with Config.MaxPending requests in its mailbox answers MustRetry at
 // once, without the request being sent.
+//
+// An ephemeral grant that needs a token past its partition's window (the
+// first of a reign, or a window used up faster than it was raised in the
+// background) waits for the raise, one Raft write, and is asked once
+// more; a waiting TryLock asks again with what is left of its wait, at the
+// back of the queue.
 func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
+	resp, err := r.do(ctx, req)
+	if err != nil || resp.raise == nil {
+		return resp, err
+	}
+	start := time.Now()
+	select {
+	case <-resp.raise:
+	case <-ctx.Done():
+		return Response{}, ctx.Err()
+	case <-r.done:
+		return Response{}, ErrClosed
+	}
+	if req.Wait > 0 {
+		req.Wait = max(req.Wait-time.Since(start), 0)
+	}
+	resp, err = r.do(ctx, req)
+	resp.raise = nil // still no room: the MustRetry stands
+	return resp, err
+}
+
+func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 	if r.closed.Load() {
 		return Response{}, ErrClosed
 	}

@@ -18,12 +18,8 @@ import (
 //     same token, ordered in real time or not.
 //
 // The same owner re-acquiring may get the same token. Concurrent grants are
-// only compared for reuse.
-//
-// On an ephemeral resource tokens restart with every reign (see Reign), so
-// grants are compared only within one reign: those that surely fall in the
-// same one (no reign may begin between their effects). A grant that may
-// fall on either side of a reign's start is not compared.
+// only compared for reuse. Reigns do not matter: ephemeral tokens, like
+// persistent ones, never go backwards for a name, across leader changes.
 func CheckFencing(h History) []Violation {
 	v, _ := checkFencing(h)
 	return v
@@ -34,31 +30,19 @@ func checkFencing(h History) ([]Violation, int) {
 	keys, groups := byResource(h)
 	grants := 0
 	for _, k := range keys {
-		rs := resets(groups[k])
-		byEpoch := map[int][]Op{}
-		var epochs []int
+		var gs []Op
 		for _, o := range groups[k] {
 			if o.Kind == Acquire && o.Outcome == OK && o.Status == lease.Locked {
-				grants++
-				e, sure := epoch(rs, o.Call, o.Return)
-				if !sure {
-					continue
-				}
-				if _, ok := byEpoch[e]; !ok {
-					epochs = append(epochs, e)
-				}
-				byEpoch[e] = append(byEpoch[e], o)
+				gs = append(gs, o)
 			}
 		}
-		slices.Sort(epochs)
-		for _, e := range epochs {
-			out = append(out, fenceGrants(k, byEpoch[e])...)
-		}
+		grants += len(gs)
+		out = append(out, fenceGrants(k, gs)...)
 	}
 	return out, grants
 }
 
-// fenceGrants checks the grants gs of resource k, all of one reign.
+// fenceGrants checks the grants gs of resource k.
 func fenceGrants(k string, gs []Op) []Violation {
 	var out []Violation
 	// Reuse: one owner per token.

@@ -50,6 +50,9 @@ type LinearizabilityResult struct {
 type lockState struct {
 	holder string // "" = never locked, or released
 	token  int64  // token of the current or last grant; -1 = never granted
+	// loose: the current or last grant's token is some value from token
+	// on, not yet seen (a rising model's grant, see model.rising).
+	loose bool
 	// expLo and expHi bound the instant (ns since the recorder's start) the
 	// holder's lease ends: no earlier than its grant's (or last extend's)
 	// call + TTL, no later than its return + TTL (+∞ when indeterminate).
@@ -93,15 +96,17 @@ func satAdd(a, b int64) int64 {
 }
 
 type option struct {
-	next   lockState
-	status lease.Status
-	token  int64
-	holder string
+	next    lockState
+	status  lease.Status
+	token   int64
+	atLeast bool // any token from token on is right (and becomes the state's)
+	holder  string
 }
 
 // outcomes lists what operation i may do in state s, with margin widening
-// the lease bounds.
-func outcomes(s lockState, i lockInput, margin int64) []option {
+// the lease bounds. In a rising model a grant's token is any value above
+// the last grant's, else exactly one above.
+func outcomes(s lockState, i lockInput, margin int64, rising bool) []option {
 	// The operation takes effect in [from, i.ret]. The lease may still be
 	// live at some instant of that, or may have lapsed by some instant of it.
 	from := max(i.call, s.now)
@@ -111,31 +116,32 @@ func outcomes(s lockState, i lockInput, margin int64) []option {
 	switch i.kind {
 	case Acquire:
 		grant := s
-		grant.holder, grant.token = i.owner, s.token+1
+		grant.holder, grant.token, grant.loose = i.owner, s.token+1, rising
 		grant.expLo, grant.expHi = satAdd(from, i.ttl), satAdd(i.ret, i.ttl)
+		granted := option{next: grant, status: lease.Locked, token: grant.token, atLeast: rising}
 		switch {
 		case s.holder == "":
-			opts = append(opts, option{next: grant, status: lease.Locked, token: grant.token})
+			opts = append(opts, granted)
 		case s.holder == i.owner:
 			if livePossible { // the same grant again, expiry not refreshed
-				opts = append(opts, option{next: s, status: lease.Locked, token: s.token})
+				opts = append(opts, option{next: s, status: lease.Locked, token: s.token, atLeast: s.loose})
 			}
 			if expiredPossible {
-				opts = append(opts, option{next: grant, status: lease.Locked, token: grant.token})
+				opts = append(opts, granted)
 			}
 		default:
 			if livePossible {
 				opts = append(opts, option{next: s, status: lease.Busy})
 			}
 			if expiredPossible {
-				opts = append(opts, option{next: grant, status: lease.Locked, token: grant.token})
+				opts = append(opts, granted)
 			}
 		}
 	case Extend:
 		if s.holder == i.owner && livePossible {
 			ext := s
 			ext.expLo, ext.expHi = satAdd(from, i.ttl), satAdd(i.ret, i.ttl)
-			opts = append(opts, option{next: ext, status: lease.Extended, token: s.token})
+			opts = append(opts, option{next: ext, status: lease.Extended, token: s.token, atLeast: s.loose})
 		}
 		if s.holder == "" || expiredPossible {
 			opts = append(opts, option{next: s, status: lease.LockDoesNotExist})
@@ -156,7 +162,7 @@ func outcomes(s lockState, i lockInput, margin int64) []option {
 		}
 	case Get:
 		if livePossible {
-			opts = append(opts, option{next: s, status: lease.Got, token: s.token, holder: s.holder})
+			opts = append(opts, option{next: s, status: lease.Got, token: s.token, atLeast: s.loose, holder: s.holder})
 		}
 		if s.holder == "" || expiredPossible {
 			opts = append(opts, option{next: s, status: lease.LockDoesNotExist})
@@ -183,6 +189,10 @@ func pendingDel(p string, k int) string { return p[:4*k] + p[4*k+4:] }
 // (as pending effects: ret = +∞) by index.
 type model struct {
 	margin int64
+	// rising: the resource is an ephemeral lock, whose tokens rise by
+	// more than one across reigns and evictions (each grant's is above
+	// the last's); a persistent lock's grant takes the last token + 1.
+	rising bool
 	table  []lockInput
 	// lastMention is, per owner, the instant the last operation of its own
 	// (definite, or an indeterminate one's registration), or Get that
@@ -311,8 +321,8 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 	effect := func(cur lockState, at lockInput) []lockState {
 		at.ret = ret // applied before the operation: by its return
 		var nexts []lockState
-		for _, o := range outcomes(cur, at, m.margin) {
-			if o.next.holder == cur.holder && o.next.token == cur.token && o.next.expLo == cur.expLo && o.next.expHi == cur.expHi {
+		for _, o := range outcomes(cur, at, m.margin, m.rising) {
+			if o.next.holder == cur.holder && o.next.token == cur.token && o.next.loose == cur.loose && o.next.expLo == cur.expLo && o.next.expHi == cur.expHi {
 				continue // no effect: the same as not applying it
 			}
 			nexts = append(nexts, o.next)
@@ -419,17 +429,22 @@ func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 	}
 	o := out.(lockOutput)
 	for _, c := range m.closure(s, i.ret) {
-		for _, op := range outcomes(c, i, m.margin) {
+		for _, op := range outcomes(c, i, m.margin, m.rising) {
 			if op.status != o.status {
 				continue
 			}
-			if (o.status == lease.Locked || o.status == lease.Extended || o.status == lease.Got) && op.token != o.token {
-				continue
+			n := op.next
+			if o.status == lease.Locked || o.status == lease.Extended || o.status == lease.Got {
+				switch {
+				case op.atLeast && o.token >= op.token:
+					n.token, n.loose = o.token, false // seen: from now on exact
+				case op.token != o.token:
+					continue
+				}
 			}
 			if o.status == lease.Got && op.holder != o.holder {
 				continue
 			}
-			n := op.next
 			n.now = max(n.now, i.call)
 			next = append(next, m.normalize(n))
 		}
@@ -438,15 +453,16 @@ func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 }
 
 // reset is s after a reign change of an ephemeral resource: nobody holds
-// it and the next grant gets token 0. An anonymous holder's remaining
-// pending operations become another anonymous instance.
+// it, and the next grant's token is above every earlier one's (the model
+// of an ephemeral lock is rising). An anonymous holder's remaining pending
+// operations become another anonymous instance.
 func reset(s lockState) lockState {
 	if isAnon(s.holder) {
 		if rest := s.holder[len(anonPrefix):]; hasAcquire(rest) {
 			s.anon = anonJoin(append(anonList(s.anon), rest))
 		}
 	}
-	s.holder, s.token, s.expLo, s.expHi = "", -1, 0, 0
+	s.holder, s.expLo, s.expHi = "", 0, 0
 	return s
 }
 
@@ -471,12 +487,12 @@ func (m *model) step(st, in, out any) (bool, any) {
 func hull(states []lockState) []lockState {
 	slices.SortFunc(states, func(a, b lockState) int {
 		return cmp.Or(strings.Compare(a.holder, b.holder), strings.Compare(a.pending, b.pending),
-			strings.Compare(a.anon, b.anon), cmp.Compare(a.token, b.token), cmp.Compare(a.now, b.now))
+			strings.Compare(a.anon, b.anon), cmp.Compare(a.token, b.token), cmpBool(a.loose, b.loose), cmp.Compare(a.now, b.now))
 	})
 	out := states[:0]
 	for _, s := range states {
 		if n := len(out); n > 0 {
-			if l := &out[n-1]; l.holder == s.holder && l.pending == s.pending && l.anon == s.anon && l.token == s.token && l.now == s.now {
+			if l := &out[n-1]; l.holder == s.holder && l.pending == s.pending && l.anon == s.anon && l.token == s.token && l.loose == s.loose && l.now == s.now {
 				l.expLo, l.expHi = min(l.expLo, s.expLo), max(l.expHi, s.expHi)
 				continue
 			}
@@ -484,6 +500,16 @@ func hull(states []lockState) []lockState {
 		out = append(out, s)
 	}
 	return out
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func (m *model) porcupine() porcupine.Model {
@@ -497,13 +523,18 @@ func (m *model) porcupine() porcupine.Model {
 		h.WriteByte(0)
 		h.WriteString(s.anon)
 		maphash.WriteComparable(&h, [4]int64{s.token, s.expLo, s.expHi, s.now})
+		maphash.WriteComparable(&h, s.loose)
 		return h.Sum64()
 	}
 	describe := func(s lockState) string {
 		var b strings.Builder
+		token := strconv.FormatInt(s.token, 10)
+		if s.loose {
+			token = "≥ " + token
+		}
 		switch {
 		case s.holder == "":
-			fmt.Fprintf(&b, "free, token %d", s.token)
+			fmt.Fprintf(&b, "free, token %s", token)
 		default:
 			hi := "∞"
 			if s.expHi != math.MaxInt64 {
@@ -513,7 +544,7 @@ func (m *model) porcupine() porcupine.Model {
 			if isAnon(holder) {
 				holder = "(an owner whose answers were lost)"
 			}
-			fmt.Fprintf(&b, "%s holds %d, expires in [%v, %s]", holder, s.token, time.Duration(s.expLo), hi)
+			fmt.Fprintf(&b, "%s holds %s, expires in [%v, %s]", holder, token, time.Duration(s.expLo), hi)
 		}
 		if n := len(s.pending)/4 + len(anonList(s.anon)); n > 0 {
 			fmt.Fprintf(&b, ", %d pending", n)
@@ -521,7 +552,7 @@ func (m *model) porcupine() porcupine.Model {
 		return b.String()
 	}
 	return porcupine.Model{
-		Init: func() any { return []lockState{{token: -1}} },
+		Init: func() any { return []lockState{{token: -1, loose: m.rising}} },
 		Step: m.step,
 		Equal: func(a, b any) bool {
 			return slices.Equal(a.([]lockState), b.([]lockState))
@@ -580,6 +611,7 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 	sorted := slices.Clone(ops)
 	slices.SortStableFunc(sorted, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
 	for _, o := range sorted {
+		m.rising = m.rising || o.Ephemeral
 		in := lockInput{kind: o.Kind, owner: o.Owner, ttl: int64(o.TTL), call: int64(o.Call), ret: int64(o.Returned())}
 		// When the operation is surely linearized: after its return, or for
 		// an indeterminate one after its registration at its call (its
@@ -645,8 +677,9 @@ const visualizeTimeout = 15 * time.Second
 // at a time. Indeterminate operations may take effect at any instant after
 // their call, or never. Leases lapse nondeterministically within the
 // bounds of Options.Margin; TryLock on a live lock by another owner is Busy,
-// grants take the previous token + 1 (0 first), Extend and Get see the
-// current token.
+// a persistent lock's grants take the previous token + 1 (0 first), an
+// ephemeral lock's any token above the previous one, Extend and Get see
+// the current token.
 func CheckLinearizable(h History, opts Options) LinearizabilityResult {
 	start := time.Now()
 	timeout := opts.Timeout

@@ -36,14 +36,17 @@ type reignCase struct {
 
 var reignCases = map[string]reignCase{
 	// Legal.
-	"ephemeral-tokens-restart-across-reign": {h: func() History {
+	"ephemeral-tokens-rise-across-reign": {h: func() History {
+		// The new leader's tokens start above the old one's window.
 		b := &hb{}
 		b.reign(1, 2, 0, 1*ms).
 			acq(0, "a", time.Minute, 10*ms, 11*ms, lease.Locked, 0).on(1).
 			rel(0, "a", 12*ms, 13*ms, lease.Unlocked).on(1).
 			acq(0, "a2", time.Minute, 14*ms, 15*ms, lease.Locked, 1).on(1).
 			reign(2, 3, 20*ms, 22*ms).
-			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 0).on(2)
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 1026).on(2).
+			rel(1, "b", 32*ms, 33*ms, lease.Unlocked).on(2).
+			acq(1, "b2", time.Minute, 34*ms, 35*ms, lease.Locked, 1027).on(2)
 		return b.ephemeral()
 	}},
 	"ephemeral-hold-lost-with-reign": {h: func() History {
@@ -52,21 +55,21 @@ var reignCases = map[string]reignCase{
 			acq(0, "a", time.Minute, 10*ms, 11*ms, lease.Locked, 0).on(1).
 			reign(2, 3, 20*ms, 22*ms).
 			get(2, 25*ms, 26*ms, lease.LockDoesNotExist, "", 0).on(2).
-			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 0).on(2).
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 1025).on(2).
 			ext(0, "a", time.Minute, 40*ms, 41*ms, lease.InvalidOwner, 0).on(2).
 			rel(0, "a", 42*ms, 43*ms, lease.InvalidOwner).on(2)
 		return b.ephemeral()
 	}},
 	"ephemeral-grant-may-straddle-reign": {h: func() History {
 		// b's grant may have been given by the new leader or the old one
-		// (then lost): it is not compared with either reign's tokens.
+		// (then lost).
 		b := &hb{}
 		b.reign(1, 2, 0, 1*ms).
 			acq(0, "a", time.Minute, 10*ms, 11*ms, lease.Locked, 0).
 			rel(0, "a", 12*ms, 13*ms, lease.Unlocked).
 			acq(1, "b", time.Minute, 15*ms, 25*ms, lease.Locked, 1).
 			reign(2, 3, 20*ms, 22*ms).
-			acq(2, "c", time.Minute, 30*ms, 31*ms, lease.Locked, 0)
+			acq(2, "c", time.Minute, 30*ms, 31*ms, lease.Locked, 1025)
 		return b.ephemeral()
 	}},
 	"old-leader-answered-before-the-new-reign": {h: func() History {
@@ -101,6 +104,16 @@ var reignCases = map[string]reignCase{
 	}},
 
 	// Illegal.
+	"ephemeral-tokens-back-across-reign": {lin: true, fence: true, h: func() History {
+		b := &hb{}
+		b.reign(1, 2, 0, 1*ms).
+			acq(0, "a", time.Minute, 10*ms, 11*ms, lease.Locked, 0).on(1).
+			rel(0, "a", 12*ms, 13*ms, lease.Unlocked).on(1).
+			acq(0, "a2", time.Minute, 14*ms, 15*ms, lease.Locked, 1).on(1).
+			reign(2, 3, 20*ms, 22*ms).
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 0).on(2)
+		return b.ephemeral()
+	}},
 	"ephemeral-two-holders-in-one-reign": {lin: true, excl: true, fence: true, h: func() History {
 		b := &hb{}
 		b.reign(1, 2, 0, 1*ms).
@@ -133,13 +146,13 @@ var reignCases = map[string]reignCase{
 			acq(0, "a", time.Minute, 40*ms, 2000*ms, lease.Locked, 0).on(1)
 		return b.ephemeral()
 	}},
-	"ephemeral-old-leader-keeps-granting": {lin: true, excl: true, stale: true, h: func() History {
+	"ephemeral-old-leader-keeps-granting": {lin: true, excl: true, fence: true, stale: true, h: func() History {
 		b := &hb{}
 		b.reign(1, 2, 0, 1*ms).
 			acq(0, "a", time.Minute, 10*ms, 11*ms, lease.Locked, 0).on(1).
 			rel(0, "a", 12*ms, 13*ms, lease.Unlocked).on(1).
 			reign(2, 3, 20*ms, 22*ms).
-			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 0).on(2).
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 1025).on(2).
 			acq(2, "c", time.Minute, 40*ms, 41*ms, lease.Locked, 1).on(1)
 		return b.ephemeral()
 	}},

@@ -10,6 +10,7 @@ import (
 //	batch  = 0x02 count:uint16be uvarint(term) uvarint(replica) record{count}
 //	record = uvarint(len) resource uvarint(base) value
 //	epoch  = 0x03 uvarint(term) uvarint(replica)
+//	reach  = 0x04 uvarint(term) uvarint(replica) varint(reach)
 //	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
 //
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
@@ -20,7 +21,9 @@ import (
 // A batch carries the epoch (leader term and replica) it was decided in,
 // and each record the Index of the stored record it was decided from
 // (base); the state machine applies a record only when both still hold
-// (statemachine.go). An epoch entry is a new leader's marker. Legacy
+// (statemachine.go). An epoch entry is a new leader's marker. A reach entry
+// raises the partition's ephemeral token reach (Raft.RaiseReach), fenced by
+// its epoch like a batch. Legacy
 // batches were written before the fence and are only replayed from old
 // logs, with the advance-only guard alone.
 //
@@ -37,6 +40,7 @@ const (
 	kindLegacyBatch byte = 1
 	kindBatch       byte = 2
 	kindEpoch       byte = 3
+	kindReach       byte = 4
 
 	// countOffset is where a batch's fixed-width count sits, so the writer
 	// can fill it in place when it closes a batch.
@@ -66,8 +70,9 @@ type Epoch struct {
 // header is the decoded head of an entry.
 type header struct {
 	kind  byte
-	epoch Epoch // batch and epoch entries
+	epoch Epoch // batch, epoch and reach entries
 	count int   // batch entries: at least 1
+	reach int64 // reach entries
 }
 
 // appendBatchHeader starts a batch of epoch e with a zero count.
@@ -82,6 +87,15 @@ func appendEpoch(b []byte, e Epoch) []byte {
 	b = append(b, kindEpoch)
 	b = binary.AppendUvarint(b, e.Term)
 	return binary.AppendUvarint(b, e.Replica)
+}
+
+// appendReach appends a reach entry: raise the reach to at least reach,
+// decided in epoch e.
+func appendReach(b []byte, e Epoch, reach int64) []byte {
+	b = append(b, kindReach)
+	b = binary.AppendUvarint(b, e.Term)
+	b = binary.AppendUvarint(b, e.Replica)
+	return binary.AppendVarint(b, reach)
 }
 
 // appendRecord appends rec in a batch's record form.
@@ -162,7 +176,7 @@ func decodeBatch(dst []Record, b []byte) (header, []Record, error) {
 	if err != nil {
 		return h, dst, err
 	}
-	if h.kind == kindEpoch {
+	if h.kind == kindEpoch || h.kind == kindReach {
 		return h, dst, errCorrupt
 	}
 	for range h.count {
@@ -205,6 +219,12 @@ func parseHeader(b []byte) (header, []byte, error) {
 	case kindEpoch:
 		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
 		if d.err == nil && len(d.b) != 0 {
+			d.fail()
+		}
+	case kindReach:
+		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
+		h.reach = d.varint()
+		if d.err == nil && (len(d.b) != 0 || h.reach < 0) {
 			d.fail()
 		}
 	default:

@@ -457,6 +457,59 @@ func (r *Raft) Fence(ctx context.Context, p int, term uint64) error {
 	return nil
 }
 
+// TokenReach returns the applied ephemeral token reach of partition p
+// from local storage: above every token an ephemeral lock of p was granted
+// by a leader whose epoch ended before the stored one (see RaiseReach).
+// Read after Fence, it is where this node's ephemeral tokens start.
+func (r *Raft) TokenReach(p int) (int64, error) {
+	if err := r.checkPartition(p); err != nil {
+		return 0, err
+	}
+	r.dbMu.RLock()
+	defer r.dbMu.RUnlock()
+	if r.dbClosed {
+		return 0, ErrClosed
+	}
+	reach, err := readReach(r.view(p), shardID(p))
+	if err != nil {
+		return 0, fmt.Errorf("durability: read token reach of partition %d: %w", p, err)
+	}
+	return reach, nil
+}
+
+var errReachRejected = fmt.Errorf("%w: token reach rejected (a later term was fenced)", ErrRetry)
+
+// RaiseReach raises the ephemeral token reach of partition p to at least
+// reach, decided in this node's epoch of term, and returns nil once it is
+// applied here: from then on this node may grant ephemeral tokens below
+// reach. The entry is fenced like a batch: once a later leader's marker is
+// accepted it changes nothing, so that leader, reading the reach after its
+// fence, is above every token this one granted. Errors match ErrRetry or
+// ErrClosed; a raise whose outcome is unknown grants nothing (the reach
+// may be higher than this node knows, which costs a later leader nothing
+// but larger tokens).
+func (r *Raft) RaiseReach(ctx context.Context, p int, term uint64, reach int64) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	cmd := appendReach(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID}, reach)
+	rs, err := r.nh.Propose(r.lanes[p].session, cmd, r.cfg.ProposalTimeout)
+	if err != nil {
+		return fmt.Errorf("durability: raise token reach of partition %d: %w", p, proposeError(err))
+	}
+	res, err := r.await(ctx, rs, p, "raise token reach")
+	if err != nil {
+		return err
+	}
+	if res.Value == 0 {
+		return errReachRejected
+	}
+	return nil
+}
+
 // epochIs reports whether the stored epoch of p is this node's in term.
 func (r *Raft) epochIs(p int, term uint64) bool {
 	r.dbMu.RLock()

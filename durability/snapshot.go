@@ -13,16 +13,18 @@ import (
 // Snapshot stream of one shard:
 //
 //	version:byte uvarint(applied index) uvarint(epoch term) uvarint(epoch replica)
-//	varint(token floor)
+//	varint(token floor) varint(ephemeral token reach)
 //	{ 0x01 uvarint(len) resource uvarint(len) stored value }*
 //	0x00 uvarint(record count)
 //
 // It carries the applied index because RecoverFromSnapshot gets none, and
-// the epoch and token floor because the fence depends on them. Version 1
-// (before the fence) had no epoch, version 2 (before removals) no floor:
-// both read as zero.
+// the epoch, token floor and reach because the fence and the tokens depend
+// on them. Version 1 (before the fence) had no epoch, version 2 (before
+// removals) no floor, version 3 (before ephemeral tokens were fenced) no
+// reach: each reads as zero.
 const (
-	snapshotVersion   byte = 3
+	snapshotVersion   byte = 4
+	snapshotVersionV3 byte = 3
 	snapshotVersionV2 byte = 2
 	snapshotVersionV1 byte = 1
 	tagRecord         byte = 1
@@ -35,6 +37,7 @@ type snapshotView struct {
 	applied uint64
 	epoch   Epoch
 	floor   int64
+	reach   int64
 }
 
 // PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
@@ -47,8 +50,8 @@ func (s *stateMachine) PrepareSnapshot() (any, error) {
 	g := txnGetter{txn}
 	applied, err := readApplied(g, s.shard)
 	var (
-		epoch Epoch
-		floor int64
+		epoch        Epoch
+		floor, reach int64
 	)
 	if err == nil {
 		epoch, err = readEpoch(g, s.shard)
@@ -56,11 +59,14 @@ func (s *stateMachine) PrepareSnapshot() (any, error) {
 	if err == nil {
 		floor, err = readFloor(g, s.shard)
 	}
+	if err == nil {
+		reach, err = readReach(g, s.shard)
+	}
 	if err != nil {
 		txn.Discard()
 		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
 	}
-	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor}, nil
+	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor, reach: reach}, nil
 }
 
 // SaveSnapshot streams the view taken by PrepareSnapshot.
@@ -79,6 +85,7 @@ func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan st
 	buf = binary.AppendUvarint(buf, v.epoch.Term)
 	buf = binary.AppendUvarint(buf, v.epoch.Replica)
 	buf = binary.AppendVarint(buf, v.floor)
+	buf = binary.AppendVarint(buf, v.reach)
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
@@ -139,7 +146,7 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	if err != nil {
 		return err
 	}
-	if ver != snapshotVersion && ver != snapshotVersionV2 && ver != snapshotVersionV1 {
+	if ver < snapshotVersionV1 || ver > snapshotVersion {
 		return fmt.Errorf("%w: snapshot version %d", errCorrupt, ver)
 	}
 	applied, err := binary.ReadUvarint(br)
@@ -147,8 +154,8 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 		return err
 	}
 	var (
-		epoch Epoch
-		floor int64
+		epoch        Epoch
+		floor, reach int64
 	)
 	if ver >= snapshotVersionV2 {
 		if epoch.Term, err = binary.ReadUvarint(br); err != nil {
@@ -158,8 +165,13 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 			return err
 		}
 	}
-	if ver >= snapshotVersion {
+	if ver >= snapshotVersionV3 {
 		if floor, err = binary.ReadVarint(br); err != nil {
+			return err
+		}
+	}
+	if ver >= snapshotVersion {
+		if reach, err = binary.ReadVarint(br); err != nil {
 			return err
 		}
 	}
@@ -177,8 +189,9 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	var ev [16]byte
 	binary.BigEndian.PutUint64(ev[:8], epoch.Term)
 	binary.BigEndian.PutUint64(ev[8:], epoch.Replica)
-	var fv [8]byte
+	var fv, rv [8]byte
 	binary.BigEndian.PutUint64(fv[:], uint64(floor))
+	binary.BigEndian.PutUint64(rv[:], uint64(reach))
 	err = s.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(s.epochKey, ev[:]); err != nil {
 			return err
@@ -186,12 +199,15 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 		if err := txn.Set(s.floorKey, fv[:]); err != nil {
 			return err
 		}
+		if err := txn.Set(s.reachKey, rv[:]); err != nil {
+			return err
+		}
 		return txn.Set(s.appliedKey, val[:])
 	})
 	if err != nil {
 		return err
 	}
-	s.epoch, s.floor = epoch, floor
+	s.epoch, s.floor, s.reach = epoch, floor, reach
 	s.applied.Store(applied)
 	return s.db.Sync()
 }

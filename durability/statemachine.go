@@ -30,7 +30,9 @@ var errSMClosed = errors.New("durability: state machine closed")
 //     the shard's token floor;
 //   - a removal (Record.Remove) applies under the same guard and only if a
 //     record is stored: it deletes the record and raises the floor above
-//     the record's token, so the name's tokens keep growing after it.
+//     the record's token, so the name's tokens keep growing after it;
+//   - a reach entry (Raft.RaiseReach) raises the ephemeral token reach
+//     only if it was decided in the stored epoch, and never lowers it.
 //
 // A rejected record changes nothing, the same way on every replica.
 //
@@ -48,6 +50,7 @@ type stateMachine struct {
 	appliedKey []byte
 	epochKey   []byte
 	floorKey   []byte
+	reachKey   []byte
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
@@ -58,6 +61,7 @@ type stateMachine struct {
 	// never runs concurrently.
 	epoch  Epoch  // the stored epoch
 	floor  int64  // the stored token floor
+	reach  int64  // the stored ephemeral token reach
 	keys   []byte // key arena
 	vals   []byte // stored-value arena
 	orders orderCache
@@ -134,6 +138,7 @@ func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFenc
 		appliedKey:    appliedKey,
 		epochKey:      shardKey(nil, shard, keyEpoch),
 		floorKey:      shardKey(nil, shard, keyFloor),
+		reachKey:      shardKey(nil, shard, keyReach),
 		unsafeNoFence: unsafeNoFence,
 		pend:          newPending(db, appliedKey),
 	}
@@ -158,11 +163,14 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 		if s.epoch, err = readEpoch(g, s.shard); err != nil {
 			return err
 		}
-		s.floor, err = readFloor(g, s.shard)
+		if s.floor, err = readFloor(g, s.shard); err != nil {
+			return err
+		}
+		s.reach, err = readReach(g, s.shard)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("durability: shard %d: read applied index, epoch and token floor: %w", s.shard, err)
+		return 0, fmt.Errorf("durability: shard %d: read applied index, epoch, token floor and reach: %w", s.shard, err)
 	}
 	s.applied.Store(idx)
 	return idx, nil
@@ -174,7 +182,7 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 // than one badger txn takes) is logged and skipped the same way on every
 // replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor}
+	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor, reach: s.reach}
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
 			s.orders.clear()
@@ -182,7 +190,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		}
 		a.keys, a.vals = a.keys[:0], a.vals[:0] // the pending writes copied them
 	}
-	s.epoch, s.floor = a.epoch, a.floor
+	s.epoch, s.floor, s.reach = a.epoch, a.floor, a.reach
 	s.keys, s.vals = a.keys[:0], a.vals[:0]
 	if a.last != 0 {
 		s.applied.Store(a.last)
@@ -209,6 +217,7 @@ type applier struct {
 	keys, vals []byte
 	epoch      Epoch // as the entries applied leave it
 	floor      int64 // likewise
+	reach      int64 // likewise
 }
 
 func (a *applier) entry(e *sm.Entry) error {
@@ -219,8 +228,11 @@ func (a *applier) entry(e *sm.Entry) error {
 		a.last = e.Index
 		return nil
 	}
-	if h.kind == kindEpoch {
+	switch h.kind {
+	case kindEpoch:
 		return a.marker(e, h.epoch)
+	case kindReach:
+		return a.raise(e, h.epoch, h.reach)
 	}
 	if ops+1 >= a.s.db.MaxBatchCount() || cost+appliedCost >= a.s.db.MaxBatchSize() {
 		a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
@@ -288,6 +300,29 @@ func (a *applier) marker(e *sm.Entry, ep Epoch) error {
 	return nil
 }
 
+// raise applies a reach entry: accepted only if decided in the stored
+// epoch (any epoch with the fence switched off), so a deposed leader cannot
+// raise the reach past what the next leader read after its fence. An
+// accepted entry never lowers the reach; its Result.Value is the index.
+func (a *applier) raise(e *sm.Entry, ep Epoch, reach int64) error {
+	if ep != a.epoch && !a.s.unsafeNoFence {
+		a.last = e.Index
+		return nil
+	}
+	if reach > a.reach {
+		if err := a.s.pend.room(1, setCost(len(a.s.reachKey), 8), a.last); err != nil {
+			return err
+		}
+		vstart := len(a.vals)
+		a.vals = binary.BigEndian.AppendUint64(a.vals, uint64(reach))
+		a.s.pend.set(a.s.reachKey, a.vals[vstart:])
+		a.reach = reach
+	}
+	a.last = e.Index
+	e.Result = sm.Result{Value: e.Index}
+	return nil
+}
+
 // storedIndexCost bounds what appendStored adds to a command-form value.
 const storedIndexCost = 10
 
@@ -297,7 +332,7 @@ const storedIndexCost = 10
 // floor) and their cost.
 func scanEntry(cmd []byte) (h header, records []byte, ops, cost int64, err error) {
 	h, body, err := parseHeader(cmd)
-	if err != nil || h.kind == kindEpoch {
+	if err != nil || h.kind == kindEpoch || h.kind == kindReach {
 		return h, nil, 0, 0, err
 	}
 	records = body

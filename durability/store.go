@@ -14,15 +14,22 @@ import (
 //	's' shard:8 'a'            applied Raft index of the shard (8 bytes BE)
 //	's' shard:8 'e'            the shard's epoch: term, replica (8 bytes BE each)
 //	's' shard:8 'f'            the shard's token floor (8 bytes BE int64; absent: 0)
+//	's' shard:8 't'            the shard's ephemeral token reach (8 bytes BE int64; absent: 0)
 //	's' shard:8 'r' resource   the resource's stored value (codec.go)
 //
 // The token floor is above the token of every record removed from the
 // shard, so a name granted again after its record was removed still gets
 // a larger fencing token than it ever had. It only grows.
+//
+// The ephemeral token reach is above every token an ephemeral lock of the
+// shard was granted: a leader grants ephemeral tokens only below a reach
+// it raised in its own epoch (Raft.RaiseReach), so the next leader, which
+// reads it after its fence, starts above all of them. It only grows.
 const (
 	keyApplied  byte = 'a'
 	keyEpoch    byte = 'e'
 	keyFloor    byte = 'f'
+	keyReach    byte = 't'
 	keyRecord   byte = 'r'
 	shardKeyLen      = 1 + 8 + 1
 )
@@ -132,6 +139,18 @@ func readFloor(g getter, shard uint64) (int64, error) {
 	}
 	if len(v) != 8 {
 		return 0, fmt.Errorf("%w: token floor of %d bytes", errCorrupt, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// readReach returns the stored ephemeral token reach of shard (0 if none).
+func readReach(g getter, shard uint64) (int64, error) {
+	v, found, err := g.get(shardKey(nil, shard, keyReach))
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: token reach of %d bytes", errCorrupt, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
 }

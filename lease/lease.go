@@ -164,6 +164,11 @@ type Entry struct {
 	Token int64
 	// Revision counts writes of the resource; it orders persistent records.
 	Revision uint64
+	// Floor is the least token a grant to a new owner may take, whatever
+	// Token says: it carries tokens the entry does not know of (ephemeral
+	// grants of an earlier leader, or of an evicted entry). Every Next
+	// carries it; it is never stored.
+	Floor int64
 }
 
 // Live reports whether the entry is a lease that has not lapsed at now.
@@ -199,7 +204,8 @@ func Decide(e Entry, op Op, owner []byte, ttl time.Duration, now time.Time) Deci
 		if e.State == Absent {
 			token = e.Token
 		}
-		next := Entry{State: Held, Owner: owner, Expires: now.Add(ttl), Token: token, Revision: e.Revision + 1}
+		token = max(token, e.Floor)
+		next := Entry{State: Held, Owner: owner, Expires: now.Add(ttl), Token: token, Revision: e.Revision + 1, Floor: e.Floor}
 		return Decision{Status: Locked, Token: token, Write: true, Next: next}
 
 	case Extend:
@@ -223,7 +229,7 @@ func Decide(e Entry, op Op, owner []byte, ttl time.Duration, now time.Time) Deci
 		}
 		// Expiry is not checked: the owner may release a lapsed lease that
 		// nobody has taken since.
-		next := Entry{State: Released, Expires: e.Expires, Token: e.Token, Revision: e.Revision + 1}
+		next := Entry{State: Released, Expires: e.Expires, Token: e.Token, Revision: e.Revision + 1, Floor: e.Floor}
 		return Decision{Status: Unlocked, Write: true, Next: next}
 
 	case Get:

@@ -19,6 +19,11 @@ type Prover interface {
 	// Confirm proves this node led p in term at some moment after the call
 	// started.
 	Confirm(ctx context.Context, p int, term uint64) error
+	// TokenReach, read after Fence, is above every ephemeral token an
+	// earlier leader of p granted; RaiseReach raises it, fenced by this
+	// node's epoch of term (tokens.go).
+	TokenReach(p int) (int64, error)
+	RaiseReach(ctx context.Context, p int, term uint64, reach int64) error
 }
 
 // Purger forgets every cached entry of a partition.
@@ -136,10 +141,13 @@ type reign struct {
 // background; losing leadership, the lease, or the term stops serving at
 // once.
 type Leadership struct {
-	parts  []atomic.Pointer[reign] // nil: not serving
-	opts   Options
-	logger *slog.Logger
-	base   time.Time // origin of the monotonic clock of leases
+	parts   []atomic.Pointer[reign]       // nil: not serving
+	windows []atomic.Pointer[tokenWindow] // the latest reign's ephemeral tokens (tokens.go)
+	reacher Prover                        // set by Start
+	life    context.Context               // ends with Close
+	opts    Options
+	logger  *slog.Logger
+	base    time.Time // origin of the monotonic clock of leases
 
 	mu      sync.Mutex
 	latest  []durability.LeaderEvent // newest event per partition
@@ -170,6 +178,8 @@ func NewLeadership(n int, opts Options) *Leadership {
 	}
 	return &Leadership{
 		parts:   make([]atomic.Pointer[reign], n),
+		windows: make([]atomic.Pointer[tokenWindow], n),
+		life:    context.Background(),
 		opts:    opts,
 		logger:  opts.Logger,
 		base:    time.Now(),
@@ -348,6 +358,7 @@ func (l *Leadership) notify() {
 func (l *Leadership) Start(prover Prover, purge Purger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
+	l.reacher, l.life = prover, ctx
 	var wg sync.WaitGroup
 	if l.opts.Lease > 0 {
 		for p := range l.parts {
@@ -442,6 +453,11 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if err := prover.Fence(fctx, ev.Partition, ev.Term); err != nil {
 		return err
 	}
+	reach, err := prover.TokenReach(ev.Partition)
+	if err != nil {
+		return err
+	}
+	l.openWindow(ev.Partition, ev.Term, reach)
 	if err := purge.DropPartition(ctx, ev.Partition); err != nil {
 		return err
 	}

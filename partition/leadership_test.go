@@ -30,6 +30,9 @@ func (f *fakeProver) Fence(_ context.Context, _ int, term uint64) error {
 	return nil
 }
 
+func (f *fakeProver) TokenReach(int) (int64, error)                        { return 0, nil }
+func (f *fakeProver) RaiseReach(context.Context, int, uint64, int64) error { return nil }
+
 func (f *fakeProver) Confirm(context.Context, int, uint64) error {
 	f.confirms.Add(1)
 	if f.confirmOK.Load() {
