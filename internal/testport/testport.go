@@ -28,6 +28,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Host is the address every port is reserved on.
@@ -71,6 +72,22 @@ func Port(t testing.TB) int {
 		t.Fatalf("testport: close the probe of port %d: %v", port, err)
 	}
 	return port
+}
+
+// Closed reports whether l, a TCP listener, was closed: for tests of
+// components that take a listener over. It does not wait for a
+// connection (one pending is accepted and closed).
+func Closed(l net.Listener) bool {
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		panic(fmt.Sprintf("testport.Closed: %T is not a *net.TCPListener", l))
+	}
+	_ = tl.SetDeadline(time.Now()) // fails once closed: Accept says so
+	c, err := tl.Accept()
+	if err == nil {
+		c.Close()
+	}
+	return errors.Is(err, net.ErrClosed)
 }
 
 // reserve locks a free port for t, until t ends, and returns it bound.

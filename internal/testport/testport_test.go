@@ -104,6 +104,17 @@ func TestListenReservesUntilTheTestEnds(t *testing.T) {
 	}
 }
 
+func TestClosed(t *testing.T) {
+	l := Listen(t)
+	if Closed(l) {
+		t.Fatal("an open listener reported closed")
+	}
+	l.Close()
+	if !Closed(l) {
+		t.Fatal("a closed listener reported open")
+	}
+}
+
 // Addr's port is reserved and free to bind.
 func TestAddr(t *testing.T) {
 	addr := Addr(t)
