@@ -37,7 +37,7 @@ func openMembers(t *testing.T, members map[uint64]kahuna.Member, dirs map[uint64
 				InitialClusterState: kahuna.ClusterStateNew,
 			}
 			mutate(id, &cfg)
-			n, err := kahuna.Open(cfg)
+			n, err := kahuna.Open(withListeners(cfg))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -59,7 +59,7 @@ func openMembers(t *testing.T, members map[uint64]kahuna.Member, dirs map[uint64
 func newMembers(t *testing.T) (map[uint64]kahuna.Member, map[uint64]string) {
 	members, dirs := map[uint64]kahuna.Member{}, map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {
-		members[id] = kahuna.Member{RaftAddress: freeAddr(t), Endpoint: "http://" + freeAddr(t)}
+		members[id] = newMember(t)
 		dirs[id] = t.TempDir()
 	}
 	return members, dirs

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"strconv"
 	"sync"
@@ -182,16 +181,6 @@ type benchCluster struct {
 	nodes      map[uint64]*kahuna.Node
 }
 
-func benchFreeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startBenchCluster opens three nodes at once (each Open waits for a
 // quorum) and returns when every node sees the start-up spread of leaders
 // (partition p led by node p%3+1).
@@ -199,7 +188,7 @@ func startBenchCluster(tb testing.TB, partitions int) *benchCluster {
 	tb.Helper()
 	members := map[uint64]kahuna.Member{}
 	for id := uint64(1); id <= 3; id++ {
-		members[id] = kahuna.Member{RaftAddress: benchFreeAddr(tb), Endpoint: "http://" + benchFreeAddr(tb)}
+		members[id] = newMember(tb)
 	}
 	c := &benchCluster{partitions: partitions, nodes: map[uint64]*kahuna.Node{}}
 	var (
@@ -210,7 +199,7 @@ func startBenchCluster(tb testing.TB, partitions int) *benchCluster {
 	for id, m := range members {
 		dir := tb.TempDir()
 		wg.Go(func() {
-			n, err := kahuna.Open(kahuna.Config{
+			n, err := kahuna.Open(withListeners(kahuna.Config{
 				NodeID:        id,
 				DataDir:       dir,
 				Members:       members,
@@ -218,7 +207,7 @@ func startBenchCluster(tb testing.TB, partitions int) *benchCluster {
 				Partitions:    partitions,
 				// A new cluster on fresh dirs.
 				InitialClusterState: kahuna.ClusterStateNew,
-			})
+			}))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

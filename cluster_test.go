@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -25,32 +23,6 @@ type cluster struct {
 	mod     func(id uint64, cfg *kahuna.Config) // if set, changes each node's config
 }
 
-// freeAddr returns a loopback address free now, for a node to listen on
-// later. The port comes from below Linux's ephemeral range (32768 and up),
-// which the kernel hands to outgoing connections and to ":0" listeners:
-// a port from there, released here, can be taken by one of the test's own
-// client sockets before the node binds it ("address already in use").
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue // taken
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, given := freeAddrsGiven.LoadOrStore(addr, true); given {
-			continue // given before in this process
-		}
-		return addr
-	}
-	t.Fatal("no free port found below the ephemeral range")
-	return ""
-}
-
-var freeAddrsGiven sync.Map
-
 func startCluster(t *testing.T, partitions int) *cluster {
 	t.Helper()
 	return startClusterWith(t, partitions, nil)
@@ -61,7 +33,7 @@ func startClusterWith(t *testing.T, partitions int, mod func(id uint64, cfg *kah
 	t.Helper()
 	c := &cluster{t: t, members: map[uint64]kahuna.Member{}, dirs: map[uint64]string{}, nodes: map[uint64]*kahuna.Node{}, mod: mod}
 	for id := uint64(1); id <= 3; id++ {
-		c.members[id] = kahuna.Member{RaftAddress: freeAddr(t), Endpoint: "http://" + freeAddr(t)}
+		c.members[id] = newMember(t)
 		c.dirs[id] = t.TempDir()
 	}
 	var wg sync.WaitGroup
@@ -136,7 +108,7 @@ func (c *cluster) start(id uint64, partitions int, state kahuna.ClusterState) er
 	if c.mod != nil {
 		c.mod(id, &cfg)
 	}
-	n, err := kahuna.Open(cfg)
+	n, err := kahuna.Open(withListeners(cfg))
 	if err != nil {
 		return fmt.Errorf("node %d: %w", id, err)
 	}

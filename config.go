@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -57,6 +58,14 @@ type Config struct {
 	// ListenAddress, if set, makes Open serve the wire API (REST and gRPC on
 	// one port, see package transport) there; "" serves nothing.
 	ListenAddress string
+	// Listener and RaftListener, if set, are already bound: Open serves the
+	// wire API on Listener instead of binding ListenAddress (leave that
+	// ""), and Raft on RaftListener instead of binding RaftAddress, which
+	// must name its port. For callers that must know the addresses before
+	// the node starts (every member's, in Members) and so keep them bound
+	// meanwhile: tests, socket activation. Open takes them over: Close
+	// closes them, as does a failed Open.
+	Listener, RaftListener net.Listener
 	// Members lists every member of the cluster, this node included, by
 	// NodeID. Empty means a single node. Every member replicates every
 	// partition; a node forwards a request to the Endpoint of the
@@ -341,6 +350,9 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Members) > 1 && c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("a cluster member needs a DataDir: in memory, node %d would forget its Raft votes and log on every restart and come back as a member that never was", c.NodeID))
 	}
+	if c.Listener != nil && c.ListenAddress != "" {
+		errs = append(errs, fmt.Errorf("ListenAddress %q and a Listener: give one", c.ListenAddress))
+	}
 	if n := countSet(c.PeerCertFile, c.PeerKeyFile, c.PeerCAFile); n != 0 && n != 3 {
 		errs = append(errs, errors.New("PeerCertFile, PeerKeyFile and PeerCAFile go together"))
 	}
@@ -375,6 +387,9 @@ func (c Config) withDefaults() (Config, error) {
 				}
 			}
 		}
+	}
+	if c.RaftListener != nil && c.RaftAddress == "" {
+		errs = append(errs, errors.New("a RaftListener needs a RaftAddress (or Members) naming its port"))
 	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("kahuna: invalid config: %w", errors.Join(errs...))

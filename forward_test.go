@@ -12,6 +12,7 @@ import (
 	"github.com/kahunago/kahuna/actors"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/transport"
@@ -112,13 +113,7 @@ func TestForwardPassesAnswersThrough(t *testing.T) {
 // the request answers MustRetry.
 func TestForwardNeverSentIsMustRetry(t *testing.T) {
 	t.Run("leader unreachable", func(t *testing.T) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := lis.Addr().String()
-		lis.Close()
-		n := forwarder(t, "http://"+addr)
+		n := forwarder(t, "http://"+testport.Addr(t)) // reserved: nothing listens
 		for _, op := range fwdOps {
 			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != MustRetry {
 				t.Errorf("forward %v to a closed port = %+v, %v, want MustRetry", op, r, err)

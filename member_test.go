@@ -55,7 +55,7 @@ func checkHeld(t *testing.T, via *kahuna.Node, held map[string]string) {
 // addNode adds node id to c through node via, then starts it joining.
 func (c *cluster) addNode(via, id uint64, partitions int) {
 	c.t.Helper()
-	m := kahuna.Member{RaftAddress: freeAddr(c.t), Endpoint: "http://" + freeAddr(c.t)}
+	m := newMember(c.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.node(via).AddMember(ctx, id, m); err != nil {
@@ -130,7 +130,7 @@ func TestMemberAddRemove(t *testing.T) {
 
 	// A removed ID never comes back, whichever node is asked.
 	for _, via := range []uint64{2, 4} {
-		err := c.node(via).AddMember(ctx, 3, kahuna.Member{RaftAddress: freeAddr(t), Endpoint: "http://" + freeAddr(t)})
+		err := c.node(via).AddMember(ctx, 3, unstartedMember(t))
 		if !errors.Is(err, kahuna.ErrMemberRemoved) {
 			t.Fatalf("re-adding removed member 3 via %d: %v, want ErrMemberRemoved", via, err)
 		}
@@ -197,8 +197,7 @@ func TestMemberChangeDropsLease(t *testing.T) {
 	// partition p on node p%3+1): it must pass both changes on.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m := kahuna.Member{RaftAddress: freeAddr(t), Endpoint: "http://" + freeAddr(t)}
-	if err := c.node(3).AddMember(ctx, 4, m); err != nil {
+	if err := c.node(3).AddMember(ctx, 4, unstartedMember(t)); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

@@ -48,7 +48,7 @@ type Node struct {
 	leadership *partition.Leadership
 	ring       *actors.Ring
 	peers      *peers
-	server     *transport.Server // nil unless Config.ListenAddress
+	server     *transport.Server // nil unless Config.ListenAddress or Listener
 	listenAddr string
 	book       *book // members and their endpoints (member.go)
 
@@ -87,6 +87,20 @@ var _ WaitLocker = (*Node)(nil)
 
 // Open starts a node and returns once it serves every partition.
 func Open(cfg Config) (*Node, error) {
+	n, err := open(cfg)
+	if err != nil {
+		// Taken over, so closed here: the node's Close closes a listener
+		// it started serving on, but a failure may come before.
+		for _, l := range []net.Listener{cfg.Listener, cfg.RaftListener} {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}
+	return n, err
+}
+
+func open(cfg Config) (*Node, error) {
 	// The node keeps its own copy: a caller may change its map later
 	// (a test adding a member did, racing the balancer's reads).
 	cfg.Members = maps.Clone(cfg.Members)
@@ -143,6 +157,7 @@ func Open(cfg Config) (*Node, error) {
 		Dir:                 cfg.DataDir,
 		WALDir:              cfg.WALDir,
 		RaftAddress:         cfg.RaftAddress,
+		Listener:            cfg.RaftListener,
 		ReplicaID:           cfg.NodeID,
 		Members:             raftMembers,
 		Partitions:          cfg.Partitions,
@@ -187,8 +202,8 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
 	n.leadership.Start(n.backend, n.ring)
-	if cfg.ListenAddress != "" {
-		if err := n.serve(cfg.ListenAddress); err != nil {
+	if cfg.ListenAddress != "" || cfg.Listener != nil {
+		if err := n.serve(); err != nil {
 			_ = n.Close()
 			return nil, fmt.Errorf("kahuna: open: %w", err)
 		}
@@ -210,12 +225,15 @@ func Open(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// serve starts the wire API on addr; the forwarding stream gets the
-// Locker that never forwards again.
-func (n *Node) serve(addr string) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+// serve starts the wire API on Config.Listener or ListenAddress; the
+// forwarding stream gets the Locker that never forwards again.
+func (n *Node) serve() error {
+	lis := n.cfg.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", n.cfg.ListenAddress); err != nil {
+			return fmt.Errorf("listen on %s: %w", n.cfg.ListenAddress, err)
+		}
 	}
 	n.listenAddr = lis.Addr().String()
 	n.server = transport.NewServer(n, transport.ServerOptions{
@@ -228,14 +246,15 @@ func (n *Node) serve(addr string) error {
 	})
 	go func() {
 		if err := n.server.ServeHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			n.cfg.Logger.Error("API listener failed", "addr", addr, "err", err)
+			n.cfg.Logger.Error("API listener failed", "addr", n.listenAddr, "err", err)
 		}
 	}()
 	return nil
 }
 
 // ListenAddress is the address the wire API listens on ("" if none): the
-// actual one when Config.ListenAddress asked for port 0.
+// actual one when Config.ListenAddress asked for port 0, Config.Listener's
+// if given.
 func (n *Node) ListenAddress() string { return n.listenAddr }
 
 // Local is the Locker this node offers its peers on the node-to-node

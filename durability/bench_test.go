@@ -2,6 +2,7 @@ package durability
 
 import (
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -105,6 +106,10 @@ func benchProposeOn(b *testing.B, goroutines int, n *node) {
 func BenchmarkProposeReplicated(b *testing.B) {
 	const partitions = 8
 	members := tcpMembers(b)
+	listeners := map[uint64]net.Listener{}
+	for id, addr := range members {
+		listeners[id] = bind(b, addr)
+	}
 	nodes := make([]*Raft, 3)
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -113,7 +118,7 @@ func BenchmarkProposeReplicated(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			id := uint64(i + 1)
-			nodes[i], errs[i] = OpenRaft(RaftConfig{Dir: b.TempDir(), ReplicaID: id, Members: members, RaftAddress: members[id], Partitions: partitions, InitialClusterState: ClusterStateNew})
+			nodes[i], errs[i] = OpenRaft(RaftConfig{Dir: b.TempDir(), ReplicaID: id, Members: members, RaftAddress: members[id], Listener: listeners[id], Partitions: partitions, InitialClusterState: ClusterStateNew})
 		}()
 	}
 	wg.Wait()

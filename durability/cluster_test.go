@@ -101,6 +101,7 @@ func openClusterOn(t *testing.T, base RaftConfig, members map[uint64]string, adj
 // start opens replica id with its config.
 func (c *cluster) start(id int) error {
 	r, err := OpenRaft(c.cfgs[id-1])
+	c.cfgs[id-1].Listener = nil // taken over: a restart binds RaftAddress
 	if err == nil {
 		c.nodes[id-1] = &node{Raft: r}
 	}

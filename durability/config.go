@@ -8,9 +8,11 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,14 @@ type RaftConfig struct {
 	// one derived from Dir. The address is recorded in the Raft data, so a
 	// Dir must always be reopened with the same address.
 	RaftAddress string
+	// Listener, if set, is the TCP transport's listener, already bound at
+	// RaftAddress's port: the transport serves on it instead of binding
+	// RaftAddress, so whoever chose the port had no window in which
+	// another process could take it (tests that must know every member's
+	// address before any starts). OpenRaft takes it over: it is closed
+	// with the node, or before OpenRaft returns an error. It needs a
+	// RaftAddress and kahuna's TCP transport (no Transport).
+	Listener net.Listener
 	// Members maps every initial replica ID (this one included) to its Raft
 	// address. Empty means a single node {ReplicaID: RaftAddress}. Restarts
 	// must pass the same map (with the default ClusterToken it is part of
@@ -254,6 +264,11 @@ func (c RaftConfig) resolve() (*resolved, error) {
 	}
 	if c.MutualTLS && (r.inProc || c.Transport != nil) {
 		return nil, errors.New("durability: MutualTLS needs the TCP transport (a RaftAddress and no Transport)")
+	}
+	if c.Listener != nil {
+		if err := r.checkListener(); err != nil {
+			return nil, err
+		}
 	}
 	if c.Dir == "" {
 		r.rootFS = vfs.NewMem()
@@ -478,12 +493,29 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	if r.inProc {
 		nhc.Expert.TransportFactory = &chanFactory{}
 	} else if !r.dragonboatTransport {
-		nhc.Expert.TransportFactory = raftnet.Factory{Logger: r.transportLogger()}
+		nhc.Expert.TransportFactory = raftnet.Factory{Logger: r.transportLogger(), Listener: r.Listener}
 	}
 	if r.Transport != nil {
 		nhc.Expert.TransportFactory = r.Transport
 	}
 	return nhc
+}
+
+// checkListener refuses a Listener the transport would not serve on, or
+// one bound at another port than the RaftAddress peers are told.
+func (r *resolved) checkListener() error {
+	if r.inProc || r.Transport != nil || r.dragonboatTransport {
+		return errors.New("durability: a Listener needs kahuna's TCP transport (a RaftAddress and no Transport)")
+	}
+	_, want, err := net.SplitHostPort(r.RaftAddress)
+	if err != nil {
+		return fmt.Errorf("durability: RaftAddress %q: %w", r.RaftAddress, err)
+	}
+	tcp, ok := r.Listener.Addr().(*net.TCPAddr)
+	if !ok || strconv.Itoa(tcp.Port) != want {
+		return fmt.Errorf("durability: Listener is bound at %s, not at RaftAddress %s's port", r.Listener.Addr(), r.RaftAddress)
+	}
+	return nil
 }
 
 // transportLogger is Logger for raftnet, which needs one.

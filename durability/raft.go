@@ -50,6 +50,16 @@ var _ Backend = (*Raft)(nil)
 // with ErrNoRaftState (a lost disk). A Dir of another deployment fails with
 // ErrOtherCluster.
 func OpenRaft(cfg RaftConfig) (*Raft, error) {
+	r, err := openRaft(cfg)
+	if err != nil && cfg.Listener != nil {
+		// Taken over: the caller will not close it. A transport that
+		// started has closed it already.
+		_ = cfg.Listener.Close()
+	}
+	return r, err
+}
+
+func openRaft(cfg RaftConfig) (*Raft, error) {
 	rc, err := cfg.resolve()
 	if err != nil {
 		return nil, err

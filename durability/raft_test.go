@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/kahunago/kahuna/internal/testport"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 )
 
@@ -502,13 +504,9 @@ func TestCloseWithProposalsInFlight(t *testing.T) {
 }
 
 func TestSingleNodeTCP(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Skipf("no loopback TCP: %v", err)
-	}
+	l := testport.Listen(t)
 	addr := l.Addr().String()
-	l.Close()
-	n := openNode(t, RaftConfig{RaftAddress: addr, Partitions: 2})
+	n := openNode(t, RaftConfig{RaftAddress: addr, Listener: l, Partitions: 2})
 	if n.cfg.inProc {
 		t.Fatal("TCP address configured but in-process transport chosen")
 	}
@@ -518,6 +516,39 @@ func TestSingleNodeTCP(t *testing.T) {
 	}
 	if _, err := OpenRaft(RaftConfig{RaftAddress: addr, Members: map[uint64]string{1: "127.0.0.1:1"}}); err == nil {
 		t.Fatal("members disagreeing with RaftAddress accepted")
+	}
+}
+
+// A Listener the transport would not serve on is refused, and every
+// failed OpenRaft closes the Listener it took over.
+func TestListenerRefusedAndClosed(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		cfg  func(l net.Listener) RaftConfig
+		want string
+	}{
+		"in-process": {func(l net.Listener) RaftConfig { return RaftConfig{Listener: l} }, "needs kahuna's TCP transport"},
+		"own transport": {func(l net.Listener) RaftConfig {
+			return RaftConfig{RaftAddress: l.Addr().String(), Listener: l, Transport: &chanFactory{}}
+		}, "needs kahuna's TCP transport"},
+		"other port": {func(l net.Listener) RaftConfig { return RaftConfig{RaftAddress: "127.0.0.1:1", Listener: l} }, "not at RaftAddress"},
+		"data dir a file": {func(l net.Listener) RaftConfig {
+			return RaftConfig{Dir: file, RaftAddress: l.Addr().String(), Listener: l}
+		}, file},
+	} {
+		l := testport.Listen(t)
+		if r, err := OpenRaft(c.cfg(l)); err == nil || !strings.Contains(err.Error(), c.want) {
+			if r != nil {
+				r.Close()
+			}
+			t.Errorf("%s: OpenRaft = %v, want an error with %q", name, err, c.want)
+		}
+		if !testport.Closed(l) {
+			t.Errorf("%s: listener left open by the failed OpenRaft", name)
+		}
 	}
 }
 

@@ -9,35 +9,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/raftnet"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
 
-// tcpMembers names three replicas on free loopback ports.
+// tcpMembers names three replicas on loopback ports reserved for t
+// (package testport): free until a replica binds one, and again between a
+// replica's stop and its restart.
 func tcpMembers(t testing.TB) map[uint64]string {
 	t.Helper()
 	members := map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		members[id] = l.Addr().String()
-		l.Close()
+		members[id] = testport.Addr(t)
 	}
 	return members
 }
 
+// bind binds a reserved address, for a replica to be handed.
+func bind(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("bind reserved %s: %v", addr, err)
+	}
+	return l
+}
+
 // openTCPCluster is openCluster over TCP on loopback (adjust as for
-// openClusterOn).
+// openClusterOn). A replica on kahuna's transport is handed its listener
+// bound; the others (dragonboat's transport, a Transport of the test's)
+// bind their reserved address themselves.
 func openTCPCluster(t *testing.T, base RaftConfig, adjust func(id uint64, cfg *RaftConfig)) *cluster {
 	t.Helper()
 	members := tcpMembers(t)
 	c := openClusterOn(t, base, members, func(id uint64, cfg *RaftConfig) {
 		cfg.RaftAddress = members[id]
 		adjust(id, cfg)
+		if cfg.Transport == nil && !cfg.dragonboatTransport {
+			cfg.Listener = bind(t, members[id])
+		}
 	})
 	for _, n := range c.nodes {
 		if n.cfg.inProc {

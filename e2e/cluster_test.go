@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/partition"
 )
 
@@ -31,7 +32,7 @@ func newProcessCluster(t *testing.T, bin binaries) (map[uint64]*clusterNode, fun
 	nodes := map[uint64]*clusterNode{}
 	var initial, endpoints []string
 	for id := uint64(1); id <= 3; id++ {
-		n := &clusterNode{id: id, httpPort: freePort(t), grpcPort: freePort(t), raftPt: freePort(t), dir: t.TempDir()}
+		n := &clusterNode{id: id, httpPort: testport.Port(t), grpcPort: testport.Port(t), raftPt: testport.Port(t), dir: t.TempDir()}
 		nodes[id] = n
 		initial = append(initial, fmt.Sprintf("%d=127.0.0.1:%d", id, n.raftPt))
 		endpoints = append(endpoints, fmt.Sprintf("%d=%s", id, n.endpoint()))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 // crashTTL is the lease of the crash test's grants: far longer than the
@@ -66,7 +67,7 @@ func crashRun(t *testing.T, bin binaries) []string {
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	dataDir := t.TempDir()
-	httpPort, grpcPort, raftPort := freePort(t), freePort(t), freePort(t)
+	httpPort, grpcPort, raftPort := testport.Port(t), testport.Port(t), testport.Port(t)
 	args := []string{
 		"--http-ports", strconv.Itoa(httpPort),
 		"--grpc-cleartext-ports", strconv.Itoa(grpcPort),

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 // TestDiskFull runs a node on a small tmpfs: when the disk fills up it
@@ -30,11 +31,11 @@ func TestDiskFull(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", disk).Run() })
 	bin := build(t)
-	httpPort := freePort(t)
+	httpPort := testport.Port(t)
 	args := []string{
 		"--http-ports", strconv.Itoa(httpPort),
-		"--grpc-cleartext-ports", strconv.Itoa(freePort(t)),
-		"--raft-port", strconv.Itoa(freePort(t)),
+		"--grpc-cleartext-ports", strconv.Itoa(testport.Port(t)),
+		"--raft-port", strconv.Itoa(testport.Port(t)),
 		"--storage-path", filepath.Join(disk, "data"),
 		"--initial-cluster-partitions", "2",
 		"--disk-reserve", "32MiB",

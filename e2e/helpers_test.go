@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -118,37 +116,6 @@ func procEnv() []string {
 	}
 	return env
 }
-
-// freePort returns a loopback port that was free a moment ago and that
-// this test process has not handed out before. It comes from below Linux's
-// ephemeral range (32768 and up), from which the kernel picks the local
-// ports of outgoing connections: a port from there, released here, can be
-// taken by a client socket before the node binds it.
-func freePort(t *testing.T) int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		if portsGiven[port] {
-			continue // two nodes of a cluster must not collide
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue // taken
-		}
-		l.Close()
-		portsGiven[port] = true
-		return port
-	}
-	t.Fatal("no free port found below the ephemeral range")
-	return 0
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
 
 // syncBuffer is a bytes.Buffer safe for the process's copying goroutine
 // and the test; it signals once a line equal to (or starting with) marker

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/partition"
 )
 
@@ -83,7 +84,7 @@ func TestMemberReplace(t *testing.T) {
 	step("removed node 3: " + strings.TrimSpace(r.stdout))
 
 	// Node 4: new ID, new ports, new disk. Add it, then start it.
-	n4 := &clusterNode{id: 4, httpPort: freePort(t), grpcPort: freePort(t), raftPt: freePort(t), dir: t.TempDir()}
+	n4 := &clusterNode{id: 4, httpPort: testport.Port(t), grpcPort: testport.Port(t), raftPt: testport.Port(t), dir: t.TempDir()}
 	raft4 := "127.0.0.1:" + strconv.Itoa(n4.raftPt)
 	ctl(t, bin, "member", "add", "4", "--raft-address", raft4, "--endpoint", n4.endpoint(), "--endpoints", ep2).want(t, exitOK)
 	initial := fmt.Sprintf("1=127.0.0.1:%d,2=127.0.0.1:%d,4=%s", nodes[1].raftPt, nodes[2].raftPt, raft4)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 // kahunactl's exit codes.
@@ -62,7 +64,7 @@ func TestProcesses(t *testing.T) {
 // the persistent lock still held with the same owner and token.
 func testNode(t *testing.T, bin binaries) {
 	dataDir := t.TempDir()
-	httpPort, grpcPort, raftPort := freePort(t), freePort(t), freePort(t)
+	httpPort, grpcPort, raftPort := testport.Port(t), testport.Port(t), testport.Port(t)
 	args := []string{
 		"--http-ports", strconv.Itoa(httpPort),
 		"--grpc-cleartext-ports", strconv.Itoa(grpcPort),

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kahunago/kahuna/internal/testcert"
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/partition"
 )
 
@@ -33,7 +34,7 @@ func TestSecureCluster(t *testing.T) {
 	peerPorts := map[uint64]int{}
 	var peerEndpoints []string
 	for id := uint64(1); id <= 3; id++ {
-		peerPorts[id] = freePort(t)
+		peerPorts[id] = testport.Port(t)
 		peerEndpoints = append(peerEndpoints, fmt.Sprintf("%d=https://127.0.0.1:%d", id, peerPorts[id]))
 	}
 	secureStart := func(n *clusterNode, extra ...string) {

@@ -75,6 +75,12 @@ var errPreface = errors.New("bad preface")
 type Factory struct {
 	// Logger receives connection failures; nil: slog.Default().
 	Logger *slog.Logger
+	// Listener, if set, is the transport's listener, already bound at the
+	// NodeHostConfig's listen address: Start serves on it instead of
+	// binding that address, so whoever chose the address had no window in
+	// which another process could take it. The transport's Close closes it
+	// (started or not). A Factory with a Listener creates one transport.
+	Listener net.Listener
 }
 
 var _ config.TransportFactory = Factory{}
@@ -91,6 +97,7 @@ func (f Factory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHand
 		onChunk:    onChunk,
 		log:        log.With("component", "raftnet"),
 		conns:      map[net.Conn]struct{}{},
+		lis:        f.Listener,
 	}
 }
 
@@ -107,7 +114,7 @@ type transport struct {
 	log        *slog.Logger
 
 	mu     sync.Mutex
-	lis    net.Listener
+	lis    net.Listener          // Factory.Listener until Start
 	conns  map[net.Conn]struct{} // accepted, closed by Close
 	closed bool
 	wg     sync.WaitGroup
@@ -117,15 +124,20 @@ var _ raftio.ITransport = (*transport)(nil)
 
 func (t *transport) Name() string { return Name }
 
-// Start listens on the NodeHostConfig's listen address.
+// Start listens on the NodeHostConfig's listen address, or serves on
+// Factory.Listener.
 func (t *transport) Start() error {
 	tlsConfig, err := t.nhc.GetServerTLSConfig()
 	if err != nil {
 		return fmt.Errorf("raftnet: server TLS: %w", err)
 	}
-	lis, err := net.Listen("tcp", t.nhc.GetListenAddress())
-	if err != nil {
-		return fmt.Errorf("raftnet: %w", err)
+	t.mu.Lock()
+	lis := t.lis
+	t.mu.Unlock()
+	if lis == nil {
+		if lis, err = net.Listen("tcp", t.nhc.GetListenAddress()); err != nil {
+			return fmt.Errorf("raftnet: %w", err)
+		}
 	}
 	if tlsConfig != nil {
 		lis = tls.NewListener(lis, tlsConfig)

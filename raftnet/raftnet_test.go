@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -146,6 +147,54 @@ func TestMessageBatches(t *testing.T) {
 	for _, b := range want {
 		sameBatch(t, r.next(t), b)
 	}
+}
+
+// A transport given a bound listener serves on it, not at the address
+// its NodeHostConfig names (in use here, so binding it would fail), and
+// its Close closes the listener, whether it started or not.
+func TestGivenListener(t *testing.T) {
+	busy, lis, unstarted := loopback(t), loopback(t), loopback(t)
+	nhc := config.NodeHostConfig{RaftAddress: busy.Addr().String()}
+	batches := make(chan pb.MessageBatch, 1)
+	tr := Factory{Listener: lis}.Create(nhc, func(b pb.MessageBatch) { batches <- b }, func(pb.Chunk) bool { return true })
+	if err := tr.Start(); err != nil {
+		t.Fatalf("Start with a listener: %v", err)
+	}
+	conn, err := dialer(t).GetConnection(context.Background(), lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	want := batchOf(2, []byte("given"))
+	if err := conn.SendMessageBatch(want); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-batches:
+		sameBatch(t, b, want)
+	case <-time.After(wait):
+		t.Fatal("no batch arrived on the given listener")
+	}
+	tr.Close()
+	if !testport.Closed(lis) {
+		t.Fatal("listener left open by Close")
+	}
+	Factory{Listener: unstarted}.Create(nhc, func(pb.MessageBatch) {}, func(pb.Chunk) bool { return true }).Close()
+	if !testport.Closed(unstarted) {
+		t.Fatal("listener left open by Close of a transport never started")
+	}
+}
+
+// loopback is a listener on a port of the kernel's choosing, closed when
+// the test ends.
+func loopback(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // Close of a snapshot connection returns once every chunk is handled.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -81,7 +82,8 @@ func TestRESTClientDirect(t *testing.T) {
 // idled (a restart, its idle timeout) is noticed before reuse, and the
 // call goes out on a new one.
 func TestRESTClientServerClosedIdle(t *testing.T) {
-	srv, addr := startREST(t, newFake(), ServerOptions{}, true)
+	// On a reserved port, so nothing else takes it between the two servers.
+	srv, addr := serveREST(t, newFake(), ServerOptions{}, true, testport.Listen(t))
 	rc, err := DialREST([]string{"http://" + addr})
 	must(t, err)
 	defer rc.Close()
@@ -196,17 +198,14 @@ func TestRESTClientAnswerShapes(t *testing.T) {
 // TestRESTClientNothingSent: a call that cannot connect, or whose token
 // cannot be a header value, is known not to have been sent.
 func TestRESTClientNothingSent(t *testing.T) {
-	lis := listen(t)
-	addr := lis.Addr().String()
-	lis.Close() // nothing listens there now
-	rc, err := DialREST([]string{"http://" + addr})
+	rc, err := DialREST([]string{"http://" + testport.Addr(t)}) // reserved: nothing listens
 	must(t, err)
 	defer rc.Close()
 	if _, err := rc.TryLock(testCtx(t), "r", []byte("A"), time.Minute, pers); !errors.Is(err, lease.ErrNotApplied) {
 		t.Fatalf("call to a closed port: %v, want lease.ErrNotApplied", err)
 	}
 	f := newFake()
-	_, addr = startREST(t, f, ServerOptions{}, true)
+	_, addr := startREST(t, f, ServerOptions{}, true)
 	rc2, err := DialREST([]string{"http://" + addr}, WithToken("a\r\nX-Injected: 1"))
 	must(t, err)
 	defer rc2.Close()

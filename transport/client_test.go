@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -459,11 +460,9 @@ func TestDialErrors(t *testing.T) {
 	if _, err := Dial(testCtx(t), nil); err == nil {
 		t.Error("Dial with no endpoints succeeded")
 	}
-	// Nothing listens there: a clear error, quickly.
-	lis := listen(t)
-	addr := lis.Addr().String()
-	lis.Close()
-	if _, err := Dial(testCtx(t), []string{"http://" + addr}); err == nil || !strings.Contains(err.Error(), "no endpoint reachable") {
+	// Nothing listens there (a port reserved for this test): a clear
+	// error, quickly.
+	if _, err := Dial(testCtx(t), []string{"http://" + testport.Addr(t)}); err == nil || !strings.Contains(err.Error(), "no endpoint reachable") {
 		t.Fatalf("Dial to a closed port = %v", err)
 	}
 }

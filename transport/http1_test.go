@@ -24,10 +24,15 @@ import (
 // or (fast false) with net/http alone, and returns the server and address.
 func startREST(t *testing.T, l lease.Locker, opts ServerOptions, fast bool) (*Server, string) {
 	t.Helper()
+	return serveREST(t, l, opts, fast, listen(t))
+}
+
+// serveREST is startREST on lis.
+func serveREST(t *testing.T, l lease.Locker, opts ServerOptions, fast bool, lis net.Listener) (*Server, string) {
+	t.Helper()
 	opts.Logger = slog.New(slog.DiscardHandler)
 	s := NewServer(l, opts)
 	s.noFastREST = !fast
-	lis := listen(t)
 	served := make(chan error, 1)
 	go func() { served <- s.ServeHTTP(lis) }()
 	t.Cleanup(func() {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -281,12 +282,7 @@ func TestForwardingBrokenAfterSendIsUnknown(t *testing.T) {
 // TestNeverSentIsNotApplied: every way a request certainly never reaches
 // the server is classified lease.ErrNotApplied.
 func TestNeverSentIsNotApplied(t *testing.T) {
-	closedPort := func() string {
-		lis := listen(t)
-		addr := lis.Addr().String()
-		lis.Close()
-		return addr
-	}
+	closedPort := func() string { return testport.Addr(t) } // reserved: nothing listens
 
 	t.Run("dial to a closed port", func(t *testing.T) {
 		_, err := Dial(testCtx(t), []string{"http://" + closedPort()}, WithForwarding())

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 // logWatch collects the node's log and tells when a line containing a
@@ -61,7 +63,7 @@ func TestAuthTokenFileReloadedOnSIGHUP(t *testing.T) {
 		}
 	}
 	write("# clients\nalpha\n\nbeta\n")
-	httpPort, raftPort := freePort(t), freePort(t)
+	httpPort, raftPort := testport.Port(t), testport.Port(t)
 	args := []string{"--http-ports", strconv.Itoa(httpPort), "--grpc-cleartext-ports", "", "--raft-port", strconv.Itoa(raftPort), "--auth-token-file", tokenFile}
 	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -143,7 +145,7 @@ func TestAuthFlags(t *testing.T) {
 		{[]string{"--auth-token-file", empty + ".missing"}, 1, "--auth-token-file"},
 	} {
 		var stderr strings.Builder
-		args := append([]string{"--storage-path", t.TempDir(), "--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", ""}, c.args...)
+		args := append([]string{"--storage-path", t.TempDir(), "--http-ports", strconv.Itoa(testport.Port(t)), "--grpc-cleartext-ports", ""}, c.args...)
 		if code := run(context.Background(), args, io.Discard, &stderr); code != c.code || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("%v: exit %d, %q; want %d saying %q", c.args, code, stderr.String(), c.code, c.says)
 		}

@@ -90,8 +90,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
 		return 1
 	}
+	// Raft's port is bound here too, and handed to the node, which serves
+	// Raft on it: no gap between checking the port and binding it.
 	raftAddr := net.JoinHostPort(o.raftHost, strconv.Itoa(o.raftPort))
-	if err := checkFree(raftAddr); err != nil {
+	raftLis, err := net.Listen("tcp", raftAddr)
+	if err != nil {
 		closeAll(listeners)
 		fmt.Fprintf(stderr, "kahuna: raft listener %s: %s\n", raftAddr, oneLine(err))
 		return 1
@@ -113,6 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		DataDir:               o.storagePath,
 		WALDir:                o.walPath,
 		RaftAddress:           raftAddr,
+		RaftListener:          raftLis, // closed by the node, or by a failed Open
 		Partitions:            o.partitions,
 		LockActors:            o.lockActors,
 		CacheEntryTTL:         o.cacheEntryTTL,
@@ -265,16 +269,6 @@ func closeAll(ls []listener) {
 	for _, l := range ls {
 		_ = l.Close()
 	}
-}
-
-// checkFree reports a Raft port already taken, before dragonboat tries it
-// and fails with a less readable error.
-func checkFree(addr string) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	return l.Close()
 }
 
 // oneLine folds a (possibly joined) error into one line.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 // output collects what run prints and signals once the node is ready.
@@ -41,16 +42,6 @@ func (o *output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.buf.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func TestBadFlagsExitTwoWithOneLine(t *testing.T) {
@@ -87,8 +78,8 @@ func TestUnusablePortOrDataDirExitsOne(t *testing.T) {
 	}
 	cases := map[string][]string{
 		"api port in use":  {"--http-ports", busyPort, "--grpc-cleartext-ports", "", "--storage-path", t.TempDir()},
-		"raft port in use": {"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--raft-port", busyPort, "--storage-path", t.TempDir()},
-		"data dir a file":  {"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--raft-port", strconv.Itoa(freePort(t)), "--storage-path", file},
+		"raft port in use": {"--http-ports", strconv.Itoa(testport.Port(t)), "--grpc-cleartext-ports", "", "--raft-port", busyPort, "--storage-path", t.TempDir()},
+		"data dir a file":  {"--http-ports", strconv.Itoa(testport.Port(t)), "--grpc-cleartext-ports", "", "--raft-port", strconv.Itoa(testport.Port(t)), "--storage-path", file},
 	}
 	for name, args := range cases {
 		var stderr bytes.Buffer
@@ -119,7 +110,7 @@ func TestClusterStateAndTokenFlags(t *testing.T) {
 // fresh data dir at once: exit 1 and one line saying what to do, not a wait
 // for a quorum.
 func TestFreshDataDirWithoutFoundingExitsOne(t *testing.T) {
-	raft1, raft2 := freePort(t), freePort(t)
+	raft1, raft2 := testport.Port(t), testport.Port(t)
 	cluster := []string{
 		"--initial-cluster", "1=127.0.0.1:" + strconv.Itoa(raft1) + ",2=127.0.0.1:" + strconv.Itoa(raft2),
 		"--initial-cluster-endpoints", "1=http://127.0.0.1:1,2=http://127.0.0.1:2",
@@ -128,12 +119,12 @@ func TestFreshDataDirWithoutFoundingExitsOne(t *testing.T) {
 	cases := map[string][]string{
 		"member, default":         cluster,
 		"member, existing":        append([]string{"--initial-cluster-state", "existing"}, cluster...),
-		"single node, existing":   {"--initial-cluster-state", "existing", "--raft-port", strconv.Itoa(freePort(t))},
+		"single node, existing":   {"--initial-cluster-state", "existing", "--raft-port", strconv.Itoa(testport.Port(t))},
 		"member, token, existing": append([]string{"--initial-cluster-state", "existing", "--initial-cluster-token", "t"}, cluster...),
 	}
 	for name, args := range cases {
 		dir := t.TempDir()
-		args = append([]string{"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--storage-path", dir, "--log-level", "error"}, args...)
+		args = append([]string{"--http-ports", strconv.Itoa(testport.Port(t)), "--grpc-cleartext-ports", "", "--storage-path", dir, "--log-level", "error"}, args...)
 		var stderr bytes.Buffer
 		done := make(chan int, 1)
 		go func() { done <- run(context.Background(), args, io.Discard, &stderr) }()
@@ -156,7 +147,7 @@ func TestFreshDataDirWithoutFoundingExitsOne(t *testing.T) {
 // and finds the lock still held.
 func TestServeRestartAndShutdown(t *testing.T) {
 	t.Setenv("KAHUNA_HOME", t.TempDir())
-	httpPort, grpcPort, raftPort := freePort(t), freePort(t), freePort(t)
+	httpPort, grpcPort, raftPort := testport.Port(t), testport.Port(t), testport.Port(t)
 	args := []string{"--http-ports", strconv.Itoa(httpPort), "--grpc-cleartext-ports", strconv.Itoa(grpcPort), "--raft-port", strconv.Itoa(raftPort), "--log-level", "warn"}
 	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
 

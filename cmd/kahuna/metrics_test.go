@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -127,7 +128,7 @@ func TestMetricsSeries(t *testing.T) {
 
 func TestShutdownLogsStoppedLast(t *testing.T) {
 	t.Setenv("KAHUNA_HOME", t.TempDir())
-	args := []string{"--http-ports", strconv.Itoa(freePort(t)), "--grpc-cleartext-ports", "", "--raft-port", strconv.Itoa(freePort(t))}
+	args := []string{"--http-ports", strconv.Itoa(testport.Port(t)), "--grpc-cleartext-ports", "", "--raft-port", strconv.Itoa(testport.Port(t))}
 	ctx, cancel := context.WithCancel(context.Background())
 	out, logs := newOutput(), newOutput()
 	done := make(chan int, 1)

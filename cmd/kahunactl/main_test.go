@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"os"
 	"regexp"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 func TestMain(m *testing.M) {
@@ -402,16 +402,11 @@ func TestWaitLongerThanTimeout(t *testing.T) {
 	}
 }
 
-// closedEndpoint is a loopback URL nothing listens on.
+// closedEndpoint is a loopback URL nothing listens on: a port reserved
+// for the test, which nothing else may bind meanwhile.
 func closedEndpoint(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
+	return "http://" + testport.Addr(t)
 }
 
 func TestUnreachableEndpointExitsOne(t *testing.T) {
