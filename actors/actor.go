@@ -40,7 +40,11 @@ type call struct {
 	// up to that first grant, the earliest its lease can have begun: a
 	// later re-decision (the same grant found in the reloaded record) must
 	// not make the holder think its lease began, and ends, later.
-	granted  bool
+	granted bool
+	// unsure: a grant to this waiter whose outcome is unknown was decided
+	// earlier (it may hold the lock from then). granted stays set for good,
+	// and it is never told anything that means "not granted".
+	unsure   bool
 	waitOver bool // its wait ended: decide it as a TryLock from now on
 	gone     bool // its caller left (context ended): drop it unanswered
 }
@@ -268,7 +272,7 @@ func (a *lockActor) handle(c *call) {
 		if s := a.entries[req.Resource]; s != nil {
 			a.flush(s, lease.MustRetry) // nor can its waiters be served
 		}
-		c.reply <- Response{Status: lease.MustRetry}
+		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
 		return
 	}
 	s := a.entries[req.Resource]
@@ -287,7 +291,7 @@ func (a *lockActor) proceed(c *call, s *slot) {
 	}
 	term, ok := a.cfg.Serving(c.req.Partition)
 	if !ok {
-		c.reply <- Response{Status: lease.MustRetry}
+		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
 		return
 	}
 	a.decideOn(c, s, false, term, a.cfg.Now())
@@ -309,7 +313,7 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 	if s.inflight != nil {
 		if a.cfg.MaxQueued > 0 && s.queued >= a.cfg.MaxQueued {
 			a.refused.Add(1)
-			c.reply <- Response{Status: lease.MustRetry} // backpressure: nothing applied
+			c.reply <- Response{Status: notGranted(c, lease.MustRetry)} // backpressure: nothing applied
 			return
 		}
 		s.queued++
@@ -364,7 +368,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	d := lease.Decide(s.Entry, req.Op, req.Owner, req.TTL, now)
 	if d.Status == lease.Busy && c.waits() {
 		if len(s.waiters) >= lease.MaxWaiters {
-			c.reply <- Response{Status: lease.Busy}
+			c.reply <- Response{Status: notGranted(c, lease.Busy)}
 			return
 		}
 		c.queuedAt = now
@@ -494,7 +498,7 @@ func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 	switch {
 	case needed && !a.room(now):
 		a.refused.Add(1)
-		c.reply <- Response{Status: lease.MustRetry}
+		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
 		return false
 	case needed, s.State != lease.Absent && !a.full():
 		a.entries[s.resource] = s
@@ -528,12 +532,15 @@ func (a *lockActor) complete(c *call) {
 		}
 		s.lastUsed = a.cfg.Now()
 	case errors.Is(c.err, durability.ErrRetry):
-		// Certainly not committed: the cached entry is still right.
-		resp = Response{Status: lease.MustRetry}
+		// Certainly not committed: the cached entry is still right. (An
+		// earlier grant to c, if it is a waiter, may have been.)
+		c.granted = c.unsure
+		resp = Response{Status: notGranted(c, lease.MustRetry)}
 	case errors.Is(c.err, durability.ErrFenced):
 		// Committed but rejected: nothing changed, but the entry it was
 		// decided from is stale (a newer epoch or a newer record): reload.
-		resp = Response{Status: lease.MustRetry}
+		c.granted = c.unsure
+		resp = Response{Status: notGranted(c, lease.MustRetry)}
 		s.dropped = true
 	default:
 		// Outcome unknown, or the store refused it: forget the entry so the
@@ -547,14 +554,15 @@ func (a *lockActor) complete(c *call) {
 	case h == nil:
 	case h.gone:
 		// Its caller left while the hand-off was in flight: nothing to keep.
-	case h.waitOver && unknown:
-		h.reply <- Response{Status: lease.Errored} // its grant may have applied
 	case h.waitOver:
-		h.reply <- Response{Status: lease.Busy}
+		h.unsure = h.unsure || unknown
+		h.granted = h.unsure
+		h.reply <- Response{Status: notGranted(h, lease.Busy)} // Errored if a grant of its may have applied
 	default:
-		if !unknown {
-			h.granted = false // certainly not applied: no lease of its began
-		}
+		// Certainly not applied: no lease of its began from this grant
+		// (from an earlier one whose outcome is unknown, it may have).
+		h.unsure = h.unsure || unknown
+		h.granted = h.unsure
 		// The hand-off did not commit (or may have): the waiter keeps its
 		// place at the head. If its grant did apply, the reload shows it as
 		// the holder and it is answered Locked with that token.
@@ -704,7 +712,7 @@ func (a *lockActor) leave(m *leave) {
 // to w may have applied (its outcome unknown: w.granted, and w put back):
 // then w may hold the lock, and is told Errored.
 func notGranted(w *call, st lease.Status) lease.Status {
-	if w.granted {
+	if w.granted || w.unsure {
 		return lease.Errored
 	}
 	return st

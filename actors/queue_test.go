@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -539,4 +540,51 @@ func TestHandOffUnknownNeverAnsweredNotGranted(t *testing.T) {
 			t.Fatalf("waiter: %+v, want Errored: its grant committed, and this node no longer serves", r)
 		}
 	})
+}
+
+// TestHandOffUnknownThenRegrantFenced: a hand-off to w whose outcome is
+// unknown is decided again from the reloaded (stale) record, which shows
+// the old holder's lease lapsed, so w is granted a second time; then the
+// first record commits and the second is refused by the fence. w holds
+// the lock from the first: it must not be told MustRetry ("certainly not
+// applied"), nor have its Waited measured from the second grant.
+func TestHandOffUnknownThenRegrantFenced(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", 800*time.Millisecond, lease.Persistent)
+	w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, lease.Persistent)
+	f.clock.Advance(100 * time.Millisecond) // w waits 100 ms before the hand-off
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	first := <-f.backend.held
+	if string(first.rec.Owner) != "w" {
+		t.Fatalf("hand-off record %+v, want w's grant", first.rec)
+	}
+	f.clock.Advance(time.Second) // a's lease lapses: the stale record no longer holds w off
+	first.c.Committed(0, durability.ErrUnknownOutcome)
+	if r := <-unlock; r.Status != lease.Errored {
+		t.Fatalf("unlock: %+v, want Errored", r)
+	}
+	second := <-f.backend.held // w granted again from the stale reload
+	if string(second.rec.Owner) != "w" || second.rec.Base != first.rec.Base {
+		t.Fatalf("second record %+v, want w's grant from the same base", second.rec)
+	}
+	if _, err := f.backend.apply(first.rec); err != nil { // the hand-off commits late
+		t.Fatal(err)
+	}
+	_, err := f.backend.apply(second.rec)
+	if !errors.Is(err, durability.ErrFenced) {
+		t.Fatalf("second record: %v, want fenced", err)
+	}
+	second.c.Committed(0, err)
+	f.backend.setHold("r", false)
+	r := <-w
+	switch {
+	case r.Status == lease.Locked && r.Token == first.rec.Token && r.Waited == 100*time.Millisecond:
+	case r.Status == lease.Errored:
+	default:
+		t.Fatalf("w: %+v; it holds token %d since the hand-off (waited 100ms): want Locked so, or Errored", r, first.rec.Token)
+	}
+	if got := f.do(t, lease.Get, "r", "", 0, lease.Persistent); got.Status != lease.Got || string(got.Owner) != "w" {
+		t.Fatalf("get: %+v, want w holding", got)
+	}
 }
