@@ -120,6 +120,17 @@ type Config struct {
 	// LockActors is the number of lock actors (default 8, measured best on
 	// a 2-core machine; raise it on bigger ones). Any value ≥ 1 is honoured.
 	LockActors int
+	// EphemeralFencingOnly chooses availability over exclusion for
+	// ephemeral locks at a leader change. By default a partition's new
+	// leader (or a node restarted on its data dir) waits out every
+	// ephemeral lease its predecessor may have granted before it serves
+	// the partition: up to the longest ephemeral TTL granted there (a
+	// partition never locked ephemerally waits nothing). With
+	// EphemeralFencingOnly it serves at once: the predecessor's ephemeral
+	// locks are lost, another owner may be granted one while its old
+	// holder still believes it holds it, and only fencing tokens (which
+	// still rise) protect the resource. See docs/safety.md.
+	EphemeralFencingOnly bool
 	// CacheEntryTTL is how long a cached entry must sit unused before it
 	// may be evicted (default 30 min).
 	CacheEntryTTL time.Duration

@@ -147,11 +147,12 @@ func open(cfg Config) (*Node, error) {
 		raftMembers[id] = m.RaftAddress
 	}
 	n.leadership = partition.NewLeadership(cfg.Partitions, partition.Options{
-		Lease:         n.leaderLease(),
-		TakeoverWait:  n.takeoverWait(),
-		UnsafeNoLease: cfg.unsafeNoLeaseCheck,
-		OnServe:       cfg.onServe,
-		Logger:        cfg.Logger,
+		Lease:                n.leaderLease(),
+		TakeoverWait:         n.takeoverWait(),
+		EphemeralFencingOnly: cfg.EphemeralFencingOnly || cfg.unsafeTokensFromZero,
+		UnsafeNoLease:        cfg.unsafeNoLeaseCheck,
+		OnServe:              cfg.onServe,
+		Logger:               cfg.Logger,
 	})
 	n.backend, err = durability.OpenRaft(durability.RaftConfig{
 		Dir:                 cfg.DataDir,

@@ -400,7 +400,8 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	if kind == lease.Ephemeral {
-		if req.Op == lease.TryLock && !a.tokenRoom(c, s.partition, term, d.Token) {
+		if req.Op == lease.TryLock && !a.tokenRoom(c, s.partition, term, d.Token) ||
+			!a.ttlRoom(c, s.partition, term, req.TTL) {
 			return
 		}
 		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
@@ -461,6 +462,26 @@ func (a *lockActor) tokenRoom(c *call, p int, term uint64, token int64) bool {
 		return false
 	case token >= soon:
 		a.cfg.Tokens.RaiseTokens(p, term, token+1)
+	}
+	return true
+}
+
+// ttlRoom reports whether an ephemeral grant or extension of ttl to c may
+// be made in p's window of term, like tokenRoom: a new leader waits out as
+// long as the longest TTL the window allows.
+func (a *lockActor) ttlRoom(c *call, p int, term uint64, ttl time.Duration) bool {
+	bound, ok := a.cfg.Tokens.TTLWindow(p, term)
+	switch {
+	case !ok:
+		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
+		return false
+	case ttl > bound:
+		resp := Response{Status: notGranted(c, lease.MustRetry)}
+		if resp.Status == lease.MustRetry {
+			resp.raise = a.cfg.Tokens.RaiseTTL(p, term, ttl)
+		}
+		c.reply <- resp
+		return false
 	}
 	return true
 }

@@ -117,6 +117,11 @@ type TokenWindows interface {
 	// RaiseTokens raises p's limit in term past want, in the background;
 	// the channel is closed when that raise (or one under way) ends.
 	RaiseTokens(p int, term uint64, want int64) <-chan struct{}
+	// TTLWindow bounds the TTL of an ephemeral grant or extension of p in
+	// term (a new leader waits out that long of the last one's leases);
+	// RaiseTTL raises it, like RaiseTokens.
+	TTLWindow(p int, term uint64) (bound time.Duration, ok bool)
+	RaiseTTL(p int, term uint64, ttl time.Duration) <-chan struct{}
 }
 
 type unbounded struct{}
@@ -125,7 +130,9 @@ func (unbounded) TokenBase(int) int64 { return 0 }
 func (unbounded) TokenWindow(int, uint64) (int64, int64, bool) {
 	return math.MaxInt64, math.MaxInt64, true
 }
-func (unbounded) RaiseTokens(int, uint64, int64) <-chan struct{} { return nil }
+func (unbounded) RaiseTokens(int, uint64, int64) <-chan struct{}      { return nil }
+func (unbounded) TTLWindow(int, uint64) (time.Duration, bool)         { return math.MaxInt64, true }
+func (unbounded) RaiseTTL(int, uint64, time.Duration) <-chan struct{} { return nil }
 
 // Request is one lock operation on one resource. Partition is the
 // resource's partition, computed by the caller.
@@ -279,31 +286,38 @@ func (a *lockActor) enter() bool {
 // with Config.MaxPending requests in its mailbox answers MustRetry at
 // once, without the request being sent.
 //
-// An ephemeral grant that needs a token past its partition's window (the
-// first of a reign, or a window used up faster than it was raised in the
-// background) waits for the raise, one Raft write, and is asked once
-// more; a waiting TryLock asks again with what is left of its wait, at the
-// back of the queue.
+// An ephemeral grant (or extension) that needs a token or a TTL past its
+// partition's window (the first of a reign, a longer TTL than any before,
+// or a window used up faster than it was raised in the background) waits
+// for the raise, one Raft write, and is asked again, at most raiseRounds
+// times; a waiting TryLock asks again with what is left of its wait, at
+// the back of the queue.
 func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	resp, err := r.do(ctx, req)
-	if err != nil || resp.raise == nil {
-		return resp, err
+	for round := 1; err == nil && resp.raise != nil; round++ {
+		if round == raiseRounds {
+			resp.raise = nil // still no room: the MustRetry stands
+			break
+		}
+		start := time.Now()
+		select {
+		case <-resp.raise:
+		case <-ctx.Done():
+			return Response{}, ctx.Err()
+		case <-r.done:
+			return Response{}, ErrClosed
+		}
+		if req.Wait > 0 {
+			req.Wait = max(req.Wait-time.Since(start), 0)
+		}
+		resp, err = r.do(ctx, req)
 	}
-	start := time.Now()
-	select {
-	case <-resp.raise:
-	case <-ctx.Done():
-		return Response{}, ctx.Err()
-	case <-r.done:
-		return Response{}, ErrClosed
-	}
-	if req.Wait > 0 {
-		req.Wait = max(req.Wait-time.Since(start), 0)
-	}
-	resp, err = r.do(ctx, req)
-	resp.raise = nil // still no room: the MustRetry stands
 	return resp, err
 }
+
+// raiseRounds bounds the rounds of one call: the token window and the TTL
+// bound may each need a raise.
+const raiseRounds = 3
 
 func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 	if r.closed.Load() {

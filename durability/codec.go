@@ -11,6 +11,7 @@ import (
 //	record = uvarint(len) resource uvarint(base) value
 //	epoch  = 0x03 uvarint(term) uvarint(replica)
 //	reach  = 0x04 uvarint(term) uvarint(replica) varint(reach)
+//	grace  = 0x05 uvarint(term) uvarint(replica) varint(ttl ms)
 //	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
 //
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
@@ -22,7 +23,8 @@ import (
 // and each record the Index of the stored record it was decided from
 // (base); the state machine applies a record only when both still hold
 // (statemachine.go). An epoch entry is a new leader's marker. A reach entry
-// raises the partition's ephemeral token reach (Raft.RaiseReach), fenced by
+// raises the partition's ephemeral token reach (Raft.RaiseReach), a grace
+// entry its ephemeral TTL bound (Raft.RaiseEphemeralTTL), each fenced by
 // its epoch like a batch. Legacy
 // batches were written before the fence and are only replayed from old
 // logs, with the advance-only guard alone.
@@ -41,6 +43,7 @@ const (
 	kindBatch       byte = 2
 	kindEpoch       byte = 3
 	kindReach       byte = 4
+	kindGrace       byte = 5
 
 	// countOffset is where a batch's fixed-width count sits, so the writer
 	// can fill it in place when it closes a batch.
@@ -73,6 +76,7 @@ type header struct {
 	epoch Epoch // batch, epoch and reach entries
 	count int   // batch entries: at least 1
 	reach int64 // reach entries
+	ttlMs int64 // grace entries
 }
 
 // appendBatchHeader starts a batch of epoch e with a zero count.
@@ -96,6 +100,15 @@ func appendReach(b []byte, e Epoch, reach int64) []byte {
 	b = binary.AppendUvarint(b, e.Term)
 	b = binary.AppendUvarint(b, e.Replica)
 	return binary.AppendVarint(b, reach)
+}
+
+// appendGrace appends a grace entry: raise the reign TTL bound to at least
+// ttlMs (and clear the carried one), decided in epoch e.
+func appendGrace(b []byte, e Epoch, ttlMs int64) []byte {
+	b = append(b, kindGrace)
+	b = binary.AppendUvarint(b, e.Term)
+	b = binary.AppendUvarint(b, e.Replica)
+	return binary.AppendVarint(b, ttlMs)
 }
 
 // appendRecord appends rec in a batch's record form.
@@ -176,7 +189,7 @@ func decodeBatch(dst []Record, b []byte) (header, []Record, error) {
 	if err != nil {
 		return h, dst, err
 	}
-	if h.kind == kindEpoch || h.kind == kindReach {
+	if h.kind == kindEpoch || h.kind == kindReach || h.kind == kindGrace {
 		return h, dst, errCorrupt
 	}
 	for range h.count {
@@ -225,6 +238,12 @@ func parseHeader(b []byte) (header, []byte, error) {
 		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
 		h.reach = d.varint()
 		if d.err == nil && (len(d.b) != 0 || h.reach < 0) {
+			d.fail()
+		}
+	case kindGrace:
+		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
+		h.ttlMs = d.varint()
+		if d.err == nil && (len(d.b) != 0 || h.ttlMs < 0) {
 			d.fail()
 		}
 	default:

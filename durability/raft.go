@@ -520,6 +520,58 @@ func (r *Raft) RaiseReach(ctx context.Context, p int, term uint64, reach int64) 
 	return nil
 }
 
+// EphemeralGrace returns, read after Fence, how long the ephemeral leases
+// granted by earlier leaders of p may still run after the last of them
+// stopped serving: none is longer than that (see RaiseEphemeralTTL).
+func (r *Raft) EphemeralGrace(p int) (time.Duration, error) {
+	if err := r.checkPartition(p); err != nil {
+		return 0, err
+	}
+	r.dbMu.RLock()
+	defer r.dbMu.RUnlock()
+	if r.dbClosed {
+		return 0, ErrClosed
+	}
+	_, carried, err := readGrace(r.view(p), shardID(p))
+	if err != nil {
+		return 0, fmt.Errorf("durability: read ephemeral grace of partition %d: %w", p, err)
+	}
+	return time.Duration(carried) * time.Millisecond, nil
+}
+
+var errGraceRejected = fmt.Errorf("%w: ephemeral TTL bound rejected (a later term was fenced)", ErrRetry)
+
+// RaiseEphemeralTTL raises the bound on the TTL of p's ephemeral leases in
+// this node's epoch of term to at least ttl (whole milliseconds, rounded
+// up), and returns nil once it is applied here: from then on this node may
+// grant or extend ephemeral leases that long. It also clears the grace
+// carried from earlier reigns, so this node proposes it only while it
+// serves (it waited that grace out first). Fenced like a batch: the next
+// leader's marker carries the bound over as its grace. Errors match
+// ErrRetry or ErrClosed.
+func (r *Raft) RaiseEphemeralTTL(ctx context.Context, p int, term uint64, ttl time.Duration) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	cmd := appendGrace(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID}, ms)
+	rs, err := r.nh.Propose(r.lanes[p].session, cmd, r.cfg.ProposalTimeout)
+	if err != nil {
+		return fmt.Errorf("durability: raise ephemeral TTL bound of partition %d: %w", p, proposeError(err))
+	}
+	res, err := r.await(ctx, rs, p, "raise ephemeral TTL bound")
+	if err != nil {
+		return err
+	}
+	if res.Value == 0 {
+		return errGraceRejected
+	}
+	return nil
+}
+
 // epochIs reports whether the stored epoch of p is this node's in term.
 func (r *Raft) epochIs(p int, term uint64) bool {
 	r.dbMu.RLock()

@@ -14,14 +14,15 @@ import (
 //
 //	version:byte uvarint(applied index) uvarint(epoch term) uvarint(epoch replica)
 //	varint(token floor) varint(ephemeral token reach)
+//	varint(grace reign ms) varint(grace carried ms)
 //	{ 0x01 uvarint(len) resource uvarint(len) stored value }*
 //	0x00 uvarint(record count)
 //
 // It carries the applied index because RecoverFromSnapshot gets none, and
 // the epoch, token floor and reach because the fence and the tokens depend
 // on them. Version 1 (before the fence) had no epoch, version 2 (before
-// removals) no floor, version 3 (before ephemeral tokens were fenced) no
-// reach: each reads as zero.
+// removals) no floor, version 3 (before ephemeral leases were fenced) no
+// reach and grace: each reads as zero.
 const (
 	snapshotVersion   byte = 4
 	snapshotVersionV3 byte = 3
@@ -38,6 +39,7 @@ type snapshotView struct {
 	epoch   Epoch
 	floor   int64
 	reach   int64
+	grace   grace
 }
 
 // PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
@@ -62,11 +64,15 @@ func (s *stateMachine) PrepareSnapshot() (any, error) {
 	if err == nil {
 		reach, err = readReach(g, s.shard)
 	}
+	var gr grace
+	if err == nil {
+		gr.reignMs, gr.carriedMs, err = readGrace(g, s.shard)
+	}
 	if err != nil {
 		txn.Discard()
 		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
 	}
-	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor, reach: reach}, nil
+	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor, reach: reach, grace: gr}, nil
 }
 
 // SaveSnapshot streams the view taken by PrepareSnapshot.
@@ -86,6 +92,8 @@ func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan st
 	buf = binary.AppendUvarint(buf, v.epoch.Replica)
 	buf = binary.AppendVarint(buf, v.floor)
 	buf = binary.AppendVarint(buf, v.reach)
+	buf = binary.AppendVarint(buf, v.grace.reignMs)
+	buf = binary.AppendVarint(buf, v.grace.carriedMs)
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
@@ -156,6 +164,7 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	var (
 		epoch        Epoch
 		floor, reach int64
+		gr           grace
 	)
 	if ver >= snapshotVersionV2 {
 		if epoch.Term, err = binary.ReadUvarint(br); err != nil {
@@ -172,6 +181,12 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	}
 	if ver >= snapshotVersion {
 		if reach, err = binary.ReadVarint(br); err != nil {
+			return err
+		}
+		if gr.reignMs, err = binary.ReadVarint(br); err != nil {
+			return err
+		}
+		if gr.carriedMs, err = binary.ReadVarint(br); err != nil {
 			return err
 		}
 	}
@@ -192,6 +207,9 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 	var fv, rv [8]byte
 	binary.BigEndian.PutUint64(fv[:], uint64(floor))
 	binary.BigEndian.PutUint64(rv[:], uint64(reach))
+	var gv [16]byte
+	binary.BigEndian.PutUint64(gv[:8], uint64(gr.reignMs))
+	binary.BigEndian.PutUint64(gv[8:], uint64(gr.carriedMs))
 	err = s.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(s.epochKey, ev[:]); err != nil {
 			return err
@@ -202,12 +220,15 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 		if err := txn.Set(s.reachKey, rv[:]); err != nil {
 			return err
 		}
+		if err := txn.Set(s.graceKey, gv[:]); err != nil {
+			return err
+		}
 		return txn.Set(s.appliedKey, val[:])
 	})
 	if err != nil {
 		return err
 	}
-	s.epoch, s.floor, s.reach = epoch, floor, reach
+	s.epoch, s.floor, s.reach, s.grace = epoch, floor, reach, gr
 	s.applied.Store(applied)
 	return s.db.Sync()
 }

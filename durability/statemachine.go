@@ -32,7 +32,11 @@ var errSMClosed = errors.New("durability: state machine closed")
 //     record is stored: it deletes the record and raises the floor above
 //     the record's token, so the name's tokens keep growing after it;
 //   - a reach entry (Raft.RaiseReach) raises the ephemeral token reach
-//     only if it was decided in the stored epoch, and never lowers it.
+//     only if it was decided in the stored epoch, and never lowers it;
+//   - a grace entry (Raft.RaiseEphemeralTTL), likewise fenced, raises the
+//     reign's ephemeral TTL bound and clears the carried one; an accepted
+//     epoch marker adds the reign's bound to the carried one and starts
+//     the new reign's at 0 (store.go).
 //
 // A rejected record changes nothing, the same way on every replica.
 //
@@ -51,6 +55,7 @@ type stateMachine struct {
 	epochKey   []byte
 	floorKey   []byte
 	reachKey   []byte
+	graceKey   []byte
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
@@ -62,6 +67,7 @@ type stateMachine struct {
 	epoch  Epoch  // the stored epoch
 	floor  int64  // the stored token floor
 	reach  int64  // the stored ephemeral token reach
+	grace  grace  // the stored ephemeral grace
 	keys   []byte // key arena
 	vals   []byte // stored-value arena
 	orders orderCache
@@ -139,6 +145,7 @@ func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFenc
 		epochKey:      shardKey(nil, shard, keyEpoch),
 		floorKey:      shardKey(nil, shard, keyFloor),
 		reachKey:      shardKey(nil, shard, keyReach),
+		graceKey:      shardKey(nil, shard, keyGrace),
 		unsafeNoFence: unsafeNoFence,
 		pend:          newPending(db, appliedKey),
 	}
@@ -166,7 +173,10 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 		if s.floor, err = readFloor(g, s.shard); err != nil {
 			return err
 		}
-		s.reach, err = readReach(g, s.shard)
+		if s.reach, err = readReach(g, s.shard); err != nil {
+			return err
+		}
+		s.grace.reignMs, s.grace.carriedMs, err = readGrace(g, s.shard)
 		return err
 	})
 	if err != nil {
@@ -182,7 +192,7 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 // than one badger txn takes) is logged and skipped the same way on every
 // replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor, reach: s.reach}
+	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor, reach: s.reach, grace: s.grace}
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
 			s.orders.clear()
@@ -190,7 +200,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		}
 		a.keys, a.vals = a.keys[:0], a.vals[:0] // the pending writes copied them
 	}
-	s.epoch, s.floor, s.reach = a.epoch, a.floor, a.reach
+	s.epoch, s.floor, s.reach, s.grace = a.epoch, a.floor, a.reach, a.grace
 	s.keys, s.vals = a.keys[:0], a.vals[:0]
 	if a.last != 0 {
 		s.applied.Store(a.last)
@@ -218,7 +228,11 @@ type applier struct {
 	epoch      Epoch // as the entries applied leave it
 	floor      int64 // likewise
 	reach      int64 // likewise
+	grace      grace // likewise
 }
+
+// grace is a shard's ephemeral grace (store.go), in milliseconds.
+type grace struct{ reignMs, carriedMs int64 }
 
 func (a *applier) entry(e *sm.Entry) error {
 	e.Result = sm.Result{}
@@ -233,6 +247,8 @@ func (a *applier) entry(e *sm.Entry) error {
 		return a.marker(e, h.epoch)
 	case kindReach:
 		return a.raise(e, h.epoch, h.reach)
+	case kindGrace:
+		return a.raiseTTL(e, h.epoch, h.ttlMs)
 	}
 	if ops+1 >= a.s.db.MaxBatchCount() || cost+appliedCost >= a.s.db.MaxBatchSize() {
 		a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
@@ -294,6 +310,13 @@ func (a *applier) marker(e *sm.Entry, ep Epoch) error {
 		return err
 	}
 	a.s.pend.set(a.s.epochKey, v[:])
+	if a.grace.reignMs > 0 {
+		// The reign that ends may have granted ephemeral leases this long:
+		// the next leader waits them out (with what it carried itself).
+		if err := a.setGrace(grace{carriedMs: max(a.grace.carriedMs, a.grace.reignMs)}); err != nil {
+			return err
+		}
+	}
 	a.last = e.Index
 	a.epoch = ep
 	e.Result = sm.Result{Value: e.Index}
@@ -323,6 +346,38 @@ func (a *applier) raise(e *sm.Entry, ep Epoch, reach int64) error {
 	return nil
 }
 
+// raiseTTL applies a grace entry: accepted only if decided in the stored
+// epoch (any with the fence switched off), it raises the reign's TTL bound
+// to ttlMs and clears the carried bound (its leader waited it out before
+// it served, and only a serving leader proposes one).
+func (a *applier) raiseTTL(e *sm.Entry, ep Epoch, ttlMs int64) error {
+	if ep != a.epoch && !a.s.unsafeNoFence {
+		a.last = e.Index
+		return nil
+	}
+	if next := (grace{reignMs: max(a.grace.reignMs, ttlMs)}); next != a.grace {
+		if err := a.setGrace(next); err != nil {
+			return err
+		}
+	}
+	a.last = e.Index
+	e.Result = sm.Result{Value: e.Index}
+	return nil
+}
+
+// setGrace stores g as the shard's grace.
+func (a *applier) setGrace(g grace) error {
+	if err := a.s.pend.room(1, setCost(len(a.s.graceKey), 16), a.last); err != nil {
+		return err
+	}
+	vstart := len(a.vals)
+	a.vals = binary.BigEndian.AppendUint64(a.vals, uint64(g.reignMs))
+	a.vals = binary.BigEndian.AppendUint64(a.vals, uint64(g.carriedMs))
+	a.s.pend.set(a.s.graceKey, a.vals[vstart:])
+	a.grace = g
+	return nil
+}
+
 // storedIndexCost bounds what appendStored adds to a command-form value.
 const storedIndexCost = 10
 
@@ -332,7 +387,7 @@ const storedIndexCost = 10
 // floor) and their cost.
 func scanEntry(cmd []byte) (h header, records []byte, ops, cost int64, err error) {
 	h, body, err := parseHeader(cmd)
-	if err != nil || h.kind == kindEpoch || h.kind == kindReach {
+	if err != nil || h.kind == kindEpoch || h.kind == kindReach || h.kind == kindGrace {
 		return h, nil, 0, 0, err
 	}
 	records = body

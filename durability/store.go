@@ -15,6 +15,7 @@ import (
 //	's' shard:8 'e'            the shard's epoch: term, replica (8 bytes BE each)
 //	's' shard:8 'f'            the shard's token floor (8 bytes BE int64; absent: 0)
 //	's' shard:8 't'            the shard's ephemeral token reach (8 bytes BE int64; absent: 0)
+//	's' shard:8 'g'            the shard's ephemeral grace: reign TTL bound, carried (ms, 8 bytes BE each; absent: 0)
 //	's' shard:8 'r' resource   the resource's stored value (codec.go)
 //
 // The token floor is above the token of every record removed from the
@@ -25,11 +26,19 @@ import (
 // shard was granted: a leader grants ephemeral tokens only below a reach
 // it raised in its own epoch (Raft.RaiseReach), so the next leader, which
 // reads it after its fence, starts above all of them. It only grows.
+//
+// The ephemeral grace is what a new leader waits out before it serves, so
+// that no ephemeral lease an earlier leader granted is still live: the
+// reign TTL bound is above the TTL of every ephemeral grant or extension of
+// the current epoch (Raft.RaiseEphemeralTTL raises it before a longer one);
+// an epoch marker adds it to the carried bound, which the next raise (made
+// once that leader waited it out and serves) clears.
 const (
 	keyApplied  byte = 'a'
 	keyEpoch    byte = 'e'
 	keyFloor    byte = 'f'
 	keyReach    byte = 't'
+	keyGrace    byte = 'g'
 	keyRecord   byte = 'r'
 	shardKeyLen      = 1 + 8 + 1
 )
@@ -153,6 +162,19 @@ func readReach(g getter, shard uint64) (int64, error) {
 		return 0, fmt.Errorf("%w: token reach of %d bytes", errCorrupt, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// readGrace returns the stored ephemeral grace of shard: the reign TTL
+// bound and the carried bound, in milliseconds (0 if none).
+func readGrace(g getter, shard uint64) (reignMs, carriedMs int64, err error) {
+	v, found, err := g.get(shardKey(nil, shard, keyGrace))
+	if err != nil || !found {
+		return 0, 0, err
+	}
+	if len(v) != 16 {
+		return 0, 0, fmt.Errorf("%w: ephemeral grace of %d bytes", errCorrupt, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v[:8])), int64(binary.BigEndian.Uint64(v[8:])), nil
 }
 
 // loadRecord reads one stored record; the result owns its memory. Without

@@ -24,6 +24,12 @@ type Prover interface {
 	// node's epoch of term (tokens.go).
 	TokenReach(p int) (int64, error)
 	RaiseReach(ctx context.Context, p int, term uint64, reach int64) error
+	// EphemeralGrace, read after Fence, is how long after the last earlier
+	// leader of p stopped serving an ephemeral lease it granted may run;
+	// RaiseEphemeralTTL raises the bound on this reign's ephemeral TTLs
+	// (and clears what earlier reigns carried), fenced like RaiseReach.
+	EphemeralGrace(p int) (time.Duration, error)
+	RaiseEphemeralTTL(ctx context.Context, p int, term uint64, ttl time.Duration) error
 }
 
 // Purger forgets every cached entry of a partition.
@@ -49,6 +55,12 @@ type Options struct {
 	// leader holds has run out by then, however this node was elected. 0
 	// means no wait (a single voter, or a negative control).
 	TakeoverWait time.Duration
+	// EphemeralFencingOnly skips the ephemeral grace: a new leader serves
+	// after TakeoverWait even if an earlier leader's ephemeral leases may
+	// still run (they are lost at a leader change; their holders must rely
+	// on fencing tokens, which still rise). Otherwise it waits them out,
+	// and ephemeral TTLs are bounded per reign (tokens.go).
+	EphemeralFencingOnly bool
 	// UnsafeNoLease answers on the Raft leader flag alone, as a deposed
 	// leader that has not heard the news would: a negative control for the
 	// fault tests, never for production.
@@ -457,7 +469,15 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if err != nil {
 		return err
 	}
-	l.openWindow(ev.Partition, ev.Term, reach)
+	var grace time.Duration
+	if !l.opts.EphemeralFencingOnly {
+		if grace, err = prover.EphemeralGrace(ev.Partition); err != nil {
+			return err
+		}
+		// Measured on this node's clock, which may run slow by ρ.
+		grace = time.Duration(float64(grace) * (1 + leaseDrift))
+	}
+	l.openWindow(ev.Partition, ev.Term, reach, t0, grace)
 	if err := purge.DropPartition(ctx, ev.Partition); err != nil {
 		return err
 	}
@@ -470,7 +490,13 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 		return nil // taken over meanwhile (a transfer or membership change may have been requested: keep it so)
 	}
 	r := &reign{term: ev.Term, until: t0 + int64(l.opts.Lease)}
-	if w := l.opts.TakeoverWait; w > 0 {
+	if w := l.opts.TakeoverWait + grace; w > 0 {
+		if grace > 0 {
+			// Every ephemeral lease of an earlier leader ends by then: it
+			// stopped serving within TakeoverWait of t0 (LeaseFor), and
+			// none of its leases ran longer than grace after that.
+			l.logger.Info("waiting out earlier leaders' ephemeral leases before serving", "partition", ev.Partition, "term", ev.Term, "wait", w.Round(time.Millisecond))
+		}
 		// Fenced, not serving: renewals keep the lease fresh meanwhile,
 		// and begin starts the reign once the wait is over.
 		r.waiting = true
@@ -494,6 +520,7 @@ func (l *Leadership) begin(p int, term uint64) {
 	next := *cur
 	next.waiting = false
 	l.serveLocked(p, &next)
+	l.endGrace(p, term)
 }
 
 // serveLocked starts the reign r of p (through the OnServe hook if set); mu
@@ -554,7 +581,9 @@ func (l *Leadership) WaitReady(ctx context.Context) error {
 		all := true
 		for p := range l.parts {
 			ev := l.latest[p]
-			if r := l.parts[p].Load(); ev.LeaderID == 0 || ev.IsSelf && (r == nil || r.waiting) {
+			// A reign that waits out earlier ephemeral leases counts: it
+			// is up, and answers MustRetry until the grace ends.
+			if r := l.parts[p].Load(); ev.LeaderID == 0 || ev.IsSelf && (r == nil || r.waiting && !l.inGrace(p, r.term)) {
 				all = false
 				break
 			}

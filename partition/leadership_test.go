@@ -30,7 +30,11 @@ func (f *fakeProver) Fence(_ context.Context, _ int, term uint64) error {
 	return nil
 }
 
-func (f *fakeProver) TokenReach(int) (int64, error)                        { return 0, nil }
+func (f *fakeProver) TokenReach(int) (int64, error)             { return 0, nil }
+func (f *fakeProver) EphemeralGrace(int) (time.Duration, error) { return 0, nil }
+func (f *fakeProver) RaiseEphemeralTTL(context.Context, int, uint64, time.Duration) error {
+	return nil
+}
 func (f *fakeProver) RaiseReach(context.Context, int, uint64, int64) error { return nil }
 
 func (f *fakeProver) Confirm(context.Context, int, uint64) error {

@@ -5,6 +5,9 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
 )
 
 // Ephemeral fencing tokens live only in a leader's memory, yet they must
@@ -20,16 +23,26 @@ import (
 // minTokenWindow is the least a raise adds to the reach.
 const minTokenWindow = 1024
 
-// tokenWindow is a reign's range of ephemeral tokens.
+// The same window bounds the reign's ephemeral TTLs, unless the node runs
+// fencing-only: a new leader waits out every ephemeral lease an earlier one
+// may have granted (their grace), and an earlier one's are no longer than
+// the bound it raised through Raft, in its own epoch, before granting or
+// extending a lease that long (RaiseTTL).
+
+// tokenWindow is a reign's range of ephemeral tokens and TTLs.
 type tokenWindow struct {
 	term  uint64
 	base  int64        // the reach read after the fence
 	limit atomic.Int64 // tokens below it may be granted
 	soon  atomic.Int64 // a grant at or past it raises the limit in the background
+	// ttl bounds the reign's ephemeral TTLs (ns); MaxInt64 when fencing-only.
+	ttl atomic.Int64
+	// graceUntil is when the grace ends (Leadership.mono), 0 if none.
+	graceUntil int64
 
-	mu        sync.Mutex
-	raising   chan struct{} // closed when the raise in flight ends; nil: none
-	raisingTo int64
+	mu         sync.Mutex
+	raising    chan struct{} // closed when the reach raise in flight ends; nil: none
+	raisingTTL chan struct{} // likewise for the TTL bound
 }
 
 // TokenBase is the base of p's latest window (0 if none): above every
@@ -78,7 +91,7 @@ func (l *Leadership) RaiseTokens(p int, term uint64, want int64) <-chan struct{}
 		to = math.MaxInt64
 	}
 	done := make(chan struct{})
-	w.raising, w.raisingTo = done, to
+	w.raising = done
 	go func() {
 		ctx, cancel := context.WithTimeout(l.life, fenceTimeout)
 		err := l.reacher.RaiseReach(ctx, p, term, to)
@@ -100,11 +113,96 @@ func (l *Leadership) RaiseTokens(p int, term uint64, want int64) <-chan struct{}
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// TTLWindow returns the bound on ephemeral TTLs of p in term: a grant or
+// extension needs a TTL within it (RaiseTTL). ok is false if this node has
+// no window for p in term.
+func (l *Leadership) TTLWindow(p int, term uint64) (bound time.Duration, ok bool) {
+	w := l.windows[p].Load()
+	if w == nil || w.term != term {
+		return 0, false
+	}
+	return time.Duration(w.ttl.Load()), true
+}
+
+// RaiseTTL raises the bound on ephemeral TTLs of p in term to at least
+// ttl (to the next power of two milliseconds, so that a few raises cover
+// any mix of TTLs), in the background, unless one is under way. The
+// channel is closed when the raise ends, whether it succeeded or not.
+func (l *Leadership) RaiseTTL(p int, term uint64, ttl time.Duration) <-chan struct{} {
+	w := l.windows[p].Load()
+	if w == nil || w.term != term || l.reacher == nil {
+		return closedChan
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.raisingTTL != nil {
+		return w.raisingTTL
+	}
+	if ttl <= time.Duration(w.ttl.Load()) {
+		return closedChan
+	}
+	to := time.Millisecond
+	for to < ttl && to < lease.MaxTTL {
+		to *= 2
+	}
+	to = min(to, lease.MaxTTL)
+	done := make(chan struct{})
+	w.raisingTTL = done
+	go func() {
+		err := l.raiseTTL(p, term, to)
+		w.mu.Lock()
+		if err == nil && int64(to) > w.ttl.Load() {
+			w.ttl.Store(int64(to))
+		}
+		w.raisingTTL = nil
+		w.mu.Unlock()
+		close(done)
+		if err != nil {
+			l.logger.Debug("raising the ephemeral TTL bound failed", "partition", p, "term", term, "to", to, "err", err)
+		}
+	}()
+	return done
+}
+
+func (l *Leadership) raiseTTL(p int, term uint64, to time.Duration) error {
+	ctx, cancel := context.WithTimeout(l.life, fenceTimeout)
+	defer cancel()
+	return l.reacher.RaiseEphemeralTTL(ctx, p, term, to)
+}
+
 // openWindow starts p's window of term at base, with no room yet: the
-// first ephemeral grant raises it.
-func (l *Leadership) openWindow(p int, term uint64, base int64) {
+// first ephemeral grant raises it, and its TTL bound. A grace to wait out
+// from t0 is cleared in the store once it is over (endGrace).
+func (l *Leadership) openWindow(p int, term uint64, base int64, t0 int64, grace time.Duration) {
 	w := &tokenWindow{term: term, base: base}
 	w.limit.Store(base)
 	w.soon.Store(base)
+	if l.opts.EphemeralFencingOnly {
+		w.ttl.Store(math.MaxInt64)
+	}
+	if grace > 0 {
+		w.graceUntil = t0 + int64(l.opts.TakeoverWait+grace)
+	}
 	l.windows[p].Store(w)
+}
+
+// inGrace reports whether p's reign of term waits out earlier leaders'
+// ephemeral leases (or did: it is then serving).
+func (l *Leadership) inGrace(p int, term uint64) bool {
+	w := l.windows[p].Load()
+	return w != nil && w.term == term && w.graceUntil > 0
+}
+
+// endGrace clears the grace of p that this node waited out in term, so
+// that the next leader does not wait it out again; best effort (a failed
+// clear costs the next leader that wait).
+func (l *Leadership) endGrace(p int, term uint64) {
+	if !l.inGrace(p, term) || l.reacher == nil {
+		return
+	}
+	go func() {
+		if err := l.raiseTTL(p, term, 0); err != nil {
+			l.logger.Debug("clearing the ephemeral grace failed", "partition", p, "term", term, "err", err)
+		}
+	}()
 }

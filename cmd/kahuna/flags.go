@@ -29,6 +29,7 @@ type options struct {
 	lockActors           int
 	cacheEntryTTL        time.Duration
 	cacheEntriesToRemove int
+	ephemeralFencingOnly bool
 	logLevel             slog.Level
 	raftLogLevel         slog.Level
 	raftHost             string
@@ -94,6 +95,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.lockActors, "locks-workers", 0, "number of lock actors (0 = default)")
 	fs.IntVar(&cacheTTLSeconds, "cache-entry-ttl", 1800, "seconds an idle cached lock entry is kept before it may be evicted")
 	fs.IntVar(&o.cacheEntriesToRemove, "cache-entries-to-remove", 100, "most entries one eviction pass removes")
+	fs.BoolVar(&o.ephemeralFencingOnly, "ephemeral-fencing-only", false, "after a leader change, serve at once instead of waiting out the old leader's ephemeral leases (up to the longest ephemeral TTL): available sooner, but two owners may then hold an ephemeral lock and only fencing tokens tell them apart")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&raftLogLevel, "raft-log-level", "warn", "least level of the Raft libraries' own logs (dragonboat, pebble, badger) passed to the log, which --log-level filters again")
 	fs.StringVar(&o.raftHost, "raft-host", "127.0.0.1", "host of this node's Raft listener")

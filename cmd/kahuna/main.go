@@ -121,6 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		LockActors:            o.lockActors,
 		CacheEntryTTL:         o.cacheEntryTTL,
 		CacheEntriesToRemove:  o.cacheEntriesToRemove,
+		EphemeralFencingOnly:  o.ephemeralFencingOnly,
 		Logger:                logger,
 		RaftLogLevel:          o.raftLogLevel,
 		Observe:               m.observeRequest,

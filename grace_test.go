@@ -1,0 +1,104 @@
+package kahuna_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// Ephemeral locks live in their leader's memory, so a new leader (or a
+// node restarted on its data dir) does not know them. By default it waits
+// them out before it serves the partition: nobody else is granted a lock
+// its old holder may still believe it holds. EphemeralFencingOnly serves at
+// once instead; the tokens still rise.
+
+// graceProbe asks l for res as another owner until it is granted, and
+// returns when that was, failing on any answer but MustRetry before.
+func graceProbe(t *testing.T, l kahuna.Locker, res string, within time.Duration) (kahuna.Result, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r, err := l.TryLock(context.Background(), res, []byte("bee"), time.Minute, kahuna.Ephemeral)
+		now := time.Now()
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case r.Status == kahuna.Locked:
+			return r, now
+		case r.Status != kahuna.MustRetry:
+			t.Fatalf("another owner's TryLock: %+v, want MustRetry until the old lease ends, then Locked", r)
+		case now.After(deadline):
+			t.Fatalf("still MustRetry after %v", within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestEphemeralGraceAfterRestart(t *testing.T) {
+	for _, fencingOnly := range []bool{false, true} {
+		name := map[bool]string{false: "wait", true: "fencing-only"}[fencingOnly]
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := kahuna.Config{DataDir: dir, EphemeralFencingOnly: fencingOnly}
+			n, err := kahuna.Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ttl = 2 * time.Second
+			sent := time.Now()
+			a, err := n.TryLock(context.Background(), "grace/x", []byte("a"), ttl, kahuna.Ephemeral)
+			if err != nil || a.Status != kahuna.Locked {
+				t.Fatalf("a: %+v %v", a, err)
+			}
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			n, err = kahuna.Open(cfg) // a's holder still holds, as far as it knows
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			b, at := graceProbe(t, n, "grace/x", 3*ttl)
+			if b.FencingToken <= a.FencingToken {
+				t.Fatalf("bee's token %d, a's %d", b.FencingToken, a.FencingToken)
+			}
+			aEnds := sent.Add(ttl)
+			switch {
+			case !fencingOnly && at.Before(aEnds):
+				t.Fatalf("bee granted %v before a's lease ends: two holders", aEnds.Sub(at))
+			case fencingOnly && !at.Before(aEnds):
+				t.Fatalf("fencing-only: bee granted only %v after a's lease ended, want at once", at.Sub(aEnds))
+			}
+			t.Logf("%s: bee granted %v after a's grant was sent (a's lease %v)", name, at.Sub(sent).Round(time.Millisecond), ttl)
+		})
+	}
+}
+
+// TestClusterEphemeralGraceAcrossTransfer: A holds an ephemeral lock
+// through the partition's leader; leadership moves; B asks the new leader,
+// which answers MustRetry until A's lease has ended.
+func TestClusterEphemeralGraceAcrossTransfer(t *testing.T) {
+	const ttl = 2 * time.Second
+	c := startCluster(t, 1)
+	n1 := c.node(1)
+	leader, _ := n1.Leader(0)
+	sent := time.Now()
+	a := settled(t, func() (kahuna.Result, error) {
+		return c.node(leader).TryLock(context.Background(), "grace-transfer", []byte("a"), ttl, kahuna.Ephemeral)
+	})
+	if a.Status != kahuna.Locked {
+		t.Fatalf("a: %+v", a)
+	}
+	to := leader%3 + 1
+	c.transfer(0, to)
+	b, at := graceProbe(t, c.node(to), "grace-transfer", 3*ttl)
+	if aEnds := sent.Add(ttl); at.Before(aEnds) {
+		t.Fatalf("b granted token %d through node %d %v before a's lease (token %d) ends: two holders", b.FencingToken, to, aEnds.Sub(at), a.FencingToken)
+	}
+	if b.FencingToken <= a.FencingToken {
+		t.Fatalf("b's token %d, a's %d", b.FencingToken, a.FencingToken)
+	}
+	t.Logf("b granted %v after a's grant was sent (a's lease %v)", at.Sub(sent).Round(time.Millisecond), ttl)
+}
