@@ -215,6 +215,9 @@ type Config struct {
 	// raftTransport replaces the Raft transport: fault tests only, set
 	// through faults_export_test.go.
 	raftTransport durability.TransportFactory
+	// raftTransportWrap wraps the TCP Raft transport (raftnet): fault
+	// tests only, set through faults_export_test.go.
+	raftTransportWrap func(durability.TransportFactory) durability.TransportFactory
 	// proposalTimeout bounds one Raft proposal (0: durability's default,
 	// 5 s): fault tests only, set through faults_export_test.go, so that
 	// proposals stuck behind a stalled leader give way within a run.

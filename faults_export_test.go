@@ -15,6 +15,14 @@ func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
 	return cfg
 }
 
+// WithRaftTransportWrap returns cfg with its TCP Raft transport (raftnet)
+// wrapped by wrap: a faults.Network's Factory cuts links between members
+// that still speak kahuna's own transport, handshake included.
+func WithRaftTransportWrap(cfg Config, wrap func(durability.TransportFactory) durability.TransportFactory) Config {
+	cfg.raftTransportWrap = wrap
+	return cfg
+}
+
 // WithProposalTimeout returns cfg with each Raft proposal bounded by d
 // instead of the default 5 s: the fault cluster uses about a second, so a
 // stalled leader's proposals time out, and the records queued behind them

@@ -152,6 +152,7 @@ func Open(cfg Config) (*Node, error) {
 		OnLeaderChange:      n.observeLeader, // node_stats.go
 		OnPeer:              n.peers.observe,
 		Transport:           cfg.raftTransport,
+		WrapTransport:       cfg.raftTransportWrap,
 		ProposalTimeout:     cfg.proposalTimeout,
 		UnsafeNoFence:       cfg.unsafeNoFence,
 		UnsafeAppliedFirst:  cfg.unsafeAppliedFirst,

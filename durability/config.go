@@ -100,6 +100,10 @@ type RaftConfig struct {
 	// (raftnet's TCP, or in-process channels). For tests: the fault tests wrap the
 	// channel transport to cut, delay and drop messages between nodes.
 	Transport TransportFactory
+	// WrapTransport, if set, wraps the TCP transport (raftnet) this node
+	// would use. For tests: the fault tests cut links between members that
+	// run kahuna's own transport, handshake included.
+	WrapTransport func(TransportFactory) TransportFactory
 	// MutualTLS makes the TCP transport mutual TLS (dragonboat's
 	// NodeHostConfig.MutualTLS): every Raft connection presents CertFile
 	// and KeyFile and must present a certificate CAFile signed, and the
@@ -478,7 +482,11 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	if r.inProc {
 		nhc.Expert.TransportFactory = &chanFactory{}
 	} else if !r.dragonboatTransport {
-		nhc.Expert.TransportFactory = raftnet.Factory{Logger: r.transportLogger()}
+		var f TransportFactory = raftnet.Factory{Logger: r.transportLogger()}
+		if r.WrapTransport != nil {
+			f = r.WrapTransport(f)
+		}
+		nhc.Expert.TransportFactory = f
 	}
 	if r.Transport != nil {
 		nhc.Expert.TransportFactory = r.Transport
