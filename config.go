@@ -229,6 +229,7 @@ type Config struct {
 	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
 	unsafeAppliedFirst   bool // the applied index reaches badger ahead of the records: a crash loses some
+	unsafeAnyRaftTiming  bool // Raft connections are let in whatever the peer's tick (timing.go)
 	// DiskReserve and StoreQuota as parsed by withDefaults.
 	diskReserve space.Reserve
 	storeQuota  uint64

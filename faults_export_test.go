@@ -114,6 +114,14 @@ func WithoutTakeoverWait(cfg Config) Config {
 	return cfg
 }
 
+// WithoutRaftTimingCheck returns cfg with Raft connections let in
+// whatever the peer's tick (Config.RaftRTT): a negative control, members
+// of different ticks then form one cluster, and their leases disagree.
+func WithoutRaftTimingCheck(cfg Config) Config {
+	cfg.unsafeAnyRaftTiming = true
+	return cfg
+}
+
 // WithSweepEvery returns cfg with the sweep of free records run every d
 // instead of every ReleasedRetention/10 (at least 1 s).
 func WithSweepEvery(cfg Config, d time.Duration) Config {

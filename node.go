@@ -51,6 +51,7 @@ type Node struct {
 	server     *transport.Server // nil unless Config.ListenAddress
 	listenAddr string
 	book       *book // members and their endpoints (member.go)
+	timing     *raftTiming
 
 	// ccHook, if set, is called by the leader proposing a membership
 	// change (tests only: SetConfigChangeHook).
@@ -128,6 +129,8 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.openBook(); err != nil {
 		return nil, err
 	}
+	raftCfg := durability.RaftConfig{RTT: cfg.RaftRTT}
+	n.timing = newRaftTiming(raftCfg.Timing())
 	raftMembers := map[uint64]string{}
 	for id, m := range cfg.Members {
 		raftMembers[id] = m.RaftAddress
@@ -151,6 +154,8 @@ func Open(cfg Config) (*Node, error) {
 		LibraryLogLevel:     cfg.RaftLogLevel,
 		OnLeaderChange:      n.observeLeader, // node_stats.go
 		OnPeer:              n.peers.observe,
+		OnPeerTiming:        n.timing.observe, // timing.go
+		UnsafeAnyTiming:     cfg.unsafeAnyRaftTiming,
 		Transport:           cfg.raftTransport,
 		WrapTransport:       cfg.raftTransportWrap,
 		ProposalTimeout:     cfg.proposalTimeout,
@@ -193,6 +198,9 @@ func Open(cfg Config) (*Node, error) {
 	defer cancel()
 	if err := n.leadership.WaitReady(ctx); err != nil {
 		_ = n.Close()
+		if why := n.timing.refusals(n.book.members()); why != "" {
+			return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", cfg.StartTimeout, err, ErrRaftTimingMismatch, why)
+		}
 		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v: %w", cfg.StartTimeout, err)
 	}
 	n.finishBook()

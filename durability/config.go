@@ -100,6 +100,15 @@ type RaftConfig struct {
 	// (raftnet's TCP, or in-process channels). For tests: the fault tests wrap the
 	// channel transport to cut, delay and drop messages between nodes.
 	Transport TransportFactory
+	// OnPeerTiming is raftnet.Factory.OnTiming: told, on a transport
+	// goroutine, the outcome of every Raft handshake in which a peer
+	// stated its timing, and whether the connection was refused for a
+	// timing other than this node's (RTT and ElectionTicks). nil: not
+	// called. It must not block.
+	OnPeerTiming func(addr string, t raftnet.Timing, refused bool)
+	// UnsafeAnyTiming lets Raft connections in whatever the peer's timing:
+	// only for the negative controls of the tests.
+	UnsafeAnyTiming bool
 	// WrapTransport, if set, wraps the TCP transport (raftnet) this node
 	// would use. For tests: the fault tests cut links between members that
 	// run kahuna's own transport, handshake included.
@@ -482,7 +491,12 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	if r.inProc {
 		nhc.Expert.TransportFactory = &chanFactory{}
 	} else if !r.dragonboatTransport {
-		var f TransportFactory = raftnet.Factory{Logger: r.transportLogger()}
+		var f TransportFactory = raftnet.Factory{
+			Logger:          r.transportLogger(),
+			Timing:          r.Timing(),
+			OnTiming:        r.OnPeerTiming,
+			UnsafeAnyTiming: r.UnsafeAnyTiming,
+		}
 		if r.WrapTransport != nil {
 			f = r.WrapTransport(f)
 		}
@@ -492,6 +506,16 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 		nhc.Expert.TransportFactory = r.Transport
 	}
 	return nhc
+}
+
+// Timing is what this node's leader leases rest on, as the TCP transport
+// states it to peers.
+func (c RaftConfig) Timing() raftnet.Timing {
+	rtt := c.RTT
+	if rtt == 0 {
+		rtt = DefaultRTT
+	}
+	return raftnet.Timing{RTT: rtt, ElectionTicks: ElectionTicks}
 }
 
 // transportLogger is Logger for raftnet, which needs one.
