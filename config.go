@@ -230,6 +230,7 @@ type Config struct {
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
 	unsafeAppliedFirst   bool // the applied index reaches badger ahead of the records: a crash loses some
 	unsafeAnyRaftTiming  bool // Raft connections are let in whatever the peer's tick (timing.go)
+	unsafeNoTimingWait   bool // a member restarted under another tick takes part in Raft at once (timing.go)
 	// DiskReserve and StoreQuota as parsed by withDefaults.
 	diskReserve space.Reserve
 	storeQuota  uint64

@@ -131,6 +131,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	raftCfg := durability.RaftConfig{RTT: cfg.RaftRTT}
 	n.timing = newRaftTiming(raftCfg.Timing())
+	if err := n.settleTiming(raftCfg.Timing()); err != nil { // timing.go
+		return nil, err
+	}
 	raftMembers := map[uint64]string{}
 	for id, m := range cfg.Members {
 		raftMembers[id] = m.RaftAddress
