@@ -143,7 +143,11 @@ type Config struct {
 	// tick and a follower that hears nothing for 10 ticks starts an
 	// election. Raise it where nodes can be starved of CPU for longer than
 	// ten ticks (several nodes sharing a small machine), or leadership will
-	// move under load.
+	// move under load. Whole milliseconds. Every member must use the same
+	// value: members refuse Raft connections with a member of another, and
+	// a member whose data dir last ran under another waits out the old
+	// leader leases before it starts Raft (timing.go; to change it on a
+	// running cluster, see docs/raft-timing.md).
 	RaftRTT time.Duration
 	// LeaderBalanceCooldown paces leader balancing (balance.go): each node
 	// hands a partition it leads to a live, caught-up voter that leads at
@@ -324,8 +328,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StartTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %v", c.StartTimeout))
 	}
-	if c.RaftRTT != 0 && (c.RaftRTT < time.Millisecond || c.RaftRTT > time.Second) {
-		errs = append(errs, fmt.Errorf("RaftRTT must be between 1ms and 1s, got %v", c.RaftRTT))
+	if c.RaftRTT != 0 && (c.RaftRTT < time.Millisecond || c.RaftRTT > time.Second || c.RaftRTT%time.Millisecond != 0) {
+		// dragonboat ticks in whole milliseconds: a fraction would be
+		// dropped from the tick and kept in the lease computed from it.
+		errs = append(errs, fmt.Errorf("RaftRTT must be whole milliseconds between 1ms and 1s, got %v", c.RaftRTT))
 	}
 	if c.WALDir != "" && c.DataDir == "" {
 		errs = append(errs, errors.New("WALDir needs a DataDir"))

@@ -245,8 +245,10 @@ func (c RaftConfig) resolve() (*resolved, error) {
 	if c.RTT == 0 {
 		c.RTT = DefaultRTT
 	}
-	if c.RTT < time.Millisecond {
-		return nil, fmt.Errorf("durability: RTT %v below 1ms", c.RTT)
+	if c.RTT < time.Millisecond || c.RTT%time.Millisecond != 0 {
+		// dragonboat ticks in whole milliseconds (RTTMillisecond): a
+		// fraction would be dropped from the tick but stated in the timing.
+		return nil, fmt.Errorf("durability: RTT %v is not whole milliseconds of at least 1ms", c.RTT)
 	}
 	if c.ProposalTimeout == 0 {
 		c.ProposalTimeout = defaultProposalTimeout
