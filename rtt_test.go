@@ -373,7 +373,10 @@ func TestRaftRTTMismatchNegativeControl(t *testing.T) {
 // returns what went wrong.
 func rollingRTT(t *testing.T, tune func(kahuna.Config) kahuna.Config, from, to time.Duration) []string {
 	c := newRTTCluster(t, tune)
-	long := map[uint64]time.Duration{1: safetyWait, 2: safetyWait, 3: safetyWait}
+	// Elections at the old tick take seconds, and the restarted members
+	// wait for a majority of the new one.
+	const startTimeout = time.Minute
+	long := map[uint64]time.Duration{1: startTimeout, 2: startTimeout, 3: startTimeout}
 	for id, err := range c.startAll(map[uint64]time.Duration{1: from, 2: from, 3: from}, long) {
 		if err != nil {
 			t.Fatalf("node %d: %v", id, err)
@@ -386,7 +389,7 @@ func rollingRTT(t *testing.T, tune func(kahuna.Config) kahuna.Config, from, to t
 	opened := make(chan error, 3)
 	restart := func(id uint64) {
 		c.stop(id)
-		go func() { opened <- c.start(id, to, safetyWait) }()
+		go func() { opened <- c.start(id, to, startTimeout) }()
 	}
 	// Node 3 at the new tick: refused both ways, it waits in Open while
 	// nodes 1 and 2 go on.
