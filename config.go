@@ -163,7 +163,11 @@ type Config struct {
 	// tick and a follower that hears nothing for 10 ticks starts an
 	// election. Raise it where nodes can be starved of CPU for longer than
 	// ten ticks (several nodes sharing a small machine), or leadership will
-	// move under load.
+	// move under load. Whole milliseconds. Every member must use the same
+	// value: members refuse Raft connections with a member of another, and
+	// a member whose data dir last ran under another waits out the old
+	// leader leases before it starts Raft (timing.go; to change it on a
+	// running cluster, see docs/raft-timing.md).
 	RaftRTT time.Duration
 	// LeaderBalanceCooldown paces leader balancing (balance.go): each node
 	// hands a partition it leads to a live, caught-up voter that leads at
@@ -235,6 +239,9 @@ type Config struct {
 	// raftTransport replaces the Raft transport: fault tests only, set
 	// through faults_export_test.go.
 	raftTransport durability.TransportFactory
+	// raftTransportWrap wraps the TCP Raft transport (raftnet): fault
+	// tests only, set through faults_export_test.go.
+	raftTransportWrap func(durability.TransportFactory) durability.TransportFactory
 	// proposalTimeout bounds one Raft proposal (0: durability's default,
 	// 5 s): fault tests only, set through faults_export_test.go, so that
 	// proposals stuck behind a stalled leader give way within a run.
@@ -247,6 +254,8 @@ type Config struct {
 	unsafeTokensFromZero bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
 	unsafeAppliedFirst   bool // the applied index reaches badger ahead of the records: a crash loses some
+	unsafeAnyRaftTiming  bool // Raft connections are let in whatever the peer's tick (timing.go)
+	unsafeNoTimingWait   bool // a member restarted under another tick takes part in Raft at once (timing.go)
 	// DiskReserve and StoreQuota as parsed by withDefaults.
 	diskReserve space.Reserve
 	storeQuota  uint64
@@ -340,8 +349,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StartTimeout < 0 {
 		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %v", c.StartTimeout))
 	}
-	if c.RaftRTT != 0 && (c.RaftRTT < time.Millisecond || c.RaftRTT > time.Second) {
-		errs = append(errs, fmt.Errorf("RaftRTT must be between 1ms and 1s, got %v", c.RaftRTT))
+	if c.RaftRTT != 0 && (c.RaftRTT < time.Millisecond || c.RaftRTT > time.Second || c.RaftRTT%time.Millisecond != 0) {
+		// dragonboat ticks in whole milliseconds: a fraction would be
+		// dropped from the tick and kept in the lease computed from it.
+		errs = append(errs, fmt.Errorf("RaftRTT must be whole milliseconds between 1ms and 1s, got %v", c.RaftRTT))
 	}
 	if c.WALDir != "" && c.DataDir == "" {
 		errs = append(errs, errors.New("WALDir needs a DataDir"))

@@ -15,6 +15,14 @@ func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
 	return cfg
 }
 
+// WithRaftTransportWrap returns cfg with its TCP Raft transport (raftnet)
+// wrapped by wrap: a faults.Network's Factory cuts links between members
+// that still speak kahuna's own transport, handshake included.
+func WithRaftTransportWrap(cfg Config, wrap func(durability.TransportFactory) durability.TransportFactory) Config {
+	cfg.raftTransportWrap = wrap
+	return cfg
+}
+
 // WithProposalTimeout returns cfg with each Raft proposal bounded by d
 // instead of the default 5 s: the fault cluster uses about a second, so a
 // stalled leader's proposals time out, and the records queued behind them
@@ -113,6 +121,22 @@ func ServingNow(n *Node, p int) bool {
 // still hold: a negative control for the leader-transfer scenario.
 func WithoutTakeoverWait(cfg Config) Config {
 	cfg.unsafeNoTakeoverWait = true
+	return cfg
+}
+
+// WithoutRaftTimingCheck returns cfg with Raft connections let in
+// whatever the peer's tick (Config.RaftRTT): a negative control, members
+// of different ticks then form one cluster, and their leases disagree.
+func WithoutRaftTimingCheck(cfg Config) Config {
+	cfg.unsafeAnyRaftTiming = true
+	return cfg
+}
+
+// WithoutRaftTimingWait returns cfg with a member whose data dir last ran
+// under another tick taking part in Raft at once, while leases it
+// acknowledged under the old tick may still run: a negative control.
+func WithoutRaftTimingWait(cfg Config) Config {
+	cfg.unsafeNoTimingWait = true
 	return cfg
 }
 

@@ -51,6 +51,7 @@ type Node struct {
 	server     *transport.Server // nil unless Config.ListenAddress or Listener
 	listenAddr string
 	book       *book // members and their endpoints (member.go)
+	timing     *raftTiming
 
 	// ccHook, if set, is called by the leader proposing a membership
 	// change (tests only: SetConfigChangeHook).
@@ -142,6 +143,11 @@ func open(cfg Config) (*Node, error) {
 	if err := n.openBook(); err != nil {
 		return nil, err
 	}
+	raftCfg := durability.RaftConfig{RTT: cfg.RaftRTT}
+	n.timing = newRaftTiming(raftCfg.Timing())
+	if err := n.settleTiming(raftCfg.Timing()); err != nil { // timing.go
+		return nil, err
+	}
 	raftMembers := map[uint64]string{}
 	for id, m := range cfg.Members {
 		raftMembers[id] = m.RaftAddress
@@ -167,7 +173,10 @@ func open(cfg Config) (*Node, error) {
 		LibraryLogLevel:     cfg.RaftLogLevel,
 		OnLeaderChange:      n.observeLeader, // node_stats.go
 		OnPeer:              n.peers.observe,
+		OnPeerTiming:        n.timing.observe, // timing.go
+		UnsafeAnyTiming:     cfg.unsafeAnyRaftTiming,
 		Transport:           cfg.raftTransport,
+		WrapTransport:       cfg.raftTransportWrap,
 		ProposalTimeout:     cfg.proposalTimeout,
 		UnsafeNoFence:       cfg.unsafeNoFence,
 		UnsafeAppliedFirst:  cfg.unsafeAppliedFirst,
@@ -213,6 +222,9 @@ func open(cfg Config) (*Node, error) {
 	defer cancel()
 	if err := n.leadership.WaitReady(ctx); err != nil {
 		_ = n.Close()
+		if why := n.timing.refusals(n.book.members()); why != "" {
+			return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", cfg.StartTimeout, err, ErrRaftTimingMismatch, why)
+		}
 		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v: %w", cfg.StartTimeout, err)
 	}
 	n.finishBook()

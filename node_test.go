@@ -346,7 +346,7 @@ func TestDefaultPartitions(t *testing.T) {
 }
 
 func TestInvalidConfig(t *testing.T) {
-	for _, cfg := range []kahuna.Config{{Partitions: -1}, {LockActors: -2}, {CacheEntryTTL: -time.Second}, {WALDir: "/tmp/x"}, {RaftRTT: time.Microsecond}, {RaftRTT: 2 * time.Second}} {
+	for _, cfg := range []kahuna.Config{{Partitions: -1}, {LockActors: -2}, {CacheEntryTTL: -time.Second}, {WALDir: "/tmp/x"}, {RaftRTT: time.Microsecond}, {RaftRTT: 2 * time.Second}, {RaftRTT: 1500 * time.Microsecond}} {
 		if _, err := kahuna.Open(cfg); err == nil {
 			t.Errorf("Open(%+v) succeeded", cfg)
 		}

@@ -110,6 +110,19 @@ type RaftConfig struct {
 	// (raftnet's TCP, or in-process channels). For tests: the fault tests wrap the
 	// channel transport to cut, delay and drop messages between nodes.
 	Transport TransportFactory
+	// OnPeerTiming is raftnet.Factory.OnTiming: told, on a transport
+	// goroutine, the outcome of every Raft handshake in which a peer
+	// stated its timing, and whether the connection was refused for a
+	// timing other than this node's (RTT and ElectionTicks). nil: not
+	// called. It must not block.
+	OnPeerTiming func(addr string, t raftnet.Timing, refused bool)
+	// UnsafeAnyTiming lets Raft connections in whatever the peer's timing:
+	// only for the negative controls of the tests.
+	UnsafeAnyTiming bool
+	// WrapTransport, if set, wraps the TCP transport (raftnet) this node
+	// would use. For tests: the fault tests cut links between members that
+	// run kahuna's own transport, handshake included.
+	WrapTransport func(TransportFactory) TransportFactory
 	// MutualTLS makes the TCP transport mutual TLS (dragonboat's
 	// NodeHostConfig.MutualTLS): every Raft connection presents CertFile
 	// and KeyFile and must present a certificate CAFile signed, and the
@@ -242,8 +255,10 @@ func (c RaftConfig) resolve() (*resolved, error) {
 	if c.RTT == 0 {
 		c.RTT = DefaultRTT
 	}
-	if c.RTT < time.Millisecond {
-		return nil, fmt.Errorf("durability: RTT %v below 1ms", c.RTT)
+	if c.RTT < time.Millisecond || c.RTT%time.Millisecond != 0 {
+		// dragonboat ticks in whole milliseconds (RTTMillisecond): a
+		// fraction would be dropped from the tick but stated in the timing.
+		return nil, fmt.Errorf("durability: RTT %v is not whole milliseconds of at least 1ms", c.RTT)
 	}
 	if c.ProposalTimeout == 0 {
 		c.ProposalTimeout = defaultProposalTimeout
@@ -493,7 +508,17 @@ func (r *resolved) nodeHostConfig(events raftio.IRaftEventListener) config.NodeH
 	if r.inProc {
 		nhc.Expert.TransportFactory = &chanFactory{}
 	} else if !r.dragonboatTransport {
-		nhc.Expert.TransportFactory = raftnet.Factory{Logger: r.transportLogger(), Listener: r.Listener}
+		var f TransportFactory = raftnet.Factory{
+			Logger:          r.transportLogger(),
+			Listener:        r.Listener,
+			Timing:          r.Timing(),
+			OnTiming:        r.OnPeerTiming,
+			UnsafeAnyTiming: r.UnsafeAnyTiming,
+		}
+		if r.WrapTransport != nil {
+			f = r.WrapTransport(f)
+		}
+		nhc.Expert.TransportFactory = f
 	}
 	if r.Transport != nil {
 		nhc.Expert.TransportFactory = r.Transport
@@ -516,6 +541,16 @@ func (r *resolved) checkListener() error {
 		return fmt.Errorf("durability: Listener is bound at %s, not at RaftAddress %s's port", r.Listener.Addr(), r.RaftAddress)
 	}
 	return nil
+}
+
+// Timing is what this node's leader leases rest on, as the TCP transport
+// states it to peers.
+func (c RaftConfig) Timing() raftnet.Timing {
+	rtt := c.RTT
+	if rtt == 0 {
+		rtt = DefaultRTT
+	}
+	return raftnet.Timing{RTT: rtt, ElectionTicks: ElectionTicks}
 }
 
 // transportLogger is Logger for raftnet, which needs one.

@@ -65,6 +65,10 @@ type Options struct {
 	// leader that has not heard the news would: a negative control for the
 	// fault tests, never for production.
 	UnsafeNoLease bool
+	// UnsafeMonotonicOnly ends leases on the monotonic clock alone, which
+	// does not count a suspend of the machine: a negative control for the
+	// tests, never for production.
+	UnsafeMonotonicOnly bool
 	// OnServe, a test hook, starts each reign: called with p, the term and
 	// serve, which begins serving, it must call serve once. The fault tests
 	// record the instants around serve, so their history knows exactly
@@ -89,16 +93,31 @@ type Options struct {
 // between hosts (NTP slews at most 0.05%); the margin covers scheduling
 // between the clock read and the answer. A node leads a term at most once,
 // so a read index forwarded by a follower (which would succeed) cannot
-// pass the check after it. The monotonic clock runs while a process is
-// stopped (SIGSTOP, GC, a VM freeze), so a paused leader wakes up with its
-// lease expired. Not covered: a leader transfer, whose TimeoutNow lets the
-// target campaign past the voters' stickiness: Relinquish drops the lease
-// first; and a membership change, which changes what a quorum is:
-// Suspend drops the lease before the change is proposed and keeps it
+// pass the check after it.
+//
+// The lease is measured on this node's clocks, so it must not run slower
+// than real time. It ends when either of two clocks passes t0 + lease:
+// Go's monotonic clock (CLOCK_MONOTONIC), which no one can step and which
+// runs while the process is stopped (SIGSTOP, GC), but not while the
+// machine is suspended; and the wall clock (CLOCK_REALTIME), to which the
+// kernel adds the time slept on resume, before any process runs again (as
+// it does to CLOCK_BOOTTIME, which Go reads only by a system call, too
+// slow for every decision). A wall clock stepped back changes nothing
+// (the monotonic one still bounds the lease); stepped forward, it ends
+// leases early, until the next renewal. Not covered, by any clock inside
+// the machine: a virtual machine frozen by its hypervisor (paused, or in
+// the blackout of a live migration), whose clocks stop with it, so it
+// wakes up serving for what is left of its lease while its peers may have
+// moved on (see docs/raft-timing.md).
+//
+// Not covered by the lease either: a leader transfer, whose TimeoutNow
+// lets the target campaign past the voters' stickiness: Relinquish drops
+// the lease first; and a membership change, which changes what a quorum
+// is: Suspend drops the lease before the change is proposed and keeps it
 // dropped (no renewal) until Resume, once it is applied; the next renewal
 // then starts after the apply, so its quorum is counted in the new
-// configuration (kahuna.Node.AddMember has the argument). With rtt 10 ms and 10 election ticks
-// the lease is about 69 ms.
+// configuration (kahuna.Node.AddMember has the argument). With rtt 10 ms
+// and 10 election ticks the lease is about 69 ms.
 //
 // A leader transfer is covered on the target's side too (TakeoverWait),
 // since Raft does not always hand over from the leader that dropped its
@@ -129,19 +148,26 @@ const leaseDrift = 0.01
 // old leader's clock, has run out TakeoverWaitFor after that start by this
 // node's. An election that did not bypass the voters' stickiness already
 // took that long; a transfer did not, and pays the wait.
+//
+// The argument holds only if the old leader and this node compute the
+// lease and the wait from one rtt and electionTicks, and the voter's ack
+// and vote happen under that timing: kahuna members refuse Raft
+// connections with a member of another timing, and a member restarted
+// under another timing waits out its old leases before Raft starts
+// (kahuna's timing.go).
 func TakeoverWaitFor(rtt time.Duration, electionTicks int) time.Duration {
 	return time.Duration(float64(time.Duration(electionTicks)*rtt) * (1 + leaseDrift))
 }
 
 // reign is this node's serving state of one partition: the term it fenced
-// and the end of its lease (nanoseconds on Leadership's monotonic clock).
+// and the end of its lease.
 type reign struct {
 	term       uint64
-	until      int64
-	renewAfter int64 // no renewal before this (a transfer was requested)
-	relinquish bool  // a transfer was requested in this term
-	changing   bool  // a membership change is pending (Suspend): no lease, no renewal
-	waiting    bool  // fenced, not serving before the takeover wait ends (begin)
+	until      instant // the zero instant: no lease
+	renewAfter int64   // no renewal before this, on the monotonic clock (a transfer was requested)
+	relinquish bool    // a transfer was requested in this term
+	changing   bool    // a membership change is pending (Suspend): no lease, no renewal
+	waiting    bool    // fenced, not serving before the takeover wait ends (begin)
 }
 
 // Leadership tracks which partitions this node serves. It is fed Raft
@@ -159,7 +185,8 @@ type Leadership struct {
 	life    context.Context               // ends with Close
 	opts    Options
 	logger  *slog.Logger
-	base    time.Time // origin of the monotonic clock of leases
+	base    time.Time      // origin of the monotonic clock of leases
+	clock   func() instant // replaces now in tests; nil: the machine's clocks
 
 	mu      sync.Mutex
 	latest  []durability.LeaderEvent // newest event per partition
@@ -203,8 +230,38 @@ func NewLeadership(n int, opts Options) *Leadership {
 	}
 }
 
-// mono is the lease clock: monotonic nanoseconds since NewLeadership.
-func (l *Leadership) mono() int64 { return int64(time.Since(l.base)) }
+// instant is a reading of the lease clocks (see LeaseFor): monotonic
+// nanoseconds since NewLeadership, and wall-clock unix nanoseconds.
+type instant struct{ mono, wall int64 }
+
+// add returns i moved d later on both clocks.
+func (i instant) add(d time.Duration) instant {
+	return instant{mono: i.mono + int64(d), wall: i.wall + int64(d)}
+}
+
+// later returns, clock by clock, the later of i and j.
+func (i instant) later(j instant) instant {
+	return instant{mono: max(i.mono, j.mono), wall: max(i.wall, j.wall)}
+}
+
+// now reads the lease clocks: both come from one time.Now, which reads
+// them without a system call.
+func (l *Leadership) now() instant {
+	if l.clock != nil {
+		return l.clock()
+	}
+	t := time.Now()
+	return instant{mono: int64(t.Sub(l.base)), wall: t.UnixNano()}
+}
+
+// mono is the monotonic clock alone, for what only paces this node.
+func (l *Leadership) mono() int64 { return l.now().mono }
+
+// live reports whether a lease that ends at until still runs at now: on
+// both clocks (see LeaseFor).
+func (l *Leadership) live(until, now instant) bool {
+	return now.mono < until.mono && (l.opts.UnsafeMonotonicOnly || now.wall < until.wall)
+}
 
 // Serving reports whether this node may answer for partition p now, and
 // the term of the epoch it serves (records decided now carry it). It is
@@ -214,7 +271,7 @@ func (l *Leadership) Serving(p int) (term uint64, ok bool) {
 	if r == nil || r.waiting {
 		return 0, false
 	}
-	if l.opts.Lease > 0 && !l.opts.UnsafeNoLease && l.mono() >= r.until {
+	if l.opts.Lease > 0 && !l.opts.UnsafeNoLease && !l.live(r.until, l.now()) {
 		return 0, false
 	}
 	return r.term, true
@@ -270,7 +327,7 @@ func (l *Leadership) Relinquish(p int) bool {
 	if r == nil {
 		return false
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, changing: r.changing, waiting: r.waiting})
+	l.parts[p].Store(&reign{term: r.term, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, changing: r.changing, waiting: r.waiting})
 	l.notify()
 	return true
 }
@@ -285,11 +342,11 @@ func (l *Leadership) RelinquishSteady(p int) (term uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.parts[p].Load()
-	now := l.mono()
-	if r == nil || r.waiting || r.changing || r.relinquish || (l.opts.Lease > 0 && now >= r.until) {
+	now := l.now()
+	if r == nil || r.waiting || r.changing || r.relinquish || (l.opts.Lease > 0 && !l.live(r.until, now)) {
 		return 0, false
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: now + int64(l.opts.TransferGrace), relinquish: true})
+	l.parts[p].Store(&reign{term: r.term, renewAfter: now.mono + int64(l.opts.TransferGrace), relinquish: true})
 	l.notify()
 	return r.term, true
 }
@@ -308,7 +365,7 @@ func (l *Leadership) Suspend(p int) (term uint64, ok bool) {
 	if r == nil || r.changing || r.relinquish && l.mono() < r.renewAfter {
 		return 0, false
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, changing: true, waiting: r.waiting})
+	l.parts[p].Store(&reign{term: r.term, renewAfter: r.renewAfter, relinquish: r.relinquish, changing: true, waiting: r.waiting})
 	l.notify()
 	if l.opts.Lease == 0 {
 		l.logger.Warn("membership change on a node without a leader lease", "partition", p)
@@ -326,7 +383,7 @@ func (l *Leadership) Resume(p int, term uint64) {
 	if r == nil || r.term != term || !r.changing {
 		return
 	}
-	l.parts[p].Store(&reign{term: r.term, until: 0, renewAfter: r.renewAfter, relinquish: r.relinquish, waiting: r.waiting})
+	l.parts[p].Store(&reign{term: r.term, renewAfter: r.renewAfter, relinquish: r.relinquish, waiting: r.waiting})
 	l.notify()
 }
 
@@ -459,7 +516,7 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term {
 		return nil // taken over in this term already (a repeated event)
 	}
-	t0 := l.mono()
+	t0 := l.now()
 	fctx, cancel := context.WithTimeout(ctx, fenceTimeout)
 	defer cancel()
 	if err := prover.Fence(fctx, ev.Partition, ev.Term); err != nil {
@@ -477,7 +534,7 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 		// Measured on this node's clock, which may run slow by ρ.
 		grace = time.Duration(float64(grace) * (1 + leaseDrift))
 	}
-	l.openWindow(ev.Partition, ev.Term, reach, t0, grace)
+	l.openWindow(ev.Partition, ev.Term, reach, grace > 0)
 	if err := purge.DropPartition(ctx, ev.Partition); err != nil {
 		return err
 	}
@@ -489,7 +546,7 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 	if cur := l.parts[ev.Partition].Load(); cur != nil && cur.term == ev.Term {
 		return nil // taken over meanwhile (a transfer or membership change may have been requested: keep it so)
 	}
-	r := &reign{term: ev.Term, until: t0 + int64(l.opts.Lease)}
+	r := &reign{term: ev.Term, until: t0.add(l.opts.Lease)}
 	if w := l.opts.TakeoverWait + grace; w > 0 {
 		if grace > 0 {
 			// Every ephemeral lease of an earlier leader ends by then: it
@@ -502,7 +559,8 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 		r.waiting = true
 		l.parts[ev.Partition].Store(r)
 		l.notify()
-		time.AfterFunc(time.Duration(t0+int64(w)-l.mono()), func() { l.begin(ev.Partition, ev.Term) })
+		// On the monotonic clock: a suspend only makes the wait longer.
+		time.AfterFunc(time.Duration(t0.mono+int64(w)-l.mono()), func() { l.begin(ev.Partition, ev.Term) })
 		return nil
 	}
 	l.serveLocked(ev.Partition, r)
@@ -551,8 +609,8 @@ func (l *Leadership) renew(ctx context.Context, prover Prover, p int) {
 		if r == nil || r.changing {
 			continue
 		}
-		t0 := l.mono()
-		if r.relinquish && t0 < r.renewAfter {
+		t0 := l.now()
+		if r.relinquish && t0.mono < r.renewAfter {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, l.opts.Lease)
@@ -565,8 +623,8 @@ func (l *Leadership) renew(ctx context.Context, prover Prover, p int) {
 		// A Suspend since t0 (cur.changing), or a Suspend and Resume (cur
 		// is another reign than r), voids this confirmation: it may have
 		// been counted in the configuration before the change.
-		if cur := l.parts[p].Load(); cur == r && (!cur.relinquish || t0 >= cur.renewAfter) {
-			l.parts[p].Store(&reign{term: r.term, until: max(cur.until, t0+int64(l.opts.Lease)), waiting: cur.waiting})
+		if cur := l.parts[p].Load(); cur == r && (!cur.relinquish || t0.mono >= cur.renewAfter) {
+			l.parts[p].Store(&reign{term: r.term, until: cur.until.later(t0.add(l.opts.Lease)), waiting: cur.waiting})
 		}
 		l.mu.Unlock()
 	}

@@ -305,3 +305,82 @@ func TestLeadershipTakeoverWaitLost(t *testing.T) {
 		t.Fatalf("reigns begun in terms %v, want only term 5 (term 3 was lost during its wait)", begun)
 	}
 }
+
+// fakeClocks are the lease clocks of a machine that runs, is suspended,
+// and has its wall clock stepped.
+type fakeClocks struct {
+	mu  sync.Mutex
+	now instant
+}
+
+func (c *fakeClocks) read() instant {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// run advances both clocks, as time passes on a running machine.
+func (c *fakeClocks) run(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.add(d)
+}
+
+// stepWall moves the wall clock alone: what the kernel does on resume from
+// a suspend (by the time slept), and NTP or an operator stepping it.
+func (c *fakeClocks) stepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now.wall += int64(d)
+}
+
+// servingWithClocks starts a leadership of one partition on clocks, with
+// a minute's lease and no renewal, and waits until it serves.
+func servingWithClocks(t *testing.T, clocks *fakeClocks, opts Options) *Leadership {
+	t.Helper()
+	opts.Lease, opts.RenewEvery = time.Minute, time.Hour
+	l := NewLeadership(1, opts)
+	l.clock = clocks.read
+	l.Start(&fakeProver{}, &fakePurger{})
+	t.Cleanup(l.Close)
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "serving after the fence", func() bool { return serving(l, 0) })
+	return l
+}
+
+// A machine suspended longer than the lease wakes up with it over: the
+// monotonic clock did not count the suspend, the wall clock did. Without
+// the wall clock (the negative control), it would still serve.
+func TestLeaseEndsAcrossSuspend(t *testing.T) {
+	for _, monotonicOnly := range []bool{false, true} {
+		clocks := &fakeClocks{now: instant{wall: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}}
+		l := servingWithClocks(t, clocks, Options{UnsafeMonotonicOnly: monotonicOnly})
+		clocks.run(30 * time.Second)
+		if !serving(l, 0) {
+			t.Fatal("lease over at half its length")
+		}
+		clocks.stepWall(time.Hour) // suspended for an hour
+		switch got := serving(l, 0); {
+		case !monotonicOnly && got:
+			t.Error("serving after a suspend longer than the lease")
+		case monotonicOnly && !got:
+			t.Error("negative control not caught: on the monotonic clock alone, the lease ended across the suspend")
+		}
+	}
+}
+
+// A wall clock stepped back does not extend a lease: the monotonic clock
+// still ends it.
+func TestLeaseWallClockStepBack(t *testing.T) {
+	clocks := &fakeClocks{now: instant{wall: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}}
+	l := servingWithClocks(t, clocks, Options{})
+	clocks.stepWall(-time.Hour)
+	clocks.run(59 * time.Second)
+	if !serving(l, 0) {
+		t.Fatal("lease over before its length")
+	}
+	clocks.run(time.Second)
+	if serving(l, 0) {
+		t.Error("serving past the lease after the wall clock was stepped back")
+	}
+}

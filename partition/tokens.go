@@ -37,8 +37,8 @@ type tokenWindow struct {
 	soon  atomic.Int64 // a grant at or past it raises the limit in the background
 	// ttl bounds the reign's ephemeral TTLs (ns); MaxInt64 when fencing-only.
 	ttl atomic.Int64
-	// graceUntil is when the grace ends (Leadership.mono), 0 if none.
-	graceUntil int64
+	// grace: the reign waits out earlier leaders' ephemeral leases.
+	grace bool
 
 	mu         sync.Mutex
 	raising    chan struct{} // closed when the reach raise in flight ends; nil: none
@@ -171,18 +171,16 @@ func (l *Leadership) raiseTTL(p int, term uint64, to time.Duration) error {
 }
 
 // openWindow starts p's window of term at base, with no room yet: the
-// first ephemeral grant raises it, and its TTL bound. A grace to wait out
-// from t0 is cleared in the store once it is over (endGrace).
-func (l *Leadership) openWindow(p int, term uint64, base int64, t0 int64, grace time.Duration) {
+// first ephemeral grant raises it, and its TTL bound. A grace the reign
+// waits out is cleared in the store once it is over (endGrace).
+func (l *Leadership) openWindow(p int, term uint64, base int64, grace bool) {
 	w := &tokenWindow{term: term, base: base}
 	w.limit.Store(base)
 	w.soon.Store(base)
 	if l.opts.EphemeralFencingOnly {
 		w.ttl.Store(math.MaxInt64)
 	}
-	if grace > 0 {
-		w.graceUntil = t0 + int64(l.opts.TakeoverWait+grace)
-	}
+	w.grace = grace
 	l.windows[p].Store(w)
 }
 
@@ -190,7 +188,7 @@ func (l *Leadership) openWindow(p int, term uint64, base int64, t0 int64, grace 
 // ephemeral leases (or did: it is then serving).
 func (l *Leadership) inGrace(p int, term uint64) bool {
 	w := l.windows[p].Load()
-	return w != nil && w.term == term && w.graceUntil > 0
+	return w != nil && w.term == term && w.grace
 }
 
 // endGrace clears the grace of p that this node waited out in term, so

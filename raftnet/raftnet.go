@@ -8,6 +8,11 @@
 // TCP stack, so in a 3-process cluster it was a quarter of each member's
 // CPU. Here a connection opens with a preface naming its kind, and each
 // batch or snapshot chunk is one frame: length, CRC-32C, body.
+//
+// The preface also states the sender's Raft timing (tick and election
+// ticks), which the leader lease rests on, and the acknowledgement the
+// receiver's: a member refuses a connection from or to a member of
+// another timing (timing.go).
 package raftnet
 
 import (
@@ -53,16 +58,23 @@ const (
 	keepAlive       = 10 * time.Second
 )
 
-// The preface is 4 magic bytes and a kind, acknowledged with one byte; the
-// receiver answers a snapshot connection's end-of-stream frame (length 0)
-// with one byte too.
-var magic = [4]byte{'K', 'R', 'N', 1}
+// The preface is 4 magic bytes (the last one the version), a kind and a
+// hello (timing.go); the receiver answers with prefaceAck or
+// prefaceRefused, then its own hello. Version 1, which kahuna spoke
+// before timings were checked, has no hellos: its preface is acknowledged
+// with the one byte. The receiver answers a snapshot connection's
+// end-of-stream frame (length 0) with one byte too.
+var (
+	magic   = [4]byte{'K', 'R', 'N', 2}
+	magicV1 = [4]byte{'K', 'R', 'N', 1}
+)
 
 const (
-	kindMessages byte = 'm'
-	kindChunks   byte = 's'
-	prefaceAck   byte = 'a'
-	closeAck     byte = 'k'
+	kindMessages   byte = 'm'
+	kindChunks     byte = 's'
+	prefaceAck     byte = 'a'
+	prefaceRefused byte = 'r'
+	closeAck       byte = 'k'
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -81,6 +93,18 @@ type Factory struct {
 	// which another process could take it. The transport's Close closes it
 	// (started or not). A Factory with a Listener creates one transport.
 	Listener net.Listener
+	// Timing is this member's Raft timing, stated in every handshake; a
+	// peer of another timing is refused. The zero Timing checks nothing
+	// (tests of the transport alone).
+	Timing Timing
+	// OnTiming, if set, is told the outcome of every handshake in which
+	// the peer stated its timing (unless Timing is zero): the peer's Raft
+	// address (dialled, or as it states it), its timing, and whether the
+	// connection was refused for it, by either end. It must not block.
+	OnTiming func(peer string, t Timing, refused bool)
+	// UnsafeAnyTiming accepts peers of any timing: only for the negative
+	// controls of the tests.
+	UnsafeAnyTiming bool
 }
 
 var _ config.TransportFactory = Factory{}
@@ -98,6 +122,10 @@ func (f Factory) Create(nhc config.NodeHostConfig, onMessages raftio.MessageHand
 		log:        log.With("component", "raftnet"),
 		conns:      map[net.Conn]struct{}{},
 		lis:        f.Listener,
+		hello:      hello{Timing: f.Timing, Addr: nhc.RaftAddress},
+		onTiming:   f.OnTiming,
+		anyTiming:  f.UnsafeAnyTiming,
+		warned:     map[string]time.Time{},
 	}
 }
 
@@ -113,10 +141,15 @@ type transport struct {
 	onChunk    raftio.ChunkHandler
 	log        *slog.Logger
 
+	hello     hello // what this member states in its handshakes
+	onTiming  func(peer string, t Timing, refused bool)
+	anyTiming bool
+
 	mu     sync.Mutex
 	lis    net.Listener          // Factory.Listener until Start
 	conns  map[net.Conn]struct{} // accepted, closed by Close
 	closed bool
+	warned map[string]time.Time // when a peer was last warned about (warnPeer)
 	wg     sync.WaitGroup
 }
 
@@ -198,7 +231,8 @@ func (t *transport) accept(lis net.Listener) {
 		go func() {
 			defer t.wg.Done()
 			switch err := t.serve(conn); {
-			case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, ErrTimingMismatch):
+				// A timing mismatch was logged where it was found.
 			case errors.Is(err, errPreface):
 				// Not a member, or one with a certificate this cluster's CA
 				// did not sign: the operator wants to hear of it.
@@ -234,22 +268,29 @@ func (t *transport) serve(conn net.Conn) error {
 		if err := conn.SetReadDeadline(time.Time{}); err != nil {
 			return err
 		}
+		t.warnUnchecked(conn.RemoteAddr().String(), "it connected in dragonboat's framing (an older kahuna)")
 		return t.serveLegacy(conn, r, t.nhc.MutualTLS)
 	}
 	if _, err := io.ReadFull(r, preface[2:]); err != nil {
 		return fmt.Errorf("%w: %w", errPreface, err)
 	}
-	if [4]byte(preface[:4]) != magic {
+	version := [4]byte(preface[:4])
+	if version != magic && version != magicV1 {
 		return fmt.Errorf("%w: it opens with %q, not a Raft transport's preface", errPreface, preface[:4])
 	}
 	kind := preface[4]
 	if kind != kindMessages && kind != kindChunks {
 		return fmt.Errorf("%w: unknown connection kind %q", errPreface, kind)
 	}
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
+	if version == magicV1 {
+		t.warnUnchecked(conn.RemoteAddr().String(), "it connected in the framing of an older kahuna")
+		if err := writeAll(conn, []byte{prefaceAck}); err != nil {
+			return err
+		}
+	} else if err := t.answerHello(conn, r); err != nil {
 		return err
 	}
-	if err := writeAll(conn, []byte{prefaceAck}); err != nil {
+	if err := conn.SetReadDeadline(time.Time{}); err != nil {
 		return err
 	}
 	var buf []byte
@@ -330,19 +371,23 @@ func (t *transport) GetSnapshotConnection(ctx context.Context, target string) (r
 }
 
 // dial connects to target and offers kahuna's framing; a member that
-// closes the connection instead of acknowledging the preface runs
-// dragonboat's transport (an older kahuna), and gets a new connection in
-// dragonboat's framing (legacy true).
+// closes the connection instead of answering the preface runs an older
+// kahuna, and gets a new connection in dragonboat's framing (legacy true),
+// which every kahuna reads. A member that refuses this one's timing
+// answers so: that is an error, never a reason to fall back.
 func (t *transport) dial(ctx context.Context, target string, kind byte) (conn net.Conn, legacy bool, err error) {
 	conn, err = t.connect(ctx, target)
 	if err != nil {
 		return nil, false, err
 	}
-	err = offer(conn, kind)
+	err = t.offer(conn, target, kind)
 	if err == nil {
 		return conn, false, nil
 	}
 	conn.Close()
+	if errors.Is(err, ErrTimingMismatch) {
+		return nil, false, fmt.Errorf("raftnet: %w", err)
+	}
 	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
 		return nil, false, fmt.Errorf("raftnet: preface to %s: %w", target, err)
 	}
@@ -350,23 +395,34 @@ func (t *transport) dial(ctx context.Context, target string, kind byte) (conn ne
 	if err != nil {
 		return nil, false, err
 	}
+	t.warnUnchecked(target, "it closed the connection at this version's preface (an older kahuna)")
 	return conn, true, nil
 }
 
-// offer sends the preface and waits for its acknowledgement.
-func offer(conn net.Conn, kind byte) error {
-	if err := writeAll(conn, append(magic[:len(magic):len(magic)], kind)); err != nil {
+// offer sends the preface and reads the answer: the peer's hello, which
+// this member checks too (a refusal either way fails the connection).
+func (t *transport) offer(conn net.Conn, target string, kind byte) error {
+	b := append(magic[:len(magic):len(magic)], kind)
+	if err := writeAll(conn, t.hello.append(b)); err != nil {
 		return err
 	}
 	if err := conn.SetReadDeadline(time.Now().Add(handshakeTimeout)); err != nil {
 		return err
 	}
-	var ack [1]byte
-	if _, err := io.ReadFull(conn, ack[:]); err != nil {
+	var answer [1]byte
+	if _, err := io.ReadFull(conn, answer[:]); err != nil {
 		return err
 	}
-	if ack[0] != prefaceAck {
-		return fmt.Errorf("preface answered %q", ack[0])
+	if answer[0] != prefaceAck && answer[0] != prefaceRefused {
+		return fmt.Errorf("preface answered %q", answer[0])
+	}
+	peer, err := readHello(conn)
+	if err != nil {
+		return fmt.Errorf("the answer to the preface: %w", err)
+	}
+	peer.Addr = target // as dragonboat names the peer
+	if err := t.check(peer, answer[0] == prefaceRefused); err != nil {
+		return err
 	}
 	return conn.SetReadDeadline(time.Time{})
 }

@@ -62,8 +62,15 @@ func (r *receiver) awaitLog(t *testing.T, want string) {
 
 func startReceiver(t *testing.T) *receiver {
 	t.Helper()
+	return startReceiverWith(t, Factory{})
+}
+
+// startReceiverWith is startReceiver with f's timing settings.
+func startReceiverWith(t *testing.T, f Factory) *receiver {
+	t.Helper()
 	r := &receiver{batches: make(chan pb.MessageBatch, 64), logs: make(logLines, 64)}
-	tr := Factory{Logger: slog.New(slog.NewTextHandler(r.logs, nil))}.Create(config.NodeHostConfig{RaftAddress: "127.0.0.1:0"},
+	f.Logger = slog.New(slog.NewTextHandler(r.logs, nil))
+	tr := f.Create(config.NodeHostConfig{RaftAddress: "127.0.0.1:0"},
 		func(b pb.MessageBatch) { r.batches <- b },
 		func(c pb.Chunk) bool {
 			r.mu.Lock()
@@ -252,7 +259,7 @@ func TestBadInputEndsConnection(t *testing.T) {
 		binary.BigEndian.PutUint32(h[4:], crc)
 		return h
 	}
-	preface := append(magic[:len(magic):len(magic)], kindMessages)
+	preface := hello{}.append(append(magic[:len(magic):len(magic)], kindMessages))
 	cases := map[string][]byte{
 		"garbage":           []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 		"unknown kind":      append(magic[:len(magic):len(magic)], 'x'),
@@ -261,6 +268,8 @@ func TestBadInputEndsConnection(t *testing.T) {
 		"not a batch":       append(append(preface, header(3, crcOf([]byte{0xff, 0xff, 0xff}))...), 0xff, 0xff, 0xff),
 		"empty frame":       append(preface, header(0, 0)...),
 		"bad legacy header": append(legacyMagic[:], make([]byte, legacyHeader)...),
+		"oversized hello":   append(append(magic[:len(magic):len(magic)], kindMessages), 0xff, 0xff),
+		"short hello":       append(append(magic[:len(magic):len(magic)], kindMessages), 0, 1, 0),
 	}
 	for name, input := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -279,7 +288,7 @@ func TestBadInputEndsConnection(t *testing.T) {
 			if _, err := io.Copy(io.Discard, c); err != nil && !isReset(err) {
 				t.Fatalf("connection not closed: %v", err)
 			}
-			if name == "garbage" || name == "unknown kind" {
+			if name == "garbage" || name == "unknown kind" || name == "oversized hello" {
 				r.awaitLog(t, "Raft connection refused") // at Warn: an operator should hear of it
 			}
 		})

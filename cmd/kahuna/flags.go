@@ -104,7 +104,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.StringVar(&o.storeQuota, "store-quota", "", "most bytes the data (and WAL) dir may hold, a size (2GiB); over it new persistent locks are refused; empty or 0: no quota")
 	fs.DurationVar(&o.releasedRetention, "released-retention", kahuna.DefaultReleasedRetention, "how long a free persistent lock's record (unlocked, or its lease ended) is kept before the partition's leader removes it; fencing tokens stay monotonic through the partition's token floor; 0 or negative keeps records forever")
 	fs.DurationVar(&o.balanceCooldown, "leader-balance-cooldown", kahuna.DefaultLeaderBalanceCooldown, "leader balancing: a partition moves to a member leading 2 fewer only after its leader has been unchanged this long, and at most once per cooldown; 0 or negative turns balancing off")
-	fs.DurationVar(&o.raftRTT, "raft-rtt", 10*time.Millisecond, "Raft tick: heartbeat every tick, election after 10 silent ticks; raise it (e.g. 50ms) when cluster nodes share a small machine")
+	fs.DurationVar(&o.raftRTT, "raft-rtt", 10*time.Millisecond, "Raft tick, whole milliseconds, the same on every member (a member of another is refused; to change it, see docs/raft-timing.md): heartbeat every tick, election after 10 silent ticks; raise it (e.g. 50ms) when cluster nodes share a small machine")
 	var initialCluster, initialEndpoints string
 	addProfileFlags(fs) // pprof.go
 	fs.Uint64Var(&o.nodeID, "raft-nodeid", 1, "this node's ID in --initial-cluster")
@@ -177,8 +177,8 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if err := o.raftLogLevel.UnmarshalText([]byte(raftLogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--raft-log-level: %q is not debug, info, warn or error", raftLogLevel))
 	}
-	if o.raftRTT < time.Millisecond || o.raftRTT > time.Second {
-		errs = append(errs, fmt.Errorf("--raft-rtt must be between 1ms and 1s, got %v", o.raftRTT))
+	if o.raftRTT < time.Millisecond || o.raftRTT > time.Second || o.raftRTT%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("--raft-rtt must be whole milliseconds between 1ms and 1s, got %v", o.raftRTT))
 	}
 	if o.raftPort < 1 || o.raftPort > 65535 {
 		errs = append(errs, fmt.Errorf("--raft-port must be 1..65535, got %d", o.raftPort))

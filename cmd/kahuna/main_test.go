@@ -53,6 +53,7 @@ func TestBadFlagsExitTwoWithOneLine(t *testing.T) {
 		{"--raft-nodeid", "2", "--initial-cluster", "1=127.0.0.1:2073", "--initial-cluster-endpoints", "1=http://127.0.0.1:2070"},
 		{"--initial-cluster", "1=127.0.0.1:2073"},
 		{"--raft-rtt", "0s"},
+		{"--raft-rtt", "1500us"},
 		{"--initial-cluster-state", "old"},
 		{"extra-arg"},
 	} {
