@@ -76,6 +76,40 @@ func TestEphemeralGraceAfterRestart(t *testing.T) {
 	}
 }
 
+// TestEphemeralGraceAfterCleanClose: a node that closes records how long
+// its live ephemeral leases still run, so after a restart it waits only
+// that, not the longest TTL the reign granted (a minute here).
+func TestEphemeralGraceAfterCleanClose(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	n, err := kahuna.Open(kahuna.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.TryLock(ctx, "grace/long", []byte("a"), time.Minute, kahuna.Ephemeral)
+	if r, _ := n.Unlock(ctx, "grace/long", []byte("a"), kahuna.Ephemeral); r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock: %+v", r)
+	}
+	const ttl = time.Second
+	sent := time.Now()
+	if r, _ := n.TryLock(ctx, "grace/short", []byte("a"), ttl, kahuna.Ephemeral); r.Status != kahuna.Locked {
+		t.Fatalf("short: %+v", r)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err = kahuna.Open(kahuna.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	_, at := graceProbe(t, n, "grace/long", 20*time.Second) // the reign's bound would keep it over a minute
+	if aEnds := sent.Add(ttl); at.Before(aEnds) {
+		t.Fatalf("granted %v before the live lease ends", aEnds.Sub(at))
+	}
+	t.Logf("granted %v after the live 1 s lease's grant was sent (the reign granted 1 min)", at.Sub(sent).Round(time.Millisecond))
+}
+
 // TestClusterEphemeralGraceAcrossTransfer: A holds an ephemeral lock
 // through the partition's leader; leadership moves; B asks the new leader,
 // which answers MustRetry until A's lease has ended.

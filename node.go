@@ -506,6 +506,7 @@ func (n *Node) Close() error {
 		}
 		timer.Stop()
 		n.stopBalancer()
+		n.retire()
 		if n.sweepDone != nil {
 			<-n.sweepDone
 		}
@@ -527,6 +528,32 @@ func (n *Node) Close() error {
 		}
 	})
 	return n.closeErr
+}
+
+// retire stops serving every partition this node leads and records, for
+// each, how long its live ephemeral leases still run: the next leader then
+// waits only that long, not the longest ephemeral TTL of the reign
+// (docs/safety.md). Best effort: on a failure the next leader waits the
+// longer grace.
+func (n *Node) retire() {
+	if n.cfg.EphemeralFencingOnly || n.ring == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
+	defer cancel()
+	for p := range n.cfg.Partitions {
+		term, ok := n.leadership.Retire(p)
+		if !ok {
+			continue
+		}
+		left, err := n.ring.EphemeralLeaseLeft(ctx, p)
+		if err == nil {
+			err = n.backend.SetEphemeralGrace(ctx, p, term, left)
+		}
+		if err != nil {
+			n.cfg.Logger.Warn("could not record the ephemeral leases left; the next leader waits out the reign's longest", "partition", p, "err", err)
+		}
+	}
 }
 
 // Stats is a point-in-time view of a node's work.

@@ -104,6 +104,13 @@ type countHeld struct {
 	reply chan<- [2]int // [ephemeral, persistent]
 }
 
+// leaseLeft asks an actor how long the longest live ephemeral lease of a
+// partition still runs.
+type leaseLeft struct {
+	partition int
+	reply     chan<- time.Duration
+}
+
 type dropPartition struct {
 	partition int
 	ack       chan<- struct{}
@@ -213,6 +220,16 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.drop(m.partition)
 		a.publish() // before the ack: Stats after DropPartition sees it
 		m.ack <- struct{}{}
+		return
+	case *leaseLeft:
+		now := a.cfg.Now()
+		var left time.Duration
+		for _, s := range a.entries {
+			if s.partition == m.partition && s.kind == lease.Ephemeral && s.Live(now) {
+				left = max(left, s.Expires.Sub(now))
+			}
+		}
+		m.reply <- left
 		return
 	case *countHeld:
 		now := a.cfg.Now()

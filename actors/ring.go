@@ -427,6 +427,28 @@ func (r *Ring) DropPartition(ctx context.Context, p int) error {
 	return nil
 }
 
+// EphemeralLeaseLeft returns how long the longest live ephemeral lease of
+// partition p still runs (0: none). Asked once this node no longer decides
+// for p, it is the most the leases it granted there may still run.
+func (r *Ring) EphemeralLeaseLeft(ctx context.Context, p int) (time.Duration, error) {
+	replies := make(chan time.Duration, len(r.pids))
+	for _, pid := range r.pids {
+		r.system.Root.Send(pid, &leaseLeft{partition: p, reply: replies})
+	}
+	var left time.Duration
+	for range r.pids {
+		select {
+		case d := <-replies:
+			left = max(left, d)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-r.done:
+			return 0, ErrClosed
+		}
+	}
+	return left, nil
+}
+
 // Held counts the live leases cached by the actors, ephemeral and
 // persistent. It visits every actor, so it is for metrics, not hot paths.
 func (r *Ring) Held(ctx context.Context) (ephemeral, persistent int, err error) {

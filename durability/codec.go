@@ -11,7 +11,7 @@ import (
 //	record = uvarint(len) resource uvarint(base) value
 //	epoch  = 0x03 uvarint(term) uvarint(replica)
 //	reach  = 0x04 uvarint(term) uvarint(replica) varint(reach)
-//	grace  = 0x05 uvarint(term) uvarint(replica) varint(ttl ms)
+//	grace  = 0x05 uvarint(term) uvarint(replica) varint(ttl ms) mode:byte
 //	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
 //
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
@@ -77,6 +77,7 @@ type header struct {
 	count int   // batch entries: at least 1
 	reach int64 // reach entries
 	ttlMs int64 // grace entries
+	exact bool  // grace entries: set the reign's bound to ttlMs (else raise it)
 }
 
 // appendBatchHeader starts a batch of epoch e with a zero count.
@@ -102,13 +103,19 @@ func appendReach(b []byte, e Epoch, reach int64) []byte {
 	return binary.AppendVarint(b, reach)
 }
 
-// appendGrace appends a grace entry: raise the reign TTL bound to at least
-// ttlMs (and clear the carried one), decided in epoch e.
-func appendGrace(b []byte, e Epoch, ttlMs int64) []byte {
+// Modes of a grace entry.
+const (
+	graceRaise byte = 0 // raise the reign's TTL bound, clear the carried grace
+	graceExact byte = 1 // set the reign's bound (its leader stopped serving)
+)
+
+// appendGrace appends a grace entry of mode for ttlMs, decided in epoch e.
+func appendGrace(b []byte, e Epoch, ttlMs int64, mode byte) []byte {
 	b = append(b, kindGrace)
 	b = binary.AppendUvarint(b, e.Term)
 	b = binary.AppendUvarint(b, e.Replica)
-	return binary.AppendVarint(b, ttlMs)
+	b = binary.AppendVarint(b, ttlMs)
+	return append(b, mode)
 }
 
 // appendRecord appends rec in a batch's record form.
@@ -243,7 +250,9 @@ func parseHeader(b []byte) (header, []byte, error) {
 	case kindGrace:
 		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
 		h.ttlMs = d.varint()
-		if d.err == nil && (len(d.b) != 0 || h.ttlMs < 0) {
+		mode := d.byte()
+		h.exact = mode == graceExact
+		if d.err == nil && (len(d.b) != 0 || h.ttlMs < 0 || mode > graceExact) {
 			d.fail()
 		}
 	default:

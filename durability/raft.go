@@ -556,13 +556,32 @@ func (r *Raft) RaiseEphemeralTTL(ctx context.Context, p int, term uint64, ttl ti
 	if !r.Leads(p, term) {
 		return errNotLeaderOfTerm
 	}
+	return r.proposeGrace(ctx, p, term, ttl, graceRaise)
+}
+
+// SetEphemeralGrace records, once this node has stopped serving p in term
+// for good (it is closing), that its ephemeral leases of p still run at
+// most left: the next leader waits that out instead of the longest TTL the
+// reign allowed. Errors match ErrRetry or ErrClosed; on any, the next
+// leader waits the longer grace.
+func (r *Raft) SetEphemeralGrace(ctx context.Context, p int, term uint64, left time.Duration) error {
+	if err := r.checkPartition(p); err != nil {
+		return err
+	}
+	if !r.Leads(p, term) {
+		return errNotLeaderOfTerm
+	}
+	return r.proposeGrace(ctx, p, term, left, graceExact)
+}
+
+func (r *Raft) proposeGrace(ctx context.Context, p int, term uint64, ttl time.Duration, mode byte) error {
 	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
-	cmd := appendGrace(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID}, ms)
+	cmd := appendGrace(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID}, ms, mode)
 	rs, err := r.nh.Propose(r.lanes[p].session, cmd, r.cfg.ProposalTimeout)
 	if err != nil {
-		return fmt.Errorf("durability: raise ephemeral TTL bound of partition %d: %w", p, proposeError(err))
+		return fmt.Errorf("durability: ephemeral grace of partition %d: %w", p, proposeError(err))
 	}
-	res, err := r.await(ctx, rs, p, "raise ephemeral TTL bound")
+	res, err := r.await(ctx, rs, p, "ephemeral grace")
 	if err != nil {
 		return err
 	}

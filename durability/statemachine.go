@@ -248,7 +248,7 @@ func (a *applier) entry(e *sm.Entry) error {
 	case kindReach:
 		return a.raise(e, h.epoch, h.reach)
 	case kindGrace:
-		return a.raiseTTL(e, h.epoch, h.ttlMs)
+		return a.raiseTTL(e, h.epoch, h.ttlMs, h.exact)
 	}
 	if ops+1 >= a.s.db.MaxBatchCount() || cost+appliedCost >= a.s.db.MaxBatchSize() {
 		a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
@@ -347,15 +347,21 @@ func (a *applier) raise(e *sm.Entry, ep Epoch, reach int64) error {
 }
 
 // raiseTTL applies a grace entry: accepted only if decided in the stored
-// epoch (any with the fence switched off), it raises the reign's TTL bound
-// to ttlMs and clears the carried bound (its leader waited it out before
-// it served, and only a serving leader proposes one).
-func (a *applier) raiseTTL(e *sm.Entry, ep Epoch, ttlMs int64) error {
+// epoch (any with the fence switched off). A raise lifts the reign's TTL
+// bound to ttlMs and clears the carried bound (its leader waited it out
+// before it served, and only a serving leader proposes one). An exact one
+// sets the reign's bound to ttlMs, the longest its leader's live ephemeral
+// leases still run once it stopped serving (Raft.SetEphemeralGrace).
+func (a *applier) raiseTTL(e *sm.Entry, ep Epoch, ttlMs int64, exact bool) error {
 	if ep != a.epoch && !a.s.unsafeNoFence {
 		a.last = e.Index
 		return nil
 	}
-	if next := (grace{reignMs: max(a.grace.reignMs, ttlMs)}); next != a.grace {
+	next := grace{reignMs: max(a.grace.reignMs, ttlMs)}
+	if exact {
+		next = grace{reignMs: ttlMs, carriedMs: a.grace.carriedMs}
+	}
+	if next != a.grace {
 		if err := a.setGrace(next); err != nil {
 			return err
 		}

@@ -332,6 +332,19 @@ func (l *Leadership) Relinquish(p int) bool {
 	return true
 }
 
+// Retire stops serving p for good (the node is closing) and returns the
+// term it served, and whether it served p.
+func (l *Leadership) Retire(p int) (term uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.parts[p].Load()
+	if r == nil || r.waiting {
+		return 0, false
+	}
+	l.stopServing(p)
+	return r.term, true
+}
+
 // RelinquishSteady is Relinquish for a move nobody asked for (leader
 // balancing): it drops the lease only if this node serves p now, with a
 // live lease, and no membership change of p is pending (Suspend without
