@@ -291,7 +291,7 @@ func (c *faultCluster) others(id uint64) []uint64 {
 // it is called are found by asking every node once (a node serving while
 // its Raft replica already knows another leader gives a reign of unknown
 // term). That first sweep is done when it returns.
-func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]string, ephemeral bool, stop <-chan struct{}) (reigns *atomic.Int64, done <-chan struct{}) {
+func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]string, ephemeral, grace bool, stop <-chan struct{}) (reigns *atomic.Int64, done <-chan struct{}) {
 	var mu sync.Mutex
 	seen := make([]map[uint64]bool, c.partitions)
 	for p := range seen {
@@ -309,7 +309,11 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 		}
 		seen[p][term] = true
 		for _, res := range byPartition[p] {
-			rec.Reign(res, node, term, from, to, ephemeral)
+			if ephemeral && grace {
+				rec.GraceReign(res, node, term, from, to)
+			} else {
+				rec.Reign(res, node, term, from, to, ephemeral)
+			}
 		}
 		reigns.Add(1)
 	}

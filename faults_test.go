@@ -139,6 +139,11 @@ type runOpts struct {
 	// control, which is caught by definite findings, needs less.
 	linTimeout time.Duration
 	clients    []clientMode // nil: defaultClients
+	// grace runs ephemeral locks with the grace (the default engine), and
+	// judges the history strictly: reigns do not end ephemeral holds,
+	// which the engine waits out. Without it ephemeral runs are
+	// fencing-only, and a reign ends every ephemeral hold.
+	grace bool
 }
 
 // defaultClients are the workload's clients.
@@ -621,7 +626,17 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	}
 	t.Logf("seed %d, %s locks (replay: go test -run '%s' -faults.seed=%d -faults.run=%v -v .)", seed, o.dur, name, seed, o.d)
 	const partitions = 3
-	c := startFaultCluster(t, seed, partitions, o.mod)
+	mod := o.mod
+	if o.dur == kahuna.Ephemeral && !o.grace {
+		mod = func(cfg kahuna.Config) kahuna.Config {
+			cfg.EphemeralFencingOnly = true
+			if o.mod != nil {
+				cfg = o.mod(cfg)
+			}
+			return cfg
+		}
+	}
+	c := startFaultCluster(t, seed, partitions, mod)
 	first := c.node(c.up()[0])
 	byPartition := map[int][]string{}
 	var hot []string
@@ -648,7 +663,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	run := faultRun{seed: seed, dur: o.dur, faults: map[faultKind]int{}}
 
 	stopWatch := make(chan struct{})
-	reigns, watched := c.watchReigns(rec, byPartition, o.dur == kahuna.Ephemeral, stopWatch)
+	reigns, watched := c.watchReigns(rec, byPartition, o.dur == kahuna.Ephemeral, o.grace, stopWatch)
 	stopClients := make(chan struct{})
 	var wg sync.WaitGroup
 	modes := o.clients
@@ -808,6 +823,13 @@ func TestFaults(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			requireClean(t, runFaults(t, seed, runOpts{d: faultsRunLength(), dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed)}))
+		})
+	}
+	// Ephemeral locks with the grace, judged strictly: no two holders
+	// across reigns either.
+	if *faultsSeed == 0 {
+		t.Run("seed=5/grace", func(t *testing.T) {
+			requireClean(t, runFaults(t, 5, runOpts{d: faultsRunLength(), dur: kahuna.Ephemeral, kinds: scheduleKinds(t), grace: true, name: "TestFaults/seed=5/grace"}))
 		})
 	}
 }

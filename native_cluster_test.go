@@ -15,7 +15,8 @@ import (
 // node that does not lead the partition relays the leader's, and resumes
 // from its last revision after a move.
 func TestClusterNativeForwardAndWatch(t *testing.T) {
-	c := startCluster(t, 3)
+	// Fencing-only: the transfers below need not wait out ephemeral leases.
+	c := startClusterWith(t, 3, func(_ uint64, cfg *kahuna.Config) { cfg.EphemeralFencingOnly = true })
 	ctx := context.Background()
 	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
 	res := ""

@@ -241,11 +241,13 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 }
 
 // TestPersistentLocksSurviveRestart: owner, expiry and token of persistent
-// locks come back after Close/Open on the same DataDir; ephemeral ones do not.
+// locks come back after Close/Open on the same DataDir; ephemeral ones do not
+// (fencing-only: with the grace, the restarted node would first wait out
+// their lease, TestEphemeralGraceAfterRestart).
 func TestPersistentLocksSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	n, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 4})
+	n, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 4, EphemeralFencingOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +278,7 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 
-	n = openNode(t, kahuna.Config{DataDir: dir, Partitions: 4})
+	n = openNode(t, kahuna.Config{DataDir: dir, Partitions: 4, EphemeralFencingOnly: true})
 	after, r, err := n.Get(ctx, "p/held", kahuna.Persistent)
 	if err != nil || r.Status != kahuna.Got {
 		t.Fatalf("after restart: %v %v", r.Status, err)
@@ -297,7 +299,7 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 
 func TestPartitionCountIsBoundToDataDir(t *testing.T) {
 	dir := t.TempDir()
-	n, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 4})
+	n, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 4, EphemeralFencingOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func TestNodePersistentHandOffSurvivesRestart(t *testing.T) {
 func TestNodeOneNameOneLock(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	n, err := kahuna.Open(kahuna.Config{DataDir: dir})
+	n, err := kahuna.Open(kahuna.Config{DataDir: dir, EphemeralFencingOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestNodeOneNameOneLock(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	n = openNode(t, kahuna.Config{DataDir: dir})
+	n = openNode(t, kahuna.Config{DataDir: dir, EphemeralFencingOnly: true})
 	// e2's ephemeral grant is gone, its token is not: the next grant is
 	// above it (at the partition's ephemeral token reach).
 	r, _ = n.TryLock(ctx, "one", []byte("e3"), time.Hour, kahuna.Ephemeral)
@@ -317,7 +317,11 @@ func TestAcquireWaitForeverEndsWithCtx(t *testing.T) {
 // a leadership move answers the leader's waiters MustRetry.
 func TestClusterWaitingLock(t *testing.T) {
 	// Leadership moves only where the test moves it.
-	c := startClusterWith(t, 4, func(_ uint64, cfg *kahuna.Config) { cfg.LeaderBalanceCooldown = -1 })
+	// Fencing-only: the move need not wait out the ephemeral lease.
+	c := startClusterWith(t, 4, func(_ uint64, cfg *kahuna.Config) {
+		cfg.LeaderBalanceCooldown = -1
+		cfg.EphemeralFencingOnly = true
+	})
 	ctx := context.Background()
 	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
 	res := ""

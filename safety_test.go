@@ -35,9 +35,16 @@ const (
 
 // safetyCluster is the fault cluster with the default proposal timeout
 // (the scenarios' timing is written for it) and tune applied.
+//
+// Its nodes run ephemeral locks fencing-only: these scenarios check the
+// leader lease and the fence, which must hold without the ephemeral grace
+// too (with it, a new leader would answer MustRetry for the one-minute
+// ephemeral leases they take); grace_test.go and the strict fault run
+// check the grace.
 func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Config) *faultCluster {
 	return startFaultCluster(t, seed, 3, func(cfg kahuna.Config) kahuna.Config {
 		cfg = kahuna.WithProposalTimeout(cfg, 0)
+		cfg.EphemeralFencingOnly = true
 		if tune != nil {
 			cfg = tune(cfg)
 		}

@@ -95,7 +95,9 @@ func TestEphemeralTokensAcrossRestart(t *testing.T) {
 // each name: every grant's token is above the one before.
 func TestClusterEphemeralTokensAcrossTransfers(t *testing.T) {
 	const partitions = 2
-	c := startCluster(t, partitions)
+	// Fencing-only, so the transfers need not wait out the ephemeral
+	// leases: tokens rise in both modes.
+	c := startClusterWith(t, partitions, func(_ uint64, cfg *kahuna.Config) { cfg.EphemeralFencingOnly = true })
 	ctx := context.Background()
 	n1 := c.node(1)
 	resources := map[int]string{}

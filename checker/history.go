@@ -116,6 +116,11 @@ type Op struct {
 	// Ephemeral: a call on an ephemeral lock, or a Reign that ends the
 	// resource's ephemeral locks.
 	Ephemeral bool
+	// Grace, on an ephemeral Reign: the new leader waited out every
+	// ephemeral lease of earlier leaders before it began, so the reign
+	// ends only holds that have lapsed (a hold that must still be live
+	// then is a violation), and does not cut hold windows.
+	Grace bool
 	Kind      Kind
 	Resource  string
 	Owner     string        // acquire/extend/release
@@ -295,7 +300,16 @@ func (p *Pending) EndOutcome(outcome Outcome, status lease.Status, token int64, 
 // times. ephemeral says the resource's locks are ephemeral (lost with the
 // reign).
 func (r *Recorder) Reign(resource string, node, term uint64, from, to time.Duration, ephemeral bool) Op {
-	op := Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: ephemeral}
+	return r.reign(Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: ephemeral})
+}
+
+// GraceReign records the Reign of a leader that waited out every earlier
+// ephemeral lease of resource's partition before it began (Op.Grace).
+func (r *Recorder) GraceReign(resource string, node, term uint64, from, to time.Duration) Op {
+	return r.reign(Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: true, Grace: true})
+}
+
+func (r *Recorder) reign(op Op) Op {
 	r.mu.Lock()
 	op.ID = len(r.ops)
 	r.ops = append(r.ops, op)

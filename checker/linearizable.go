@@ -80,6 +80,7 @@ type lockInput struct {
 	ttl        int64
 	call, ret  int64  // ret = MaxInt64 for a pending effect
 	node, term uint64 // a Reign's
+	grace      bool   // a Reign's (Op.Grace)
 }
 
 type lockOutput struct {
@@ -411,6 +412,9 @@ func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 		// A new leader starts serving with no ephemeral lock: pending
 		// effects may apply before (in the old reign), or after.
 		for _, c := range m.closure(s, i.ret) {
+			if i.grace && c.holder != "" && c.expLo-m.margin > i.ret {
+				continue // a hold certainly live when the new leader began: it did not wait it out
+			}
 			c = reset(c)
 			c.now = max(c.now, i.call)
 			next = append(next, m.normalize(c))
@@ -631,7 +635,7 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 		case o.Kind == Reign && !o.Ephemeral:
 			continue // persistent locks outlive reigns
 		case o.Kind == Reign:
-			in.node, in.term = o.Node, uint64(o.Token)
+			in.node, in.term, in.grace = o.Node, uint64(o.Token), o.Grace
 			out = append(out, porcupine.Operation{ClientId: reignClient + int(o.Node), Input: in, Call: in.call, Output: lockOutput{}, Return: in.ret, Metadata: o.ID})
 		case o.Outcome == Indeterminate && o.Kind == Get:
 			continue

@@ -22,7 +22,7 @@ import (
 func resets(ops []Op) []Op {
 	var out []Op
 	for _, o := range ops {
-		if o.Kind == Reign && o.Ephemeral {
+		if o.Kind == Reign && o.Ephemeral && !o.Grace {
 			out = append(out, o)
 		}
 	}
@@ -34,7 +34,7 @@ func resets(ops []Op) []Op {
 func resetsByResource(h History) map[string][]Op {
 	m := map[string][]Op{}
 	for _, o := range h {
-		if o.Kind == Reign && o.Ephemeral {
+		if o.Kind == Reign && o.Ephemeral && !o.Grace {
 			m[o.Resource] = append(m[o.Resource], o)
 		}
 	}

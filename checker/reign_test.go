@@ -20,6 +20,13 @@ func (b *hb) reign(node, term uint64, from, to time.Duration) *hb {
 	return b
 }
 
+// grace marks the last operation, a reign, as one whose leader waited out
+// the earlier ephemeral leases (Op.Grace).
+func (b *hb) grace() *hb {
+	b.h[len(b.h)-1].Grace = true
+	return b
+}
+
 // ephemeral marks every operation and reign as ephemeral.
 func (b *hb) ephemeral() History {
 	for i := range b.h {
@@ -103,7 +110,28 @@ var reignCases = map[string]reignCase{
 		return b.h
 	}},
 
+	"ephemeral-grace-reign-after-lapse": {h: func() History {
+		// a's lease (1 s) lapsed before the new leader began: it is gone.
+		b := &hb{}
+		b.reign(1, 2, 0, 1*ms).
+			acq(0, "a", time.Second, 10*ms, 11*ms, lease.Locked, 0).on(1).
+			reign(2, 3, 1500*ms, 1501*ms).grace().
+			rel(1, "b", 1600*ms, 1601*ms, lease.LockDoesNotExist).on(2).
+			acq(1, "b", time.Minute, 1602*ms, 1603*ms, lease.Locked, 1025).on(2)
+		return b.ephemeral()
+	}},
+
 	// Illegal.
+	"ephemeral-grace-reign-while-live": {lin: true, excl: true, h: func() History {
+		// a's lease (1 min) was live when the new leader began, which
+		// promised to have waited it out; b is granted under it.
+		b := &hb{}
+		b.reign(1, 2, 0, 1*ms).
+			acq(0, "a", time.Minute, 10*ms, 11*ms, lease.Locked, 0).on(1).
+			reign(2, 3, 20*ms, 22*ms).grace().
+			acq(1, "b", time.Minute, 30*ms, 31*ms, lease.Locked, 1025).on(2)
+		return b.ephemeral()
+	}},
 	"ephemeral-tokens-back-across-reign": {lin: true, fence: true, h: func() History {
 		b := &hb{}
 		b.reign(1, 2, 0, 1*ms).
