@@ -120,11 +120,11 @@ type Op struct {
 	// ephemeral lease of earlier leaders before it began, so the reign
 	// ends only holds that have lapsed (a hold that must still be live
 	// then is a violation), and does not cut hold windows.
-	Grace bool
-	Kind      Kind
-	Resource  string
-	Owner     string        // acquire/extend/release
-	TTL       time.Duration // acquire/extend
+	Grace    bool
+	Kind     Kind
+	Resource string
+	Owner    string        // acquire/extend/release
+	TTL      time.Duration // acquire/extend
 	// Call and Return are monotonic times since the recorder started.
 	// Return is meaningless for Indeterminate operations: they may take
 	// effect at any time after Call.
