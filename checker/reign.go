@@ -3,7 +3,6 @@ package checker
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -42,22 +41,6 @@ func resetsByResource(h History) map[string][]Op {
 		m[k] = resets(m[k])
 	}
 	return m
-}
-
-// epoch returns the number of resets surely before an operation that
-// takes effect within [call, ret], and whether that is also the number
-// possibly before it (the operation surely falls in one reign).
-func epoch(rs []Op, call, ret time.Duration) (n int, sure bool) {
-	lo, hi := 0, 0
-	for _, r := range rs {
-		if r.Return <= call {
-			lo++
-		}
-		if r.Call < ret {
-			hi++
-		}
-	}
-	return lo, lo == hi
 }
 
 // CheckStaleLeader flags every definite answer (not MustRetry) that a node
