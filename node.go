@@ -377,7 +377,8 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	return n.transfer(p, to)
 }
 
-// transfer drops this node's lease of p, then asks Raft to move p to to.
+// transfer drops this node's lease of p, records how long its ephemeral
+// leases there still run, then asks Raft to move p to to.
 func (n *Node) transfer(p int, to uint64) error {
 	if !n.leadership.Relinquish(p) {
 		leader, self := n.leadership.LeaderOf(p)
@@ -385,6 +386,11 @@ func (n *Node) transfer(p int, to uint64) error {
 			leader = 0 // leading in Raft, not (yet) serving
 		}
 		return &NotLeaderError{Partition: p, Leader: leader}
+	}
+	if term, ok := n.leadership.ReignTerm(p); ok {
+		ctx, cancel := context.WithTimeout(n.life, closeDrainTimeout)
+		n.recordLeasesLeft(ctx, p, term)
+		cancel()
 	}
 	return n.backend.TransferLeadership(p, to)
 }
@@ -542,17 +548,30 @@ func (n *Node) retire() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
 	defer cancel()
 	for p := range n.cfg.Partitions {
-		term, ok := n.leadership.Retire(p)
-		if !ok {
-			continue
+		if term, ok := n.leadership.Retire(p); ok {
+			n.recordLeasesLeft(ctx, p, term)
 		}
-		left, err := n.ring.EphemeralLeaseLeft(ctx, p)
-		if err == nil {
-			err = n.backend.SetEphemeralGrace(ctx, p, term, left)
-		}
-		if err != nil {
-			n.cfg.Logger.Warn("could not record the ephemeral leases left; the next leader waits out the reign's longest", "partition", p, "err", err)
-		}
+	}
+}
+
+// recordLeasesLeft, once this node no longer decides for p in term (it
+// relinquished or retired it), records how long its live ephemeral leases
+// of p still run, so that the next leader waits only that, not the longest
+// ephemeral TTL of the reign. Best effort: on a failure the next leader
+// waits the longer grace.
+func (n *Node) recordLeasesLeft(ctx context.Context, p int, term uint64) {
+	if n.cfg.EphemeralFencingOnly || n.cfg.unsafeTokensFromZero {
+		return
+	}
+	left, err := n.ring.EphemeralLeaseLeft(ctx, p)
+	if err == nil {
+		err = n.leadership.LowerTTL(ctx, p, term, left)
+	}
+	if err == nil {
+		err = n.backend.SetEphemeralGrace(ctx, p, term, left)
+	}
+	if err != nil {
+		n.cfg.Logger.Warn("could not record the ephemeral leases left; the next leader waits out the reign's longest", "partition", p, "err", err)
 	}
 }
 

@@ -170,6 +170,36 @@ func (l *Leadership) raiseTTL(p int, term uint64, to time.Duration) error {
 	return l.reacher.RaiseEphemeralTTL(ctx, p, term, to)
 }
 
+// LowerTTL lowers the bound on ephemeral TTLs of p in term to ttl, once a
+// raise under way has ended (it would lift the bound again). Called when
+// this node no longer decides for p (it relinquished it) and is about to
+// record that its leases there run at most ttl more (SetEphemeralGrace):
+// should it serve p again in term, a longer lease raises the bound, and
+// the stored one, again.
+func (l *Leadership) LowerTTL(ctx context.Context, p int, term uint64, ttl time.Duration) error {
+	w := l.windows[p].Load()
+	if w == nil || w.term != term || l.opts.EphemeralFencingOnly {
+		return nil
+	}
+	for {
+		w.mu.Lock()
+		raising := w.raisingTTL
+		if raising == nil {
+			if int64(ttl) < w.ttl.Load() {
+				w.ttl.Store(int64(ttl))
+			}
+			w.mu.Unlock()
+			return nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-raising:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // openWindow starts p's window of term at base, with no room yet: the
 // first ephemeral grant raises it, and its TTL bound. A grace the reign
 // waits out is cleared in the store once it is over (endGrace).
