@@ -147,7 +147,9 @@ func TestClusterTransferWaitsOnlyLiveLeases(t *testing.T) {
 	leader, _ := c.node(1).Leader(0)
 	ctx := context.Background()
 	l := c.node(leader)
-	if r := settled(t, func() (kahuna.Result, error) { return l.TryLock(ctx, "moved", []byte("a"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked {
+	if r := settled(t, func() (kahuna.Result, error) {
+		return l.TryLock(ctx, "moved", []byte("a"), time.Minute, kahuna.Ephemeral)
+	}); r.Status != kahuna.Locked {
 		t.Fatalf("a: %+v", r)
 	}
 	if r, err := l.Unlock(ctx, "moved", []byte("a"), kahuna.Ephemeral); err != nil || r.Status != kahuna.Unlocked {
