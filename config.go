@@ -252,6 +252,7 @@ type Config struct {
 	unsafeNoFence        bool // state machines apply records without compare-and-set or epoch checks
 	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
 	unsafeTokensFromZero bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
+	unsafeNoEvictFloor   bool // an evicted ephemeral entry's token is forgotten
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
 	unsafeAppliedFirst   bool // the applied index reaches badger ahead of the records: a crash loses some
 	unsafeAnyRaftTiming  bool // Raft connections are let in whatever the peer's tick (timing.go)

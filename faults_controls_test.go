@@ -81,6 +81,14 @@ var negativeControls = []negativeControl{
 			mod: func(cfg kahuna.Config) kahuna.Config { cfg.EphemeralFencingOnly = true; return cfg }, linTimeout: 20 * time.Second},
 	},
 	{
+		// Under cache pressure, an evicted ephemeral entry's token is
+		// forgotten: the name's next grant repeats or goes below it, with
+		// no leader change at all. Caught by the fencing checker alone.
+		name: "ephemeral-eviction-floor-off", seed: 104, by: "fencing",
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, cachePressure: true,
+			mod: kahuna.WithoutEvictionFloor, linTimeout: 20 * time.Second},
+	},
+	{
 		// Each new leader counts ephemeral tokens from the stored record
 		// (from 0), as before ephemeral tokens were fenced: a name's tokens
 		// go backwards at every leader change. Caught by the fencing

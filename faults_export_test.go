@@ -67,6 +67,15 @@ func WithEphemeralTokensFromZero(cfg Config) Config {
 	return cfg
 }
 
+// WithoutEvictionFloor returns cfg with an evicted ephemeral entry's token
+// forgotten: the name's next grant counts from the stored record (from 0,
+// or the partition's base) again. A negative control: under cache pressure
+// the fencing checker must report tokens going backwards.
+func WithoutEvictionFloor(cfg Config) Config {
+	cfg.unsafeNoEvictFloor = true
+	return cfg
+}
+
 // PauseNode freezes n as a process pause would (SIGSTOP, a long GC pause, a
 // VM freeze), as far as a process can freeze part of itself: calls that
 // reach it wait at its door, and the Raft leader events it would act on

@@ -119,6 +119,8 @@ type faultRun struct {
 	reigns  int64
 	late    int // definite answers that took longer than a second
 	net     struct{ dropped, delayed, stalled, held int64 }
+	// evictions counts the cache entries the nodes up at the end evicted.
+	evictions uint64
 }
 
 // runOpts is what a run varies besides its seed.
@@ -139,6 +141,10 @@ type runOpts struct {
 	// control, which is caught by definite findings, needs less.
 	linTimeout time.Duration
 	clients    []clientMode // nil: defaultClients
+	// cachePressure caps each node's cached entries (4, over its 2 lock
+	// actors), so released and lapsed entries are evicted all the time and
+	// their names loaded again.
+	cachePressure bool
 	// grace runs ephemeral locks with the grace (the default engine), and
 	// judges the history strictly: reigns do not end ephemeral holds,
 	// which the engine waits out. Without it ephemeral runs are
@@ -626,15 +632,17 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	}
 	t.Logf("seed %d, %s locks (replay: go test -run '%s' -faults.seed=%d -faults.run=%v -v .)", seed, o.dur, name, seed, o.d)
 	const partitions = 3
-	mod := o.mod
-	if o.dur == kahuna.Ephemeral && !o.grace {
-		mod = func(cfg kahuna.Config) kahuna.Config {
+	mod := func(cfg kahuna.Config) kahuna.Config {
+		if o.dur == kahuna.Ephemeral && !o.grace {
 			cfg.EphemeralFencingOnly = true
-			if o.mod != nil {
-				cfg = o.mod(cfg)
-			}
-			return cfg
 		}
+		if o.cachePressure {
+			cfg.MaxCachedEntries = 4
+		}
+		if o.mod != nil {
+			cfg = o.mod(cfg)
+		}
+		return cfg
 	}
 	c := startFaultCluster(t, seed, partitions, mod)
 	first := c.node(c.up()[0])
@@ -685,6 +693,9 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	close(stopWatch)
 	<-watched
 	run.reigns = reigns.Load()
+	for _, id := range c.up() {
+		run.evictions += c.node(id).Stats().Evictions
+	}
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
 	c.close() // the checkers get the CPU
 
@@ -826,10 +837,19 @@ func TestFaults(t *testing.T) {
 		})
 	}
 	// Ephemeral locks with the grace, judged strictly: no two holders
-	// across reigns either.
+	// across reigns either. And ephemeral locks under cache pressure: their
+	// entries evicted and loaded again all the time.
 	if *faultsSeed == 0 {
 		t.Run("seed=5/grace", func(t *testing.T) {
 			requireClean(t, runFaults(t, 5, runOpts{d: faultsRunLength(), dur: kahuna.Ephemeral, kinds: scheduleKinds(t), grace: true, name: "TestFaults/seed=5/grace"}))
+		})
+		t.Run("seed=11/cache-pressure", func(t *testing.T) {
+			run := runFaults(t, 11, runOpts{d: faultsRunLength(), dur: kahuna.Ephemeral, kinds: scheduleKinds(t), cachePressure: true, name: "TestFaults/seed=11/cache-pressure"})
+			requireClean(t, run)
+			if run.evictions == 0 {
+				t.Errorf("seed 11: no entry evicted under cache pressure: the run did not test what it is for")
+			}
+			t.Logf("seed 11: %d entries evicted by the nodes up at the end", run.evictions)
 		})
 	}
 }

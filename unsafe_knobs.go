@@ -16,6 +16,7 @@ import (
 //	no-fence   apply records without the state machine's compare-and-set and epoch
 //	applied-first  store the applied index ahead of the records it covers (a crash loses some)
 //	tokens-from-zero  a new leader counts ephemeral tokens from the stored record (they go backwards)
+//	no-evict-floor    an evicted ephemeral entry's token is forgotten (the next grant may repeat it)
 //
 // The build tag is the only way in: a release build has no such switch.
 func init() { unsafeKnobs = unsafeFromEnv }
@@ -35,8 +36,10 @@ func unsafeFromEnv(cfg *Config) error {
 			cfg.unsafeAppliedFirst = true
 		case "tokens-from-zero":
 			cfg.unsafeTokensFromZero = true
+		case "no-evict-floor":
+			cfg.unsafeNoEvictFloor = true
 		default:
-			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first, tokens-from-zero)", k)
+			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first, tokens-from-zero, no-evict-floor)", k)
 		}
 	}
 	cfg.Logger.Warn("SAFETY PROTECTIONS SWITCHED OFF (a negative-control build)", "KAHUNA_UNSAFE", v)

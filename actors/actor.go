@@ -506,7 +506,7 @@ func (a *lockActor) ttlRoom(c *call, p int, term uint64, ttl time.Duration) bool
 // uncache drops s from the cache. Its token is kept in the partition's
 // floor if an ephemeral grant set it, since no store knows it.
 func (a *lockActor) uncache(s *slot) {
-	if s.kind == lease.Ephemeral && s.State != lease.Absent && s.Token >= a.floors[s.partition] {
+	if s.kind == lease.Ephemeral && s.State != lease.Absent && s.Token >= a.floors[s.partition] && !a.cfg.UnsafeNoEvictionFloor {
 		a.floors[s.partition] = s.Token + 1
 	}
 	delete(a.entries, s.resource)

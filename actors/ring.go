@@ -87,6 +87,10 @@ type Config struct {
 	// and the leader term persistent decisions are tagged with. Actors
 	// check it for every decision, so a deposed leader stops at once.
 	Serving func(p int) (term uint64, ok bool)
+	// UnsafeNoEvictionFloor forgets an evicted ephemeral entry's token, so
+	// the name's next grant may repeat it: a negative control for the
+	// fault tests, never for production.
+	UnsafeNoEvictionFloor bool
 	// Tokens bounds ephemeral fencing tokens (partition.Leadership); nil:
 	// unbounded, from 0 (a node whose ephemeral locks never outlive it).
 	Tokens TokenWindows
