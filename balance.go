@@ -241,7 +241,6 @@ func (n *Node) balanceHandOver(ctx context.Context, v balanceView, p int, to uin
 	if !ok || !n.backend.Leads(p, term) {
 		return // no longer steady here: another round decides again
 	}
-	n.recordLeasesLeft(ctx, p, term)
 	moved[p] = time.Now()
 	n.balanceMoves.Add(1)
 	leads := map[uint64]int{}

@@ -378,8 +378,7 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	return n.transfer(p, to)
 }
 
-// transfer drops this node's lease of p, records how long its ephemeral
-// leases there still run, then asks Raft to move p to to.
+// transfer drops this node's lease of p, then asks Raft to move p to to.
 func (n *Node) transfer(p int, to uint64) error {
 	if !n.leadership.Relinquish(p) {
 		leader, self := n.leadership.LeaderOf(p)
@@ -387,11 +386,6 @@ func (n *Node) transfer(p int, to uint64) error {
 			leader = 0 // leading in Raft, not (yet) serving
 		}
 		return &NotLeaderError{Partition: p, Leader: leader}
-	}
-	if term, ok := n.leadership.ReignTerm(p); ok {
-		ctx, cancel := context.WithTimeout(n.life, closeDrainTimeout)
-		n.recordLeasesLeft(ctx, p, term)
-		cancel()
 	}
 	return n.backend.TransferLeadership(p, to)
 }
@@ -556,7 +550,7 @@ func (n *Node) retire() {
 }
 
 // recordLeasesLeft, once this node no longer decides for p in term (it
-// relinquished or retired it), records how long its live ephemeral leases
+// retired it: the node is closing), records how long its live ephemeral leases
 // of p still run, so that the next leader waits only that, not the longest
 // ephemeral TTL of the reign. Best effort: on a failure the next leader
 // waits the longer grace.

@@ -332,15 +332,6 @@ func (l *Leadership) Relinquish(p int) bool {
 	return true
 }
 
-// ReignTerm returns the term of this node's reign of p, serving or not
-// (relinquished, or waiting), and whether it has one.
-func (l *Leadership) ReignTerm(p int) (term uint64, ok bool) {
-	if r := l.parts[p].Load(); r != nil {
-		return r.term, true
-	}
-	return 0, false
-}
-
 // Retire stops serving p for good (the node is closing) and returns the
 // term it served, and whether it served p.
 func (l *Leadership) Retire(p int) (term uint64, ok bool) {

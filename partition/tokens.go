@@ -172,7 +172,7 @@ func (l *Leadership) raiseTTL(p int, term uint64, to time.Duration) error {
 
 // LowerTTL lowers the bound on ephemeral TTLs of p in term to ttl, once a
 // raise under way has ended (it would lift the bound again). Called when
-// this node no longer decides for p (it relinquished it) and is about to
+// this node no longer decides for p (it retired it) and is about to
 // record that its leases there run at most ttl more (SetEphemeralGrace):
 // should it serve p again in term, a longer lease raises the bound, and
 // the stored one, again.
