@@ -856,7 +856,9 @@ func TestFaults(t *testing.T) {
 
 // TestFaultsLong runs seeded schedules until -faults.duration is spent, and
 // every negative control every tenth seed, and prints a summary: runs,
-// operations, faults, violations, controls caught.
+// operations, faults, violations, controls caught. Half the ephemeral
+// seeds (seed%6 == 5) run with the grace, judged strictly; seeds with
+// seed%9 == 8 run under cache pressure.
 func TestFaultsLong(t *testing.T) {
 	if *faultsDuration == 0 {
 		t.Skip("set -faults.duration (e.g. 10m) for the long run")
@@ -880,7 +882,8 @@ func TestFaultsLong(t *testing.T) {
 	for ; time.Now().Before(deadline); seed++ {
 		var run faultRun
 		ok := t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			run = runFaults(t, seed, runOpts{d: d, dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed)})
+			run = runFaults(t, seed, runOpts{d: d, dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed),
+				grace: seed%6 == 5, cachePressure: seed%9 == 8})
 			requireClean(t, run)
 		})
 		runs++
