@@ -70,7 +70,7 @@ func (l *Leadership) TokenWindow(p int, term uint64) (limit, soon int64, ok bool
 // (a token the caller is about to grant, plus one) in the background, if
 // want is at or past soon and no raise is under way. The returned
 // channel is closed when the raise ends, whether it succeeded or not (the
-// caller looks at Tokens again).
+// caller looks at TokenWindow again).
 func (l *Leadership) RaiseTokens(p int, term uint64, want int64) <-chan struct{} {
 	w := l.windows[p].Load()
 	if w == nil || w.term != term || l.reacher == nil {
