@@ -417,8 +417,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	if kind == lease.Ephemeral {
-		if req.Op == lease.TryLock && !a.tokenRoom(c, s.partition, term, d.Token) ||
-			!a.ttlRoom(c, s.partition, term, req.TTL) {
+		if req.Op != lease.Unlock && !a.windowRoom(c, s.partition, term, d.Token, req.TTL) {
 			return
 		}
 		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
@@ -460,47 +459,34 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// tokenRoom reports whether an ephemeral grant of token to c may be made
-// in p's window of term. If not, c is answered MustRetry, with the raise
-// to wait for before asking again (Ring.Do), and nothing changes. A grant
-// past the window's soon mark raises it in the background.
-func (a *lockActor) tokenRoom(c *call, p int, term uint64, token int64) bool {
-	limit, soon, ok := a.cfg.Tokens.TokenWindow(p, term)
+// windowRoom reports whether an ephemeral grant (of token) or extension of ttl
+// to c may be made in p's window of term: a grant's token below the
+// window's limit, a TTL within its bound (a new leader waits out as long
+// as the longest TTL it allows). If not, c is answered MustRetry, with the
+// raise to wait for before asking again (Ring.Do), and nothing changes. A
+// grant past the window's soon mark raises its limit in the background.
+func (a *lockActor) windowRoom(c *call, p int, term uint64, token int64, ttl time.Duration) bool {
+	w, ok := a.cfg.Tokens.TokenWindow(p, term)
+	grant := c.req.Op == lease.TryLock
+	var raise func() <-chan struct{}
 	switch {
 	case !ok:
-		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
-		return false
-	case token >= limit:
-		resp := Response{Status: notGranted(c, lease.MustRetry)}
-		if resp.Status == lease.MustRetry {
-			resp.raise = a.cfg.Tokens.RaiseTokens(p, term, token+1)
+	case grant && token >= w.Limit:
+		raise = func() <-chan struct{} { return a.cfg.Tokens.RaiseTokens(p, term, token+1) }
+	case ttl > w.TTL:
+		raise = func() <-chan struct{} { return a.cfg.Tokens.RaiseTTL(p, term, ttl) }
+	default:
+		if grant && token >= w.Soon {
+			a.cfg.Tokens.RaiseTokens(p, term, token+1)
 		}
-		c.reply <- resp
-		return false
-	case token >= soon:
-		a.cfg.Tokens.RaiseTokens(p, term, token+1)
+		return true
 	}
-	return true
-}
-
-// ttlRoom reports whether an ephemeral grant or extension of ttl to c may
-// be made in p's window of term, like tokenRoom: a new leader waits out as
-// long as the longest TTL the window allows.
-func (a *lockActor) ttlRoom(c *call, p int, term uint64, ttl time.Duration) bool {
-	bound, ok := a.cfg.Tokens.TTLWindow(p, term)
-	switch {
-	case !ok:
-		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
-		return false
-	case ttl > bound:
-		resp := Response{Status: notGranted(c, lease.MustRetry)}
-		if resp.Status == lease.MustRetry {
-			resp.raise = a.cfg.Tokens.RaiseTTL(p, term, ttl)
-		}
-		c.reply <- resp
-		return false
+	resp := Response{Status: notGranted(c, lease.MustRetry)}
+	if resp.Status == lease.MustRetry && raise != nil {
+		resp.raise = raise()
 	}
-	return true
+	c.reply <- resp
+	return false
 }
 
 // uncache drops s from the cache. Its token is kept in the partition's

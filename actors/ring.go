@@ -114,28 +114,22 @@ type TokenWindows interface {
 	// (the latest reign's base: above every ephemeral token of earlier
 	// reigns).
 	TokenBase(p int) int64
-	// TokenWindow is p's window in term: an ephemeral grant needs a token
-	// below limit; one at or past soon asks for more in the background.
-	// ok is false if there is no window for term.
-	TokenWindow(p int, term uint64) (limit, soon int64, ok bool)
+	// TokenWindow is p's window in term (ok false: none for term).
+	TokenWindow(p int, term uint64) (w lease.Window, ok bool)
 	// RaiseTokens raises p's limit in term past want, in the background;
 	// the channel is closed when that raise (or one under way) ends.
 	RaiseTokens(p int, term uint64, want int64) <-chan struct{}
-	// TTLWindow bounds the TTL of an ephemeral grant or extension of p in
-	// term (a new leader waits out that long of the last one's leases);
-	// RaiseTTL raises it, like RaiseTokens.
-	TTLWindow(p int, term uint64) (bound time.Duration, ok bool)
+	// RaiseTTL raises p's TTL bound in term to at least ttl, likewise.
 	RaiseTTL(p int, term uint64, ttl time.Duration) <-chan struct{}
 }
 
 type unbounded struct{}
 
 func (unbounded) TokenBase(int) int64 { return 0 }
-func (unbounded) TokenWindow(int, uint64) (int64, int64, bool) {
-	return math.MaxInt64, math.MaxInt64, true
+func (unbounded) TokenWindow(int, uint64) (lease.Window, bool) {
+	return lease.Window{Limit: math.MaxInt64, Soon: math.MaxInt64, TTL: math.MaxInt64}, true
 }
 func (unbounded) RaiseTokens(int, uint64, int64) <-chan struct{}      { return nil }
-func (unbounded) TTLWindow(int, uint64) (time.Duration, bool)         { return math.MaxInt64, true }
 func (unbounded) RaiseTTL(int, uint64, time.Duration) <-chan struct{} { return nil }
 
 // Request is one lock operation on one resource. Partition is the

@@ -233,19 +233,25 @@ func (r *Raft) Load(p int, resource string) (Record, bool, error) {
 // TokenFloor returns the applied token floor of partition p from local
 // storage: above the token of every record removed from it.
 func (r *Raft) TokenFloor(p int) (int64, error) {
+	return readShard(r, p, "token floor", readFloor)
+}
+
+// readShard reads what (read) of partition p from local storage.
+func readShard[T any](r *Raft, p int, what string, read func(getter, uint64) (T, error)) (T, error) {
+	var zero T
 	if err := r.checkPartition(p); err != nil {
-		return 0, err
+		return zero, err
 	}
 	r.dbMu.RLock()
 	defer r.dbMu.RUnlock()
 	if r.dbClosed {
-		return 0, ErrClosed
+		return zero, ErrClosed
 	}
-	floor, err := readFloor(r.view(p), shardID(p))
+	v, err := read(r.view(p), shardID(p))
 	if err != nil {
-		return 0, fmt.Errorf("durability: read token floor of partition %d: %w", p, err)
+		return zero, fmt.Errorf("durability: read %s of partition %d: %w", what, p, err)
 	}
-	return floor, nil
+	return v, nil
 }
 
 // releasedPage bounds the records Released examines per read txn, so fn
@@ -472,22 +478,8 @@ func (r *Raft) Fence(ctx context.Context, p int, term uint64) error {
 // by a leader whose epoch ended before the stored one (see RaiseReach).
 // Read after Fence, it is where this node's ephemeral tokens start.
 func (r *Raft) TokenReach(p int) (int64, error) {
-	if err := r.checkPartition(p); err != nil {
-		return 0, err
-	}
-	r.dbMu.RLock()
-	defer r.dbMu.RUnlock()
-	if r.dbClosed {
-		return 0, ErrClosed
-	}
-	reach, err := readReach(r.view(p), shardID(p))
-	if err != nil {
-		return 0, fmt.Errorf("durability: read token reach of partition %d: %w", p, err)
-	}
-	return reach, nil
+	return readShard(r, p, "token reach", readReach)
 }
-
-var errReachRejected = fmt.Errorf("%w: token reach rejected (a later term was fenced)", ErrRetry)
 
 // RaiseReach raises the ephemeral token reach of partition p to at least
 // reach, decided in this node's epoch of term, and returns nil once it is
@@ -499,23 +491,32 @@ var errReachRejected = fmt.Errorf("%w: token reach rejected (a later term was fe
 // may be higher than this node knows, which costs a later leader nothing
 // but larger tokens).
 func (r *Raft) RaiseReach(ctx context.Context, p int, term uint64, reach int64) error {
+	return r.proposeFenced(ctx, p, term, "raise token reach", func(e Epoch) []byte { return appendReach(nil, e, reach) })
+}
+
+var errFencedEntryRejected = fmt.Errorf("%w: rejected (a later term was fenced)", ErrRetry)
+
+// proposeFenced proposes the entry cmd makes for this node's epoch of term
+// in partition p (a reach or grace entry) and returns nil once it is
+// applied here; ErrRetry if this node does not lead p in term, or the
+// entry was rejected, dropped or timed out; or ErrClosed.
+func (r *Raft) proposeFenced(ctx context.Context, p int, term uint64, what string, cmd func(Epoch) []byte) error {
 	if err := r.checkPartition(p); err != nil {
 		return err
 	}
 	if !r.Leads(p, term) {
 		return errNotLeaderOfTerm
 	}
-	cmd := appendReach(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID}, reach)
-	rs, err := r.nh.Propose(r.lanes[p].session, cmd, r.cfg.ProposalTimeout)
+	rs, err := r.nh.Propose(r.lanes[p].session, cmd(Epoch{Term: term, Replica: r.cfg.ReplicaID}), r.cfg.ProposalTimeout)
 	if err != nil {
-		return fmt.Errorf("durability: raise token reach of partition %d: %w", p, proposeError(err))
+		return fmt.Errorf("durability: %s partition %d: %w", what, p, proposeError(err))
 	}
-	res, err := r.await(ctx, rs, p, "raise token reach")
+	res, err := r.await(ctx, rs, p, what)
 	if err != nil {
 		return err
 	}
 	if res.Value == 0 {
-		return errReachRejected
+		return fmt.Errorf("durability: %s partition %d: %w", what, p, errFencedEntryRejected)
 	}
 	return nil
 }
@@ -524,22 +525,12 @@ func (r *Raft) RaiseReach(ctx context.Context, p int, term uint64, reach int64) 
 // granted by earlier leaders of p may still run after the last of them
 // stopped serving: none is longer than that (see RaiseEphemeralTTL).
 func (r *Raft) EphemeralGrace(p int) (time.Duration, error) {
-	if err := r.checkPartition(p); err != nil {
-		return 0, err
-	}
-	r.dbMu.RLock()
-	defer r.dbMu.RUnlock()
-	if r.dbClosed {
-		return 0, ErrClosed
-	}
-	_, carried, err := readGrace(r.view(p), shardID(p))
-	if err != nil {
-		return 0, fmt.Errorf("durability: read ephemeral grace of partition %d: %w", p, err)
-	}
-	return time.Duration(carried) * time.Millisecond, nil
+	carried, err := readShard(r, p, "ephemeral grace", func(g getter, shard uint64) (int64, error) {
+		_, carried, err := readGrace(g, shard)
+		return carried, err
+	})
+	return time.Duration(carried) * time.Millisecond, err
 }
-
-var errGraceRejected = fmt.Errorf("%w: ephemeral TTL bound rejected (a later term was fenced)", ErrRetry)
 
 // RaiseEphemeralTTL raises the bound on the TTL of p's ephemeral leases in
 // this node's epoch of term to at least ttl (whole milliseconds, rounded
@@ -550,12 +541,6 @@ var errGraceRejected = fmt.Errorf("%w: ephemeral TTL bound rejected (a later ter
 // leader's marker carries the bound over as its grace. Errors match
 // ErrRetry or ErrClosed.
 func (r *Raft) RaiseEphemeralTTL(ctx context.Context, p int, term uint64, ttl time.Duration) error {
-	if err := r.checkPartition(p); err != nil {
-		return err
-	}
-	if !r.Leads(p, term) {
-		return errNotLeaderOfTerm
-	}
 	return r.proposeGrace(ctx, p, term, ttl, graceRaise)
 }
 
@@ -565,30 +550,12 @@ func (r *Raft) RaiseEphemeralTTL(ctx context.Context, p int, term uint64, ttl ti
 // reign allowed. Errors match ErrRetry or ErrClosed; on any, the next
 // leader waits the longer grace.
 func (r *Raft) SetEphemeralGrace(ctx context.Context, p int, term uint64, left time.Duration) error {
-	if err := r.checkPartition(p); err != nil {
-		return err
-	}
-	if !r.Leads(p, term) {
-		return errNotLeaderOfTerm
-	}
 	return r.proposeGrace(ctx, p, term, left, graceExact)
 }
 
 func (r *Raft) proposeGrace(ctx context.Context, p int, term uint64, ttl time.Duration, mode byte) error {
 	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
-	cmd := appendGrace(nil, Epoch{Term: term, Replica: r.cfg.ReplicaID}, ms, mode)
-	rs, err := r.nh.Propose(r.lanes[p].session, cmd, r.cfg.ProposalTimeout)
-	if err != nil {
-		return fmt.Errorf("durability: ephemeral grace of partition %d: %w", p, proposeError(err))
-	}
-	res, err := r.await(ctx, rs, p, "ephemeral grace")
-	if err != nil {
-		return err
-	}
-	if res.Value == 0 {
-		return errGraceRejected
-	}
-	return nil
+	return r.proposeFenced(ctx, p, term, "ephemeral grace", func(e Epoch) []byte { return appendGrace(nil, e, ms, mode) })
 }
 
 // epochIs reports whether the stored epoch of p is this node's in term.

@@ -177,6 +177,16 @@ func (e *Entry) Live(now time.Time) bool {
 	return e.State == Held && !now.After(e.Expires)
 }
 
+// Window is a partition leader's room for ephemeral grants in its reign:
+// a grant needs a token below Limit (one at or past Soon asks for more in
+// the background), and a grant or extension a TTL within TTL (a new leader
+// waits out that long of the last one's leases). Both are raised through
+// Raft, so a later leader starts above them.
+type Window struct {
+	Limit, Soon int64
+	TTL         time.Duration
+}
+
 // Decision is the outcome of Decide.
 type Decision struct {
 	Status Status

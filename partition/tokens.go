@@ -55,15 +55,16 @@ func (l *Leadership) TokenBase(p int) int64 {
 	return 0
 }
 
-// TokenWindow returns p's window in term: an ephemeral grant needs a token
-// below limit; one at or past soon should raise it (RaiseTokens). ok is
-// false if this node has no window for p in term.
-func (l *Leadership) TokenWindow(p int, term uint64) (limit, soon int64, ok bool) {
+// TokenWindow returns p's window in term (lease.Window): an ephemeral
+// grant needs a token below its limit (one at or past soon should raise
+// it, RaiseTokens) and a TTL within its bound (RaiseTTL). ok is false if
+// this node has no window for p in term.
+func (l *Leadership) TokenWindow(p int, term uint64) (lease.Window, bool) {
 	w := l.windows[p].Load()
 	if w == nil || w.term != term {
-		return 0, 0, false
+		return lease.Window{}, false
 	}
-	return w.limit.Load(), w.soon.Load(), true
+	return lease.Window{Limit: w.limit.Load(), Soon: w.soon.Load(), TTL: time.Duration(w.ttl.Load())}, true
 }
 
 // RaiseTokens raises the limit of p's ephemeral tokens in term above want
@@ -112,17 +113,6 @@ func (l *Leadership) RaiseTokens(p int, term uint64, want int64) <-chan struct{}
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// TTLWindow returns the bound on ephemeral TTLs of p in term: a grant or
-// extension needs a TTL within it (RaiseTTL). ok is false if this node has
-// no window for p in term.
-func (l *Leadership) TTLWindow(p int, term uint64) (bound time.Duration, ok bool) {
-	w := l.windows[p].Load()
-	if w == nil || w.term != term {
-		return 0, false
-	}
-	return time.Duration(w.ttl.Load()), true
-}
 
 // RaiseTTL raises the bound on ephemeral TTLs of p in term to at least
 // ttl (to the next power of two milliseconds, so that a few raises cover
