@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Leader balance (issue 12 item 2).
+// Leader balance.
 //
 // When a member joins or returns, the survivors lead every partition;
 // nothing moves leaders back on its own. So every node runs a balancer,

@@ -45,7 +45,7 @@ func (w waitingLocker) Lock(ctx context.Context, res string, owner []byte, ttl, 
 	return w.n.Lock(ctx, res, owner, ttl, wait, d)
 }
 
-// BenchmarkFairWait is the fairness case of issue 11: 8 goroutines on one
+// BenchmarkFairWait is the fairness case: 8 goroutines on one
 // lock, each Acquire WithWait(8s), hold 10 ms, Unlock, again. One op is one
 // grant. It reports Jain's index of the grants per contender (1 = all
 // equal), the requests that reached the node per grant, and the longest

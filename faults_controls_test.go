@@ -37,7 +37,7 @@ var negativeControls = []negativeControl{
 		// With the leader lease on, a deposed node decides nothing, so the
 		// only such write is one decided while the node legitimately led
 		// and still waiting in its group-commit lane when the partition
-		// moved (issue 10, scenario 2): the stall-replication nemesis makes
+		// moved: the stall-replication nemesis makes
 		// exactly that, on persistent locks of one partition under write
 		// load (8 resources, so the workload's own writes also fill the
 		// lane's in-flight slots). A queued record that commits after the

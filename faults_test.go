@@ -32,7 +32,7 @@ var (
 	faultsSeed      = flag.Uint64("faults.seed", 0, "fault tests: run only this seed (0: the default seeds, or random ones in a long run)")
 	faultsDuration  = flag.Duration("faults.duration", 0, "fault tests: keep running seeded schedules for this long and print a summary (0: the short run)")
 	faultsRun       = flag.Duration("faults.run", 0, "fault tests: length of one seeded run (default 6s)")
-	faultsMustRetry = flag.String("faults.mustretry", "no-effect", "fault tests: what a MustRetry answer (without an error) proves: no-effect (DESIGN §8.5: certainly not applied) or unknown (as before issue 10: a forwarded request may have applied)")
+	faultsMustRetry = flag.String("faults.mustretry", "no-effect", "fault tests: what a MustRetry answer (without an error) proves: no-effect (DESIGN §8.5: certainly not applied) or unknown (as before the fence: a forwarded request may have applied)")
 	faultsKinds     = flag.String("faults.kinds", "", "fault tests: comma-separated fault kinds of TestFaults and TestFaultsLong (default: all)")
 	faultsDump      = flag.String("faults.dump", "", "fault tests: directory for the history (JSON and text) of every run, and porcupine's HTML of a non-linearizable one (default: a failed run's go to the test's temp dir, logged)")
 )
@@ -84,7 +84,7 @@ const (
 	// L's in-flight proposals time out (faultProposalTimeout): the records
 	// still queued are then sent (fenced: failed, as L no longer leads
 	// their term) while L follows the new leader, which would append them
-	// (issue 10, scenario 2).
+	// (a deposed leader's queued write).
 	fStallReplication faultKind = "stall-replication"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/kahunago/kahuna/durability"
 )
 
-// Membership changes (issue 12 item 1).
+// Membership changes.
 //
 // Every member replicates every partition, so adding or removing a member
 // is one Raft membership change per partition. AddMember and RemoveMember

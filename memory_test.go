@@ -9,7 +9,7 @@ import (
 	"github.com/kahunago/kahuna"
 )
 
-// TestNeverLockedNamesLeaveNoEntries is issue 12's measure: 100k Gets,
+// TestNeverLockedNamesLeaveNoEntries is the measure of names never locked: 100k Gets,
 // Unlocks and Extends of names never locked, through a node, leave no
 // cache entry (before the fix they left one each).
 func TestNeverLockedNamesLeaveNoEntries(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 )
 
 // Deterministic regressions for the two ways a leader change broke the lock
-// promise (issue 10): a deposed leader answering from its cache, and a
+// promise: a deposed leader answering from its cache, and a
 // deposed leader's queued write committing through the new leader. Each
 // scenario is a function returning what went wrong; the regression test
 // wants nothing, its negative control (the protection switched off) wants
@@ -285,7 +285,7 @@ var staleCases = []staleCase{
 	},
 }
 
-// staleLeaderAnswers is scenario 1 of issue 10, every case in one pause:
+// staleLeaderAnswers: a paused leader answering from its stale cache, every case in one pause:
 // the leader L of a partition caches each case's lock; L is paused (its
 // calls held at its door, its leader events held back, every Raft and
 // forwarding link to and from it cut); the others elect M; M changes each
@@ -438,7 +438,7 @@ func (w *heldWatch) seen(res string) <-chan struct{} {
 // it live; it lapses (by that cache) after the queued Extend commits or so.
 const fenceTTL = 6 * time.Second
 
-// deposedLeaderQueuedWrite is scenario 2 of issue 10. A holds r through
+// deposedLeaderQueuedWrite: a deposed leader's queued write. A holds r through
 // the leader L of its partition. L's replication of the partition is
 // stalled (faults.Network.StallReplication: its heartbeats pass, it stays
 // leader, nothing commits) and four writes

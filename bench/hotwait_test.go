@@ -22,7 +22,7 @@ func TestJain(t *testing.T) {
 	}{
 		{[]int64{5, 5, 5, 5}, 1},
 		{[]int64{8, 0, 0, 0}, 0.25},               // one took all: 1/n
-		{[]int64{1, 1, 1, 1, 1, 1, 1, 283}, 0.13}, // issue 11's embedded run before the queue
+		{[]int64{1, 1, 1, 1, 1, 1, 1, 283}, 0.13}, // the embedded run before the wait queue existed
 		{[]int64{2, 1}, 0.9},
 		{[]int64{0, 0}, 0}, // no grants: undefined, reported 0
 	} {

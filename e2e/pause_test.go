@@ -24,7 +24,7 @@ import (
 	"github.com/kahunago/kahuna/partition"
 )
 
-// Real process pauses (issue 10): a node of a 3-process cluster is frozen
+// Real process pauses: a node of a 3-process cluster is frozen
 // with SIGSTOP, as a GC pause or a VM freeze would freeze it (its clock
 // runs, its Raft, its goroutines and its sockets do not), for longer than a
 // lease and an election, then resumed with SIGCONT.
@@ -325,7 +325,7 @@ func (r *rawCall) answer() (restReply, error) {
 	return rep, nil
 }
 
-// pausedLeaderStale is scenario 1 of issue 10 with real processes: A
+// pausedLeaderStale is a paused leader answering from its stale cache, with real processes: A
 // locks r through its partition's leader L; L is SIGSTOPped; the other two
 // elect M; through M, A unlocks and B locks (token 1); A's TryLock and a
 // Get are written to L's socket while it is stopped; L is SIGCONTed. L
