@@ -249,6 +249,7 @@ func (n *Node) balanceHandOver(ctx context.Context, v balanceView, p int, to uin
 	}
 	n.cfg.Logger.Info("leader balancing: handing partition over", "partition", p, "term", term, "to", to,
 		"leads_here", leads[n.cfg.NodeID], "leads_there", leads[to])
+	n.handOver(p, term, handOverTimeout)
 	if err := n.backend.TransferLeadership(p, to); err != nil {
 		n.cfg.Logger.Warn("leader balancing: transfer not requested", "partition", p, "to", to, "err", err)
 		return

@@ -253,6 +253,7 @@ type Config struct {
 	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
 	unsafeTokensFromZero bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
 	unsafeNoEvictFloor   bool // an evicted ephemeral entry's token is forgotten
+	unsafeDropHandedOver bool // a new leader drops the ephemeral leases handed over to it
 	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
 	unsafeAppliedFirst   bool // the applied index reaches badger ahead of the records: a crash loses some
 	unsafeAnyRaftTiming  bool // Raft connections are let in whatever the peer's tick (timing.go)

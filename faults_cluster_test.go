@@ -170,15 +170,20 @@ func (c *faultCluster) up() []uint64 {
 }
 
 // kill closes node id (calls in flight on it end with ErrClosed).
-func (c *faultCluster) kill(id uint64) {
+func (c *faultCluster) kill(id uint64, crash bool) {
 	c.mu.Lock()
 	n := c.nodes[id]
 	delete(c.nodes, id)
 	c.mu.Unlock()
-	if n != nil {
-		if err := n.Close(); err != nil {
-			c.t.Logf("close node %d: %v", id, err)
-		}
+	if n == nil {
+		return
+	}
+	closeNode := n.Close
+	if crash {
+		closeNode = func() error { return kahuna.Crash(n) }
+	}
+	if err := closeNode(); err != nil {
+		c.t.Logf("close node %d: %v", id, err)
 	}
 }
 

@@ -62,23 +62,34 @@ var negativeControls = []negativeControl{
 	},
 	{
 		// Not a switch of the engine but of the checker: the ephemeral
-		// history of leader transfers, with its reign events taken out,
-		// must be found not linearizable (holds vanish at a leader change).
+		// history of leader crashes, with its reign events taken out,
+		// must be found not linearizable (holds vanish at a leader change
+		// that hands nothing over).
 		// It proves that the reigns are what excuse those, and that the
 		// runs do change leaders under the clients' feet. (The fencing
 		// checker does not read reigns: tokens rise across them.)
 		name: "ephemeral-without-reigns", seed: 101, strip: true,
-		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, linTimeout: 20 * time.Second},
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fCrashLeader}, linTimeout: 20 * time.Second},
 	},
 	{
 		// Ephemeral locks fencing-only, judged as the grace promises (a
-		// reign does not end an ephemeral hold): a new leader grants a
+		// reign does not end an ephemeral hold), under leader crashes (a
+		// planned move hands the leases over either way): a new leader grants a
 		// lock its old holder still holds, or tells the holder, within its
 		// lease, that it holds nothing. Caught by the linearizability
 		// checker, whose model then keeps holds across reigns.
 		name: "ephemeral-grace-off", seed: 103, by: "linearizability",
-		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, grace: true,
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fCrashLeader}, grace: true,
 			mod: func(cfg kahuna.Config) kahuna.Config { cfg.EphemeralFencingOnly = true; return cfg }, linTimeout: 20 * time.Second},
+	},
+	{
+		// A planned move hands the old leader's ephemeral leases over, and
+		// the new leader, trusting it, waits none out; here it drops them:
+		// another owner is granted a lock its holder still holds. Judged as
+		// the grace promises, caught by the linearizability checker.
+		name: "handover-dropped", seed: 105, by: "linearizability",
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, grace: true,
+			mod: kahuna.WithoutHandedOverLeases, linTimeout: 20 * time.Second},
 	},
 	{
 		// Under cache pressure, an evicted ephemeral entry's token is

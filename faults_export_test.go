@@ -76,6 +76,16 @@ func WithoutEvictionFloor(cfg Config) Config {
 	return cfg
 }
 
+// WithoutHandedOverLeases returns cfg with a new leader that drops the
+// ephemeral leases handed over to it, though it waits none of them out: a
+// planned move loses the locks while their holders still hold them. A
+// negative control: judged as the grace promises, the suite must report
+// another owner granted a lock its holder still holds.
+func WithoutHandedOverLeases(cfg Config) Config {
+	cfg.unsafeDropHandedOver = true
+	return cfg
+}
+
 // PauseNode freezes n as a process pause would (SIGSTOP, a long GC pause, a
 // VM freeze), as far as a process can freeze part of itself: calls that
 // reach it wait at its door, and the Raft leader events it would act on
@@ -107,6 +117,14 @@ func ResumeCalls(n *Node) {
 func WithServeHook(cfg Config, f func(p int, term uint64, serve func())) Config {
 	cfg.onServe = f
 	return cfg
+}
+
+// Crash closes n as a crash would leave the cluster: nothing handed over
+// or recorded for the next leader (its ephemeral leases are lost to it),
+// though the node's own storage closes cleanly.
+func Crash(n *Node) error {
+	n.crash.Store(true)
+	return n.Close()
 }
 
 // TransferUnrelinquished asks Raft to move p from n's replica to to without

@@ -51,8 +51,12 @@ const (
 type faultKind string
 
 const (
-	fKill          faultKind = "kill-restart"
-	fKillLeader    faultKind = "kill-leader"
+	fKill       faultKind = "kill-restart"
+	fKillLeader faultKind = "kill-leader"
+	// fCrashLeader stops a hot partition's leader as a crash would: it
+	// hands nothing over to the next leader (a kill closes cleanly, and
+	// hands its ephemeral leases over), then restarts it.
+	fCrashLeader   faultKind = "crash-leader"
 	fTransfer      faultKind = "leader-transfer"
 	fIsolate       faultKind = "partition-symmetric"
 	fIsolateLeader faultKind = "partition-minority-leader"
@@ -92,7 +96,7 @@ const (
 // default is 5 s): a stalled leader's proposals give way within a run.
 const faultProposalTimeout = time.Second
 
-var allFaults = []faultKind{fKill, fKillLeader, fTransfer, fSlowTransfer, fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn, fLossy, fPause, fPause, fPause, fStallReplication}
+var allFaults = []faultKind{fKill, fKillLeader, fCrashLeader, fTransfer, fSlowTransfer, fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn, fLossy, fPause, fPause, fPause, fStallReplication}
 
 // scheduleKinds is allFaults, or the kinds -faults.kinds names.
 func scheduleKinds(t *testing.T) []faultKind {
@@ -211,13 +215,13 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		k := o.kinds[rng.IntN(len(o.kinds))]
 		counts[k]++
 		switch k {
-		case fKill, fKillLeader:
+		case fKill, fKillLeader, fCrashLeader:
 			id := randomNode()
-			if k == fKillLeader {
+			if k != fKill {
 				id = hotLeader()
 			}
 			logf("%s: kill node %d", k, id)
-			c.kill(id)
+			c.kill(id, k == fCrashLeader)
 			hold(200*time.Millisecond, 1500*time.Millisecond)
 			logf("restart node %d", id)
 			if err := c.start(id); err != nil {

@@ -59,6 +59,7 @@ type Node struct {
 
 	inflight atomic.Int64
 	closing  atomic.Bool
+	crash    atomic.Bool // test hook (faults_export_test.go): Close hands nothing over, as a crash would
 	// life ends when Close starts, so waiting calls stop waiting at once
 	// instead of holding Close up.
 	life      context.Context
@@ -205,6 +206,7 @@ func open(cfg Config) (*Node, error) {
 		Serving:               n.leadership.Serving,
 		Tokens:                tokens,
 		UnsafeNoEvictionFloor: cfg.unsafeNoEvictFloor,
+		UnsafeDropHandedOver:  cfg.unsafeDropHandedOver,
 		Now:                   cfg.Clock,
 		Logger:                cfg.Logger,
 	})
@@ -378,16 +380,49 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	return n.transfer(p, to)
 }
 
-// transfer drops this node's lease of p, then asks Raft to move p to to.
+// transfer drops this node's lease of p, hands its live ephemeral leases
+// of p over, then asks Raft to move p to to.
 func (n *Node) transfer(p int, to uint64) error {
-	if !n.leadership.Relinquish(p) {
+	term, ok := n.leadership.Relinquish(p)
+	if !ok {
 		leader, self := n.leadership.LeaderOf(p)
 		if self {
 			leader = 0 // leading in Raft, not (yet) serving
 		}
 		return &NotLeaderError{Partition: p, Leader: leader}
 	}
+	n.handOver(p, term, handOverTimeout)
 	return n.backend.TransferLeadership(p, to)
+}
+
+// handOverTimeout bounds the hand-over before a planned move: past it the
+// move goes on, and the next leader waits the leases out instead.
+const handOverTimeout = time.Second
+
+// handOver, once this node no longer decides for p in term (it
+// relinquished or retired it), hands p's live ephemeral leases to the next
+// leader through Raft: it keeps them, and waits for none of them
+// (docs/safety.md). Without a hand-over (none to make, or it failed) the
+// next leader waits out the longest ephemeral TTL the reign allowed, or
+// with EphemeralFencingOnly loses them.
+func (n *Node) handOver(p int, term uint64, timeout time.Duration) {
+	if n.ring == nil || n.cfg.unsafeTokensFromZero {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	bounded := n.leadership.BoundsEphemeral(p, term)
+	if err := n.leadership.Seal(ctx, p, term); err != nil {
+		n.cfg.Logger.Info("ephemeral leases not handed over", "partition", p, "err", err)
+		return
+	}
+	leases, err := n.ring.EphemeralLeases(ctx, p)
+	if err == nil && (len(leases) > 0 || bounded) {
+		err = n.backend.HandOver(ctx, p, term, leases)
+	}
+	if err != nil {
+		n.cfg.Logger.Info("ephemeral leases not handed over; the next leader waits them out", "partition", p, "err", err)
+	}
 }
 
 // Leader reports the leader of partition p as this node sees it (0 if
@@ -507,7 +542,9 @@ func (n *Node) Close() error {
 		}
 		timer.Stop()
 		n.stopBalancer()
-		n.retire()
+		if !n.crash.Load() {
+			n.retire()
+		}
 		if n.sweepDone != nil {
 			<-n.sweepDone
 		}
@@ -531,19 +568,25 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// retire stops serving every partition this node leads and records, for
-// each, how long its live ephemeral leases still run: the next leader then
-// waits only that long, not the longest ephemeral TTL of the reign
+// retire stops serving every partition this node leads. In a cluster it
+// hands each one's live ephemeral leases to the next leader, which keeps
+// them; a single node records how long they still run, so that, restarted,
+// it waits only that long, not the longest ephemeral TTL of the reign
 // (docs/safety.md). Best effort: on a failure the next leader waits the
 // longer grace.
 func (n *Node) retire() {
-	if n.cfg.EphemeralFencingOnly || n.ring == nil {
+	if n.ring == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
 	defer cancel()
 	for p := range n.cfg.Partitions {
-		if term, ok := n.leadership.Retire(p); ok {
+		term, ok := n.leadership.Retire(p)
+		switch {
+		case !ok:
+		case len(n.cfg.Members) > 1:
+			n.handOver(p, term, closeDrainTimeout)
+		case !n.cfg.EphemeralFencingOnly:
 			n.recordLeasesLeft(ctx, p, term)
 		}
 	}
@@ -558,7 +601,11 @@ func (n *Node) recordLeasesLeft(ctx context.Context, p int, term uint64) {
 	if n.cfg.EphemeralFencingOnly || n.cfg.unsafeTokensFromZero {
 		return
 	}
-	left, err := n.ring.EphemeralLeaseLeft(ctx, p)
+	leases, err := n.ring.EphemeralLeases(ctx, p)
+	var left time.Duration
+	for _, l := range leases {
+		left = max(left, l.Left)
+	}
 	if err == nil {
 		err = n.leadership.LowerTTL(ctx, p, term, left)
 	}

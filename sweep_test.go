@@ -150,7 +150,7 @@ func TestSweepClusterFloorSurvivesFailover(t *testing.T) {
 	for _, id := range c.ids {
 		waitRecords(t, c.node(id), 0)
 	}
-	c.kill(lid)
+	c.kill(lid, false)
 	next := waitServing(t, c, p, lid)
 	setupOp(t, c.node(next).Local(), "B locks on the new leader", opTryLock(res, ownerB, time.Minute, kahuna.Persistent), kahuna.Locked, 3)
 }

@@ -104,11 +104,24 @@ type countHeld struct {
 	reply chan<- [2]int // [ephemeral, persistent]
 }
 
-// leaseLeft asks an actor how long the longest live ephemeral lease of a
-// partition still runs.
-type leaseLeft struct {
+// liveLeases asks an actor for the live ephemeral leases of a partition.
+type liveLeases struct {
 	partition int
-	reply     chan<- time.Duration
+	reply     chan<- []durability.HandedLease
+}
+
+// install gives an actor the slots of leases handed over to this node
+// (Ring.Install).
+type install struct {
+	leases []handed
+	ack    chan<- struct{}
+}
+
+// handed is a lease handed over: its slot, built from the stored record
+// and the lease, and how long the lease has left.
+type handed struct {
+	s    *slot
+	left time.Duration
 }
 
 type dropPartition struct {
@@ -221,15 +234,36 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.publish() // before the ack: Stats after DropPartition sees it
 		m.ack <- struct{}{}
 		return
-	case *leaseLeft:
+	case *liveLeases:
 		now := a.cfg.Now()
-		var left time.Duration
+		var leases []durability.HandedLease
 		for _, s := range a.entries {
 			if s.partition == m.partition && s.kind == lease.Ephemeral && s.Live(now) {
-				left = max(left, s.Expires.Sub(now))
+				leases = append(leases, durability.HandedLease{
+					Resource: s.resource, Owner: s.Owner, Token: s.Token, Revision: s.Revision,
+					Left: s.Expires.Sub(now) + time.Nanosecond, // live up to and including Expires
+				})
 			}
 		}
-		m.reply <- left
+		m.reply <- leases
+		return
+	case *install:
+		now := a.cfg.Now()
+		for _, h := range m.leases {
+			s := h.s
+			if a.entries[s.resource] != nil {
+				a.cfg.Logger.Warn("handed-over lease not installed: the name is cached already", "resource", s.resource)
+				continue
+			}
+			// From now: the lease ends no earlier than on the node that
+			// handed it over, which measured left before this node began
+			// to take the partition over.
+			s.Expires, s.lastUsed = now.Add(h.left), now
+			s.Floor = a.floor(s.partition)
+			a.entries[s.resource] = s
+		}
+		a.publish()
+		m.ack <- struct{}{}
 		return
 	case *countHeld:
 		now := a.cfg.Now()
@@ -417,7 +451,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	if kind == lease.Ephemeral {
-		if req.Op != lease.Unlock && !a.windowRoom(c, s.partition, term, d.Token, req.TTL) {
+		if !a.windowRoom(c, s.partition, term, d.Token, req.TTL) {
 			return
 		}
 		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
@@ -459,18 +493,21 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// windowRoom reports whether an ephemeral grant (of token) or extension of ttl
-// to c may be made in p's window of term: a grant's token below the
-// window's limit, a TTL within its bound (a new leader waits out as long
-// as the longest TTL it allows). If not, c is answered MustRetry, with the
-// raise to wait for before asking again (Ring.Do), and nothing changes. A
-// grant past the window's soon mark raises its limit in the background.
+// windowRoom reports whether an ephemeral grant (of token), extension of
+// ttl or release may be made for c in p's window of term: a grant's token
+// below the window's limit, a TTL within its bound (a new leader waits out
+// as long as the longest TTL it allows), and for any of them a window not
+// sealed by a hand-over. If not, c is answered MustRetry, with the raise
+// to wait for before asking again (Ring.Do), and nothing changes. A grant
+// past the window's soon mark raises its limit in the background.
 func (a *lockActor) windowRoom(c *call, p int, term uint64, token int64, ttl time.Duration) bool {
 	w, ok := a.cfg.Tokens.TokenWindow(p, term)
 	grant := c.req.Op == lease.TryLock
 	var raise func() <-chan struct{}
 	switch {
 	case !ok:
+	case w.Sealed:
+		raise = func() <-chan struct{} { return a.cfg.Tokens.RaiseTTL(p, term, max(ttl, time.Millisecond)) }
 	case grant && token >= w.Limit:
 		raise = func() <-chan struct{} { return a.cfg.Tokens.RaiseTokens(p, term, token+1) }
 	case ttl > w.TTL:

@@ -91,6 +91,10 @@ type Config struct {
 	// the name's next grant may repeat it: a negative control for the
 	// fault tests, never for production.
 	UnsafeNoEvictionFloor bool
+	// UnsafeDropHandedOver makes Install keep nothing: the leases handed
+	// over are lost, though the new leader waits none of them out. A
+	// negative control for the fault tests, never for production.
+	UnsafeDropHandedOver bool
 	// Tokens bounds ephemeral fencing tokens (partition.Leadership); nil:
 	// unbounded, from 0 (a node whose ephemeral locks never outlive it).
 	Tokens TokenWindows
@@ -425,26 +429,65 @@ func (r *Ring) DropPartition(ctx context.Context, p int) error {
 	return nil
 }
 
-// EphemeralLeaseLeft returns how long the longest live ephemeral lease of
-// partition p still runs (0: none). Asked once this node no longer decides
-// for p, it is the most the leases it granted there may still run.
-func (r *Ring) EphemeralLeaseLeft(ctx context.Context, p int) (time.Duration, error) {
-	replies := make(chan time.Duration, len(r.pids))
+// EphemeralLeases returns the live ephemeral leases of partition p, with
+// the time each has left. Asked once this node no longer decides for p,
+// they are all the ephemeral leases it granted there that may still run.
+func (r *Ring) EphemeralLeases(ctx context.Context, p int) ([]durability.HandedLease, error) {
+	replies := make(chan []durability.HandedLease, len(r.pids))
 	for _, pid := range r.pids {
-		r.system.Root.Send(pid, &leaseLeft{partition: p, reply: replies})
+		r.system.Root.Send(pid, &liveLeases{partition: p, reply: replies})
 	}
-	var left time.Duration
+	var leases []durability.HandedLease
 	for range r.pids {
 		select {
-		case d := <-replies:
-			left = max(left, d)
+		case l := <-replies:
+			leases = append(leases, l...)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		case <-r.done:
-			return 0, ErrClosed
+			return nil, ErrClosed
 		}
 	}
-	return left, nil
+	return leases, nil
+}
+
+// Install caches leases, handed over by p's previous leader, as live
+// ephemeral leases, each for the time it had left from now, on the stored
+// record of its name. A new leader calls it after its fence and
+// DropPartition, before it serves p.
+func (r *Ring) Install(ctx context.Context, p int, leases []durability.HandedLease) error {
+	if len(r.actors) > 0 && r.actors[0].cfg.UnsafeDropHandedOver {
+		return nil
+	}
+	byActor := make(map[int][]handed)
+	for _, l := range leases {
+		i := r.index(l.Resource)
+		cfg := &r.actors[i].cfg
+		rec, found, err := cfg.Backend.Load(p, l.Resource)
+		if err != nil {
+			return fmt.Errorf("actors: install handed-over lease of %q: %w", l.Resource, err)
+		}
+		s := &slot{resource: l.Resource, partition: p}
+		if found {
+			s.Entry, s.index = entryOf(&rec, cfg.Now()), rec.Index
+		}
+		s.State, s.Owner, s.Token, s.Revision, s.kind = lease.Held, l.Owner, l.Token, l.Revision, lease.Ephemeral
+		byActor[i] = append(byActor[i], handed{s: s, left: l.Left})
+	}
+	acks := make(chan struct{}, len(byActor))
+	for i, h := range byActor {
+		r.system.Root.Send(r.pids[i], &install{leases: h, ack: acks})
+	}
+	for range byActor {
+		select {
+		case <-acks:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return ErrClosed
+		}
+	}
+	return nil
 }
 
 // Held counts the live leases cached by the actors, ephemeral and

@@ -409,9 +409,18 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 	var next []lockState
 	if i.kind == Reign {
-		// A new leader starts serving with no ephemeral lock: pending
+		// A new leader starts serving with no ephemeral lock, or, after a
+		// planned move, with the old leader's live leases handed over: the
+		// holder keeps its lock and token, for up to as long again as the
+		// move took (unbounded here: only liveness depends on it). Pending
 		// effects may apply before (in the old reign), or after.
 		for _, c := range m.closure(s, i.ret) {
+			if c.holder != "" {
+				kept := c
+				kept.expHi = math.MaxInt64
+				kept.now = max(kept.now, i.call)
+				next = append(next, m.normalize(kept))
+			}
 			if i.grace && c.holder != "" && c.expLo-m.margin > i.ret {
 				continue // a hold certainly live when the new leader began: it did not wait it out
 			}
@@ -571,7 +580,7 @@ func (m *model) porcupine() porcupine.Model {
 		DescribeOperation: func(in, out any) string {
 			i := in.(lockInput)
 			if i.kind == Reign {
-				return fmt.Sprintf("reign(node %d, term %d) → every lock lost", i.node, i.term)
+				return fmt.Sprintf("reign(node %d, term %d) → every lock lost or handed over", i.node, i.term)
 			}
 			s := fmt.Sprintf("%s(%s", i.kind, i.owner)
 			if i.ttl > 0 {

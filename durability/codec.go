@@ -3,6 +3,7 @@ package durability
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 )
 
 // Wire format of one Raft entry. Its first byte is its kind:
@@ -12,6 +13,9 @@ import (
 //	epoch  = 0x03 uvarint(term) uvarint(replica)
 //	reach  = 0x04 uvarint(term) uvarint(replica) varint(reach)
 //	grace  = 0x05 uvarint(term) uvarint(replica) varint(ttl ms) mode:byte
+//	handed = 0x06 uvarint(term) uvarint(replica) leases
+//	leases = uvarint(count) (uvarint(len) resource uvarint(len) owner
+//	         varint(token) uvarint(revision) varint(left ms)){count}
 //	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
 //
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
@@ -25,7 +29,9 @@ import (
 // (statemachine.go). An epoch entry is a new leader's marker. A reach entry
 // raises the partition's ephemeral token reach (Raft.RaiseReach), a grace
 // entry its ephemeral TTL bound (Raft.RaiseEphemeralTTL), each fenced by
-// its epoch like a batch. Legacy
+// its epoch like a batch. A handed entry lists the live ephemeral leases
+// of a leader that stopped deciding for the partition, for the next one
+// to keep (Raft.HandOver), fenced the same way. Legacy
 // batches were written before the fence and are only replayed from old
 // logs, with the advance-only guard alone.
 //
@@ -44,6 +50,7 @@ const (
 	kindEpoch       byte = 3
 	kindReach       byte = 4
 	kindGrace       byte = 5
+	kindHandover    byte = 6
 
 	// countOffset is where a batch's fixed-width count sits, so the writer
 	// can fill it in place when it closes a batch.
@@ -78,6 +85,12 @@ type header struct {
 	reach int64 // reach entries
 	ttlMs int64 // grace entries
 	exact bool  // grace entries: set the reign's bound to ttlMs (else raise it)
+}
+
+// special reports whether an entry of this kind carries no records: a
+// marker, reach, grace or hand-over entry.
+func (h header) special() bool {
+	return h.kind == kindEpoch || h.kind == kindReach || h.kind == kindGrace || h.kind == kindHandover
 }
 
 // appendBatchHeader starts a batch of epoch e with a zero count.
@@ -116,6 +129,78 @@ func appendGrace(b []byte, e Epoch, ttlMs int64, mode byte) []byte {
 	b = binary.AppendUvarint(b, e.Replica)
 	b = binary.AppendVarint(b, ttlMs)
 	return append(b, mode)
+}
+
+// HandedLease is a live ephemeral lease handed from a leader that stopped
+// deciding for its partition to the next one (Raft.HandOver).
+type HandedLease struct {
+	Resource string
+	Owner    []byte
+	Token    int64
+	Revision uint64
+	// Left is how long the lease still ran when it was handed over, in
+	// whole milliseconds (rounded up): the next leader keeps it that long
+	// from when it takes it.
+	Left time.Duration
+}
+
+// appendHandover appends a hand-over entry decided in epoch e, whose
+// leases part (appendLeases) is leases.
+func appendHandover(b []byte, e Epoch, leases []byte) []byte {
+	b = append(b, kindHandover)
+	b = binary.AppendUvarint(b, e.Term)
+	b = binary.AppendUvarint(b, e.Replica)
+	return append(b, leases...)
+}
+
+// appendLeases appends the leases part of a hand-over entry.
+func appendLeases(b []byte, leases []HandedLease) []byte {
+	b = binary.AppendUvarint(b, uint64(len(leases)))
+	for i := range leases {
+		l := &leases[i]
+		b = binary.AppendUvarint(b, uint64(len(l.Resource)))
+		b = append(b, l.Resource...)
+		b = binary.AppendUvarint(b, uint64(len(l.Owner)))
+		b = append(b, l.Owner...)
+		b = binary.AppendVarint(b, l.Token)
+		b = binary.AppendUvarint(b, l.Revision)
+		b = binary.AppendVarint(b, leftMs(l.Left))
+	}
+	return b
+}
+
+// leftMs is d in whole milliseconds, rounded up: a lease handed over never
+// ends earlier than it would have.
+func leftMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// maxLeftMs is the most milliseconds a time.Duration holds.
+const maxLeftMs = int64(1<<63-1) / int64(time.Millisecond)
+
+// decodeLeases decodes the leases part of a hand-over entry; the owners
+// are copies. It rejects empty names or owners, negative tokens or times,
+// and trailing bytes.
+func decodeLeases(b []byte) ([]HandedLease, error) {
+	d := decoder{b: b}
+	n := d.uvarint()
+	if n > uint64(len(b)) { // each lease takes several bytes
+		return nil, errCorrupt
+	}
+	leases := make([]HandedLease, 0, n)
+	for range n {
+		res := d.bytes(d.uvarint())
+		owner := d.bytes(d.uvarint())
+		l := HandedLease{Resource: string(res), Owner: append([]byte(nil), owner...), Token: d.varint(), Revision: d.uvarint()}
+		ms := d.varint()
+		if d.err != nil || len(res) == 0 || len(owner) == 0 || l.Token < 0 || ms < 0 || ms > maxLeftMs {
+			return nil, errCorrupt
+		}
+		l.Left = time.Duration(ms) * time.Millisecond
+		leases = append(leases, l)
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errCorrupt
+	}
+	return leases, nil
 }
 
 // appendRecord appends rec in a batch's record form.
@@ -196,7 +281,7 @@ func decodeBatch(dst []Record, b []byte) (header, []Record, error) {
 	if err != nil {
 		return h, dst, err
 	}
-	if h.kind == kindEpoch || h.kind == kindReach || h.kind == kindGrace {
+	if h.special() {
 		return h, dst, errCorrupt
 	}
 	for range h.count {
@@ -254,6 +339,13 @@ func parseHeader(b []byte) (header, []byte, error) {
 		h.exact = mode == graceExact
 		if d.err == nil && (len(d.b) != 0 || h.ttlMs < 0 || mode > graceExact) {
 			d.fail()
+		}
+	case kindHandover:
+		h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
+		if d.err == nil {
+			if _, err := decodeLeases(d.b); err != nil {
+				d.fail()
+			}
 		}
 	default:
 		return h, nil, errCorrupt

@@ -553,6 +553,48 @@ func (r *Raft) SetEphemeralGrace(ctx context.Context, p int, term uint64, left t
 	return r.proposeGrace(ctx, p, term, left, graceExact)
 }
 
+// maxHandoverBytes caps the leases part of a hand-over entry, so that
+// applying it stays within one badger txn (a sixth of its limit here).
+const maxHandoverBytes = 192 << 10
+
+// ErrHandoverTooLarge is returned by HandOver for more leases than one
+// entry holds; the next leader then waits them out instead.
+var ErrHandoverTooLarge = errors.New("durability: too many live ephemeral leases to hand over in one entry")
+
+// HandOver offers leases, the live ephemeral leases of p, to the next
+// leader, once this node has stopped deciding for p in term (it is moving
+// p away or closing): fenced like a batch, and returns nil once it is
+// applied here. The next leader keeps them (HandedOver) and waits none of
+// them out, unless this node has a reach or grace entry of term applied
+// after it (it served p again, and may have granted or extended leases
+// the hand-over does not hold): that voids it. Errors match ErrRetry or
+// ErrClosed, or are ErrHandoverTooLarge; on any, the next leader waits
+// out the reign's bound, as without a hand-over.
+func (r *Raft) HandOver(ctx context.Context, p int, term uint64, leases []HandedLease) error {
+	b := appendLeases(nil, leases)
+	if len(b) > maxHandoverBytes {
+		return fmt.Errorf("%w (%d leases, %d bytes)", ErrHandoverTooLarge, len(leases), len(b))
+	}
+	return r.proposeFenced(ctx, p, term, "hand over ephemeral leases of", func(e Epoch) []byte { return appendHandover(nil, e, b) })
+}
+
+// HandedOver returns, read after Fence, the ephemeral leases the previous
+// leader of p handed over to this epoch (HandOver), with the time each had
+// left then; none if it handed none over, or voided them.
+func (r *Raft) HandedOver(p int) ([]HandedLease, error) {
+	return readShard(r, p, "hand-over", func(g getter, shard uint64) ([]HandedLease, error) {
+		h, err := readHandover(g, shard)
+		if err != nil || h.state != handTaken {
+			return nil, err
+		}
+		e, err := readEpoch(g, shard)
+		if err != nil || e != h.epoch {
+			return nil, err
+		}
+		return decodeLeases(h.leases)
+	})
+}
+
 func (r *Raft) proposeGrace(ctx context.Context, p int, term uint64, ttl time.Duration, mode byte) error {
 	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
 	return r.proposeFenced(ctx, p, term, "ephemeral grace", func(e Epoch) []byte { return appendGrace(nil, e, ms, mode) })

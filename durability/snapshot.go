@@ -22,9 +22,11 @@ import (
 // the epoch, token floor and reach because the fence and the tokens depend
 // on them. Version 1 (before the fence) had no epoch, version 2 (before
 // removals) no floor, version 3 (before ephemeral leases were fenced) no
-// reach and grace: each reads as zero.
+// reach and grace, version 4 (before hand-overs) no hand-over: each reads
+// as zero.
 const (
-	snapshotVersion   byte = 4
+	snapshotVersion   byte = 5
+	snapshotVersionV4 byte = 4
 	snapshotVersionV3 byte = 3
 	snapshotVersionV2 byte = 2
 	snapshotVersionV1 byte = 1
@@ -40,6 +42,7 @@ type snapshotView struct {
 	floor   int64
 	reach   int64
 	grace   grace
+	handed  handover
 }
 
 // PrepareSnapshot pins the shard's state; dragonboat runs it exclusively
@@ -68,11 +71,15 @@ func (s *stateMachine) PrepareSnapshot() (any, error) {
 	if err == nil {
 		gr.reignMs, gr.carriedMs, err = readGrace(g, s.shard)
 	}
+	var h handover
+	if err == nil {
+		h, err = readHandover(g, s.shard)
+	}
 	if err != nil {
 		txn.Discard()
 		return nil, fmt.Errorf("durability: shard %d: prepare snapshot: %w", s.shard, err)
 	}
-	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor, reach: reach, grace: gr}, nil
+	return &snapshotView{txn: txn, applied: applied, epoch: epoch, floor: floor, reach: reach, grace: gr, handed: h}, nil
 }
 
 // SaveSnapshot streams the view taken by PrepareSnapshot.
@@ -94,6 +101,12 @@ func (s *stateMachine) saveSnapshot(v *snapshotView, w io.Writer, stop <-chan st
 	buf = binary.AppendVarint(buf, v.reach)
 	buf = binary.AppendVarint(buf, v.grace.reignMs)
 	buf = binary.AppendVarint(buf, v.grace.carriedMs)
+	var hv []byte
+	if v.handed.state != 0 {
+		hv = v.handed.encode()
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(hv)))
+	buf = append(buf, hv...)
 	if _, err := bw.Write(buf); err != nil {
 		return err
 	}
@@ -179,7 +192,7 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 			return err
 		}
 	}
-	if ver >= snapshotVersion {
+	if ver >= snapshotVersionV4 {
 		if reach, err = binary.ReadVarint(br); err != nil {
 			return err
 		}
@@ -188,6 +201,28 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 		}
 		if gr.carriedMs, err = binary.ReadVarint(br); err != nil {
 			return err
+		}
+	}
+	var (
+		hv []byte
+		h  handover
+	)
+	if ver >= snapshotVersion {
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return err
+		}
+		if n > maxHandoverBytes+17 {
+			return fmt.Errorf("%w: hand-over of %d bytes", errCorrupt, n)
+		}
+		if n > 0 {
+			hv = make([]byte, n)
+			if _, err := io.ReadFull(br, hv); err != nil {
+				return err
+			}
+			if h, err = parseHandover(hv); err != nil {
+				return err
+			}
 		}
 	}
 	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(s.appliedKey) }); err != nil {
@@ -223,12 +258,19 @@ func (s *stateMachine) recoverSnapshot(br *bufio.Reader, stop <-chan struct{}) e
 		if err := txn.Set(s.graceKey, gv[:]); err != nil {
 			return err
 		}
+		if len(hv) == 0 {
+			if err := txn.Delete(s.handKey); err != nil {
+				return err
+			}
+		} else if err := txn.Set(s.handKey, hv); err != nil {
+			return err
+		}
 		return txn.Set(s.appliedKey, val[:])
 	})
 	if err != nil {
 		return err
 	}
-	s.epoch, s.floor, s.reach, s.grace = epoch, floor, reach, gr
+	s.epoch, s.floor, s.reach, s.grace, s.handed = epoch, floor, reach, gr, h
 	s.applied.Store(applied)
 	return s.db.Sync()
 }

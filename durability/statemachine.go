@@ -56,6 +56,7 @@ type stateMachine struct {
 	floorKey   []byte
 	reachKey   []byte
 	graceKey   []byte
+	handKey    []byte
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
@@ -64,12 +65,13 @@ type stateMachine struct {
 
 	// Used only by Open, Update and RecoverFromSnapshot, which dragonboat
 	// never runs concurrently.
-	epoch  Epoch  // the stored epoch
-	floor  int64  // the stored token floor
-	reach  int64  // the stored ephemeral token reach
-	grace  grace  // the stored ephemeral grace
-	keys   []byte // key arena
-	vals   []byte // stored-value arena
+	epoch  Epoch    // the stored epoch
+	floor  int64    // the stored token floor
+	reach  int64    // the stored ephemeral token reach
+	grace  grace    // the stored ephemeral grace
+	handed handover // the stored hand-over
+	keys   []byte   // key arena
+	vals   []byte   // stored-value arena
 	orders orderCache
 }
 
@@ -146,6 +148,7 @@ func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFenc
 		floorKey:      shardKey(nil, shard, keyFloor),
 		reachKey:      shardKey(nil, shard, keyReach),
 		graceKey:      shardKey(nil, shard, keyGrace),
+		handKey:       shardKey(nil, shard, keyHandover),
 		unsafeNoFence: unsafeNoFence,
 		pend:          newPending(db, appliedKey),
 	}
@@ -176,11 +179,14 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 		if s.reach, err = readReach(g, s.shard); err != nil {
 			return err
 		}
-		s.grace.reignMs, s.grace.carriedMs, err = readGrace(g, s.shard)
+		if s.grace.reignMs, s.grace.carriedMs, err = readGrace(g, s.shard); err != nil {
+			return err
+		}
+		s.handed, err = readHandover(g, s.shard)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("durability: shard %d: read applied index, epoch, token floor and reach: %w", s.shard, err)
+		return 0, fmt.Errorf("durability: shard %d: read applied index, epoch, token floor, reach, grace and hand-over: %w", s.shard, err)
 	}
 	s.applied.Store(idx)
 	return idx, nil
@@ -192,7 +198,7 @@ func (s *stateMachine) Open(<-chan struct{}) (uint64, error) {
 // than one badger txn takes) is logged and skipped the same way on every
 // replica.
 func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
-	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor, reach: s.reach, grace: s.grace}
+	a := applier{s: s, keys: s.keys[:0], vals: s.vals[:0], epoch: s.epoch, floor: s.floor, reach: s.reach, grace: s.grace, handed: s.handed}
 	for i := range ents {
 		if err := a.entry(&ents[i]); err != nil {
 			s.orders.clear()
@@ -200,7 +206,7 @@ func (s *stateMachine) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		}
 		a.keys, a.vals = a.keys[:0], a.vals[:0] // the pending writes copied them
 	}
-	s.epoch, s.floor, s.reach, s.grace = a.epoch, a.floor, a.reach, a.grace
+	s.epoch, s.floor, s.reach, s.grace, s.handed = a.epoch, a.floor, a.reach, a.grace, a.handed
 	s.keys, s.vals = a.keys[:0], a.vals[:0]
 	if a.last != 0 {
 		s.applied.Store(a.last)
@@ -225,10 +231,11 @@ type applier struct {
 	s          *stateMachine
 	last       uint64 // index of the last entry fully applied; 0 = none
 	keys, vals []byte
-	epoch      Epoch // as the entries applied leave it
-	floor      int64 // likewise
-	reach      int64 // likewise
-	grace      grace // likewise
+	epoch      Epoch    // as the entries applied leave it
+	floor      int64    // likewise
+	reach      int64    // likewise
+	grace      grace    // likewise
+	handed     handover // likewise
 }
 
 // grace is a shard's ephemeral grace (store.go), in milliseconds.
@@ -249,6 +256,8 @@ func (a *applier) entry(e *sm.Entry) error {
 		return a.raise(e, h.epoch, h.reach)
 	case kindGrace:
 		return a.raiseTTL(e, h.epoch, h.ttlMs, h.exact)
+	case kindHandover:
+		return a.handOver(e, h.epoch, body)
 	}
 	if ops+1 >= a.s.db.MaxBatchCount() || cost+appliedCost >= a.s.db.MaxBatchSize() {
 		a.s.log.Warn("durability: skipping raft entry too big for one badger txn",
@@ -310,10 +319,29 @@ func (a *applier) marker(e *sm.Entry, ep Epoch) error {
 		return err
 	}
 	a.s.pend.set(a.s.epochKey, v[:])
-	if a.grace.reignMs > 0 {
+	switch {
+	case a.handed.state == handOffered && a.handed.epoch == a.epoch:
+		// The reign that ends handed its live ephemeral leases over and
+		// decided nothing after: the new leader keeps them, and waits out
+		// only what earlier reigns carried. Its own reign's bound starts
+		// at the longest of them, for the leader after it.
+		next := a.handed
+		next.state, next.epoch = handTaken, ep
+		if err := a.setHandover(next); err != nil {
+			return err
+		}
+		if err := a.setGrace(grace{reignMs: next.maxLeftMs, carriedMs: a.grace.carriedMs}); err != nil {
+			return err
+		}
+	case a.grace.reignMs > 0:
 		// The reign that ends may have granted ephemeral leases this long:
 		// the next leader waits them out (with what it carried itself).
 		if err := a.setGrace(grace{carriedMs: max(a.grace.carriedMs, a.grace.reignMs)}); err != nil {
+			return err
+		}
+		fallthrough
+	default:
+		if err := a.setHandover(handover{}); err != nil {
 			return err
 		}
 	}
@@ -341,6 +369,9 @@ func (a *applier) raise(e *sm.Entry, ep Epoch, reach int64) error {
 		a.s.pend.set(a.s.reachKey, a.vals[vstart:])
 		a.reach = reach
 	}
+	if err := a.voidHandover(ep); err != nil {
+		return err
+	}
 	a.last = e.Index
 	e.Result = sm.Result{Value: e.Index}
 	return nil
@@ -366,8 +397,65 @@ func (a *applier) raiseTTL(e *sm.Entry, ep Epoch, ttlMs int64, exact bool) error
 			return err
 		}
 	}
+	if err := a.voidHandover(ep); err != nil {
+		return err
+	}
 	a.last = e.Index
 	e.Result = sm.Result{Value: e.Index}
+	return nil
+}
+
+// handOver applies a hand-over entry: accepted only if decided in the
+// stored epoch (any with the fence switched off), it offers leases, the
+// live ephemeral leases of a leader that stopped deciding for the shard,
+// to the next leader (marker), unless that leader's reach or grace entry
+// voids it first (voidHandover).
+func (a *applier) handOver(e *sm.Entry, ep Epoch, leases []byte) error {
+	if ep != a.epoch && !a.s.unsafeNoFence {
+		a.last = e.Index
+		return nil
+	}
+	h, err := newHandover(handOffered, ep, leases)
+	if err != nil { // validated by parseHeader
+		return err
+	}
+	if err := a.setHandover(h); err != nil {
+		return err
+	}
+	a.last = e.Index
+	e.Result = sm.Result{Value: e.Index}
+	return nil
+}
+
+// voidHandover drops a hand-over offered in ep, whose leader has just had
+// a reach or grace entry accepted: it serves again, and may grant or
+// extend leases the hand-over does not hold. The next leader then waits
+// out the reign's bound instead.
+func (a *applier) voidHandover(ep Epoch) error {
+	if a.handed.state != handOffered || a.handed.epoch != ep {
+		return nil
+	}
+	return a.setHandover(handover{})
+}
+
+// setHandover stores h as the shard's hand-over (state 0: deletes it).
+func (a *applier) setHandover(h handover) error {
+	if h.state == 0 && a.handed.state == 0 {
+		return nil
+	}
+	var v []byte
+	if h.state != 0 {
+		v = h.encode()
+	}
+	if err := a.s.pend.room(1, setCost(len(a.s.handKey), len(v)), a.last); err != nil {
+		return err
+	}
+	if h.state == 0 {
+		a.s.pend.del(a.s.handKey)
+	} else {
+		a.s.pend.set(a.s.handKey, v)
+	}
+	a.handed = h
 	return nil
 }
 
@@ -393,8 +481,8 @@ const storedIndexCost = 10
 // floor) and their cost.
 func scanEntry(cmd []byte) (h header, records []byte, ops, cost int64, err error) {
 	h, body, err := parseHeader(cmd)
-	if err != nil || h.kind == kindEpoch || h.kind == kindReach || h.kind == kindGrace {
-		return h, nil, 0, 0, err
+	if err != nil || h.special() {
+		return h, body, 0, 0, err // a hand-over's leases, else nothing
 	}
 	records = body
 	var rec Record

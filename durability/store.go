@@ -16,6 +16,7 @@ import (
 //	's' shard:8 'f'            the shard's token floor (8 bytes BE int64; absent: 0)
 //	's' shard:8 't'            the shard's ephemeral token reach (8 bytes BE int64; absent: 0)
 //	's' shard:8 'g'            the shard's ephemeral grace: reign TTL bound, carried (ms, 8 bytes BE each; absent: 0)
+//	's' shard:8 'h'            live ephemeral leases handed over: state:byte term:8 replica:8 leases (codec.go)
 //	's' shard:8 'r' resource   the resource's stored value (codec.go)
 //
 // The token floor is above the token of every record removed from the
@@ -33,12 +34,20 @@ import (
 // the current epoch (Raft.RaiseEphemeralTTL raises it before a longer one);
 // an epoch marker adds it to the carried bound, which the next raise (made
 // once that leader waited it out and serves) clears.
+//
+// The hand-over carries a leader's live ephemeral leases to the next one
+// when it stops deciding for the shard on purpose (a transfer, a clean
+// close): offered in the leader's epoch, it is voided by any later reach
+// or grace entry of that epoch (the leader served again) and taken by the
+// next epoch marker if still offered then: that leader keeps the leases
+// and waits for none of them (statemachine.go).
 const (
 	keyApplied  byte = 'a'
 	keyEpoch    byte = 'e'
 	keyFloor    byte = 'f'
 	keyReach    byte = 't'
 	keyGrace    byte = 'g'
+	keyHandover byte = 'h'
 	keyRecord   byte = 'r'
 	shardKeyLen      = 1 + 8 + 1
 )
@@ -175,6 +184,65 @@ func readGrace(g getter, shard uint64) (reignMs, carriedMs int64, err error) {
 		return 0, 0, fmt.Errorf("%w: ephemeral grace of %d bytes", errCorrupt, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v[:8])), int64(binary.BigEndian.Uint64(v[8:])), nil
+}
+
+// States of a stored hand-over.
+const (
+	handOffered byte = 1 // by the leader of its epoch, which stopped deciding
+	handTaken   byte = 2 // by the leader of its epoch, which keeps the leases
+)
+
+// handover is a shard's stored hand-over (state 0: none).
+type handover struct {
+	state     byte
+	epoch     Epoch
+	leases    []byte // the leases part of the entry (codec.go)
+	maxLeftMs int64  // the longest lease's time left
+}
+
+// encode returns the stored value of h.
+func (h handover) encode() []byte {
+	v := make([]byte, 0, 17+len(h.leases))
+	v = append(v, h.state)
+	v = binary.BigEndian.AppendUint64(v, h.epoch.Term)
+	v = binary.BigEndian.AppendUint64(v, h.epoch.Replica)
+	return append(v, h.leases...)
+}
+
+// newHandover is a hand-over of state and epoch for the leases part b,
+// validated.
+func newHandover(state byte, e Epoch, b []byte) (handover, error) {
+	leases, err := decodeLeases(b)
+	if err != nil {
+		return handover{}, err
+	}
+	h := handover{state: state, epoch: e, leases: append([]byte(nil), b...)}
+	for _, l := range leases {
+		h.maxLeftMs = max(h.maxLeftMs, leftMs(l.Left))
+	}
+	return h, nil
+}
+
+// readHandover returns the stored hand-over of shard (state 0: none).
+func readHandover(g getter, shard uint64) (handover, error) {
+	v, found, err := g.get(shardKey(nil, shard, keyHandover))
+	if err != nil || !found {
+		return handover{}, err
+	}
+	return parseHandover(v)
+}
+
+// parseHandover decodes a stored hand-over.
+func parseHandover(v []byte) (handover, error) {
+	if len(v) < 17 || (v[0] != handOffered && v[0] != handTaken) {
+		return handover{}, fmt.Errorf("%w: hand-over of %d bytes", errCorrupt, len(v))
+	}
+	e := Epoch{Term: binary.BigEndian.Uint64(v[1:9]), Replica: binary.BigEndian.Uint64(v[9:17])}
+	h, err := newHandover(v[0], e, v[17:])
+	if err != nil {
+		return handover{}, fmt.Errorf("hand-over: %w", err)
+	}
+	return h, nil
 }
 
 // loadRecord reads one stored record; the result owns its memory. Without

@@ -181,10 +181,13 @@ func (e *Entry) Live(now time.Time) bool {
 // a grant needs a token below Limit (one at or past Soon asks for more in
 // the background), and a grant or extension a TTL within TTL (a new leader
 // waits out that long of the last one's leases). Both are raised through
-// Raft, so a later leader starts above them.
+// Raft, so a later leader starts above them. A Sealed window (its leader
+// handed its leases over) takes a raise before any ephemeral change,
+// releases included: the raise voids the hand-over.
 type Window struct {
 	Limit, Soon int64
 	TTL         time.Duration
+	Sealed      bool
 }
 
 // Decision is the outcome of Decide.

@@ -30,11 +30,16 @@ type Prover interface {
 	// (and clears what earlier reigns carried), fenced like RaiseReach.
 	EphemeralGrace(p int) (time.Duration, error)
 	RaiseEphemeralTTL(ctx context.Context, p int, term uint64, ttl time.Duration) error
+	// HandedOver, read after Fence, is the live ephemeral leases the
+	// previous leader of p handed over to this node's epoch, if it did.
+	HandedOver(p int) ([]durability.HandedLease, error)
 }
 
-// Purger forgets every cached entry of a partition.
+// Purger is the lock actors' cache of a partition: a new leader forgets
+// what it held, then installs the leases handed over to it.
 type Purger interface {
 	DropPartition(ctx context.Context, p int) error
+	Install(ctx context.Context, p int, leases []durability.HandedLease) error
 }
 
 // Options tune a Leadership.
@@ -319,17 +324,18 @@ func (l *Leadership) Observe(ev durability.LeaderEvent) {
 // Renewal stays off for TransferGrace (a transfer that did not happen by
 // then is taken as abandoned). Safety does not rest on it: the target
 // waits out any lease of this term before it serves (TakeoverWait), even
-// one renewed after the grace. It reports whether this node was serving p.
-func (l *Leadership) Relinquish(p int) bool {
+// one renewed after the grace. It returns the term of p's reign here, and
+// whether this node had one (fenced, serving or not).
+func (l *Leadership) Relinquish(p int) (term uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.parts[p].Load()
 	if r == nil {
-		return false
+		return 0, false
 	}
 	l.parts[p].Store(&reign{term: r.term, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, changing: r.changing, waiting: r.waiting})
 	l.notify()
-	return true
+	return r.term, true
 }
 
 // Retire stops serving p for good (the node is closing) and returns the
@@ -547,9 +553,21 @@ func (l *Leadership) takeOver(ctx context.Context, ev durability.LeaderEvent, pr
 		// Measured on this node's clock, which may run slow by ρ.
 		grace = time.Duration(float64(grace) * (1 + leaseDrift))
 	}
+	handed, err := prover.HandedOver(ev.Partition)
+	if err != nil {
+		return err
+	}
 	l.openWindow(ev.Partition, ev.Term, reach, grace > 0)
 	if err := purge.DropPartition(ctx, ev.Partition); err != nil {
 		return err
+	}
+	if len(handed) > 0 {
+		// Kept from now for the time each had left when handed over:
+		// they end no earlier than on the previous leader.
+		if err := purge.Install(ctx, ev.Partition, handed); err != nil {
+			return err
+		}
+		l.logger.Info("kept the ephemeral leases handed over", "partition", ev.Partition, "term", ev.Term, "leases", len(handed))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,6 +18,7 @@ type fakeProver struct {
 	confirmOK atomic.Bool
 	fenced    []uint64 // terms fenced
 	confirms  atomic.Int64
+	ttlRaises atomic.Int64
 }
 
 func (f *fakeProver) Fence(_ context.Context, _ int, term uint64) error {
@@ -30,9 +31,11 @@ func (f *fakeProver) Fence(_ context.Context, _ int, term uint64) error {
 	return nil
 }
 
-func (f *fakeProver) TokenReach(int) (int64, error)             { return 0, nil }
-func (f *fakeProver) EphemeralGrace(int) (time.Duration, error) { return 0, nil }
+func (f *fakeProver) TokenReach(int) (int64, error)                    { return 0, nil }
+func (f *fakeProver) EphemeralGrace(int) (time.Duration, error)        { return 0, nil }
+func (f *fakeProver) HandedOver(int) ([]durability.HandedLease, error) { return nil, nil }
 func (f *fakeProver) RaiseEphemeralTTL(context.Context, int, uint64, time.Duration) error {
+	f.ttlRaises.Add(1)
 	return nil
 }
 func (f *fakeProver) RaiseReach(context.Context, int, uint64, int64) error { return nil }
@@ -47,7 +50,8 @@ func (f *fakeProver) Confirm(context.Context, int, uint64) error {
 
 type fakePurger struct{ drops atomic.Int64 }
 
-func (p *fakePurger) DropPartition(context.Context, int) error { p.drops.Add(1); return nil }
+func (p *fakePurger) DropPartition(context.Context, int) error                     { p.drops.Add(1); return nil }
+func (p *fakePurger) Install(context.Context, int, []durability.HandedLease) error { return nil }
 
 // eventually polls cond until it holds or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
@@ -157,8 +161,8 @@ func TestLeadershipRelinquish(t *testing.T) {
 	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
 	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
 	at := time.Now()
-	if !l.Relinquish(0) {
-		t.Fatal("Relinquish of a served partition reported not serving")
+	if term, ok := l.Relinquish(0); !ok || term != 3 {
+		t.Fatalf("Relinquish of a served partition = term %d, %v; want 3, true", term, ok)
 	}
 	if serving(l, 0) {
 		t.Fatal("served right after Relinquish")
@@ -169,7 +173,7 @@ func TestLeadershipRelinquish(t *testing.T) {
 	if waited := time.Since(at); waited < 300*time.Millisecond {
 		t.Fatalf("served again after %v, before the grace", waited)
 	}
-	if l.Relinquish(0) && serving(l, 0) {
+	if _, ok := l.Relinquish(0); ok && serving(l, 0) {
 		t.Fatal("second Relinquish kept serving")
 	}
 }
@@ -382,5 +386,35 @@ func TestLeaseWallClockStepBack(t *testing.T) {
 	clocks.run(time.Second)
 	if serving(l, 0) {
 		t.Error("serving past the lease after the wall clock was stepped back")
+	}
+}
+
+// A leader that handed its ephemeral leases over seals its window: should
+// it serve again in the term, its next ephemeral change waits for a raise
+// through Raft (which voids the hand-over), even one its bound allows.
+func TestSealedWindowRaisesFirst(t *testing.T) {
+	prover := &fakeProver{}
+	l := NewLeadership(1, Options{})
+	l.Start(prover, &fakePurger{})
+	defer l.Close()
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 5, IsSelf: true})
+	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
+	<-l.RaiseTTL(0, 5, time.Second)
+	if w, _ := l.TokenWindow(0, 5); w.Sealed || w.TTL < time.Second || prover.ttlRaises.Load() != 1 {
+		t.Fatalf("window %+v after one raise (%d proposed)", w, prover.ttlRaises.Load())
+	}
+	<-l.RaiseTTL(0, 5, time.Millisecond) // within the bound: nothing to propose
+	if n := prover.ttlRaises.Load(); n != 1 {
+		t.Fatalf("%d raises proposed for a TTL within the bound", n)
+	}
+	if err := l.Seal(context.Background(), 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := l.TokenWindow(0, 5); !w.Sealed {
+		t.Fatalf("window %+v after Seal", w)
+	}
+	<-l.RaiseTTL(0, 5, time.Millisecond)
+	if w, _ := l.TokenWindow(0, 5); w.Sealed || prover.ttlRaises.Load() != 2 {
+		t.Fatalf("window %+v after the raise of a sealed window (%d proposed), want unsealed by a proposal", w, prover.ttlRaises.Load())
 	}
 }

@@ -39,6 +39,9 @@ type tokenWindow struct {
 	ttl atomic.Int64
 	// grace: the reign waits out earlier leaders' ephemeral leases.
 	grace bool
+	// sealed: the reign handed its leases over (Seal); the next raise
+	// through Raft voids that hand-over and unseals it.
+	sealed atomic.Bool
 
 	mu         sync.Mutex
 	raising    chan struct{} // closed when the reach raise in flight ends; nil: none
@@ -64,7 +67,7 @@ func (l *Leadership) TokenWindow(p int, term uint64) (lease.Window, bool) {
 	if w == nil || w.term != term {
 		return lease.Window{}, false
 	}
-	return lease.Window{Limit: w.limit.Load(), Soon: w.soon.Load(), TTL: time.Duration(w.ttl.Load())}, true
+	return lease.Window{Limit: w.limit.Load(), Soon: w.soon.Load(), TTL: time.Duration(w.ttl.Load()), Sealed: w.sealed.Load()}, true
 }
 
 // RaiseTokens raises the limit of p's ephemeral tokens in term above want
@@ -102,6 +105,9 @@ func (l *Leadership) RaiseTokens(p int, term uint64, want int64) <-chan struct{}
 			w.limit.Store(to)
 			w.soon.Store(to - (to-w.base)/4) // raise again with a quarter of the window left
 		}
+		if err == nil {
+			w.sealed.Store(false) // applied after the hand-over: it voided it
+		}
 		w.raising = nil
 		w.mu.Unlock()
 		close(done)
@@ -128,7 +134,7 @@ func (l *Leadership) RaiseTTL(p int, term uint64, ttl time.Duration) <-chan stru
 	if w.raisingTTL != nil {
 		return w.raisingTTL
 	}
-	if ttl <= time.Duration(w.ttl.Load()) {
+	if ttl <= time.Duration(w.ttl.Load()) && !w.sealed.Load() {
 		return closedChan
 	}
 	to := time.Millisecond
@@ -143,6 +149,9 @@ func (l *Leadership) RaiseTTL(p int, term uint64, ttl time.Duration) <-chan stru
 		w.mu.Lock()
 		if err == nil && int64(to) > w.ttl.Load() {
 			w.ttl.Store(int64(to))
+		}
+		if err == nil {
+			w.sealed.Store(false) // applied after the hand-over: it voided it
 		}
 		w.raisingTTL = nil
 		w.mu.Unlock()
@@ -188,6 +197,47 @@ func (l *Leadership) LowerTTL(ctx context.Context, p int, term uint64, ttl time.
 			return ctx.Err()
 		}
 	}
+}
+
+// Seal closes p's window of term, once this node no longer decides for p
+// (it relinquished or retired it) and before it hands its live ephemeral
+// leases over (durability.Raft.HandOver): should it serve p again in term,
+// its first ephemeral change (a grant, an extension or a release) waits
+// for a raise of the window through Raft, and that entry voids the
+// hand-over, which no longer holds what this node's leases are. Raises
+// under way end first (they were proposed before the hand-over, so they
+// cannot void it).
+func (l *Leadership) Seal(ctx context.Context, p int, term uint64) error {
+	w := l.windows[p].Load()
+	if w == nil || w.term != term {
+		return nil
+	}
+	for {
+		w.mu.Lock()
+		raising := w.raising
+		if raising == nil {
+			raising = w.raisingTTL
+		}
+		if raising == nil {
+			w.sealed.Store(true)
+			w.mu.Unlock()
+			return nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-raising:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// BoundsEphemeral reports whether p's reign of term raised a bound on its
+// ephemeral TTLs, which the next leader would wait out without a
+// hand-over (never when fencing-only).
+func (l *Leadership) BoundsEphemeral(p int, term uint64) bool {
+	w := l.windows[p].Load()
+	return w != nil && w.term == term && !l.opts.EphemeralFencingOnly && w.ttl.Load() > 0
 }
 
 // openWindow starts p's window of term at base, with no room yet: the
