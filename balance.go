@@ -38,7 +38,7 @@ import (
 //     log to within balanceMaxLag entries of this node. dragonboat exposes
 //     no follower progress, so the status is the check; Raft also waits for
 //     the target to have the whole log before it hands over.
-//   - Safety, as for every transfer (stack.md §9.3): only the leader moves
+//   - Safety, as for every transfer (docs/design.md): only the leader moves
 //     a partition, and it drops its lease first (partition.Leadership.
 //     RelinquishSteady, which also refuses while a membership change of the
 //     partition is pending, under the lock Suspend takes), then checks it

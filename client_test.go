@@ -10,7 +10,7 @@ import (
 	"github.com/kahunago/kahuna"
 )
 
-// TestSemanticsOverTheWire runs the DESIGN §2 table through kahuna.Dial,
+// TestSemanticsOverTheWire runs the semantics table (docs/semantics.md) through kahuna.Dial,
 // over gRPC and over REST, against a node on a random loopback port.
 func TestSemanticsOverTheWire(t *testing.T) {
 	clk := newClock()

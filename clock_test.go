@@ -62,7 +62,7 @@ func checkShiftWall(t *testing.T) {
 }
 
 // TestWallClockJump: a lease is measured on the monotonic clock of the node
-// that granted it (DESIGN §2, seed 003's timing contract), so stepping the
+// that granted it (the lease timing contract, docs/semantics.md), so stepping the
 // node's wall clock forward must not end a lease early, and stepping it
 // back must not extend one.
 func TestWallClockJump(t *testing.T) {

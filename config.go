@@ -137,7 +137,7 @@ type Config struct {
 	// CacheEntriesToRemove caps the evictions of one collection pass
 	// (default 100).
 	CacheEntriesToRemove int
-	// Memory bounds of the lock actors (see README, Memory). Each request
+	// Memory bounds of the lock actors (docs/operations.md, Memory). Each request
 	// refused by one is answered MustRetry, with nothing applied
 	// (backpressure: clients retry within their MustRetry budget), and
 	// counted in Stats.Refused.

@@ -32,7 +32,7 @@ var (
 	faultsSeed      = flag.Uint64("faults.seed", 0, "fault tests: run only this seed (0: the default seeds, or random ones in a long run)")
 	faultsDuration  = flag.Duration("faults.duration", 0, "fault tests: keep running seeded schedules for this long and print a summary (0: the short run)")
 	faultsRun       = flag.Duration("faults.run", 0, "fault tests: length of one seeded run (default 6s)")
-	faultsMustRetry = flag.String("faults.mustretry", "no-effect", "fault tests: what a MustRetry answer (without an error) proves: no-effect (DESIGN §8.5: certainly not applied) or unknown (as before the fence: a forwarded request may have applied)")
+	faultsMustRetry = flag.String("faults.mustretry", "no-effect", "fault tests: what a MustRetry answer (without an error) proves: no-effect (certainly not applied) or unknown (as before the fence: a forwarded request may have applied)")
 	faultsKinds     = flag.String("faults.kinds", "", "fault tests: comma-separated fault kinds of TestFaults and TestFaultsLong (default: all)")
 	faultsDump      = flag.String("faults.dump", "", "fault tests: directory for the history (JSON and text) of every run, and porcupine's HTML of a non-linearizable one (default: a failed run's go to the test's temp dir, logged)")
 )
@@ -481,7 +481,7 @@ func (cl *lockClient) call(to target, kind checker.Kind, res, owner string, ttl 
 	default:
 		info, r, err = l.Get(ctx, res, cl.d)
 	}
-	// MustRetry means certainly not applied (DESIGN §8.5), forwarded or
+	// MustRetry means certainly not applied, forwarded or
 	// not: the suite holds the engine to it, which also keeps the
 	// operations of unknown outcome few (timeouts, transport errors,
 	// Errored). With -faults.mustretry=unknown only a node's own Locker is

@@ -18,7 +18,7 @@ import (
 	"github.com/kahunago/kahuna/transport"
 )
 
-// These tests pin what a forwarding hop answers (DESIGN §8.5): MustRetry
+// These tests pin what a forwarding hop answers: MustRetry
 // only when the request certainly never reached the leader, Errored when
 // the hop broke after the request may have left.
 

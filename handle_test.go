@@ -585,7 +585,7 @@ func TestHandleExtendMovesDeadline(t *testing.T) {
 		t.Fatal("lost at the first deadline after an extend")
 	}
 	// An extend with a shorter ttl shortens it (the server's expiry is
-	// now + ttl, DESIGN §2).
+	// now + ttl, docs/semantics.md).
 	if err := lock.Extend(context.Background(), testTTL); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ type step struct {
 	expires time.Duration // for get: expiry relative to the scenario start
 }
 
-// TestSemantics pins every row of DESIGN §2 through the embedded node, for
+// TestSemantics pins every row of the semantics table (docs/semantics.md) through the embedded node, for
 // both durabilities.
 func TestSemantics(t *testing.T) {
 	for _, d := range durabilities {

@@ -98,7 +98,7 @@ func invalid(req actors.Request) string {
 // applied, and the caller retries when the leader is known or reachable.
 // A hop that broke after the request may have left (the connection lost
 // while waiting for the answer) has an unknown outcome, since the leader
-// may apply it anyway: Errored (DESIGN §8.5). A context that ended is
+// may apply it anyway: Errored. A context that ended is
 // returned as it is: the caller is gone.
 func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Result, error) {
 	leader, self := n.leadership.LeaderOf(req.Partition)

@@ -6,7 +6,7 @@ import (
 	"github.com/kahunago/kahuna/lease"
 )
 
-// collect evicts idle entries (DESIGN §3). It runs every collectEvery
+// collect evicts idle entries (docs/design.md, Cache eviction). It runs every collectEvery
 // messages and only when the actor caches collectMinEntries or more. An
 // entry qualifies when unused for CacheEntryTTL; at most
 // CacheEntriesToRemove go per pass. Unlike Kahuna it never evicts an entry

@@ -13,21 +13,14 @@
 //
 // Token rule. A resource has one token count, shared by both kinds: every
 // grant to a new owner, ephemeral or persistent, is the previous grant's
-// token + 1 (for the first ever, the partition's token floor: 0, or one
-// above the largest token of a record removed by Forget). On a miss the
-// count starts from the stored record's token, the largest persistent
-// token ever granted, or from the floor when nothing is stored, so:
-//   - a persistent grant's token is above every earlier persistent grant's,
-//     across leader changes, restarts and evictions (the stored token is
-//     the floor), and above every earlier ephemeral grant made on the
-//     current leader;
-//   - an ephemeral grant's token is above every earlier persistent grant's,
-//     and above every earlier ephemeral grant while its entry stays cached
-//     on one leader;
-//   - after a leader change (or the eviction of an idle entry) the count
-//     falls back to the stored token, so the next grant, of either kind,
-//     may repeat a token an ephemeral holder had before: ephemeral tokens
-//     are only as good as ephemeral locks (DESIGN §8.2).
+// token + 1 while the entry is cached (for the first ever, the partition's
+// token floor: 0, or one above the largest token of a record removed by
+// Forget). On a miss the count starts from the larger of the stored
+// record's token (or the floor when nothing is stored) and the partition's
+// ephemeral base (TokenWindows.TokenBase, and the tokens of evicted
+// ephemeral entries, kept in the actor's floors), so no grant of either
+// kind is ever below an earlier one of the name: across leader changes,
+// restarts and evictions (docs/safety.md).
 package actors
 
 import (
@@ -50,7 +43,7 @@ import (
 // ErrClosed is returned by calls made on, or in flight during, Close.
 var ErrClosed = errors.New("actors: ring closed")
 
-// Eviction rule (DESIGN §3): an actor collects every collectEvery messages,
+// Eviction rule (docs/design.md, Cache eviction): an actor collects every collectEvery messages,
 // and only when it caches at least collectMinEntries entries.
 const (
 	collectEvery      = 500

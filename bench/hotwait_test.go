@@ -286,7 +286,7 @@ func TestCountCallsKeepsWaitLocker(t *testing.T) {
 }
 
 // The real node, side by side ephemeral and persistent in one run, as the
-// README's figures are: Main with NAME:durability specs, the JSON report's
+// docs/benchmarks.md's figures are: Main with NAME:durability specs, the JSON report's
 // wait figures, and the node's own request count.
 func TestMainHotWaitEmbeddedSideBySide(t *testing.T) {
 	var stdout, stderr bytes.Buffer

@@ -75,8 +75,7 @@ func (o Outcome) String() string {
 // Indeterminate (a request may have been sent before the error) unless it
 // wraps lease.ErrNotApplied; MustRetry is Indeterminate too, because
 // Kahuna's own nodes answer it for a forwarded request whose answer was
-// lost. kahuna promises more (MustRetry = certainly not applied, DESIGN
-// §8.5); a harness that checks that promise classifies MustRetry as Fail
+// lost. kahuna promises more (MustRetry = certainly not applied); a harness that checks that promise classifies MustRetry as Fail
 // itself, as the fault tests do.
 func Classify(status lease.Status, err error) Outcome {
 	if err != nil {

@@ -55,11 +55,11 @@ func resetsByResource(h History) map[string][]Op {
 //   - answer-from-deposed-leader: an answer that changed nothing (Busy,
 //     InvalidOwner, LockDoesNotExist, Got, a same-owner re-lock), or any
 //     answer on an ephemeral lock: given from a stale cache, or memory; a
-//     node may answer only while it can prove it leads (DESIGN §8.3);
+//     node may answer only while it can prove it leads (its leader lease);
 //   - write-from-deposed-leader: a change of a persistent lock (a grant,
 //     Extended, Unlocked) acknowledged as done: the deposed node's
 //     decision, made on a stale view, was committed through the new
-//     leader; decisions must be fenced (DESIGN §8.4).
+//     leader; decisions must be fenced by their epoch.
 func CheckStaleLeader(h History) []Violation {
 	type reign struct {
 		op   Op

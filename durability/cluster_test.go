@@ -267,7 +267,7 @@ func (c *cluster) readOn(t *testing.T, id uint64, want Record) {
 
 // A member whose data dir was lost must not come back under its old ID as
 // if it were founding the cluster: it would have forgotten its votes and
-// acknowledged entries (stack.md §9.7). OpenRaft refuses it, by default
+// acknowledged entries. OpenRaft refuses it, by default
 // and with InitialClusterState existing, and the rest of the cluster goes
 // on.
 func TestMemberWithLostDataDirRefused(t *testing.T) {

@@ -85,7 +85,7 @@ var fatalHandler atomic.Pointer[func(msg string)]
 // SetFatalHandler makes h the process's last word when dragonboat cannot go
 // on: a failed Raft log write or fsync, or an error from a state machine
 // (a full or failing disk) stops it with a panic from a worker goroutine,
-// with no way to recover (stack.md §9.10). h should log one line and exit
+// with no way to recover. h should log one line and exit
 // the process; if it returns, the panic follows. cmd/kahuna sets it; an
 // embedding program may.
 func SetFatalHandler(h func(msg string)) { fatalHandler.Store(&h) }

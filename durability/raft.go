@@ -113,7 +113,7 @@ func openRaft(cfg RaftConfig) (*Raft, error) {
 		return m
 	}
 	for p := range rc.Partitions {
-		// Members only to found a partition (stack.md §9.7): given them,
+		// Members only to found a partition: given them,
 		// dragonboat would silently found again on a lost disk.
 		hasState := r.nh.HasNodeInfo(shardID(p), rc.ReplicaID)
 		members, err := rc.initialMembers(p, hasState)

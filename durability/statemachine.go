@@ -18,7 +18,7 @@ var errSMClosed = errors.New("durability: state machine closed")
 // applies records to the shared badger DB under its shard's key prefix.
 //
 // The fence. dragonboat forwards a follower's proposal to whoever leads when
-// it arrives and shows Update no term (stack.md §9.5), so a deposed leader's
+// it arrives and shows Update no term, so a deposed leader's
 // late proposal can commit in a new leader's reign. Update therefore
 // applies only what the current leader decided from what is stored:
 //   - an epoch marker (a new leader's term and ID, proposed before it

@@ -40,7 +40,7 @@ type statusJSON []struct {
 	Error string `json:"error"`
 }
 
-// TestMemberReplace replaces a dead member the way the README says: kill
+// TestMemberReplace replaces a dead member the way docs/operations.md says: kill
 // node 3 for good, remove it, add node 4 (new ID, new disk) and start it
 // with --initial-cluster-state existing; then kill node 1: nodes 2 and 4
 // still hold every persistent lock, and ID 3 can never come back.

@@ -12,7 +12,7 @@ import (
 	"github.com/kahunago/kahuna/partition"
 )
 
-// TestSecureCluster runs three processes the way the README's
+// TestSecureCluster runs three processes the way docs/operations.md's
 // "Authentication and TLS" section sets them up: bearer tokens on the lock
 // and admin APIs, a cluster secret for forwarding, and mutual TLS for Raft
 // and forwarding (--peer-port). The cluster forms over TLS, locks of every

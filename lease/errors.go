@@ -4,7 +4,7 @@ import "errors"
 
 // ErrNotApplied marks the failure of a request that was certainly not
 // applied: nothing of it took effect and nothing of it can take effect
-// later, so it is safe to retry, here or elsewhere (DESIGN §8.5: the
+// later, so it is safe to retry, here or elsewhere (the
 // MustRetry of a call error). A Locker wraps it in the errors of such
 // failures (closed before the request entered, the request never sent);
 // test with errors.Is. Any other error leaves the outcome unknown: the

@@ -2,7 +2,7 @@
 // Locker protocol) and the lock decision, with no actors, clocks or disks
 // inside: given the current entry of a resource, a request and "now",
 // Decide says what the answer is and what the entry becomes. Every row of
-// the semantics table (DESIGN §2) is a case of Decide.
+// the semantics table (docs/semantics.md) is a case of Decide.
 package lease
 
 import (
@@ -106,7 +106,8 @@ func (o Op) String() string {
 	return "Op(" + strconv.FormatInt(int64(o), 10) + ")"
 }
 
-// Limits on input, shared by every entry point (DESIGN §7).
+// Limits on input, shared by every entry point: a request past one is
+// InvalidInput with the reason, and changes nothing.
 const (
 	MaxResourceBytes = 1024
 	MaxOwnerBytes    = 1024

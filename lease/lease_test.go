@@ -12,7 +12,7 @@ func held(owner string, token int64, expires time.Time) Entry {
 	return Entry{State: Held, Owner: []byte(owner), Expires: expires, Token: token, Revision: 7}
 }
 
-// TestDecide pins every row of DESIGN §2 that the decision owns.
+// TestDecide pins every row of the semantics table (docs/semantics.md) that the decision owns.
 func TestDecide(t *testing.T) {
 	live := held("a", 5, t0.Add(time.Second))
 	lapsed := held("a", 5, t0.Add(-time.Millisecond))

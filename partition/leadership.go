@@ -87,7 +87,7 @@ type Options struct {
 //
 //	(electionTicks − 2) · rtt · (1 − ρ) − margin,  ρ = 1%, margin = one tick
 //
-// Why it holds (stack.md §9.2–9.3): Confirm takes t0, then a read index
+// Why it holds (docs/design.md): Confirm takes t0, then a read index
 // completes while this node leads term T before and after. The heartbeats
 // that confirmed it left this node after t0, in term T; every voter that
 // acked reset its election timer on receipt and, with CheckQuorum, drops

@@ -20,7 +20,7 @@ const (
 	pers = lease.Persistent
 )
 
-// TestClientContract walks every row of DESIGN §2 through Dial over h2c.
+// TestClientContract walks every row of the semantics table (docs/semantics.md) through Dial over h2c.
 func TestClientContract(t *testing.T) {
 	f := newFake()
 	srv := startServer(t, f, ServerOptions{NodeName: "n1"})

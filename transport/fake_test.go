@@ -14,7 +14,7 @@ import (
 	"github.com/kahunago/kahuna/lease"
 )
 
-// fakeLocker is an in-memory lease.Locker with the DESIGN §2 semantics
+// fakeLocker is an in-memory lease.Locker with the semantics table's behaviour (docs/semantics.md)
 // (lease.Decide over a mutex-guarded map) and a settable clock. The real
 // engine is tested elsewhere; this one exists to exercise the wire.
 type fakeLocker struct {

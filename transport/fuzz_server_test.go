@@ -141,7 +141,7 @@ func responseStatus(m proto.Message) lease.Status {
 // the four unary methods. A message the proto codec cannot decode is
 // refused with a gRPC error and reaches nothing; one it can is answered
 // with a known status, InvalidInput exactly when the request is not valid
-// (DESIGN §7), and the server keeps serving.
+// (InvalidInput, nothing applied), and the server keeps serving.
 func FuzzUnaryRequest(f *testing.F) {
 	seeds := []proto.Message{
 		&pb.GrpcTryLockRequest{Resource: "r", Owner: []byte("o"), ExpiresMs: 1000},

@@ -17,7 +17,7 @@ import (
 	"github.com/kahunago/kahuna/lease"
 )
 
-// These tests pin DESIGN §8.5 on the wire: MustRetry means certainly not
+// These tests pin the statuses' promise on the wire: MustRetry means certainly not
 // applied, Errored (or an error that does not wrap lease.ErrNotApplied)
 // means the outcome is unknown.
 

@@ -190,7 +190,8 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 	return info, res, err
 }
 
-// failedStatus is the answer to a call that failed with err (DESIGN §8.5).
+// failedStatus is the answer to a call that failed with err: MustRetry only if
+// it certainly did not apply, else Errored.
 // MustRetry promises that the request was certainly not applied, so it is
 // answered only when the Locker says so by wrapping lease.ErrNotApplied.
 // Anything else may have applied, or may still apply, and is Errored:
