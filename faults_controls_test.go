@@ -97,7 +97,7 @@ var negativeControls = []negativeControl{
 		// no leader change at all. Caught by the fencing checker alone.
 		name: "ephemeral-eviction-floor-off", seed: 104, by: "fencing",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, cachePressure: true,
-			mod: kahuna.WithoutEvictionFloor, linTimeout: 20 * time.Second},
+			mod: kahuna.WithoutEvictionFloor, linTimeout: 20 * time.Second, gapMin: 50 * time.Millisecond, gapMax: 150 * time.Millisecond},
 	},
 	{
 		// Each new leader counts ephemeral tokens from the stored record
