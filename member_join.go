@@ -13,6 +13,11 @@ import (
 	"github.com/kahunago/kahuna/durability"
 )
 
+// Members calling members, through their admin API (package admin): a
+// change passed on to a partition's leader, the others told of an added
+// or removed member, and a new member asking whether it was added before
+// it joins.
+
 // forwardChange asks leader to apply ch to partitions ps, which it leads.
 // A refusal for good (409) is an answer: its result says why.
 func (n *Node) forwardChange(ctx context.Context, leader uint64, ch memberChange, ps []int) (admin.MemberChangeResult, error) {
