@@ -1,135 +1,156 @@
 package kahuna
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
+	"maps"
 	"net/http"
-	"strings"
-	"time"
+	"slices"
+
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/durability"
 )
 
-// Admin API paths, served next to the lock API.
-const (
-	AdminPartitionsPath = "/v1/admin/partitions"
-	AdminTransferPath   = "/v1/admin/transfer-leadership"
-)
+// AdminHandler serves this node's admin API (package admin: partitions,
+// leadership transfers, members, status) for operators, kahunactl and the
+// other members. AdminRoutes lists the patterns to mount it on.
+func (n *Node) AdminHandler() http.Handler { return admin.NewHandler(adminNode{n}, n.admin) }
 
-// PartitionInfo is one partition as a node sees it.
-type PartitionInfo struct {
-	Partition int    `json:"partition"`
-	Leader    uint64 `json:"leader"`  // 0 = none known
-	Serving   bool   `json:"serving"` // this node serves it now
+// AdminRoutes maps every admin path pattern to the node's AdminHandler, for
+// servers that mount the admin API themselves (ServerOptions.Extra).
+func (n *Node) AdminRoutes() map[string]http.Handler { return admin.Routes(n.AdminHandler()) }
+
+// Status reports this node's view of every partition (local, no network:
+// it may be stale), as GET admin.StatusPath does.
+func (n *Node) Status() admin.NodeStatus {
+	st := admin.NodeStatus{Node: n.cfg.NodeID, Healthy: !n.closing.Load()}
+	st.NoSpace, _ = n.noSpace()
+	for _, s := range n.backend.Status() {
+		_, serving := n.leadership.Serving(s.Partition)
+		if leader, _ := n.leadership.LeaderOf(s.Partition); s.Leader == 0 && leader != 0 {
+			s.Leader = leader // the leader this node forwards to (a step ahead of dragonboat's cached view)
+		}
+		st.Partitions = append(st.Partitions, admin.PartitionStatus{
+			Partition: s.Partition, Leader: s.Leader, Term: s.Term, Applied: s.Applied,
+			Serving: serving, Voters: s.Voters, Running: s.Running,
+		})
+		if !s.Running || s.Leader == 0 {
+			st.Healthy = false
+		}
+	}
+	return st
 }
 
-// TransferRequest asks to move a partition's leadership.
-type TransferRequest struct {
-	Partition int    `json:"partition"`
-	To        uint64 `json:"to"`
+// adminNode is the node as its admin API sees it (admin.Node): Node's
+// own methods of the same names take this package's types.
+type adminNode struct{ n *Node }
+
+func (a adminNode) Partitions() admin.PartitionsView {
+	v := admin.PartitionsView{Node: a.n.cfg.NodeID, Partitions: make([]admin.PartitionInfo, a.n.cfg.Partitions)}
+	for p := range v.Partitions {
+		leader, serving := a.n.Leader(p)
+		v.Partitions[p] = admin.PartitionInfo{Partition: p, Leader: leader, Serving: serving}
+	}
+	return v
 }
 
-// AdminHandler serves GET AdminPartitionsPath (the leader of every
-// partition), POST AdminTransferPath (a TransferRequest), and the
-// membership and status paths (AdminMembersPath, AdminStatusPath), for
-// operators and kahunactl. AdminRoutes lists the patterns to mount it on.
-func (n *Node) AdminHandler() http.Handler {
-	mux := http.NewServeMux()
-	n.memberRoutes(mux)
-	mux.HandleFunc("GET "+AdminPartitionsPath, func(w http.ResponseWriter, _ *http.Request) {
-		infos := make([]PartitionInfo, n.cfg.Partitions)
-		for p := range infos {
-			leader, serving := n.Leader(p)
-			infos[p] = PartitionInfo{Partition: p, Leader: leader, Serving: serving}
+func (a adminNode) Status() admin.NodeStatus { return a.n.Status() }
+
+// Members is the members as this node knows them: its address book, and
+// the voters Raft has here (a voter it has no endpoint for included).
+func (a adminNode) Members() admin.MembersView {
+	n := a.n
+	b := n.book.snapshot()
+	v := admin.MembersView{Node: n.cfg.NodeID, DeploymentID: n.backend.DeploymentID(), TokenHash: durability.TokenHash(n.cfg.InitialClusterToken), Removed: b.Removed}
+	voterIn := map[uint64][]int{}
+	for _, s := range n.backend.Status() {
+		for _, id := range s.Voters {
+			voterIn[id] = append(voterIn[id], s.Partition)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"node": n.cfg.NodeID, "partitions": infos})
-	})
-	mux.HandleFunc("POST "+AdminTransferPath, func(w http.ResponseWriter, r *http.Request) {
-		var req TransferRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("bad transfer request: %v", err)})
-			return
+	}
+	ids := slices.Collect(maps.Keys(b.Members))
+	for id := range voterIn {
+		if _, ok := b.Members[id]; !ok {
+			ids = append(ids, id)
 		}
-		// While the partition is electing or its new leader is fencing its
-		// epoch there is nobody to ask: wait a little for one, as a client
-		// retries MustRetry.
-		var err error
-		var nl *NotLeaderError
-		deadline := time.Now().Add(adminTransferWait)
-		for {
-			err, nl = n.TransferLeadership(req.Partition, req.To), nil
-			if !errors.As(err, &nl) || nl.Leader != 0 || !time.Now().Before(deadline) {
-				break
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e := b.Members[id]
+		v.Members = append(v.Members, admin.MemberInfo{ID: id, RaftAddress: e.RaftAddress, Endpoint: e.Endpoint, Joined: e.Joined, Partitions: voterIn[id]})
+	}
+	return v
+}
+
+func (a adminNode) AddMember(ctx context.Context, id uint64, raftAddress, endpoint string) error {
+	return a.n.AddMember(ctx, id, Member{RaftAddress: raftAddress, Endpoint: endpoint})
+}
+
+func (a adminNode) RemoveMember(ctx context.Context, id uint64) error {
+	return a.n.RemoveMember(ctx, id)
+}
+
+func (a adminNode) TransferLeadership(p int, to uint64) (uint64, error) {
+	err := a.n.TransferLeadership(p, to)
+	var nl *NotLeaderError
+	if errors.As(err, &nl) {
+		return nl.Leader, notLeader{err}
+	}
+	return 0, err
+}
+
+// notLeader is a *NotLeaderError as the admin API needs it: its message,
+// matching admin.ErrNotLeader.
+type notLeader struct{ err error }
+
+func (e notLeader) Error() string   { return e.err.Error() }
+func (e notLeader) Unwrap() []error { return []error{e.err, admin.ErrNotLeader} }
+
+func (a adminNode) Endpoint(id uint64) string {
+	m, _ := a.n.book.get(id)
+	return m.Endpoint
+}
+
+// PeerChange serves another member's request: a member it tells of, or
+// a change of partitions this node leads (changeMembers on that member
+// sent them here).
+func (a adminNode) PeerChange(ctx context.Context, req admin.MemberRequest) (admin.MemberChangeResult, error) {
+	n := a.n
+	m := Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
+	switch req.Op {
+	case "learn", "joined":
+		if !n.book.removed(req.ID) {
+			n.learn(req.ID, m, req.Op == "joined")
+		}
+		return admin.MemberChangeResult{}, nil
+	case "forget":
+		n.unlearn(req.ID)
+		return admin.MemberChangeResult{}, nil
+	}
+	if err := n.canChangeMembers(); err != nil {
+		return admin.MemberChangeResult{}, err
+	}
+	if req.Op == "add" {
+		if n.book.removed(req.ID) {
+			return admin.MemberChangeResult{}, ErrMemberRemoved
+		}
+		n.learn(req.ID, m, false)
+	}
+	ch := memberChange{op: req.Op, id: req.ID, member: m}
+	res := admin.MemberChangeResult{Op: req.Op, ID: req.ID, Done: []int{}, Left: map[int]string{}}
+	for _, p := range req.Partitions {
+		if p < 0 || p >= n.cfg.Partitions {
+			res.Left[p] = "no such partition"
+			continue
+		}
+		if err := n.changeHere(ctx, p, ch); err != nil {
+			res.Left[p] = err.Error()
+			if errors.Is(err, ErrMemberRemoved) {
+				res.Removed = true
 			}
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-r.Context().Done():
-				return
-			}
+			continue
 		}
-		if nl != nil && nl.Leader != 0 && r.Header.Get(adminForwardedHeader) == "" {
-			// Only the leader may start a transfer: pass it on, once.
-			n.forwardAdmin(w, r, nl.Leader, req)
-			return
-		}
-		if err != nil {
-			code := http.StatusBadRequest
-			if nl != nil {
-				code = http.StatusServiceUnavailable
-			}
-			writeJSON(w, code, map[string]string{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusAccepted, req)
-	})
-	return mux
-}
-
-// adminTransferWait bounds how long a transfer request waits for the
-// partition to have a serving leader.
-const adminTransferWait = 5 * time.Second
-
-// adminForwardedHeader marks an admin request passed on by another node.
-const adminForwardedHeader = "Kahuna-Forwarded"
-
-// forwardAdmin passes a transfer request on to the partition's leader and
-// relays its answer.
-func (n *Node) forwardAdmin(w http.ResponseWriter, r *http.Request, leader uint64, req TransferRequest) {
-	m, ok := n.book.get(leader)
-	if !ok || m.Endpoint == "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": fmt.Sprintf("partition %d is led by node %d, which has no endpoint", req.Partition, leader)})
-		return
+		res.Done = append(res.Done, p)
 	}
-	body, _ := json.Marshal(req)
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-	defer cancel()
-	fr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(m.Endpoint, "/")+AdminTransferPath, bytes.NewReader(body))
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
-	}
-	fr.Header.Set("Content-Type", "application/json")
-	authorizePeer(fr, n.cfg.peerSecret())
-	if auth := r.Header.Get("Authorization"); auth != "" { // the caller's token holds on every member
-		fr.Header.Set("Authorization", auth)
-	}
-	resp, err := http.DefaultClient.Do(fr)
-	if err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]string{"error": fmt.Sprintf("pass the transfer on to node %d (the leader of partition %d): %v", leader, req.Partition, err)})
-		return
-	}
-	defer resp.Body.Close()
-	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, 64<<10))
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	return res, nil
 }

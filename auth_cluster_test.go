@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/internal/testcert"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -133,9 +134,9 @@ func TestAuthClusterForwarding(t *testing.T) {
 
 	// Admin: refused without the token; a transfer asked of a follower is
 	// passed on to the leader with the caller's token.
-	admin := func(token string, req kahuna.TransferRequest, via string) int {
+	transfer := func(token string, req admin.TransferRequest, via string) int {
 		body, _ := json.Marshal(req)
-		hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, via+kahuna.AdminTransferPath, bytes.NewReader(body))
+		hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, via+admin.TransferPath, bytes.NewReader(body))
 		hr.Header.Set("Content-Type", "application/json")
 		if token != "" {
 			hr.Header.Set("Authorization", "Bearer "+token)
@@ -155,10 +156,10 @@ func TestAuthClusterForwarding(t *testing.T) {
 		}
 	}
 	target := uint64(1)
-	if code := admin("", kahuna.TransferRequest{Partition: p, To: target}, one); code != http.StatusUnauthorized {
+	if code := transfer("", admin.TransferRequest{Partition: p, To: target}, one); code != http.StatusUnauthorized {
 		t.Fatalf("admin transfer without a token: HTTP %d, want 401", code)
 	}
-	if code := admin("client-token", kahuna.TransferRequest{Partition: p, To: target}, one); code != http.StatusAccepted {
+	if code := transfer("client-token", admin.TransferRequest{Partition: p, To: target}, one); code != http.StatusAccepted {
 		t.Fatalf("admin transfer of partition %d (led by %d) asked of node 1 with the token: HTTP %d, want 202", p, leader, code)
 	}
 	eventually(t, "the transfer asked through node 1", func() bool { _, serving := nodes[1].Leader(p); return serving })

@@ -2,13 +2,11 @@ package kahuna
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/kahunago/kahuna/admin"
 )
 
 // Leader balance.
@@ -32,7 +30,7 @@ import (
 //   - One move at a time per node, per round (every cooldown/10, 100 ms to
 //     1 s): it waits for the move to happen (or not) before the next.
 //   - The target must be healthy: reachable over Raft, and its admin status
-//     (GET AdminStatusPath, the view kahunactl status shows) says it runs
+//     (GET admin.StatusPath, the view kahunactl status shows) says it runs
 //     every partition and knows a leader for each, follows this node as
 //     the partition's leader in this term, and has applied the partition's
 //     log to within balanceMaxLag entries of this node. dragonboat exposes
@@ -155,7 +153,7 @@ func (n *Node) stopBalancer() {
 
 // balanceView gathers this node's view of the cluster for balanceMove,
 // with this node's Raft status of each partition.
-func (n *Node) balanceView(moved []time.Time) (balanceView, []PartitionStatus) {
+func (n *Node) balanceView(moved []time.Time) (balanceView, []admin.PartitionStatus) {
 	now := time.Now()
 	cooldown := n.cfg.LeaderBalanceCooldown
 	v := balanceView{
@@ -205,18 +203,18 @@ func (n *Node) balanceRound(ctx context.Context, moved []time.Time) {
 
 // balanceTarget checks that member to can take partition p now, given
 // this node's status of p: see the top of the file.
-func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine PartitionStatus) error {
+func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine admin.PartitionStatus) error {
 	m, ok := n.book.get(to)
 	if !ok || m.Endpoint == "" {
 		return fmt.Errorf("no endpoint known for node %d", to)
 	}
 	ctx, cancel := context.WithTimeout(ctx, balanceStatusTimeout)
 	defer cancel()
-	st, err := n.fetchStatus(ctx, m.Endpoint)
+	st, err := n.admin.Status(ctx, m.Endpoint)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(st.Partitions, func(s PartitionStatus) bool { return s.Partition == p })
+	i := slices.IndexFunc(st.Partitions, func(s admin.PartitionStatus) bool { return s.Partition == p })
 	switch {
 	case !st.Healthy:
 		return fmt.Errorf("node %d is not healthy (a partition not running, or without a known leader)", to)
@@ -264,23 +262,4 @@ func (n *Node) balanceHandOver(ctx context.Context, v balanceView, p int, to uin
 	}
 	leader, _ := n.leadership.LeaderOf(p)
 	n.cfg.Logger.Info("leader balancing: partition handed over", "partition", p, "leader", leader)
-}
-
-// fetchStatus asks the member at endpoint for its NodeStatus.
-func (n *Node) fetchStatus(ctx context.Context, endpoint string) (NodeStatus, error) {
-	var st NodeStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(endpoint, "/")+AdminStatusPath, nil)
-	if err != nil {
-		return st, err
-	}
-	authorizePeer(req, n.cfg.peerSecret())
-	resp, err := n.adminHTTP.Do(req)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("GET %s: %s", AdminStatusPath, resp.Status)
-	}
-	return st, json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
 }

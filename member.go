@@ -8,10 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 )
 
@@ -23,8 +23,8 @@ import (
 // leader: on a node that does not lead a partition the change is passed to
 // its leader through the admin API, as leader transfers are. A partition
 // whose change already applied is skipped, so a call that stopped half way
-// (reported as a *MembershipError naming what is done and what is left)
-// is finished by calling it again.
+// (reported as an *admin.MembershipError naming what is done and what is
+// left) is finished by calling it again.
 //
 // Why the leader leases stay sound. A lease (partition.LeaseFor) rests on
 // "every quorum that can elect a rival contains a voter that acknowledged
@@ -51,8 +51,8 @@ import (
 
 // ErrMemberRemoved: the ID was removed from the cluster; Raft never lets a
 // removed ID back (its log and votes are gone with it). Add the node under
-// a new ID.
-var ErrMemberRemoved = errors.New("kahuna: member ID was removed from the cluster, and a removed ID can never come back: add the node under a new ID")
+// a new ID. It is the admin API's error, so either name matches it.
+var ErrMemberRemoved = admin.ErrMemberRemoved
 
 // errNoLeaderYet: a partition with no known leader (electing): retried.
 var errNoLeaderYet = errors.New("no leader known (electing?)")
@@ -60,29 +60,6 @@ var errNoLeaderYet = errors.New("no leader known (electing?)")
 // membershipTimeout bounds AddMember and RemoveMember when ctx has no
 // deadline.
 const membershipTimeout = time.Minute
-
-// MembershipError is a membership change that did not finish on every
-// partition: Done lists the partitions where it applied, Left the others
-// with why. Calling the same AddMember or RemoveMember again finishes it.
-type MembershipError struct {
-	Op   string // "add" or "remove"
-	ID   uint64
-	Done []int
-	Left map[int]error
-}
-
-func (e *MembershipError) Error() string {
-	left := slices.Sorted(maps.Keys(e.Left))
-	var why []string
-	for _, p := range left {
-		why = append(why, fmt.Sprintf("partition %d: %v", p, e.Left[p]))
-	}
-	return fmt.Sprintf("kahuna: %s member %d: done on partitions %v, left on %v (%s); run it again to finish",
-		e.Op, e.ID, e.Done, left, strings.Join(why, "; "))
-}
-
-// Unwrap returns the errors of the partitions left.
-func (e *MembershipError) Unwrap() []error { return slices.Collect(maps.Values(e.Left)) }
 
 // memberChange is one membership change, as passed between nodes.
 type memberChange struct {
@@ -218,7 +195,7 @@ func (n *Node) changeMembers(ctx context.Context, ch memberChange) error {
 		}
 		permanent := false
 		for _, err := range left {
-			if errors.Is(err, ErrMemberRemoved) || errors.Is(err, errMemberConflict) {
+			if errors.Is(err, ErrMemberRemoved) || errors.Is(err, admin.ErrMemberConflict) {
 				permanent = true
 			}
 		}
@@ -229,7 +206,7 @@ func (n *Node) changeMembers(ctx context.Context, ch memberChange) error {
 			case <-ctx.Done():
 			}
 		}
-		e := &MembershipError{Op: ch.op, ID: ch.id, Left: left}
+		e := &admin.MembershipError{Op: ch.op, ID: ch.id, Left: left}
 		for p := range done {
 			e.Done = append(e.Done, p)
 		}
@@ -237,8 +214,6 @@ func (n *Node) changeMembers(ctx context.Context, ch memberChange) error {
 		return e
 	}
 }
-
-var errMemberConflict = errors.New("a member with this ID has another Raft address")
 
 // configChangeTimeout bounds one partition's change.
 const configChangeTimeout = 10 * time.Second
@@ -259,7 +234,7 @@ func (n *Node) changeHere(ctx context.Context, p int, ch memberChange) error {
 	case ch.op == "add" && voter && addr == ch.member.RaftAddress:
 		return nil // done before
 	case ch.op == "add" && voter:
-		return fmt.Errorf("%w: %d is at %s", errMemberConflict, ch.id, addr)
+		return fmt.Errorf("%w: %d is at %s", admin.ErrMemberConflict, ch.id, addr)
 	case ch.op == "remove" && !voter:
 		return nil // done before (or never a member)
 	case ch.op == "remove" && ch.id == n.cfg.NodeID:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
@@ -77,7 +78,7 @@ type Node struct {
 	// Leader balancing (balance.go): done when the balancer stopped (nil
 	// if it never ran), and the partitions it handed over.
 	balanceDone  chan struct{}
-	adminHTTP    *http.Client   // admin requests to other members (peer_auth.go)
+	admin        *admin.Client  // admin requests to other members (peer_auth.go)
 	space        *space.Guard   // nil: no data dir, nothing to guard
 	sweeper      *sweep.Sweeper // nil: records are kept forever
 	sweepDone    chan struct{}
@@ -131,11 +132,12 @@ func open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
-	admin, err := cfg.adminClient() // peer_auth.go
+	adminHTTP, err := cfg.adminClient() // peer_auth.go
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
-	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...), adminHTTP: admin}
+	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...),
+		admin: admin.NewClient(admin.WithHTTPClient(adminHTTP), admin.WithPeerSecret(cfg.peerSecret()), admin.WithTimeout(adminTimeout))}
 	n.peers.logger = cfg.Logger
 	n.life, n.endLife = context.WithCancel(context.Background())
 	if err := n.checkSpace(); err != nil {

@@ -70,13 +70,18 @@ func PeerTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	}, nil
 }
 
+// adminTimeout bounds an admin request between members that its caller
+// did not bound tighter.
+const adminTimeout = 30 * time.Second
+
 // adminClient is the HTTP client of admin requests between members
-// (membership changes, the balancer's health check). With peer TLS it
-// trusts the cluster CA besides the system's roots, so a member whose
-// API is served over https with a certificate from the private CA is
-// reached, and presents this member's certificate.
+// (membership changes, joining, transfers passed on, the balancer's
+// health check). With peer TLS it trusts the cluster CA besides the
+// system's roots, so a member whose API is served over https with a
+// certificate from the private CA is reached, and presents this member's
+// certificate.
 func (c Config) adminClient() (*http.Client, error) {
-	hc := &http.Client{Timeout: 30 * time.Second}
+	hc := &http.Client{}
 	if !c.peerTLS() {
 		return hc, nil
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/partition"
 )
@@ -143,15 +144,13 @@ func (c *pauseCluster) cont(id uint64) {
 }
 
 // partitions is node id's view of every partition (its admin API).
-func (c *pauseCluster) partitions(id uint64) ([]kahuna.PartitionInfo, error) {
-	resp, err := c.http.Get(c.nodes[id].endpoint() + kahuna.AdminPartitionsPath)
+func (c *pauseCluster) partitions(id uint64) ([]admin.PartitionInfo, error) {
+	resp, err := c.http.Get(c.nodes[id].endpoint() + admin.PartitionsPath)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var v struct {
-		Partitions []kahuna.PartitionInfo `json:"partitions"`
-	}
+	var v admin.PartitionsView
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		return nil, err
 	}

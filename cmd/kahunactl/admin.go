@@ -8,7 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -16,33 +16,24 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 )
 
-// adminClient talks to a node's admin API over HTTP/1.1 (REST port),
-// trusting cc's CA for https://.
-func adminClient(cc conn, endpoint string) (*http.Client, string) {
-	c := &http.Client{}
-	if strings.HasPrefix(endpoint, "https://") {
-		c.Transport = &http.Transport{TLSClientConfig: cc.tls.Clone()}
-	}
-	return c, strings.TrimSuffix(endpoint, "/")
-}
-
 func partitions(ctx context.Context, o options, out printer, stderr io.Writer) int {
-	var body struct {
-		Node       uint64                 `json:"node"`
-		Partitions []kahuna.PartitionInfo `json:"partitions"`
-	}
-	if code := adminCall(ctx, o.endpoints, http.MethodGet, kahuna.AdminPartitionsPath, nil, &body, stderr); code != exitOK {
+	c := connFrom(ctx).admin()
+	var v admin.PartitionsView
+	if code := adminCall(ctx, o.endpoints, admin.PartitionsPath, stderr, func(ep string) (err error) {
+		v, err = c.Partitions(ctx, ep)
+		return err
+	}, nil); code != exitOK {
 		return code
 	}
 	if out.json {
-		_ = json.NewEncoder(out.w).Encode(body)
+		_ = json.NewEncoder(out.w).Encode(v)
 		return exitOK
 	}
-	fmt.Fprintf(out.w, "as seen by node %d:\n", body.Node)
-	for _, p := range body.Partitions {
+	fmt.Fprintf(out.w, "as seen by node %d:\n", v.Node)
+	for _, p := range v.Partitions {
 		serving := ""
 		if p.Serving {
 			serving = " (served here)"
@@ -53,8 +44,11 @@ func partitions(ctx context.Context, o options, out printer, stderr io.Writer) i
 }
 
 func transferLeadership(ctx context.Context, o options, out printer, stderr io.Writer) int {
-	payload, _ := json.Marshal(kahuna.TransferRequest{Partition: o.partition, To: o.to})
-	if code := adminCall(ctx, o.endpoints, http.MethodPost, kahuna.AdminTransferPath, payload, nil, stderr); code != exitOK {
+	c := connFrom(ctx).admin()
+	req := admin.TransferRequest{Partition: o.partition, To: o.to}
+	if code := adminCall(ctx, o.endpoints, admin.TransferPath, stderr, func(ep string) error {
+		return c.Transfer(ctx, ep, req)
+	}, nil); code != exitOK {
 		return code
 	}
 	out.print(map[string]any{"partition": o.partition, "to": o.to, "status": "requested"},
@@ -62,77 +56,48 @@ func transferLeadership(ctx context.Context, o options, out printer, stderr io.W
 	return exitOK
 }
 
-// adminCall sends one admin request to the first endpoint that answers
-// (any node can report partitions and pass on a transfer), decoding a
-// successful answer into into.
-func adminCall(ctx context.Context, endpoints []string, method, path string, payload []byte, into any, stderr io.Writer) int {
-	resp, req, code := sendAdmin(ctx, endpoints, method, path, payload, stderr)
-	if resp == nil {
-		return code
+// adminCall makes one admin call, call, on the first endpoint that
+// answers (any node can report and pass on a transfer or a membership
+// change): one that cannot be reached is skipped, unless time is up. A
+// node's refusal is reported by refused (nil: printRefusal). It returns
+// the exit code, the reason printed.
+func adminCall(ctx context.Context, endpoints []string, path string, stderr io.Writer, call func(endpoint string) error, refused func(*admin.Error) int) int {
+	if refused == nil {
+		refused = func(e *admin.Error) int { return printRefusal(e, stderr) }
 	}
-	return answer(resp, req, into, stderr)
-}
-
-// sendAdmin sends one admin request to the first endpoint that answers,
-// with the token and CA of ctx (conn.go). It returns the response, whose
-// body the caller closes, and its request; or, when no endpoint answered,
-// a nil response and the exit code (the reason already printed).
-func sendAdmin(ctx context.Context, endpoints []string, method, path string, payload []byte, stderr io.Writer) (*http.Response, *http.Request, int) {
 	var failures []string
-	cc := connFrom(ctx)
 	for _, ep := range endpoints {
-		c, base := adminClient(cc, ep)
-		var body io.Reader
-		if payload != nil {
-			body = bytes.NewReader(payload)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, base+path, body)
-		if err != nil {
+		err := call(ep)
+		var answer *admin.Error
+		var bad *url.Error
+		switch {
+		case err == nil:
+			return exitOK
+		case errors.As(err, &answer):
+			return refused(answer)
+		case errors.As(err, &bad) && bad.Op == "parse":
 			fmt.Fprintf(stderr, "kahunactl: %v\n", err)
-			return nil, nil, exitUsage
+			return exitUsage
 		}
-		if payload != nil {
-			req.Header.Set("Content-Type", "application/json")
+		// Not reached: try the next node, unless time is up.
+		failures = append(failures, err.Error())
+		if ctx.Err() != nil {
+			break
 		}
-		cc.authorize(req)
-		resp, err := c.Do(req)
-		if err != nil {
-			// Not reached: try the next node, unless time is up.
-			failures = append(failures, err.Error())
-			if ctx.Err() != nil {
-				break
-			}
-			continue
-		}
-		return resp, req, exitOK
 	}
 	fmt.Fprintf(stderr, "kahunactl: %s: no endpoint reachable: %s\n", path, strings.Join(failures, "; "))
-	return nil, nil, exitError
+	return exitError
 }
 
-// answer reads an admin reply: a 2xx decodes into into, anything else is
-// reported with the server's own error message when it sent one.
-func answer(resp *http.Response, req *http.Request, into any, stderr io.Writer) int {
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode/100 != 2 {
-		msg := strings.TrimSpace(string(body))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", req.Method, req.URL.Path, resp.Status, strings.ReplaceAll(msg, "\n", "; "))
-		return exitError
+// printRefusal reports an admin answer that is not a success, with the
+// server's own error message when it sent one.
+func printRefusal(e *admin.Error, stderr io.Writer) int {
+	if e.Err != nil {
+		fmt.Fprintf(stderr, "kahunactl: %s: bad answer: %v\n", e.Path, e.Err)
+	} else {
+		fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", e.Method, e.Path, e.Status, strings.ReplaceAll(e.Message, "\n", "; "))
 	}
-	if into != nil {
-		if err := json.Unmarshal(body, into); err != nil {
-			fmt.Fprintf(stderr, "kahunactl: %s: bad answer: %v\n", req.URL.Path, err)
-			return exitError
-		}
-	}
-	return exitOK
+	return exitError
 }
 
 // memberCommand is kahunactl member, listed with the other commands; it
@@ -214,10 +179,14 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if len(rest) > 0 {
 		return usageErr("unexpected argument %q", rest[0])
 	}
+	c := cc.admin()
 	switch sub {
 	case "list":
-		var v kahuna.MembersView
-		if code := adminCall(ctx, eps, http.MethodGet, kahuna.AdminMembersPath, nil, &v, stderr); code != exitOK {
+		var v admin.MembersView
+		if code := adminCall(ctx, eps, admin.MembersPath, stderr, func(ep string) (err error) {
+			v, err = c.Members(ctx, ep)
+			return err
+		}, nil); code != exitOK {
 			return code
 		}
 		if out.json {
@@ -239,31 +208,47 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if raftAddr == "" || endpoint == "" {
 			return usageErr("add needs --raft-address and --endpoint")
 		}
-		payload, _ := json.Marshal(kahuna.MemberRequest{ID: id, RaftAddress: raftAddr, Endpoint: endpoint})
-		return memberChange(ctx, eps, http.MethodPost, kahuna.AdminMembersPath, payload, out, stderr)
+		req := admin.MemberRequest{ID: id, RaftAddress: raftAddr, Endpoint: endpoint}
+		return memberChange(ctx, eps, admin.MembersPath, out, stderr, func(ep string) (admin.MemberChangeResult, error) {
+			return c.AddMember(ctx, ep, req)
+		})
 	case "remove":
-		return memberChange(ctx, eps, http.MethodDelete, kahuna.AdminMembersPath+"/"+strconv.FormatUint(id, 10), nil, out, stderr)
+		return memberChange(ctx, eps, admin.MembersPath+"/"+strconv.FormatUint(id, 10), out, stderr, func(ep string) (admin.MemberChangeResult, error) {
+			return c.RemoveMember(ctx, ep, id)
+		})
 	}
 	return usageErr("unknown subcommand %q", sub)
 }
 
-// memberChange sends an add or remove and reports what is done and left.
-func memberChange(ctx context.Context, eps []string, method, path string, payload []byte, out printer, stderr io.Writer) int {
-	resp, _, code := sendAdmin(ctx, eps, method, path, payload, stderr)
-	if resp == nil {
+// memberChange sends an add or remove (change) and reports what is done
+// and left: a node answers the result whatever the status.
+func memberChange(ctx context.Context, eps []string, path string, out printer, stderr io.Writer, change func(endpoint string) (admin.MemberChangeResult, error)) int {
+	var res admin.MemberChangeResult
+	var failed *admin.Error
+	if code := adminCall(ctx, eps, path, stderr, func(ep string) (err error) {
+		res, err = change(ep)
+		return err
+	}, func(e *admin.Error) int {
+		failed = e
+		return exitOK
+	}); code != exitOK {
 		return code
 	}
-	defer resp.Body.Close()
-	var res kahuna.MemberChangeResult
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if json.Unmarshal(data, &res) != nil || res.Op == "" {
-		fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", method, path, resp.Status, strings.TrimSpace(string(data)))
+	if failed != nil && failed.Err != nil {
+		res = admin.MemberChangeResult{} // a success that did not decode
+	}
+	if res.Op == "" {
+		if failed != nil {
+			fmt.Fprintf(stderr, "kahunactl: %s %s: %s: %s\n", failed.Method, path, failed.Status, failed.Body)
+		} else {
+			fmt.Fprintf(stderr, "kahunactl: %s: no result in the answer\n", path)
+		}
 		return exitError
 	}
 	if out.json {
 		_ = json.NewEncoder(out.w).Encode(res)
 	}
-	if resp.StatusCode == http.StatusOK {
+	if failed == nil {
 		if !out.json {
 			fmt.Fprintf(out.w, "member %d: %s done on every partition (%s)\n", res.ID, res.Op, ints(res.Done))
 		}
@@ -290,9 +275,13 @@ func memberChange(ctx context.Context, eps []string, method, path string, payloa
 // status prints every member's view, asking each member found through
 // the first endpoint that answers (and every --endpoints URL).
 func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
-	var v kahuna.MembersView
-	if code := adminCall(ctx, o.endpoints, http.MethodGet, kahuna.AdminMembersPath, nil, &v, io.Discard); code != exitOK {
-		v = kahuna.MembersView{} // still ask the endpoints given
+	c := connFrom(ctx).admin()
+	var v admin.MembersView
+	if code := adminCall(ctx, o.endpoints, admin.MembersPath, io.Discard, func(ep string) (err error) {
+		v, err = c.Members(ctx, ep)
+		return err
+	}, nil); code != exitOK {
+		v = admin.MembersView{} // still ask the endpoints given
 	}
 	type target struct {
 		id       uint64
@@ -313,17 +302,20 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 		}
 	}
 	type row struct {
-		Endpoint string             `json:"endpoint"`
-		Status   *kahuna.NodeStatus `json:"status,omitempty"`
-		Error    string             `json:"error,omitempty"`
+		Endpoint string            `json:"endpoint"`
+		Status   *admin.NodeStatus `json:"status,omitempty"`
+		Error    string            `json:"error,omitempty"`
 	}
 	rows := make([]row, len(targets))
 	code := exitOK
 	for i, t := range targets {
 		rows[i].Endpoint = t.endpoint
-		var st kahuna.NodeStatus
+		var st admin.NodeStatus
 		var msg bytes.Buffer
-		if adminCall(ctx, []string{t.endpoint}, http.MethodGet, kahuna.AdminStatusPath, nil, &st, &msg) != exitOK {
+		if adminCall(ctx, []string{t.endpoint}, admin.StatusPath, &msg, func(ep string) (err error) {
+			st, err = c.Status(ctx, ep)
+			return err
+		}, nil) != exitOK {
 			rows[i].Error = strings.TrimSpace(strings.TrimPrefix(msg.String(), "kahunactl: "))
 			code = exitError
 			continue

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/internal/testcert"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -27,7 +28,7 @@ func startTLSNode(t *testing.T, token string) (string, string) {
 	}
 	srv := transport.NewServer(n, transport.ServerOptions{
 		Tokens: tokens,
-		Extra:  map[string]http.Handler{kahuna.AdminPartitionsPath: n.AdminHandler(), kahuna.AdminTransferPath: n.AdminHandler()},
+		Extra:  map[string]http.Handler{admin.PartitionsPath: n.AdminHandler(), admin.TransferPath: n.AdminHandler()},
 	})
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "private")

@@ -5,9 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net/http"
 	"os"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -43,11 +43,10 @@ func (c conn) clientOptions() []transport.ClientOption {
 	return opts
 }
 
-// authorize adds the token to an admin request.
-func (c conn) authorize(req *http.Request) {
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+// admin is the admin API client with the token, and the CA for https://
+// endpoints.
+func (c conn) admin() *admin.Client {
+	return admin.NewClient(admin.WithTLSConfig(c.tls), admin.WithToken(c.token))
 }
 
 type connKey struct{}

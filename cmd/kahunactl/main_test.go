@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/internal/testport"
 )
 
@@ -510,10 +511,7 @@ func TestPartitions(t *testing.T) {
 	}
 
 	r = ctl(t, "partitions", "--endpoints", ep, "--format", "json").want(t, exitOK, "partitions json")
-	var body struct {
-		Node       uint64                 `json:"node"`
-		Partitions []kahuna.PartitionInfo `json:"partitions"`
-	}
+	var body admin.PartitionsView
 	if err := json.Unmarshal([]byte(r.stdout), &body); err != nil {
 		t.Fatalf("%v: %s", err, r)
 	}
@@ -521,7 +519,7 @@ func TestPartitions(t *testing.T) {
 		t.Fatalf("partitions json: %+v", body)
 	}
 	for p, info := range body.Partitions {
-		if info != (kahuna.PartitionInfo{Partition: p, Leader: 1, Serving: true}) {
+		if info != (admin.PartitionInfo{Partition: p, Leader: 1, Serving: true}) {
 			t.Fatalf("partition %d: %+v", p, info)
 		}
 	}
