@@ -52,11 +52,17 @@ func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Co
 	})
 }
 
-// waitServing polls until a node other than except serves partition p as
-// its leader, and returns it.
+// waitServing waits until a node other than except serves partition p as
+// its leader, and returns it. A reign begins through the serve hook, which
+// signals it (reignBegins); a lapsed lease renewed within its term begins
+// none, so the nodes are also looked at again now and then.
 func waitServing(t *testing.T, c *faultCluster, p int, except uint64) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(safetyWait)
+	began, stop := reignBegins(c)
+	defer stop()
+	deadline := time.After(safetyWait)
+	recheck := time.NewTicker(50 * time.Millisecond)
+	defer recheck.Stop()
 	for {
 		for _, id := range c.up() {
 			if id == except {
@@ -68,11 +74,35 @@ func waitServing(t *testing.T, c *faultCluster, p int, except uint64) uint64 {
 				}
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-began:
+		case <-recheck.C:
+		case <-deadline:
 			t.Fatalf("no node but %d serves partition %d after %v", except, p, safetyWait)
 		}
-		time.Sleep(10 * time.Millisecond) // Raft state has no signal to wait on
 	}
+}
+
+// reignBegins makes c's serve hook also signal, on the returned channel,
+// each reign a node begins (after it began), until stop is called. The
+// sink set before (a scenario's own watch) is still called, first; the
+// caller must not set another meanwhile.
+func reignBegins(c *faultCluster) (began <-chan struct{}, stop func()) {
+	ch := make(chan struct{}, 1)
+	prev := c.reignSink.Load()
+	sink := func(node uint64, p int, term uint64, serve func()) {
+		if prev != nil {
+			(*prev)(node, p, term, serve)
+		} else {
+			serve()
+		}
+		select {
+		case ch <- struct{}{}:
+		default: // one signal pending is enough: the waiter looks at every node
+		}
+	}
+	c.reignSink.Store(&sink)
+	return ch, func() { c.reignSink.CompareAndSwap(&sink, prev) }
 }
 
 // probeAnswer is what a probe was told.
