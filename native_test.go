@@ -7,7 +7,9 @@ import (
 	"iter"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,25 +151,53 @@ func TestNativeLockInvalidInputReason(t *testing.T) {
 	}
 }
 
+// askedWaits is a node that records the wait each Lock asks it for.
+type askedWaits struct {
+	*kahuna.Node
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (a *askedWaits) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	a.mu.Lock()
+	a.waits = append(a.waits, wait)
+	a.mu.Unlock()
+	return a.Node.Lock(ctx, resource, owner, ttl, wait, d)
+}
+
 // Acquire with a wait over a Client makes one request: the server waits.
+// The request asks the server for the whole rest of the Acquire's wait, so
+// the client has nothing left to poll for, and it is the only request
+// until the grant (counted by the server's Observe).
 func TestAcquireOverClientDoesNotPoll(t *testing.T) {
 	n := openNode(t, kahuna.Config{})
-	endpoint, tries, _ := serveCounted(t, n)
+	asked := &askedWaits{Node: n}
+	endpoint, tries, _ := serveCounted(t, asked)
 	c := dial(t, endpoint)
 	ctx := context.Background()
 	if r, _ := n.TryLock(ctx, "np/r", []byte("holder"), time.Minute, kahuna.Persistent); r.Status != kahuna.Locked {
 		t.Fatal(r)
 	}
+	const wait = 20 * time.Second
 	got := make(chan error, 1)
+	start := time.Now()
 	go func() {
-		l, err := kahuna.Acquire(ctx, c, "np/r", kahuna.WithWait(20*time.Second))
+		l, err := kahuna.Acquire(ctx, c, "np/r", kahuna.WithWait(wait))
 		if err == nil {
 			err = l.Unlock(ctx)
 		}
 		got <- err
 	}()
 	waiters(t, n, 1)
-	time.Sleep(200 * time.Millisecond) // long enough for a poller to poll a dozen times
+	// The client asked at most elapsed after start, for what was left of
+	// its wait then (less the wire's millisecond rounding).
+	elapsed := time.Since(start)
+	asked.mu.Lock()
+	waits := slices.Clone(asked.waits)
+	asked.mu.Unlock()
+	if len(waits) != 1 || waits[0] < wait-elapsed-time.Millisecond {
+		t.Fatalf("Lock requests asked the server to wait %v, %v into an Acquire waiting %v: want one, for the rest of its wait", waits, elapsed, wait)
+	}
 	if r, _ := n.Unlock(ctx, "np/r", []byte("holder"), kahuna.Persistent); r.Status != kahuna.Unlocked {
 		t.Fatal(r)
 	}

@@ -52,11 +52,17 @@ func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Co
 	})
 }
 
-// waitServing polls until a node other than except serves partition p as
-// its leader, and returns it.
+// waitServing waits until a node other than except serves partition p as
+// its leader, and returns it. A reign begins through the serve hook, which
+// signals it (reignBegins); a lapsed lease renewed within its term begins
+// none, so the nodes are also looked at again now and then.
 func waitServing(t *testing.T, c *faultCluster, p int, except uint64) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(safetyWait)
+	began, stop := reignBegins(c)
+	defer stop()
+	deadline := time.After(safetyWait)
+	recheck := time.NewTicker(50 * time.Millisecond)
+	defer recheck.Stop()
 	for {
 		for _, id := range c.up() {
 			if id == except {
@@ -68,11 +74,35 @@ func waitServing(t *testing.T, c *faultCluster, p int, except uint64) uint64 {
 				}
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-began:
+		case <-recheck.C:
+		case <-deadline:
 			t.Fatalf("no node but %d serves partition %d after %v", except, p, safetyWait)
 		}
-		time.Sleep(10 * time.Millisecond) // Raft state has no signal to wait on
 	}
+}
+
+// reignBegins makes c's serve hook also signal, on the returned channel,
+// each reign a node begins (after it began), until stop is called. The
+// sink set before (a scenario's own watch) is still called, first; the
+// caller must not set another meanwhile.
+func reignBegins(c *faultCluster) (began <-chan struct{}, stop func()) {
+	ch := make(chan struct{}, 1)
+	prev := c.reignSink.Load()
+	sink := func(node uint64, p int, term uint64, serve func()) {
+		if prev != nil {
+			(*prev)(node, p, term, serve)
+		} else {
+			serve()
+		}
+		select {
+		case ch <- struct{}{}:
+		default: // one signal pending is enough: the waiter looks at every node
+		}
+	}
+	c.reignSink.Store(&sink)
+	return ch, func() { c.reignSink.CompareAndSwap(&sink, prev) }
 }
 
 // probeAnswer is what a probe was told.
@@ -483,6 +513,10 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 		return ch
 	}
 
+	// Entries settled by node lid's group-commit lanes (its only lane
+	// traffic from here on is the scenario's): the four writes' and, once
+	// it went through the lane, A's Extend's.
+	settledBefore := l.Stats().RaftProposals
 	c.net.StallReplication(lid, kahuna.RaftShard(p))
 	var fillers []<-chan result
 	for i := 1; i <= 4; i++ {
@@ -507,6 +541,15 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	logf("4 writes in flight on node %d, A's Extend (ttl %v) sent behind them", lid, longTTL)
 
 	c.net.Isolate(lid, c.ids, true, true)
+	// The scenario needs A's Extend decided by L and queued in its lane,
+	// neither answered nor proposed while L led.
+	select {
+	case <-extSeen:
+		return nil, fmt.Errorf("A's Extend was proposed by node %d before it was cut off: it did not queue behind the four writes", lid)
+	case x := <-ext:
+		return nil, fmt.Errorf("A's Extend was answered %v before node %d was cut off: it did not queue behind the four writes", x.a, lid)
+	default:
+	}
 	mid := waitServing(t, c, p, lid)
 	m := c.node(mid)
 	logf("node %d cut off; node %d leads partition %d", lid, mid, p)
@@ -520,15 +563,23 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 
 	e := <-ext
 	logf("A's Extend answered %v", e.a)
-	select {
-	case <-extSeen:
-		logf("note: node %d replicated an entry with %s while it led: A's Extend may not have queued", lid, r)
-	default:
-	}
 	for i, f := range fillers {
 		x := <-f
 		logf("filler %d answered %v", i+1, x.a)
 	}
+	select {
+	case <-extSeen:
+		return nil, fmt.Errorf("node %d replicated an entry with %s while it led: A's Extend did not queue behind the four writes", lid, r)
+	default:
+	}
+	// Every answer is in, so every entry behind them is settled: five,
+	// or A's Extend was answered without its record going through L's
+	// lane (refused before it queued), and the scenario did not happen.
+	settled := l.Stats().RaftProposals - settledBefore
+	if settled < 5 {
+		return nil, fmt.Errorf("node %d's lanes settled %d entries, want the four writes' and A's Extend's: A's Extend (answered %v) never queued", lid, settled, e.a)
+	}
+	logf("node %d's lanes settled %d entries: the four writes' and A's queued Extend's", lid, settled)
 
 	// B tries again through M until granted, at most until A's original
 	// lease (whose lapse M's cache is waiting for) is well past.

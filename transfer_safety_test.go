@@ -38,15 +38,19 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 	}
 	var (
 		mu    sync.Mutex
-		watch func(node uint64, p int) (chan<- began, uint64) // set per round
+		watch func(node uint64, p int) (chan<- began, uint64) // set per round: the target's channel and the old leader
+		rival func(node uint64, p int)                          // set per round: told of any other reign of the partition
 	)
 	sink := func(node uint64, p int, _ uint64, serve func()) {
 		serve()
 		mu.Lock()
-		w := watch
+		w, r := watch, rival
 		mu.Unlock()
 		if w == nil {
 			return
+		}
+		if r != nil {
+			r(node, p)
 		}
 		if ch, old := w(node, p); ch != nil {
 			n := c.node(old)
@@ -68,6 +72,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 		setupOp(t, c.node(z).Local(), "A locks "+res, opTryLock(res, ownerA, time.Minute, kahuna.Ephemeral), kahuna.Locked, -1)
 
 		ch := make(chan began, 1)
+		other := make(chan struct{}, 1) // another node than the target began a reign of p
 		mu.Lock()
 		watch = func(node uint64, q int) (chan<- began, uint64) {
 			if node == y && q == p {
@@ -75,33 +80,41 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 			}
 			return nil, 0
 		}
+		rival = func(node uint64, q int) {
+			if node != y && node != z && q == p {
+				select {
+				case other <- struct{}{}:
+				default:
+				}
+			}
+		}
 		mu.Unlock()
+		var cut time.Time
 		defer func() {
 			mu.Lock()
-			watch = nil
+			watch, rival = nil, nil
 			mu.Unlock()
 			c.net.Heal()
-			// The next round starts from a leader that heard the news.
-			if err := waitNotServing(c, z, p); err != nil {
+			// The next round starts from a leader that no longer serves.
+			if err := waitNotServing(c, z, p, zTerm, cut); err != nil {
 				t.Fatal(err)
 			}
 		}()
 
 		// z keeps sending and hears nothing: it learns of no election.
 		c.net.Isolate(z, others, false, true)
+		cut = time.Now()
 		if err := kahuna.TransferUnrelinquished(c.node(z), p, y); err != nil {
 			t.Fatalf("partition %d: transfer %d → %d: %v", p, z, y, err)
 		}
 		var b began
 		deadline := time.After(safetyWait)
-		poll := time.NewTicker(20 * time.Millisecond) // Raft state has no signal to wait on
-		defer poll.Stop()
 	wait:
 		for {
 			select {
 			case b = <-ch:
 				break wait
-			case <-poll.C:
+			case <-other: // a reign begins through the serve hook
 				if serving, leads, term := kahuna.ServingTerm(c.node(others[1]), p); serving && leads && term > zTerm {
 					t.Logf("partition %d: node %d was elected in term %d instead of the target %d; again", p, others[1], term, y)
 					return false
@@ -162,14 +175,32 @@ func callWithin(l kahuna.Locker, op lockOp) probeAnswer {
 	return a
 }
 
-// waitNotServing waits until node id no longer serves p.
-func waitNotServing(c *faultCluster, id uint64, p int) error {
-	deadline := time.Now().Add(safetyWait)
-	for kahuna.ServingNow(c.node(id), p) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %d still serves partition %d %v after the heal", id, p, safetyWait)
-		}
-		time.Sleep(10 * time.Millisecond) // Raft state has no signal to wait on
+// waitNotServing waits until node id, whose inbound links were cut at cut
+// while it served p in term term, no longer serves that reign. Nothing
+// signals its end: it ends when the node hears of a later term (a leader
+// event inside the node), or when its leader lease runs out. Cut off from
+// its peers' answers, the node could renew that lease only by a
+// confirmation begun before cut, so the lease runs out by cut +
+// kahuna.LeaderLease: wait until then at most, and if the reign still
+// serves after that, it is an error.
+func waitNotServing(c *faultCluster, id uint64, p int, term uint64, cut time.Time) error {
+	n := c.node(id)
+	if n == nil {
+		return nil
+	}
+	stale := func() bool {
+		// A reign of a later term (the node elected again) is not the one
+		// that was cut off.
+		serving, leads, now := kahuna.ServingTerm(n, p)
+		return serving && !(leads && now > term)
+	}
+	if !stale() {
+		return nil
+	}
+	lease := kahuna.LeaderLease(n)
+	time.Sleep(time.Until(cut.Add(lease))) // the lease's end: the reign's last possible instant
+	if stale() {
+		return fmt.Errorf("node %d still serves partition %d (term %d) %v after it was cut off, past its leader lease %v", id, p, term, time.Since(cut).Round(time.Millisecond), lease)
 	}
 	return nil
 }

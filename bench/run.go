@@ -163,22 +163,27 @@ func waitSummary(workers []*worker, requests int64, counted string, waitLocker b
 // drive is one worker's loop.
 func drive(w *worker, s *schedule, wl workload) {
 	defer func() { w.cancel(nil) }() // the context of the moment, not the first
-	for {
-		from, began, ok := s.next(w.runCtx, w)
-		if !ok {
-			return
-		}
-		// Warmup is wall-clock time for the target: an open loop that has
-		// fallen far behind still measures what it runs after warmup.
-		w.measured = !began.Before(s.measureFrom)
-		w.started++
-		if w.measured {
-			w.ops++
-		}
-		ctx := w.begin(began.Sub(s.base))
-		wl.step(ctx, w, from)
-		w.end()
+	for w.runNext(s, wl) {
 	}
+}
+
+// runNext runs w's next operation once it is due; false once the run is over.
+func (w *worker) runNext(s *schedule, wl workload) bool {
+	from, began, ok := s.next(w.runCtx, w)
+	if !ok {
+		return false
+	}
+	// Warmup is wall-clock time for the target: an open loop that has
+	// fallen far behind still measures what it runs after warmup.
+	w.measured = !began.Before(s.measureFrom)
+	w.started++
+	if w.measured {
+		w.ops++
+	}
+	ctx := w.begin(began.Sub(s.base))
+	wl.step(ctx, w, from)
+	w.end()
+	return true
 }
 
 // memAt waits until t and reads the allocation counters; false if ctx

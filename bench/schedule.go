@@ -22,7 +22,15 @@ import (
 type schedule struct {
 	base, measureFrom, end time.Time
 	rate                   float64
-	seq                    atomic.Int64 // open loop: next operation's number
+	seq                    atomic.Int64     // open loop: next operation's number
+	now                    func() time.Time // the clock (nil: time.Now; tests set it)
+}
+
+func (s *schedule) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 func newSchedule(base time.Time, warmup, duration time.Duration, rate float64) *schedule {
@@ -38,15 +46,15 @@ func (s *schedule) due(i int64) time.Time {
 // latency counts from and when it actually begins; false once the run is
 // over (or ctx ended).
 func (s *schedule) next(ctx context.Context, w *worker) (from, began time.Time, ok bool) {
+	now := s.clock()
 	if s.rate <= 0 {
-		now := time.Now()
 		return now, now, now.Before(s.end) && ctx.Err() == nil
 	}
 	at := s.due(s.seq.Add(1) - 1)
 	if !at.Before(s.end) {
 		return at, at, false
 	}
-	if d := time.Until(at); d > 0 { // on time: wait for it
+	if d := at.Sub(now); d > 0 { // on time: wait for it
 		w.timer.Reset(d)
 		select {
 		case <-w.timer.C:
@@ -54,12 +62,11 @@ func (s *schedule) next(ctx context.Context, w *worker) (from, began time.Time, 
 			w.timer.Stop()
 			return at, at, false
 		}
-		now := time.Now()
-		return now, now, now.Before(s.end) && ctx.Err() == nil
+		woke := s.clock()
+		return woke, woke, woke.Before(s.end) && ctx.Err() == nil
 	}
 	// Late: every worker was busy when it fell due. Running past the end,
 	// the rest is backlog, reported as such.
-	now := time.Now()
 	return at, now, now.Before(s.end) && ctx.Err() == nil
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -55,28 +56,93 @@ func TestOpenLoopShowsQueueingDelay(t *testing.T) {
 	}
 }
 
+// The open loop never starts more operations than are due, and whatever
+// it could not start is reported as backlog: done + backlog is what was
+// due, however fast the machine kept up (BenchmarkOpenLoopMutex measures
+// how fast that is).
 func TestOpenLoopKeepsItsRate(t *testing.T) {
 	c := testConfig(WorkloadLock)
 	c.Rate, c.Duration = 2000, 500*time.Millisecond
 	res := run(t, c, MutexTarget())
-	// Never more than due; fewer only if a loaded machine starves the
-	// callers, and then the shortfall is reported as backlog.
 	n := res.Aggregate.Count + res.Aggregate.Misses
-	if n < 600 || n > 1000 {
-		t.Errorf("%d operations in 500 ms at 2000/s, want ~1000", n)
+	if n == 0 || n > 1000 {
+		t.Errorf("%d operations in 500 ms at 2000/s, want some and never more than the 1000 due", n)
 	}
 	if got := n + res.Backlog; got < 990 || got > 1000 {
 		t.Errorf("done %d + backlog %d = %d, want the 1000 due", n, res.Backlog, got)
 	}
 }
 
-// An idle worker sleeps until each operation is due; the runtime's wake-up
-// lateness (up to ~1 ms) must not show as latency of a sub-microsecond target.
-func TestOpenLoopOnTimeHasNoTimerFloor(t *testing.T) {
-	c := testConfig(WorkloadLock)
-	c.Rate, c.Duration = 1000, 300*time.Millisecond
-	res := run(t, c, MutexTarget())
-	if p50 := res.Aggregate.P50; p50 > 200*time.Microsecond {
-		t.Errorf("p50 = %v for a mutex at 1000 ops/s: timer lateness counted as latency", p50)
+// Where an operation's latency counts from, on clocks the test sets. An
+// operation that finds its worker idle waits for its due time, and counts
+// from when the worker woke: the runtime wakes sleepers up to ~1 ms late,
+// and that lateness is the harness's, not the target's. One that finds
+// every worker busy (late) counts from its due time: the queueing is the
+// target's.
+func TestOpenLoopLatencyOrigin(t *testing.T) {
+	base := time.Now()
+	s := newSchedule(base, 0, 25*time.Millisecond, 100) // due every 10 ms: 3 operations
+	var readings []time.Time
+	s.now = func() time.Time {
+		if len(readings) == 0 {
+			t.Fatal("the schedule read the clock more often than the test expects")
+		}
+		r := readings[0]
+		readings = readings[1:]
+		return r
 	}
+	w := &worker{timer: time.NewTimer(time.Hour)}
+	w.timer.Stop()
+	ctx := context.Background()
+
+	// Operation 0, due at base, is asked for 1 µs before: the worker
+	// sleeps (a real microsecond) and wakes up 1.2 ms late.
+	woke := base.Add(1200 * time.Microsecond)
+	readings = []time.Time{base.Add(-time.Microsecond), woke}
+	if from, began, ok := s.next(ctx, w); !ok || !from.Equal(woke) || !began.Equal(woke) {
+		t.Errorf("on time: from base+%v, began base+%v, ok %v; want both at the wake-up, base+%v", from.Sub(base), began.Sub(base), ok, woke.Sub(base))
+	}
+	// Operation 1, due at base+10ms, is asked for at base+17ms: late, it
+	// starts at once and counts from its due time.
+	readings = []time.Time{base.Add(17 * time.Millisecond)}
+	if from, began, ok := s.next(ctx, w); !ok || !from.Equal(base.Add(10*time.Millisecond)) || !began.Equal(base.Add(17*time.Millisecond)) {
+		t.Errorf("late: from base+%v, began base+%v, ok %v; want from the due time base+10ms, begun at base+17ms", from.Sub(base), began.Sub(base), ok)
+	}
+	// Operation 2, due at base+20ms, is asked for after the end: not run.
+	readings = []time.Time{base.Add(26 * time.Millisecond)}
+	if _, _, ok := s.next(ctx, w); ok {
+		t.Error("an operation asked for after the end was run")
+	}
+	// Operation 3 is due after the end: the run is over.
+	readings = []time.Time{base.Add(26 * time.Millisecond)}
+	if _, _, ok := s.next(ctx, w); ok {
+		t.Error("an operation due after the end was run")
+	}
+	if len(readings) != 0 {
+		t.Errorf("%d clock readings unused", len(readings))
+	}
+}
+
+// BenchmarkOpenLoopMutex is how well the open loop keeps up on this
+// machine: 2000 operations/s for 200 ms on the mutex baseline, reporting
+// the share of the due operations done (the rest is backlog) and the
+// median latency, which counts no timer lateness (TestOpenLoopLatencyOrigin)
+// and so stays far below a millisecond where the machine keeps up.
+func BenchmarkOpenLoopMutex(b *testing.B) {
+	c := testConfig(WorkloadLock)
+	c.Rate, c.Duration = 2000, 200*time.Millisecond
+	var done, due float64
+	var p50 time.Duration
+	for b.Loop() {
+		res, err := runOne(context.Background(), c, MutexTarget(), 1, quiet, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := res.Aggregate.Count + res.Aggregate.Misses
+		done += float64(n)
+		due += float64(n + res.Backlog)
+		p50 = max(p50, res.Aggregate.P50)
+	}
+	b.ReportMetric(100*done/due, "%done")
+	b.ReportMetric(float64(p50)/1e3, "worst-p50-µs")
 }

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -504,5 +506,63 @@ func TestNotSentCallHasNoEffect(t *testing.T) {
 		acq(1, "b", time.Minute, 6*ms, 7*ms, lease.Busy, 0)
 	if r := Check(b.h, opts); r.Violations() != 0 {
 		t.Fatalf("violations: %v", r.Err())
+	}
+}
+
+// A linearizability search that times out is neither a finding nor a
+// pass: Definite does not count it, Violations and Err do, and Recheck
+// decides the resources it left undecided (and only those).
+func TestUndecidedIsNeitherCaughtNorClean(t *testing.T) {
+	bad := illegal["busy-when-free"].h() // only linearizability sees it
+	for i := range bad {
+		bad[i].Resource = "s"
+	}
+	h := append(legal["sequential"](), bad...)
+	for i := range h {
+		h[i].ID = i
+	}
+
+	// Every search times out.
+	checkOperations = func(porcupine.Model, []porcupine.Operation, time.Duration) porcupine.CheckResult { return porcupine.Unknown }
+	r := Check(h, opts)
+	checkOperations = porcupine.CheckOperationsTimeout
+	if l := r.Linearizable; l.Result != Unknown || !slices.Equal(l.Failed, []string{"r", "s"}) || !slices.Equal(l.Undecided, []string{"r", "s"}) {
+		t.Fatalf("timed out: %+v", l)
+	}
+	if r.Definite() != 0 || r.DefiniteErr() != nil || !r.Undecided() {
+		t.Errorf("timed out: definite %d (%v), undecided %v: want no definite finding, undecided", r.Definite(), r.DefiniteErr(), r.Undecided())
+	}
+	if r.Violations() != 1 || r.Err() == nil {
+		t.Errorf("timed out: violations %d, err %v: want it counted against a run that must be clean", r.Violations(), r.Err())
+	}
+
+	// Searched again, with time: s is not linearizable, r is.
+	again := r.Recheck(h, opts)
+	if l := again.Linearizable; l.Result != NotLinearizable || !slices.Equal(l.Failed, []string{"s"}) || len(l.Undecided) != 0 {
+		t.Fatalf("rechecked: %+v", l)
+	}
+	if again.Definite() != 1 || again.DefiniteErr() == nil || again.Undecided() {
+		t.Errorf("rechecked: definite %d (%v), undecided %v", again.Definite(), again.DefiniteErr(), again.Undecided())
+	}
+
+	// Only r timed out, s was found not linearizable: the verdict stays,
+	// and the recheck clears r.
+	r.Linearizable = LinearizabilityResult{Result: NotLinearizable, Resources: 2, Failed: []string{"r", "s"}, Undecided: []string{"r"}}
+	if r.Definite() != 1 || !r.Undecided() {
+		t.Errorf("one illegal, one undecided: definite %d, undecided %v", r.Definite(), r.Undecided())
+	}
+	if l := r.Recheck(h, opts).Linearizable; l.Result != NotLinearizable || !slices.Equal(l.Failed, []string{"s"}) || len(l.Undecided) != 0 {
+		t.Errorf("rechecked r alone: %+v", l)
+	}
+
+	// A legal history left undecided is clean once rechecked.
+	legalOnly := legal["sequential"]()
+	u := Report{Linearizable: LinearizabilityResult{Result: Unknown, Resources: 1, Failed: []string{"r"}, Undecided: []string{"r"}}}
+	if c := u.Recheck(legalOnly, opts); c.Violations() != 0 || c.Err() != nil || c.Undecided() {
+		t.Errorf("legal history rechecked: %+v", c.Linearizable)
+	}
+	// Nothing undecided: nothing searched again.
+	if c := again.Recheck(nil, opts); !slices.Equal(c.Linearizable.Failed, again.Linearizable.Failed) || c.Linearizable.Result != again.Linearizable.Result {
+		t.Errorf("recheck of a decided report changed it: %+v", c.Linearizable)
 	}
 }

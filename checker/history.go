@@ -378,7 +378,8 @@ type Report struct {
 }
 
 // Violations counts the findings of all checkers (an Unknown
-// linearizability verdict counts as one: it is not a pass).
+// linearizability verdict counts as one: it is not a pass). A run that
+// must be clean fails on Violations() > 0.
 func (r Report) Violations() int {
 	n := len(r.Exclusion) + len(r.Fencing) + len(r.StaleLeader)
 	if r.Linearizable.Result != Linearizable {
@@ -387,22 +388,97 @@ func (r Report) Violations() int {
 	return n
 }
 
-// Err is nil when every checker passed, else a summary of what failed.
+// Definite counts the findings that are certain: every exclusion, fencing
+// and stale-leader violation, and one for a history found not
+// linearizable. An Unknown verdict (the search timed out) is not one: it
+// is neither a pass nor a finding. A negative control, which must see its
+// bug, is caught only by Definite() > 0; a report with Definite() == 0
+// and Undecided() is not clean either (see Recheck).
+func (r Report) Definite() int {
+	n := len(r.Exclusion) + len(r.Fencing) + len(r.StaleLeader)
+	if r.Linearizable.Result == NotLinearizable {
+		n++
+	}
+	return n
+}
+
+// Undecided reports whether the linearizability search timed out on some
+// resource: that resource was found neither linearizable nor not.
+func (r Report) Undecided() bool { return len(r.Linearizable.Undecided) > 0 }
+
+// Err is nil when every checker passed, else a summary of what failed
+// (an Unknown linearizability verdict included).
 func (r Report) Err() error {
 	var errs []error
 	if r.Linearizable.Result != Linearizable {
-		errs = append(errs, fmt.Errorf("linearizability: %s (resources %v)", r.Linearizable.Result, r.Linearizable.Failed))
+		errs = append(errs, r.linearizabilityErr())
 	}
-	for _, v := range r.Exclusion {
-		errs = append(errs, errors.New(v.String()))
+	return errors.Join(append(errs, r.definiteErrs()...)...)
+}
+
+// DefiniteErr is nil when the report has no definite finding (Definite()
+// == 0), else a summary of them: Err without an Unknown verdict.
+func (r Report) DefiniteErr() error {
+	var errs []error
+	if r.Linearizable.Result == NotLinearizable {
+		errs = append(errs, r.linearizabilityErr())
 	}
-	for _, v := range r.Fencing {
-		errs = append(errs, errors.New(v.String()))
+	return errors.Join(append(errs, r.definiteErrs()...)...)
+}
+
+func (r Report) linearizabilityErr() error {
+	l := r.Linearizable
+	if len(l.Undecided) > 0 && l.Result == NotLinearizable {
+		return fmt.Errorf("linearizability: %s (resources %v; the search timed out on %v)", l.Result, l.Failed, l.Undecided)
 	}
-	for _, v := range r.StaleLeader {
-		errs = append(errs, errors.New(v.String()))
+	return fmt.Errorf("linearizability: %s (resources %v)", l.Result, l.Failed)
+}
+
+func (r Report) definiteErrs() []error {
+	var errs []error
+	for _, vs := range [][]Violation{r.Exclusion, r.Fencing, r.StaleLeader} {
+		for _, v := range vs {
+			errs = append(errs, errors.New(v.String()))
+		}
 	}
-	return errors.Join(errs...)
+	return errs
+}
+
+// Recheck searches again, with opts (give it a longer Timeout), the
+// resources of h whose linearizability search timed out in r, and returns
+// r with their verdicts in: the other resources' verdicts and the other
+// checkers' findings stay as they were. A report with no such resource is
+// returned as it is.
+func (r Report) Recheck(h History, opts Options) Report {
+	lin := r.Linearizable
+	if len(lin.Undecided) == 0 {
+		return r
+	}
+	again := make(map[string]bool, len(lin.Undecided))
+	for _, k := range lin.Undecided {
+		again[k] = true
+	}
+	var sub History
+	for _, o := range h {
+		if again[o.Resource] {
+			sub = append(sub, o)
+		}
+	}
+	res := CheckLinearizable(sub, opts)
+	failed := slices.DeleteFunc(slices.Clone(lin.Failed), func(k string) bool { return again[k] })
+	lin.Failed = slices.Sorted(slices.Values(append(failed, res.Failed...)))
+	lin.Undecided = res.Undecided
+	lin.Elapsed += res.Elapsed
+	switch {
+	case lin.Result == NotLinearizable || res.Result == NotLinearizable:
+		lin.Result = NotLinearizable
+	case len(lin.Undecided) > 0:
+		lin.Result = Unknown
+	default:
+		lin.Result = Linearizable
+	}
+	r.Linearizable = lin
+	return r
 }
 
 // Check runs every checker on h.

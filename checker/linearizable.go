@@ -30,6 +30,9 @@ type LinearizabilityResult struct {
 	Result    Verdict
 	Resources int      // partitions checked
 	Failed    []string // resources that are not linearizable, or unknown
+	// Undecided are the resources of Failed whose search timed out: found
+	// neither linearizable nor not. Report.Recheck searches them again.
+	Undecided []string
 	Elapsed   time.Duration
 }
 
@@ -682,6 +685,10 @@ func byResource(h History) ([]string, map[string][]Op) {
 	return keys, m
 }
 
+// checkOperations is porcupine's search with a time bound (a variable so
+// that a test can make it time out at will).
+var checkOperations = porcupine.CheckOperationsTimeout
+
 // visualizeTimeout bounds the search for porcupine's drawing of a history
 // found not linearizable.
 const visualizeTimeout = 15 * time.Second
@@ -713,7 +720,7 @@ func CheckLinearizable(h History, opts Options) LinearizabilityResult {
 		if left <= 0 {
 			left = time.Millisecond
 		}
-		switch porcupine.CheckOperationsTimeout(pm, ops, left) {
+		switch checkOperations(pm, ops, left) {
 		case porcupine.Ok:
 		case porcupine.Illegal:
 			res.Result = NotLinearizable
@@ -726,6 +733,7 @@ func CheckLinearizable(h History, opts Options) LinearizabilityResult {
 				res.Result = Unknown
 			}
 			res.Failed = append(res.Failed, k)
+			res.Undecided = append(res.Undecided, k)
 		}
 	}
 	if illegal != nil && opts.VisualizePath != "" {

@@ -111,22 +111,32 @@ func TestLeadershipServesUnderLease(t *testing.T) {
 	}
 }
 
+// With every renewal failing, the lease is over three leases later (on
+// clocks the test moves); UnsafeNoLease serves regardless.
 func TestLeadershipNoLeaseNegativeControl(t *testing.T) {
-	prover := &fakeProver{}
-	l := NewLeadership(1, Options{Lease: 20 * time.Millisecond, UnsafeNoLease: true})
-	l.Start(prover, &fakePurger{})
-	defer l.Close()
-	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
-	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
-	time.Sleep(60 * time.Millisecond) // three leases with every renewal failing
-	if !serving(l, 0) {
-		t.Fatal("UnsafeNoLease must serve on the leader flag alone")
+	for _, noLease := range []bool{false, true} {
+		clocks := &fakeClocks{}
+		l := NewLeadership(1, Options{Lease: 20 * time.Millisecond, UnsafeNoLease: noLease})
+		l.clock = clocks.read
+		l.Start(&fakeProver{}, &fakePurger{})
+		l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+		eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
+		clocks.run(60 * time.Millisecond) // three leases with every renewal failing
+		switch got := serving(l, 0); {
+		case noLease && !got:
+			t.Error("UnsafeNoLease must serve on the leader flag alone")
+		case !noLease && got:
+			t.Error("served three leases after the last renewal")
+		}
+		l.Close()
 	}
 }
 
 func TestLeadershipNotServedWithoutFence(t *testing.T) {
 	prover := &fakeProver{fenceErr: errors.New("marker rejected")}
+	clocks := &fakeClocks{}
 	l := NewLeadership(1, Options{})
+	l.clock = clocks.read
 	l.Start(prover, &fakePurger{})
 	defer l.Close()
 	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
@@ -143,8 +153,10 @@ func TestLeadershipNotServedWithoutFence(t *testing.T) {
 	if err := l.WaitReady(ctx2); err != nil || !serving(l, 0) {
 		t.Fatalf("not served once the fence succeeds (retried): %v", err)
 	}
-	// A single voter (Lease 0) needs no renewal.
-	time.Sleep(20 * time.Millisecond)
+	// A single voter (Lease 0) needs no renewal: an hour later (on clocks
+	// the test moves; the renewal loop does not run without a lease) it
+	// still serves.
+	clocks.run(time.Hour)
 	if !serving(l, 0) {
 		t.Fatal("lease-less leadership lapsed")
 	}

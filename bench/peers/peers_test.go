@@ -11,6 +11,15 @@ import (
 	"github.com/kahunago/kahuna/lease"
 )
 
+// needServer skips t, saying why, unless bin is on PATH: each test starts
+// its own server from it on a loopback port (.ci/run installs them).
+func needServer(t *testing.T, bin string) {
+	t.Helper()
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Skipf("skipped: %v; this test starts its own %s on a loopback port and needs the binary (apt-get install redis-server etcd-server)", err, bin)
+	}
+}
+
 // The peers' lockers map their systems onto kahuna's statuses. Each case
 // starts its server, so it needs the binary (apt-get install redis-server
 // etcd-server) and is skipped without it.
@@ -21,9 +30,7 @@ func TestPeerLockers(t *testing.T) {
 		bin    string
 	}{{RedisTarget(o), o.RedisServer}, {EtcdTarget(o), o.EtcdServer}} {
 		t.Run(c.target.Name, func(t *testing.T) {
-			if _, err := exec.LookPath(c.bin); err != nil {
-				t.Skipf("%s not installed", c.bin)
-			}
+			needServer(t, c.bin)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			sys, err := c.target.Open(ctx, bench.Settings{TTL: 5 * time.Second, Concurrency: 2, Logger: slog.New(slog.DiscardHandler)})
@@ -75,9 +82,7 @@ func TestPeerLockers(t *testing.T) {
 // lock held, granted once it is released; the system counts its RPCs.
 func TestEtcdLockWaits(t *testing.T) {
 	o := &Options{StartServer: true, EtcdServer: "etcd"}
-	if _, err := exec.LookPath(o.EtcdServer); err != nil {
-		t.Skipf("%s not installed", o.EtcdServer)
-	}
+	needServer(t, o.EtcdServer)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sys, err := EtcdTarget(o).Open(ctx, bench.Settings{TTL: 5 * time.Second, Concurrency: 2, Logger: slog.New(slog.DiscardHandler)})
