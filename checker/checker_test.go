@@ -506,3 +506,42 @@ func TestNotSentCallHasNoEffect(t *testing.T) {
 		t.Fatalf("violations: %v", r.Err())
 	}
 }
+
+// A Hold is the holder's belief: the late short Extend shortened a's lease
+// (the server's windows end early, and b's grant is legal), but a's handle
+// went on believing until 3 s. Only the exclusion checker reads it: the
+// history is linearizable, and the same history with a Hold that ends in
+// time passes.
+func TestHoldBeliefOverlaps(t *testing.T) {
+	history := func(believed time.Duration) History {
+		b := &hb{}
+		b.acq(0, "a", 2*time.Second, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", 500*ms, 100*ms, 1200*ms, lease.Extended, 0). // sent at 100ms, delivered late
+			ext(0, "a", 10*time.Second, 200*ms, 201*ms, lease.Extended, 0).
+			acq(1, "b", time.Second, 1800*ms, 1801*ms, lease.Locked, 1)
+		b.h = append(b.h, Op{ID: len(b.h), Client: 0, Kind: Hold, Resource: "r", Owner: "a", Token: 0, Call: 1 * ms, Return: believed, Outcome: OK})
+		return b.h
+	}
+	r := Check(history(3*time.Second), opts)
+	if r.Linearizable.Result != Linearizable || len(r.Fencing) != 0 || len(r.StaleLeader) != 0 {
+		t.Fatalf("a Hold read by other checkers: %v", r.Err())
+	}
+	if len(r.Exclusion) != 1 || !strings.Contains(r.Exclusion[0].Text, "as its holder believed") {
+		t.Fatalf("exclusion: %v, want the belief to overlap b's grant", r.Exclusion)
+	}
+	if r.Stats.Holds != 1 || r.Stats.Ops != 4 {
+		t.Errorf("stats %+v", r.Stats)
+	}
+	if r := Check(history(600*ms), opts); r.Violations() != 0 {
+		t.Fatalf("a belief that ended in time: %v", r.Err())
+	}
+	// An ephemeral reign (no grace) ends a belief as it ends a lease.
+	h := history(3 * time.Second)
+	for i := range h {
+		h[i].Ephemeral = true
+	}
+	h = append(h, Op{ID: len(h), Kind: Reign, Resource: "r", Node: 2, Token: 3, Call: 1000 * ms, Return: 1010 * ms, Outcome: OK, Ephemeral: true})
+	if v := CheckExclusion(h, opts); len(v) != 0 {
+		t.Fatalf("a belief past an ephemeral reign: %v", v)
+	}
+}

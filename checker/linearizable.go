@@ -615,6 +615,9 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 	sorted := slices.Clone(ops)
 	slices.SortStableFunc(sorted, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
 	for _, o := range sorted {
+		if o.Kind == Hold {
+			continue // what a holder believed: the exclusion checker's
+		}
 		m.rising = m.rising || o.Ephemeral
 		in := lockInput{kind: o.Kind, owner: o.Owner, ttl: int64(o.TTL), call: int64(o.Call), ret: int64(o.Returned())}
 		// When the operation is surely linearized: after its return, or for
