@@ -545,3 +545,39 @@ func TestHoldBeliefOverlaps(t *testing.T) {
 		t.Fatalf("a belief past an ephemeral reign: %v", v)
 	}
 }
+
+// A grant whose outcome is unknown is decided when it is called, and its
+// Raft record may commit much later (its proposal timed out; replication
+// resumed with the same leader, which went on serving from the committed
+// state meanwhile): the lease it sets ends TTL after the decision. Here a's
+// grant commits after its own Unlock found nothing to release, with its
+// lease already over, and b is granted the next token.
+func TestLateEffectLeaseFromCall(t *testing.T) {
+	history := func(bCall time.Duration) History {
+		b := &hb{}
+		b.acq(0, "c", 2*time.Second, 0, 10*ms, lease.Locked, 0).
+			rel(0, "c", 200*ms, 210*ms, lease.Unlocked).
+			acqMaybe(1, "a", 2*time.Second, 300*ms).
+			rel(1, "a", 1330*ms, 1332*ms, lease.LockDoesNotExist).
+			acq(2, "b", 2*time.Second, bCall, bCall+10*ms, lease.Locked, 2)
+		return b.h
+	}
+	if r := CheckLinearizable(history(2400*ms), opts); r.Result != Linearizable {
+		t.Errorf("b granted after a's late grant's lease: %s", r.Result)
+	}
+	// Before a's lease can have ended, wherever its grant took effect.
+	if r := CheckLinearizable(history(1000*ms), opts); r.Result != NotLinearizable {
+		t.Errorf("b granted within a's lease: %s", r.Result)
+	}
+	// So too when nothing mentions a any more (its pending grant is
+	// anonymous): its call still bounds the lease it may set.
+	b := &hb{}
+	b.acq(0, "c", 2*time.Second, 3000*ms, 3010*ms, lease.Locked, 0).
+		rel(0, "c", 3200*ms, 3210*ms, lease.Unlocked).
+		acqMaybe(1, "a", 2*time.Second, 3300*ms).
+		get(2, 3900*ms, 3910*ms, lease.LockDoesNotExist, "", 0).
+		acq(2, "b", 2*time.Second, 4000*ms, 4010*ms, lease.Locked, 2)
+	if r := CheckLinearizable(b.h, opts); r.Result != NotLinearizable {
+		t.Errorf("b granted within anonymous a's lease: %s", r.Result)
+	}
+}
