@@ -91,6 +91,11 @@ type Config struct {
 	// the name's next grant may repeat it: a negative control for the
 	// fault tests, never for production.
 	UnsafeNoEvictionFloor bool
+	// UnsafeUnsureNotGranted answers a waiter whose grant's outcome is
+	// unknown (it may hold the lock) Busy or MustRetry, "certainly not
+	// granted", instead of Errored: a negative control for the fault
+	// tests, never for production.
+	UnsafeUnsureNotGranted bool
 	// Tokens bounds ephemeral fencing tokens (partition.Leadership); nil:
 	// unbounded, from 0 (a node whose ephemeral locks never outlive it).
 	Tokens TokenWindows
