@@ -249,15 +249,16 @@ type Config struct {
 	// Negative controls for the fault tests (faults_export_test.go): each
 	// switches one safety mechanism off, so the suite can show it catches
 	// the broken variant. Never set outside tests.
-	unsafeNoFence        bool // state machines apply records without compare-and-set or epoch checks
-	unsafeNoLeaseCheck   bool // answer on the Raft leader flag alone, without the leader lease
-	unsafeTokensFromZero bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
-	unsafeNoEvictFloor   bool // an evicted ephemeral entry's token is forgotten
-	unsafeDropHandedOver bool // a new leader drops the ephemeral leases handed over to it
-	unsafeNoTakeoverWait bool // a new leader serves at once, while an earlier leader's lease may live
-	unsafeAppliedFirst   bool // the applied index reaches badger ahead of the records: a crash loses some
-	unsafeAnyRaftTiming  bool // Raft connections are let in whatever the peer's tick (timing.go)
-	unsafeNoTimingWait   bool // a member restarted under another tick takes part in Raft at once (timing.go)
+	unsafeNoFence          bool // state machines apply records without compare-and-set or epoch checks
+	unsafeNoLeaseCheck     bool // answer on the Raft leader flag alone, without the leader lease
+	unsafeTokensFromZero   bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
+	unsafeNoEvictFloor     bool // an evicted ephemeral entry's token is forgotten
+	unsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry
+	unsafeDropHandedOver   bool // a new leader drops the ephemeral leases handed over to it
+	unsafeNoTakeoverWait   bool // a new leader serves at once, while an earlier leader's lease may live
+	unsafeAppliedFirst     bool // the applied index reaches badger ahead of the records: a crash loses some
+	unsafeAnyRaftTiming    bool // Raft connections are let in whatever the peer's tick (timing.go)
+	unsafeNoTimingWait     bool // a member restarted under another tick takes part in Raft at once (timing.go)
 	// DiskReserve and StoreQuota as parsed by withDefaults.
 	diskReserve space.Reserve
 	storeQuota  uint64

@@ -108,6 +108,39 @@ var negativeControls = []negativeControl{
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer},
 			mod: kahuna.WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
 	},
+	{
+		// The handle's deadline ignores an Extend of unknown outcome: a
+		// short Extend whose caller gave up, delivered after a longer one
+		// was answered, ends the server's lease early, and the head waiter
+		// is granted the lock then, while the holder goes on for as long as
+		// the longer Extend said. The servers did nothing wrong: only the
+		// holder's belief (a Hold to its deadline) overlaps the next
+		// owner's grant, so the exclusion checker alone can see it.
+		name: "late-extend-cap-off", seed: 105, by: "exclusion",
+		opts: func() runOpts {
+			o := handleRun(4*time.Second, kahuna.Persistent, []faultKind{fTransfer})
+			o.handles.acquire = []kahuna.AcquireOption{kahuna.WithoutLateExtendCap()}
+			o.linTimeout = 20 * time.Second
+			return o
+		}(),
+	},
+	{
+		// A waiter whose hand-off's record timed out (it may hold the lock)
+		// is told MustRetry or Busy when it is refused later: the
+		// stall-handoff schedule's waiter, granted again from the record as
+		// it was and refused by the fence once the hand-off commits, hears
+		// "certainly not granted", asks again, and is answered Locked by
+		// the committed hand-off; its handle counts the lease from that
+		// attempt, a second or more after the server began it, and holds it
+		// while the next waiter is granted. Caught by the exclusion checker.
+		name: "unsure-handoff-not-granted", seed: 106, by: "exclusion",
+		opts: func() runOpts {
+			o := stallHandOffRun(5 * time.Second)
+			o.mod = kahuna.WithoutUnsureHandOff
+			o.linTimeout = 20 * time.Second
+			return o
+		}(),
+	},
 }
 
 type negativeControl struct {
@@ -213,6 +246,11 @@ func (nc negativeControl) missed(t *testing.T, seed uint64) string {
 	if by := map[string]bool{"fencing": len(r.Fencing) > 0, "exclusion": len(r.Exclusion) > 0,
 		"linearizability": r.Linearizable.Result == checker.NotLinearizable}; nc.by != "" {
 		t.Logf("negative control %s: findings %s", nc.name, fmtViolations(r))
+		for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing} {
+			if len(vs) > 0 {
+				t.Logf("e.g. %v", vs[0])
+			}
+		}
 		if !by[nc.by] {
 			return fmt.Sprintf("no %s finding (all findings: %s)", nc.by, fmtViolations(r))
 		}

@@ -86,6 +86,27 @@ func WithoutHandedOverLeases(cfg Config) Config {
 	return cfg
 }
 
+// WithoutLateExtendCap is an AcquireOption that switches the handle's
+// cap for an Extend of unknown outcome off: the Lock's deadline ignores
+// such an Extend, which may be delivered late and shorten the lease (the
+// server's lease ends its ttl after it applies), as before the cap. A
+// negative control: the fault suite's handle clients must be found
+// holding past their lease.
+func WithoutLateExtendCap() AcquireOption {
+	return func(o *acquireOptions) { o.noExtendCap = true }
+}
+
+// WithoutUnsureHandOff returns cfg with a waiter whose grant's outcome is
+// unknown (a hand-off whose Raft record timed out: it may hold the lock)
+// told Busy or MustRetry, "certainly not granted", when it leaves the
+// queue or is refused, as before such waiters were answered Errored. Its
+// handle then counts its deadline from a later attempt. A negative
+// control: the fault suite must find two holders.
+func WithoutUnsureHandOff(cfg Config) Config {
+	cfg.unsafeUnsureNotGranted = true
+	return cfg
+}
+
 // PauseNode freezes n as a process pause would (SIGSTOP, a long GC pause, a
 // VM freeze), as far as a process can freeze part of itself: calls that
 // reach it wait at its door, and the Raft leader events it would act on

@@ -90,6 +90,20 @@ const (
 	// their term) while L follows the new leader, which would append them
 	// (a deposed leader's queued write).
 	fStallReplication faultKind = "stall-replication"
+	// fStallHandOff stalls a hot partition's leader L's replication of the
+	// partition, as fStallReplication does, until a holder's Unlock on the
+	// partition is answered Errored (a handle client's: the lock was handed
+	// to its head waiter in the Unlock's own record, whose proposal timed
+	// out: the waiter may hold the lock), and resumes it a little later,
+	// before the next record's proposal times out: L still leads, and the
+	// stuck records commit. The waiter,
+	// decided again from the record as it was (the holder's lease run
+	// out), is granted again in a record of its own, which the fence
+	// refuses once the first commits: it must be told Errored, not
+	// MustRetry, or its handle counts its lease from its next attempt and
+	// holds it past the server's end. Not in allFaults: run with handle
+	// clients that hold their locks to the end (handleOpts.full).
+	fStallHandOff faultKind = "stall-handoff"
 )
 
 // faultProposalTimeout bounds a Raft proposal in the fault cluster (the
@@ -125,6 +139,7 @@ type faultRun struct {
 	net     struct{ dropped, delayed, stalled, held int64 }
 	// evictions counts the cache entries the nodes up at the end evicted.
 	evictions uint64
+	handles   *handleStats // what the handle clients saw
 }
 
 // runOpts is what a run varies besides its seed.
@@ -154,10 +169,57 @@ type runOpts struct {
 	// which the engine waits out. Without it ephemeral runs are
 	// fencing-only, and a reign ends every ephemeral hold.
 	grace bool
+	// handles is how the handle clients (clientMode handle) behave.
+	handles handleOpts
 }
 
 // defaultClients are the workload's clients.
 var defaultClients = []clientMode{direct, direct, forwarding, pool, pool, direct, pool, forwarding, pool}
+
+// handleRun is a run whose clients mostly hold their locks through the
+// handle, on the three resources of one partition (eight handle clients,
+// three plain ones), and now and then send an Extend that is delivered late,
+// after a longer one: the holder's deadline must not outlast the lease
+// the late one shortened. Ephemeral locks run with the grace: fencing-only,
+// a reign ends a lock under its holder.
+func handleRun(d time.Duration, dur kahuna.Durability, kinds []faultKind) runOpts {
+	return runOpts{d: d, dur: dur, kinds: kinds, grace: dur == kahuna.Ephemeral,
+		onePartition: true, perPartition: 3, handles: handleOpts{late: true},
+		clients: []clientMode{handle, handle, handle, direct, handle, pool, handle, forwarding, handle, handle, handle}}
+}
+
+// stallHandOffRun is a run of the stall-handoff schedule on persistent
+// locks: four resources of one partition, each with two or three handle
+// clients that hold it to the end of their lease and wait up to 5 s for
+// it, so a holder's Unlock mostly hands the lock to a waiter.
+//
+// The gap after each stall lets the chain it started finish with the
+// replication working: the waiter granted by the stuck record is answered,
+// and the next waiter is granted once the first one's lease ends.
+func stallHandOffRun(d time.Duration) runOpts {
+	return runOpts{d: d, dur: kahuna.Persistent, kinds: []faultKind{fStallHandOff}, gapMin: time.Second, gapMax: 1500 * time.Millisecond,
+		onePartition: true, perPartition: 4, handles: handleOpts{full: true},
+		clients: []clientMode{handle, handle, handle, handle, handle, handle, handle, handle, handle, handle, direct}}
+}
+
+// requireHandOffsUnknown fails a stall-handoff run in which no waiter was
+// answered Errored: its stalls never left a hand-off's outcome unknown,
+// and it tested nothing.
+func requireHandOffsUnknown(t *testing.T, run faultRun) {
+	t.Helper()
+	if run.handles.waitsErrored.Load() == 0 {
+		t.Errorf("seed %d: no waiter was answered Errored (%s): no hand-off of unknown outcome, the run did not test what it is for", run.seed, run.handles)
+	}
+}
+
+// requireLateExtends fails a handle run in which no late Extend shortened
+// a live lease.
+func requireLateExtends(t *testing.T, run faultRun) {
+	t.Helper()
+	if run.handles.lateApplied.Load() == 0 {
+		t.Errorf("seed %d: no late short Extend was applied (%s): the run did not test what it is for", run.seed, run.handles)
+	}
+}
 
 // durabilityOf is the durability of a seed's run.
 // waitsOf: the runs whose clients partly acquire with waiting Locks
@@ -177,7 +239,10 @@ func durabilityOf(seed uint64) kahuna.Durability {
 // nemesis runs the fault schedule until ctx ends, then heals the network
 // and restarts every node it killed. One fault at a time, so a majority is
 // reachable between faults.
-func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand, o runOpts, hot []int, counts map[faultKind]int, start time.Time) {
+//
+// unsure is told the partition of an Unlock a handle client saw answered
+// Errored (fStallHandOff waits for one).
+func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand, o runOpts, hot []int, counts map[faultKind]int, start time.Time, unsure <-chan int) {
 	logf := func(format string, args ...any) {
 		t.Logf("%7.3fs nemesis: %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -289,6 +354,43 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			// Its proposals time out and the queued records go: keep the
 			// next fault away from them.
 			hold(faultProposalTimeout, faultProposalTimeout+200*time.Millisecond)
+		case fStallHandOff:
+			p := hot[rng.IntN(len(hot))]
+			id := c.leaderNow(p)
+			if c.node(id) == nil {
+				break
+			}
+			shard := kahuna.RaftShard(p)
+			for len(unsure) > 0 {
+				<-unsure // before the stall
+			}
+			logf("%s: node %d's replication of partition %d stalled", k, id, p)
+			c.net.StallReplication(id, shard)
+			// A holder unlocks within its TTL, and its record times out a
+			// proposal timeout later (the stall runs its course even if ctx
+			// ends meanwhile, as hold does).
+			waited := time.NewTimer(faultTTL + faultProposalTimeout + 500*time.Millisecond)
+			timedOut := false
+		next:
+			for {
+				select {
+				case q := <-unsure:
+					if timedOut = q == p; timedOut {
+						break next
+					}
+				case <-waited.C:
+					break next
+				}
+			}
+			waited.Stop()
+			if timedOut {
+				logf("an Unlock on partition %d was answered Errored", p)
+				// The waiter's second grant was proposed right after the
+				// first timed out: resume before it times out too.
+				hold(100*time.Millisecond, 600*time.Millisecond)
+			}
+			logf("node %d's replication of partition %d resumed", id, p)
+			c.net.ResumeReplication(id, shard)
 		case fPause:
 			id := randomNode()
 			if rng.IntN(5) > 0 {
@@ -387,9 +489,13 @@ const (
 	// when it is slow (see once), so one owner talks to the old and the
 	// new leader together.
 	pool
+	// handle holds its locks through the handle (kahuna.Acquire, with a
+	// wait three times in four; Extend; Unlock), and records what it
+	// believed besides what the servers answered: see handleClient.
+	handle
 )
 
-func (m clientMode) String() string { return [...]string{"direct", "forwarding", "pool"}[m] }
+func (m clientMode) String() string { return [...]string{"direct", "forwarding", "pool", "handle"}[m] }
 
 // lockClient is one client of the workload: it cycles acquire (→ extend,
 // re-lock) → release on the hot resources with a fresh owner per cycle.
@@ -648,6 +754,14 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		}
 		return cfg
 	}
+	modes := o.clients
+	if modes == nil {
+		modes = defaultClients
+	}
+	if o.dur == kahuna.Ephemeral && !o.grace && slices.Contains(modes, handle) {
+		// A reign ends a fencing-only ephemeral lock under its holder.
+		t.Fatal("handle clients on ephemeral locks need the grace (runOpts.grace)")
+	}
 	c := startFaultCluster(t, seed, partitions, mod)
 	first := c.node(c.up()[0])
 	byPartition := map[int][]string{}
@@ -672,23 +786,25 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	sort.Ints(hotParts)
 	rec := checker.NewRecorder()
 	start := time.Now()
-	run := faultRun{seed: seed, dur: o.dur, faults: map[faultKind]int{}}
+	run := faultRun{seed: seed, dur: o.dur, faults: map[faultKind]int{}, handles: &handleStats{}}
 
 	stopWatch := make(chan struct{})
 	reigns, watched := c.watchReigns(rec, byPartition, o.dur == kahuna.Ephemeral, o.grace, stopWatch)
 	stopClients := make(chan struct{})
 	var wg sync.WaitGroup
-	modes := o.clients
-	if modes == nil {
-		modes = defaultClients
-	}
+	unsure := make(chan int, 16)
 	for i, m := range modes {
-		cl := &lockClient{id: i, mode: m, c: c, rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+100)), d: o.dur, waits: o.waits && i%3 == 1}
+		var work func(<-chan struct{}, []string)
+		if m == handle {
+			work = newHandleClient(i, c, rec, seed, o.dur, o.handles, run.handles, unsure).run
+		} else {
+			work = (&lockClient{id: i, mode: m, c: c, rec: rec, rng: rand.New(rand.NewPCG(seed, uint64(i)+100)), d: o.dur, waits: o.waits && i%3 == 1}).run
+		}
 		wg.Add(1)
-		go func() { defer wg.Done(); cl.run(stopClients, hot) }()
+		go func() { defer wg.Done(); work(stopClients, hot) }()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.d)
-	nemesis(ctx, t, c, rand.New(rand.NewPCG(seed, 1)), o, hotParts, run.faults, start)
+	nemesis(ctx, t, c, rand.New(rand.NewPCG(seed, 1)), o, hotParts, run.faults, start, unsure)
 	cancel()
 	// A healthy tail: the cluster must serve again after the faults.
 	time.Sleep(500 * time.Millisecond)
@@ -734,6 +850,9 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		seed, run.report.Stats.Ops, run.report.Stats.OK, run.report.Stats.Fail, run.report.Stats.Indeterminate, run.late,
 		run.reigns, run.report.HoldWindows, fmtCounts(run.faults), run.net.dropped, run.net.delayed, run.net.stalled, run.net.held,
 		run.report.Linearizable.Result, run.report.Linearizable.Elapsed.Round(time.Millisecond), fmtViolations(run.report))
+	if slices.Contains(modes, handle) {
+		t.Logf("seed %d: handle clients: %s; %d holds recorded", seed, run.handles, run.report.Stats.Holds)
+	}
 	if run.report.Violations() > 0 || *faultsDump != "" {
 		path := filepath.Join(dump, base+".history")
 		js, _ := json.Marshal(run.history)
@@ -812,11 +931,14 @@ func requireClean(t *testing.T, run faultRun) {
 	}
 }
 
-func faultsRunLength() time.Duration {
+func faultsRunLength() time.Duration { return runLength(6 * time.Second) }
+
+// runLength is -faults.run, or d if it is not set.
+func runLength(d time.Duration) time.Duration {
 	if *faultsRun > 0 {
 		return *faultsRun
 	}
-	return 6 * time.Second
+	return d
 }
 
 // TestFaults is the short run: a few seeded schedules of every fault kind,
@@ -858,11 +980,54 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestFaultsHandles: locks held through the handle (kahuna.Acquire,
+// Extend, Unlock), what each holder believed recorded to its handle's
+// deadline. Extends delivered late, on both durabilities; and hand-offs of
+// unknown outcome (persistent locks only: an ephemeral hand-off is decided
+// in memory, its outcome always known). Each run must also show that its
+// fault happened.
+//
+//	go test -run 'TestFaultsHandles/stall-handoff' -faults.seed=25 -v .
+func TestFaultsHandles(t *testing.T) {
+	if *faultsDuration > 0 {
+		t.Skip("long run: see TestFaultsLong")
+	}
+	if testing.Short() {
+		t.Skip("fault schedules")
+	}
+	seedOr := func(s uint64) uint64 {
+		if *faultsSeed != 0 {
+			return *faultsSeed
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name string
+		seed uint64
+		opts runOpts
+		must func(*testing.T, faultRun)
+	}{
+		{"handles", 41, handleRun(runLength(4*time.Second), kahuna.Persistent, scheduleKinds(t)), requireLateExtends},
+		{"handles-grace", 37, handleRun(runLength(4*time.Second), kahuna.Ephemeral, scheduleKinds(t)), requireLateExtends},
+		{"stall-handoff", 25, stallHandOffRun(runLength(5 * time.Second)), requireHandOffsUnknown},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := c.opts
+			o.name = "TestFaultsHandles/" + c.name + "$"
+			run := runFaults(t, seedOr(c.seed), o)
+			requireClean(t, run)
+			c.must(t, run)
+		})
+	}
+}
+
 // TestFaultsLong runs seeded schedules until -faults.duration is spent, and
 // every negative control every tenth seed, and prints a summary: runs,
 // operations, faults, violations, controls caught. Half the ephemeral
 // seeds (seed%6 == 5) run with the grace, judged strictly; seeds with
-// seed%9 == 8 run under cache pressure.
+// seed%9 == 8 run under cache pressure. Seeds with seed%7 == 3 run
+// TestFaultsHandles' handle clients with late Extends (ephemeral ones with
+// the grace), and seeds with seed%7 == 6 its stall-handoff schedule.
 func TestFaultsLong(t *testing.T) {
 	if *faultsDuration == 0 {
 		t.Skip("set -faults.duration (e.g. 10m) for the long run")
@@ -886,9 +1051,24 @@ func TestFaultsLong(t *testing.T) {
 	for ; time.Now().Before(deadline); seed++ {
 		var run faultRun
 		ok := t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			run = runFaults(t, seed, runOpts{d: d, dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed),
-				grace: seed%6 == 5, cachePressure: seed%9 == 8})
+			o := runOpts{d: d, dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed),
+				grace: seed%6 == 5, cachePressure: seed%9 == 8}
+			switch seed % 7 {
+			case 3:
+				o = handleRun(d, durabilityOf(seed), scheduleKinds(t))
+				o.name = map[kahuna.Durability]string{kahuna.Persistent: "TestFaultsHandles/handles$", kahuna.Ephemeral: "TestFaultsHandles/handles-grace"}[o.dur]
+			case 6:
+				o = stallHandOffRun(d)
+				o.name = "TestFaultsHandles/stall-handoff"
+			}
+			run = runFaults(t, seed, o)
 			requireClean(t, run)
+			switch seed % 7 {
+			case 3:
+				requireLateExtends(t, run)
+			case 6:
+				requireHandOffsUnknown(t, run)
+			}
 		})
 		runs++
 		byDur[run.dur]++

@@ -119,6 +119,9 @@ type acquireOptions struct {
 	margin     time.Duration
 	marginSet  bool
 	clock      handleClock
+	// noExtendCap: an Extend of unknown outcome does not cap the deadline
+	// (a negative control of the fault tests, faults_export_test.go).
+	noExtendCap bool
 }
 
 // AcquireOption tunes Acquire.
@@ -226,6 +229,8 @@ type Lock struct {
 	clock      handleClock
 	margin     time.Duration
 	marginSet  bool
+	// noExtendCap switches extendUnknown off (acquireOptions.noExtendCap).
+	noExtendCap bool
 
 	ctx    *lockContext
 	cancel context.CancelCauseFunc
@@ -423,7 +428,7 @@ func releaseUnseen(ctx context.Context, l Locker, resource string, o acquireOpti
 func newLock(l Locker, resource string, token int64, o acquireOptions, granted time.Time) *Lock {
 	inner, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
-		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet,
+		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap,
 		cancel: cancel, lost: make(chan struct{}), unsureTTL: lease.MaxTTL}
 	lk.ctx = &lockContext{Context: inner, l: lk}
 	lk.mu.Lock()
@@ -456,6 +461,9 @@ func (l *Lock) setDeadline(sent time.Time, ttl time.Duration) {
 // the bound stays for the Lock's life. KeepAlive's Extends all carry the
 // same ttl and are not shortened by it. l.mu is held.
 func (l *Lock) extendUnknown(sent time.Time, ttl time.Duration) {
+	if l.noExtendCap {
+		return
+	}
 	l.unsureTTL = min(l.unsureTTL, ttl)
 	if l.state == held && l.deadline(sent, ttl).Before(l.expires) {
 		l.setDeadline(sent, ttl)

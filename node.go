@@ -198,19 +198,20 @@ func open(cfg Config) (*Node, error) {
 		tokens = nil
 	}
 	n.ring, err = actors.NewRing(actors.Config{
-		Actors:                cfg.LockActors,
-		CacheEntryTTL:         cfg.CacheEntryTTL,
-		CacheEntriesToRemove:  cfg.CacheEntriesToRemove,
-		MaxEntries:            (cfg.MaxCachedEntries + cfg.LockActors - 1) / cfg.LockActors,
-		MaxQueued:             cfg.MaxQueuedPerLock,
-		MaxPending:            cfg.MaxPendingPerActor,
-		Backend:               n.backend,
-		Serving:               n.leadership.Serving,
-		Tokens:                tokens,
-		UnsafeNoEvictionFloor: cfg.unsafeNoEvictFloor,
-		UnsafeDropHandedOver:  cfg.unsafeDropHandedOver,
-		Now:                   cfg.Clock,
-		Logger:                cfg.Logger,
+		Actors:                 cfg.LockActors,
+		CacheEntryTTL:          cfg.CacheEntryTTL,
+		CacheEntriesToRemove:   cfg.CacheEntriesToRemove,
+		MaxEntries:             (cfg.MaxCachedEntries + cfg.LockActors - 1) / cfg.LockActors,
+		MaxQueued:              cfg.MaxQueuedPerLock,
+		MaxPending:             cfg.MaxPendingPerActor,
+		Backend:                n.backend,
+		Serving:                n.leadership.Serving,
+		Tokens:                 tokens,
+		UnsafeNoEvictionFloor:  cfg.unsafeNoEvictFloor,
+		UnsafeUnsureNotGranted: cfg.unsafeUnsureNotGranted,
+		UnsafeDropHandedOver:   cfg.unsafeDropHandedOver,
+		Now:                    cfg.Clock,
+		Logger:                 cfg.Logger,
 	})
 	if err != nil {
 		_ = n.backend.Close()

@@ -39,7 +39,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 	var (
 		mu    sync.Mutex
 		watch func(node uint64, p int) (chan<- began, uint64) // set per round: the target's channel and the old leader
-		rival func(node uint64, p int)                          // set per round: told of any other reign of the partition
+		rival func(node uint64, p int)                        // set per round: told of any other reign of the partition
 	)
 	sink := func(node uint64, p int, _ uint64, serve func()) {
 		serve()

@@ -323,7 +323,7 @@ func (a *lockActor) handle(c *call) {
 		if s := a.entries[req.Resource]; s != nil {
 			a.flush(s, lease.MustRetry) // nor can its waiters be served
 		}
-		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
+		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
 		return
 	}
 	s := a.entries[req.Resource]
@@ -342,7 +342,7 @@ func (a *lockActor) proceed(c *call, s *slot) {
 	}
 	term, ok := a.cfg.Serving(c.req.Partition)
 	if !ok {
-		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
+		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
 		return
 	}
 	a.decideOn(c, s, false, term, a.cfg.Now())
@@ -364,7 +364,7 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 	if s.inflight != nil {
 		if a.cfg.MaxQueued > 0 && s.queued >= a.cfg.MaxQueued {
 			a.refused.Add(1)
-			c.reply <- Response{Status: notGranted(c, lease.MustRetry)} // backpressure: nothing applied
+			c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)} // backpressure: nothing applied
 			return
 		}
 		s.queued++
@@ -419,7 +419,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	d := lease.Decide(s.Entry, req.Op, req.Owner, req.TTL, now)
 	if d.Status == lease.Busy && c.waits() {
 		if len(s.waiters) >= lease.MaxWaiters {
-			c.reply <- Response{Status: notGranted(c, lease.Busy)}
+			c.reply <- Response{Status: a.notGranted(c, lease.Busy)}
 			return
 		}
 		c.queuedAt = now
@@ -518,7 +518,7 @@ func (a *lockActor) windowRoom(c *call, p int, term uint64, token int64, ttl tim
 		}
 		return true
 	}
-	resp := Response{Status: notGranted(c, lease.MustRetry)}
+	resp := Response{Status: a.notGranted(c, lease.MustRetry)}
 	if resp.Status == lease.MustRetry && raise != nil {
 		resp.raise = raise()
 	}
@@ -559,7 +559,7 @@ func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 	switch {
 	case needed && !a.room(now):
 		a.refused.Add(1)
-		c.reply <- Response{Status: notGranted(c, lease.MustRetry)}
+		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
 		return false
 	case needed, s.State != lease.Absent && !a.full():
 		a.entries[s.resource] = s
@@ -596,12 +596,12 @@ func (a *lockActor) complete(c *call) {
 		// Certainly not committed: the cached entry is still right. (An
 		// earlier grant to c, if it is a waiter, may have been.)
 		c.granted = c.unsure
-		resp = Response{Status: notGranted(c, lease.MustRetry)}
+		resp = Response{Status: a.notGranted(c, lease.MustRetry)}
 	case errors.Is(c.err, durability.ErrFenced):
 		// Committed but rejected: nothing changed, but the entry it was
 		// decided from is stale (a newer epoch or a newer record): reload.
 		c.granted = c.unsure
-		resp = Response{Status: notGranted(c, lease.MustRetry)}
+		resp = Response{Status: a.notGranted(c, lease.MustRetry)}
 		s.dropped = true
 	default:
 		// Outcome unknown, or the store refused it: forget the entry so the
@@ -618,7 +618,7 @@ func (a *lockActor) complete(c *call) {
 	case h.waitOver:
 		h.unsure = h.unsure || unknown
 		h.granted = h.unsure
-		h.reply <- Response{Status: notGranted(h, lease.Busy)} // Errored if a grant of its may have applied
+		h.reply <- Response{Status: a.notGranted(h, lease.Busy)} // Errored if a grant of its may have applied
 	default:
 		// Certainly not applied: no lease of its began from this grant
 		// (from an earlier one whose outcome is unknown, it may have).
@@ -732,7 +732,7 @@ func (a *lockActor) stopTimer(s *slot) {
 func (a *lockActor) flush(s *slot, st lease.Status) {
 	a.endWatchers(s, ErrWatchMoved)
 	for _, w := range s.waiters {
-		w.reply <- Response{Status: notGranted(w, st)}
+		w.reply <- Response{Status: a.notGranted(w, st)}
 	}
 	a.nwaiting -= len(s.waiters)
 	s.waiters = nil
@@ -763,7 +763,7 @@ func (a *lockActor) leave(m *leave) {
 		if _, ok := a.cfg.Serving(s.partition); !ok {
 			st = lease.MustRetry
 		}
-		c.reply <- Response{Status: notGranted(c, st)}
+		c.reply <- Response{Status: a.notGranted(c, st)}
 	}
 	a.arm(s)
 }
@@ -772,8 +772,8 @@ func (a *lockActor) leave(m *leave) {
 // the waiter w that leaves the queue without a grant, unless a hand-off
 // to w may have applied (its outcome unknown: w.granted, and w put back):
 // then w may hold the lock, and is told Errored.
-func notGranted(w *call, st lease.Status) lease.Status {
-	if w.granted || w.unsure {
+func (a *lockActor) notGranted(w *call, st lease.Status) lease.Status {
+	if (w.granted || w.unsure) && !a.cfg.UnsafeUnsureNotGranted {
 		return lease.Errored
 	}
 	return st

@@ -549,7 +549,31 @@ func TestHandOffUnknownNeverAnsweredNotGranted(t *testing.T) {
 // the lock from the first: it must not be told MustRetry ("certainly not
 // applied"), nor have its Waited measured from the second grant.
 func TestHandOffUnknownThenRegrantFenced(t *testing.T) {
-	f := newFixture(t, 1, 100)
+	f, first, r := handOffUnknownThenRegrantFenced(t)
+	switch {
+	case r.Status == lease.Locked && r.Token == first.Token && r.Waited == 100*time.Millisecond:
+	case r.Status == lease.Errored:
+	default:
+		t.Fatalf("w: %+v; it holds token %d since the hand-off (waited 100ms): want Locked so, or Errored", r, first.Token)
+	}
+	if got := f.do(t, lease.Get, "r", "", 0, lease.Persistent); got.Status != lease.Got || string(got.Owner) != "w" {
+		t.Fatalf("get: %+v, want w holding", got)
+	}
+}
+
+// TestUnsafeUnsureNotGranted: the negative control's switch brings the old
+// answer back (the fault suite's unsure-handoff-not-granted).
+func TestUnsafeUnsureNotGranted(t *testing.T) {
+	_, first, r := handOffUnknownThenRegrantFenced(t, func(c *Config) { c.UnsafeUnsureNotGranted = true })
+	if r.Status != lease.MustRetry {
+		t.Fatalf("w: %+v, want MustRetry (it holds token %d since the hand-off)", r, first.Token)
+	}
+}
+
+// handOffUnknownThenRegrantFenced plays TestHandOffUnknownThenRegrantFenced's
+// scenario and returns w's answer and the hand-off's record.
+func handOffUnknownThenRegrantFenced(t *testing.T, tune ...func(*Config)) (*fixture, durability.Record, Response) {
+	f := newFixture(t, 1, 100, tune...)
 	f.do(t, lease.TryLock, "r", "a", 800*time.Millisecond, lease.Persistent)
 	w := f.waitFor(t, context.Background(), "r", "w", lease.WaitForever, lease.Persistent)
 	f.clock.Advance(100 * time.Millisecond) // w waits 100 ms before the hand-off
@@ -577,14 +601,5 @@ func TestHandOffUnknownThenRegrantFenced(t *testing.T) {
 	}
 	second.c.Committed(0, err)
 	f.backend.setHold("r", false)
-	r := <-w
-	switch {
-	case r.Status == lease.Locked && r.Token == first.rec.Token && r.Waited == 100*time.Millisecond:
-	case r.Status == lease.Errored:
-	default:
-		t.Fatalf("w: %+v; it holds token %d since the hand-off (waited 100ms): want Locked so, or Errored", r, first.rec.Token)
-	}
-	if got := f.do(t, lease.Get, "r", "", 0, lease.Persistent); got.Status != lease.Got || string(got.Owner) != "w" {
-		t.Fatalf("get: %+v, want w holding", got)
-	}
+	return f, first.rec, <-w
 }

@@ -88,6 +88,11 @@ type Config struct {
 	// over are lost, though the new leader waits none of them out. A
 	// negative control for the fault tests, never for production.
 	UnsafeDropHandedOver bool
+	// UnsafeUnsureNotGranted answers a waiter whose grant's outcome is
+	// unknown (it may hold the lock) Busy or MustRetry, "certainly not
+	// granted", instead of Errored: a negative control for the fault
+	// tests, never for production.
+	UnsafeUnsureNotGranted bool
 	// Tokens bounds ephemeral fencing tokens (partition.Leadership); nil:
 	// unbounded, from 0 (a node whose ephemeral locks never outlive it).
 	Tokens TokenWindows

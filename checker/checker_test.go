@@ -523,7 +523,9 @@ func TestUndecidedIsNeitherCaughtNorClean(t *testing.T) {
 	}
 
 	// Every search times out.
-	checkOperations = func(porcupine.Model, []porcupine.Operation, time.Duration) porcupine.CheckResult { return porcupine.Unknown }
+	checkOperations = func(porcupine.Model, []porcupine.Operation, time.Duration) porcupine.CheckResult {
+		return porcupine.Unknown
+	}
 	r := Check(h, opts)
 	checkOperations = porcupine.CheckOperationsTimeout
 	if l := r.Linearizable; l.Result != Unknown || !slices.Equal(l.Failed, []string{"r", "s"}) || !slices.Equal(l.Undecided, []string{"r", "s"}) {
@@ -564,5 +566,80 @@ func TestUndecidedIsNeitherCaughtNorClean(t *testing.T) {
 	// Nothing undecided: nothing searched again.
 	if c := again.Recheck(nil, opts); !slices.Equal(c.Linearizable.Failed, again.Linearizable.Failed) || c.Linearizable.Result != again.Linearizable.Result {
 		t.Errorf("recheck of a decided report changed it: %+v", c.Linearizable)
+	}
+}
+
+// A Hold is the holder's belief: the late short Extend shortened a's lease
+// (the server's windows end early, and b's grant is legal), but a's handle
+// went on believing until 3 s. Only the exclusion checker reads it: the
+// history is linearizable, and the same history with a Hold that ends in
+// time passes.
+func TestHoldBeliefOverlaps(t *testing.T) {
+	history := func(believed time.Duration) History {
+		b := &hb{}
+		b.acq(0, "a", 2*time.Second, 0, 1*ms, lease.Locked, 0).
+			ext(0, "a", 500*ms, 100*ms, 1200*ms, lease.Extended, 0). // sent at 100ms, delivered late
+			ext(0, "a", 10*time.Second, 200*ms, 201*ms, lease.Extended, 0).
+			acq(1, "b", time.Second, 1800*ms, 1801*ms, lease.Locked, 1)
+		b.h = append(b.h, Op{ID: len(b.h), Client: 0, Kind: Hold, Resource: "r", Owner: "a", Token: 0, Call: 1 * ms, Return: believed, Outcome: OK})
+		return b.h
+	}
+	r := Check(history(3*time.Second), opts)
+	if r.Linearizable.Result != Linearizable || len(r.Fencing) != 0 || len(r.StaleLeader) != 0 {
+		t.Fatalf("a Hold read by other checkers: %v", r.Err())
+	}
+	if len(r.Exclusion) != 1 || !strings.Contains(r.Exclusion[0].Text, "as its holder believed") {
+		t.Fatalf("exclusion: %v, want the belief to overlap b's grant", r.Exclusion)
+	}
+	if r.Stats.Holds != 1 || r.Stats.Ops != 4 {
+		t.Errorf("stats %+v", r.Stats)
+	}
+	if r := Check(history(600*ms), opts); r.Violations() != 0 {
+		t.Fatalf("a belief that ended in time: %v", r.Err())
+	}
+	// An ephemeral reign (no grace) ends a belief as it ends a lease.
+	h := history(3 * time.Second)
+	for i := range h {
+		h[i].Ephemeral = true
+	}
+	h = append(h, Op{ID: len(h), Kind: Reign, Resource: "r", Node: 2, Token: 3, Call: 1000 * ms, Return: 1010 * ms, Outcome: OK, Ephemeral: true})
+	if v := CheckExclusion(h, opts); len(v) != 0 {
+		t.Fatalf("a belief past an ephemeral reign: %v", v)
+	}
+}
+
+// A grant whose outcome is unknown is decided when it is called, and its
+// Raft record may commit much later (its proposal timed out; replication
+// resumed with the same leader, which went on serving from the committed
+// state meanwhile): the lease it sets ends TTL after the decision. Here a's
+// grant commits after its own Unlock found nothing to release, with its
+// lease already over, and b is granted the next token.
+func TestLateEffectLeaseFromCall(t *testing.T) {
+	history := func(bCall time.Duration) History {
+		b := &hb{}
+		b.acq(0, "c", 2*time.Second, 0, 10*ms, lease.Locked, 0).
+			rel(0, "c", 200*ms, 210*ms, lease.Unlocked).
+			acqMaybe(1, "a", 2*time.Second, 300*ms).
+			rel(1, "a", 1330*ms, 1332*ms, lease.LockDoesNotExist).
+			acq(2, "b", 2*time.Second, bCall, bCall+10*ms, lease.Locked, 2)
+		return b.h
+	}
+	if r := CheckLinearizable(history(2400*ms), opts); r.Result != Linearizable {
+		t.Errorf("b granted after a's late grant's lease: %s", r.Result)
+	}
+	// Before a's lease can have ended, wherever its grant took effect.
+	if r := CheckLinearizable(history(1000*ms), opts); r.Result != NotLinearizable {
+		t.Errorf("b granted within a's lease: %s", r.Result)
+	}
+	// So too when nothing mentions a any more (its pending grant is
+	// anonymous): its call still bounds the lease it may set.
+	b := &hb{}
+	b.acq(0, "c", 2*time.Second, 3000*ms, 3010*ms, lease.Locked, 0).
+		rel(0, "c", 3200*ms, 3210*ms, lease.Unlocked).
+		acqMaybe(1, "a", 2*time.Second, 3300*ms).
+		get(2, 3900*ms, 3910*ms, lease.LockDoesNotExist, "", 0).
+		acq(2, "b", 2*time.Second, 4000*ms, 4010*ms, lease.Locked, 2)
+	if r := CheckLinearizable(b.h, opts); r.Result != NotLinearizable {
+		t.Errorf("b granted within anonymous a's lease: %s", r.Result)
 	}
 }

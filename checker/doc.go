@@ -7,7 +7,9 @@
 //     their return is at infinity and any outcome is allowed.
 //   - CheckExclusion: definite hold windows, from an acquire's completion to
 //     the earliest instant its lease could have lapsed (a release call, or
-//     grant call + TTL − margin); no two owners may overlap.
+//     grant call + TTL − margin), and the Holds recorded by clients that
+//     hold through a handle (how long the holder acted: to its deadline);
+//     no two owners may overlap.
 //   - CheckFencing: among acquisitions ordered in real time a different
 //     owner gets a strictly larger token, the same owner a token no smaller;
 //     no token is granted to two owners.

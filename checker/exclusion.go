@@ -11,17 +11,22 @@ import (
 
 // HoldWindow is an interval during which Owner definitely held Resource:
 // from the completion of a definite grant to the earliest instant the lease
-// could have lapsed.
+// could have lapsed. Or, Believed, one during which Owner's holder acted as
+// the holder: a Hold of the history.
 type HoldWindow struct {
 	Resource   string
 	Owner      string
 	Token      int64
 	Start, End time.Duration
-	Acquire    Op // the definite grant the window starts at
+	Acquire    Op // the definite grant the window starts at (Believed: the Hold)
 	EndedBy    *Op
+	Believed   bool
 }
 
 func (w HoldWindow) String() string {
+	if w.Believed {
+		return fmt.Sprintf("%s held by %s (token %d) over [%v, %v] as its holder believed (its handle's deadline)", w.Resource, w.Owner, w.Token, w.Start, w.End)
+	}
 	return fmt.Sprintf("%s held by %s (token %d) over [%v, %v]", w.Resource, w.Owner, w.Token, w.Start, w.End)
 }
 
@@ -46,19 +51,42 @@ func (w HoldWindow) String() string {
 //     new leader starts without the lock.
 //
 // Indeterminate acquires have no window: the caller never knew it held.
+//
+// Each Hold of h is a window too, as recorded: the holder acted over it,
+// whatever the lease did. A reign that ends ephemeral holds and may begin
+// after its start ends it there, as it ends a grant's window; one between
+// the grant's call and the Hold's start it cannot tell, so a Hold belongs
+// where reigns end no holds (persistent locks, ephemeral ones with the
+// grace).
 func HoldWindows(h History, opts Options) []HoldWindow {
 	margin := opts.margin()
 	type key struct{ res, owner string }
 	per := map[key][]Op{}
 	resets := resetsByResource(h)
+	var windows []HoldWindow
 	for _, o := range h {
+		if o.Kind == Hold {
+			end := o.Return
+			var endedBy *Op
+			for ri := range resets[o.Resource] {
+				r := &resets[o.Resource][ri]
+				if r.Return > o.Call {
+					if at := max(r.Call, o.Call); at < end {
+						end, endedBy = at, r
+					}
+				}
+			}
+			if end > o.Call {
+				windows = append(windows, HoldWindow{Resource: o.Resource, Owner: o.Owner, Token: o.Token, Start: o.Call, End: end, Acquire: o, EndedBy: endedBy, Believed: true})
+			}
+			continue
+		}
 		if o.Kind == Get || o.Kind == Reign {
 			continue
 		}
 		k := key{o.Resource, o.Owner}
 		per[k] = append(per[k], o)
 	}
-	var windows []HoldWindow
 	for k, ops := range per {
 		slices.SortFunc(ops, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
 		for ai, a := range ops {

@@ -23,6 +23,11 @@ const (
 	// Reign is not a call but an event: a node began to serve the
 	// resource's partition in a new Raft term (see Recorder.Reign).
 	Reign
+	// Hold is not a call but what a holder believed: a client that held
+	// the lock through a handle (kahuna.Lock) acted as its holder over
+	// [Call, Return] (see Recorder.Hold). Only the exclusion checker reads
+	// it.
+	Hold
 )
 
 func (k Kind) String() string {
@@ -37,6 +42,8 @@ func (k Kind) String() string {
 		return "get"
 	case Reign:
 		return "reign"
+	case Hold:
+		return "hold"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -93,7 +100,7 @@ func Classify(status lease.Status, err error) Outcome {
 	return Indeterminate
 }
 
-// Op is one call in a history, or a Reign event.
+// Op is one call in a history, or a Reign event, or a Hold.
 //
 // A Reign (Kind Reign) records that Node began to serve the partition of
 // Resource as its leader in Raft term Token (0: unknown), at one instant
@@ -105,6 +112,13 @@ func Classify(status lease.Status, err error) Outcome {
 // fencing checkers allow that across a reign, and only across one). For
 // every resource, the stale-leader checker flags an answer from a node
 // whose reign had been superseded before the call.
+//
+// A Hold (Kind Hold) records that Client acted as Owner's holder of
+// Resource, with token Token, from Call (the grant's return) to Return
+// (the handle's deadline as it stood when the holder stopped, or the
+// instant it stopped, whichever came first). The exclusion checker
+// compares it, as a hold window, with every other owner's. It is no
+// operation: the other checkers skip it.
 type Op struct {
 	ID     int    // index in the history
 	Client int    // the calling client (a sequential process)
@@ -152,6 +166,10 @@ func (o Op) String() string {
 		}
 		return b.String()
 	}
+	if o.Kind == Hold {
+		fmt.Fprintf(&b, "#%d c%d hold %s owner=%s token=%d [%v, %v] (as its holder believed)", o.ID, o.Client, o.Resource, o.Owner, o.Token, o.Call, o.Return)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "#%d c%d %s %s", o.ID, o.Client, o.Kind, o.Resource)
 	if o.Owner != "" {
 		fmt.Fprintf(&b, " owner=%s", o.Owner)
@@ -188,10 +206,10 @@ func (o Op) String() string {
 type History []Op
 
 // Stats counts a history's operations by outcome, and its Reign events
-// (which are not operations).
+// and Holds (which are not operations).
 type Stats struct {
 	Ops, OK, Fail, Indeterminate int
-	Reigns                       int
+	Reigns, Holds                int
 }
 
 // Stats counts h's operations.
@@ -200,6 +218,10 @@ func (h History) Stats() Stats {
 	for i := range h {
 		if h[i].Kind == Reign {
 			s.Reigns++
+			continue
+		}
+		if h[i].Kind == Hold {
+			s.Holds++
 			continue
 		}
 		s.Ops++
@@ -299,16 +321,29 @@ func (p *Pending) EndOutcome(outcome Outcome, status lease.Status, token int64, 
 // times. ephemeral says the resource's locks are ephemeral (lost with the
 // reign).
 func (r *Recorder) Reign(resource string, node, term uint64, from, to time.Duration, ephemeral bool) Op {
-	return r.reign(Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: ephemeral})
+	return r.add(Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: ephemeral})
 }
 
 // GraceReign records the Reign of a leader that waited out every earlier
 // ephemeral lease of resource's partition before it began (Op.Grace).
 func (r *Recorder) GraceReign(resource string, node, term uint64, from, to time.Duration) Op {
-	return r.reign(Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: true, Grace: true})
+	return r.add(Op{Kind: Reign, Resource: resource, Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK, Ephemeral: true, Grace: true})
 }
 
-func (r *Recorder) reign(op Op) Op {
+// Hold records that client acted as owner's holder of resource, granted
+// token, over [from, to] (recorder times): from the grant's return to the
+// earlier of the instant it stopped acting (its Unlock's call, or the loss
+// it saw) and its handle's deadline then (see At). The exclusion checker
+// finds any other owner's hold window that overlaps it.
+func (r *Recorder) Hold(client int, resource, owner string, token int64, ephemeral bool, from, to time.Duration) Op {
+	return r.add(Op{Kind: Hold, Client: client, Resource: resource, Owner: owner, Token: token, Ephemeral: ephemeral, Call: from, Return: to, Outcome: OK})
+}
+
+// At is t as a recorder time (a handle's deadline, say), on the monotonic
+// clock.
+func (r *Recorder) At(t time.Time) time.Duration { return t.Sub(r.start) }
+
+func (r *Recorder) add(op Op) Op {
 	r.mu.Lock()
 	op.ID = len(r.ops)
 	r.ops = append(r.ops, op)

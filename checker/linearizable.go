@@ -76,8 +76,17 @@ type lockState struct {
 // lockInput is an operation as the model sees it: the times are part of it,
 // since whether a lease may have lapsed depends on when the operation ran.
 type lockInput struct {
-	register   bool // an indeterminate operation's registration
-	idx        int  // register: its index in the model's table
+	register bool // an indeterminate operation's registration
+	idx      int  // register: its index in the model's table
+	// late: a pending effect of a persistent lock being applied
+	// (model.closure). It was decided at some instant after its call, and
+	// its Raft record may commit much later (its proposal timed out, and
+	// it commits once replication resumes, the leader serving other calls
+	// meanwhile): the lease it sets ends TTL after its decision, so no
+	// earlier than call + TTL, whatever else was linearized before it. An
+	// ephemeral lock's operations take effect, in the leader's memory, as
+	// they are decided.
+	late       bool
 	kind       Kind
 	owner      string
 	ttl        int64
@@ -113,7 +122,13 @@ type option struct {
 func outcomes(s lockState, i lockInput, margin int64, rising bool) []option {
 	// The operation takes effect in [from, i.ret]. The lease may still be
 	// live at some instant of that, or may have lapsed by some instant of it.
+	// A grant or extension sets the lease to end TTL after the instant it
+	// was decided: no earlier than start (a late effect's: its call).
 	from := max(i.call, s.now)
+	start := from
+	if i.late {
+		start = i.call
+	}
 	livePossible := s.holder != "" && satAdd(s.expHi, margin) >= from
 	expiredPossible := s.holder != "" && s.expLo-margin <= i.ret
 	var opts []option
@@ -121,7 +136,7 @@ func outcomes(s lockState, i lockInput, margin int64, rising bool) []option {
 	case Acquire:
 		grant := s
 		grant.holder, grant.token, grant.loose = i.owner, s.token+1, rising
-		grant.expLo, grant.expHi = satAdd(from, i.ttl), satAdd(i.ret, i.ttl)
+		grant.expLo, grant.expHi = satAdd(start, i.ttl), satAdd(i.ret, i.ttl)
 		granted := option{next: grant, status: lease.Locked, token: grant.token, atLeast: rising}
 		switch {
 		case s.holder == "":
@@ -144,7 +159,7 @@ func outcomes(s lockState, i lockInput, margin int64, rising bool) []option {
 	case Extend:
 		if s.holder == i.owner && livePossible {
 			ext := s
-			ext.expLo, ext.expHi = satAdd(from, i.ttl), satAdd(i.ret, i.ttl)
+			ext.expLo, ext.expHi = satAdd(start, i.ttl), satAdd(i.ret, i.ttl)
 			opts = append(opts, option{next: ext, status: lease.Extended, token: s.token, atLeast: s.loose})
 		}
 		if s.holder == "" || expiredPossible {
@@ -217,35 +232,79 @@ type model struct {
 // alike owners did something merge. The holder may be one (its name is
 // anonPrefix + the signature of its remaining pending operations); the
 // others are listed in lockState.anon.
+//
+// A persistent lock's grant or extension applied late sets a lease that
+// ends TTL after it was decided, no earlier than TTL after its call
+// (lockInput.late). While that may still be after now, its signature keeps
+// its call, rounded down to sigBucket ("a2000000000@37": called in
+// [3.7s, 3.8s)), which bounds the lease from below a little more loosely
+// than the call itself, and lets alike owners called in the same bucket
+// merge. Once the bound is surely past, the call is dropped: a lease it
+// set may have ended at any instant still to come, called when it may.
 const (
 	anonPrefix = "\x00"
 	anonOther  = "\x00\x00" // an anonymous owner that is not the holder
+	sigBucket  = int64(100 * time.Millisecond)
 )
 
 func isAnon(owner string) bool { return strings.HasPrefix(owner, anonPrefix) }
 
-// opSig describes a pending operation within a signature.
-func opSig(op lockInput) string {
+// opSig describes a pending operation within a signature, as of now.
+func (m *model) opSig(op lockInput, now int64) string {
+	var d string
 	switch op.kind {
 	case Acquire:
-		return fmt.Sprintf("a%d", op.ttl)
+		d = fmt.Sprintf("a%d", op.ttl)
 	case Extend:
-		return fmt.Sprintf("e%d", op.ttl)
+		d = fmt.Sprintf("e%d", op.ttl)
 	default:
 		return "r"
 	}
+	if b := op.call / sigBucket; !m.rising && m.leaseMayLast(b*sigBucket, op.ttl, now) {
+		d += fmt.Sprintf("@%d", b)
+	}
+	return d
+}
+
+// leaseMayLast reports whether a lease set TTL after an instant no
+// earlier than call may still last past now.
+func (m *model) leaseMayLast(call, ttl, now int64) bool {
+	return satAdd(call, ttl)-m.margin > now
 }
 
 func parseOpSig(d string) lockInput {
+	var in lockInput
 	switch d[0] {
 	case 'a':
-		ttl, _ := strconv.ParseInt(d[1:], 10, 64)
-		return lockInput{kind: Acquire, ttl: ttl}
+		in.kind = Acquire
 	case 'e':
-		ttl, _ := strconv.ParseInt(d[1:], 10, 64)
-		return lockInput{kind: Extend, ttl: ttl}
+		in.kind = Extend
+	default:
+		return lockInput{kind: Release}
 	}
-	return lockInput{kind: Release}
+	ttl, at, bucketed := strings.Cut(d[1:], "@")
+	in.ttl, _ = strconv.ParseInt(ttl, 10, 64)
+	if bucketed {
+		b, _ := strconv.ParseInt(at, 10, 64)
+		in.call = b * sigBucket
+	}
+	return in
+}
+
+// aged is sig without the calls that no longer bound anything at now.
+func (m *model) aged(sig string, now int64) string {
+	if !strings.Contains(sig, "@") {
+		return sig
+	}
+	parts := splitSig(sig)
+	for i, d := range parts {
+		if bare, _, ok := strings.Cut(d, "@"); ok {
+			if in := parseOpSig(d); !m.leaseMayLast(in.call, in.ttl, now) {
+				parts[i] = bare
+			}
+		}
+	}
+	return joinSig(parts)
 }
 
 func splitSig(sig string) []string {
@@ -279,8 +338,19 @@ func anonJoin(list []string) string {
 }
 
 // normalize prunes s and moves owners nobody mentions any more into
-// anonymous instances.
+// anonymous instances, and drops the calls of anonymous signatures that no
+// longer bound anything (see sigBucket).
 func (m *model) normalize(s lockState) lockState {
+	if isAnon(s.holder) && strings.Contains(s.holder, "@") {
+		s.holder = anonPrefix + m.aged(s.holder[len(anonPrefix):], s.now)
+	}
+	if strings.Contains(s.anon, "@") {
+		list := anonList(s.anon)
+		for i, sig := range list {
+			list[i] = m.aged(sig, s.now)
+		}
+		s.anon = anonJoin(list)
+	}
 	var silent map[string][]string // owner → its pending operations' signatures
 	keep := make([]byte, 0, len(s.pending))
 	for k := 0; k < len(s.pending)/4; k++ {
@@ -289,7 +359,7 @@ func (m *model) normalize(s lockState) lockState {
 			if silent == nil {
 				silent = map[string][]string{}
 			}
-			silent[op.owner] = append(silent[op.owner], opSig(op))
+			silent[op.owner] = append(silent[op.owner], m.opSig(op, s.now))
 			continue
 		}
 		keep = append(keep, s.pending[4*k:4*k+4]...)
@@ -324,6 +394,7 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 	}
 	effect := func(cur lockState, at lockInput) []lockState {
 		at.ret = ret // applied before the operation: by its return
+		at.late = !m.rising
 		var nexts []lockState
 		for _, o := range outcomes(cur, at, m.margin, m.rising) {
 			if o.next.holder == cur.holder && o.next.token == cur.token && o.next.loose == cur.loose && o.next.expLo == cur.expLo && o.next.expHi == cur.expHi {
@@ -627,6 +698,9 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 	sorted := slices.Clone(ops)
 	slices.SortStableFunc(sorted, func(a, b Op) int { return cmpDur(a.Call, b.Call) })
 	for _, o := range sorted {
+		if o.Kind == Hold {
+			continue // what a holder believed: the exclusion checker's
+		}
 		m.rising = m.rising || o.Ephemeral
 		in := lockInput{kind: o.Kind, owner: o.Owner, ttl: int64(o.TTL), call: int64(o.Call), ret: int64(o.Returned())}
 		// When the operation is surely linearized: after its return, or for
@@ -695,7 +769,8 @@ const visualizeTimeout = 15 * time.Second
 
 // CheckLinearizable checks h against the lock state machine, one resource
 // at a time. Indeterminate operations may take effect at any instant after
-// their call, or never. Leases lapse nondeterministically within the
+// their call, or never (on a persistent lock, with the lease they set
+// counted from as early as their call: see lockInput.late). Leases lapse nondeterministically within the
 // bounds of Options.Margin; TryLock on a live lock by another owner is Busy,
 // a persistent lock's grants take the previous token + 1 (0 first), an
 // ephemeral lock's any token above the previous one, Extend and Get see

@@ -91,7 +91,7 @@ func CheckStaleLeader(h History) []Violation {
 	}
 	var out []Violation
 	for _, o := range h {
-		if o.Kind == Reign || !o.Local || o.Node == 0 || o.Outcome == Indeterminate ||
+		if o.Kind == Reign || o.Kind == Hold || !o.Local || o.Node == 0 || o.Outcome == Indeterminate ||
 			o.Status == lease.MustRetry || o.Status == lease.InvalidInput {
 			continue
 		}
