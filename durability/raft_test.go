@@ -138,7 +138,13 @@ func (n *node) awaitSelfLeader(t testing.TB) {
 // fenced, from the record n has stored.
 func propose(t testing.TB, n *node, p int, r Record) error {
 	t.Helper()
-	r.Term = n.term(t, p)
+	return proposeIn(t, n, p, n.term(t, p), r)
+}
+
+// proposeIn is propose in term, which n need not lead any more.
+func proposeIn(t testing.TB, n *node, p int, term uint64, r Record) error {
+	t.Helper()
+	r.Term = term
 	stored, _, err := n.Load(p, r.Resource)
 	if err != nil {
 		t.Fatal(err)
