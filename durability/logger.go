@@ -42,7 +42,6 @@ func installRaftLogger(l *slog.Logger, min slog.Leveler) {
 		}
 	}
 	raftLogOnce.Do(func() {
-		installStdLogFormatter() // stdlog.go
 		defer func() {
 			// Someone else set the factory first; theirs stays.
 			if recover() != nil && l != nil {

@@ -1,39 +1,48 @@
 package durability
 
 import (
-	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
-
-	"github.com/lni/goutils/logutil/capnslog"
 )
 
-// pebble, dragonboat's log store, logs through the standard log package
-// (its background errors, e.g. "vfs: not supported" from the in-memory file
-// system that cannot report disk usage), and dragonboat's capnslog takes
-// the standard logger over at import and writes it to stderr. An embedded
-// node must not write there: stdLogFormatter, installed once with the
-// dragonboat logger factory, sends the lines that come from the libraries
-// under the Raft backend to the library logs (at Info, so below
-// DefaultLibraryLogLevel) and leaves everybody else's standard log lines
-// to capnslog's default formatter, as before.
-type stdLogFormatter struct{ next capnslog.Formatter }
-
-func installStdLogFormatter() {
-	capnslog.SetFormatter(stdLogFormatter{next: capnslog.NewDefaultFormatter(os.Stderr)})
+// dragonboat's capnslog takes the standard logger over when it is
+// initialised (flags 0, its own "I | log:" format), which rewrites every
+// log.Print line of a program that merely imports kahuna. This package is
+// initialised right after it, so it gives the standard logger back its
+// defaults: the host's own lines come out exactly as the log package
+// writes them, on stderr. One thing stays diverted: pebble, dragonboat's
+// log store, logs through the standard logger (its background errors, e.g.
+// "vfs: not supported" from the in-memory file system that cannot report
+// disk usage), and an embedded node must not write there, so lines whose
+// caller is pebble or dragonboat go to the library logs (at Info, below
+// DefaultLibraryLogLevel). A host that sets its own output later replaces
+// this writer, and then sees those lines too, as it would of any library.
+func init() {
+	log.SetFlags(log.LstdFlags)
+	log.SetPrefix("")
+	log.SetOutput(libraryLineDiverter{out: os.Stderr})
 }
 
-func (f stdLogFormatter) Format(pkg string, level capnslog.LogLevel, depth int, entries ...any) {
+// libraryLineDiverter writes the standard logger's lines to out, except
+// those a library under the Raft backend wrote.
+type libraryLineDiverter struct{ out io.Writer }
+
+func (d libraryLineDiverter) Write(b []byte) (int, error) {
 	if lib := libraryCaller(); lib != "" {
-		raftLogger{pkg: lib}.log(capnsLevel(level), "%s", []any{strings.TrimSpace(fmt.Sprint(entries...))})
-		return
+		raftLogger{pkg: lib}.log(slog.LevelInfo, "%s", []any{strings.TrimSpace(string(stdLogHeader.ReplaceAll(b, nil)))})
+		return len(b), nil
 	}
-	f.next.Format(pkg, level, depth+1, entries...)
+	return d.out.Write(b)
 }
 
-func (f stdLogFormatter) Flush() { f.next.Flush() }
+// stdLogHeader matches the date and time the standard logger's default
+// flags put before a line (with or without microseconds).
+var stdLogHeader = regexp.MustCompile(`^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)? `)
 
 // libraryCaller names the library (pebble, dragonboat) whose code called
 // the standard logger, or "" if none did.
@@ -52,16 +61,4 @@ func libraryCaller() string {
 			return ""
 		}
 	}
-}
-
-func capnsLevel(l capnslog.LogLevel) slog.Level {
-	switch {
-	case l <= capnslog.ERROR:
-		return slog.LevelError
-	case l == capnslog.WARNING:
-		return slog.LevelWarn
-	case l <= capnslog.INFO:
-		return slog.LevelInfo
-	}
-	return slog.LevelDebug
 }

@@ -21,9 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// dragonboat's capnslog takes over the std logger at import and pebble
-	// prints a harmless "vfs: not supported" through it on in-memory
-	// filesystems; keep test output readable.
+	// Keep the test output free of any std log line.
 	log.SetOutput(io.Discard)
 	os.Exit(m.Run())
 }
