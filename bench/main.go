@@ -27,7 +27,8 @@ type Program struct {
 }
 
 // Main runs the program with args (without the program name) and returns
-// its exit code: 0 done, 1 a target or the report failed, 2 bad flags.
+// its exit code: 0 done, 1 a target could not open, failed more
+// operations than it completed, or the report failed, 2 bad flags.
 // The report goes to stdout (or --output); the live line, logs and errors
 // go to stderr. Ending ctx (a signal) stops the run and reports what was
 // measured so far.
@@ -92,6 +93,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, p Progra
 			if res.Target == "" {
 				continue
 			}
+		}
+		if why := res.failing(); why != "" {
+			fmt.Fprintf(stderr, "%s: %s FAILED: %s\n", p.Name, t.Name, why)
+			code = 1
 		}
 		report.Results = append(report.Results, res)
 	}

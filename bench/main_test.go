@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -93,4 +96,43 @@ func TestMainExitCodes(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr.String(), `endpoint "ftp://x": want http://host:port`) {
 		t.Errorf("target that cannot open: exit %d, stderr %q", code, stderr.String())
 	}
+}
+
+// A target that fails every call (dead, or the wrong protocol) makes the
+// run fail, says so with the kind of error, and is not flooded: each
+// worker backs off after failures in a row.
+func TestMainFailsWhenErrorsDominate(t *testing.T) {
+	refusing := &countingLocker{fakeLocker: fakeLocker{err: errors.New("dial tcp 127.0.0.1:40123->127.0.0.1:2070: connect: connection refused")}}
+	p := Program{
+		Name: "kahuna-bench",
+		Targets: append(DefaultTargets(), Target{Name: "refusing", Open: func(context.Context, Settings) (System, error) {
+			return Shared{L: refusing}, nil
+		}}),
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"--target", "refusing", "--concurrency", "2", "--duration", "300ms", "--warmup", "0s", "--progress=false"}, &stdout, &stderr, p)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), `kahuna-bench: refusing FAILED: `) ||
+		!strings.Contains(stderr.String(), `most of them "TryLock: dial tcp 127.0.0.1:2070: connect: connection refused"`) {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+	// Backoff doubling from 1 ms up to 250 ms sleeps at least half of
+	// 1+2+4+…+128 ms ≈ 127 ms over a worker's first 8 failures, so no
+	// worker can fail more than about 9 times in 300 ms; a tight loop
+	// fails thousands of times.
+	if n := refusing.calls.Load(); n > 2*12 {
+		t.Errorf("%d calls in 300 ms by 2 workers against a refusing target: no backoff", n)
+	}
+}
+
+type countingLocker struct {
+	fakeLocker
+	calls atomic.Int64
+}
+
+func (c *countingLocker) TryLock(ctx context.Context, name string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	c.calls.Add(1)
+	return lease.Result{}, c.err
 }

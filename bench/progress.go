@@ -9,7 +9,8 @@ import (
 )
 
 // startProgress prints a live line every second until the returned stop is
-// called: elapsed, operations in flight, ops/s and p99 of the last second.
+// called: elapsed, operations in flight, ops/s, p99 and errors/s (errors
+// and timeouts) of the last second.
 // Warmup seconds are marked. out nil prints nothing.
 func startProgress(ctx context.Context, out io.Writer, target string, s *schedule, rec *recorder, workers []*worker) (stop func()) {
 	if out == nil {
@@ -28,7 +29,7 @@ func startProgress(ctx context.Context, out io.Writer, target string, s *schedul
 			case <-ctx.Done():
 				return
 			case now := <-tick.C:
-				h := rec.takeInterval()
+				h, failures := rec.takeInterval()
 				inFlight := 0
 				for _, w := range workers {
 					if w.inFlight() {
@@ -39,10 +40,10 @@ func startProgress(ctx context.Context, out io.Writer, target string, s *schedul
 				if now.Before(s.measureFrom) {
 					phase = "  (warmup)"
 				}
-				rate := float64(h.TotalCount()) / now.Sub(last).Seconds()
-				fmt.Fprintf(out, "%s %5.0fs  in-flight %4d  ops/s %12s  p99 %9s%s\n",
-					target, now.Sub(s.base).Seconds(), inFlight, fmtCount(rate),
-					fmtDur(time.Duration(h.ValueAtQuantile(99))), phase)
+				secs := now.Sub(last).Seconds()
+				fmt.Fprintf(out, "%s %5.0fs  in-flight %4d  ops/s %12s  p99 %9s  errors/s %9s%s\n",
+					target, now.Sub(s.base).Seconds(), inFlight, fmtCount(float64(h.TotalCount())/secs),
+					fmtDur(time.Duration(h.ValueAtQuantile(99))), fmtCount(float64(failures)/secs), phase)
 				last = now
 			}
 		}

@@ -50,6 +50,7 @@ type stripe struct {
 	mu       sync.Mutex
 	rows     []rowStats
 	interval *hdr.Histogram // successes of operations since the last live line
+	failures int64          // errors and timeouts since the last live line
 	_        [64]byte       // keep neighbouring stripes off one cache line
 }
 
@@ -95,9 +96,15 @@ func (r *recorder) miss(s *stripe, rowIdx int) {
 }
 
 // failure records an error (timeout false) or a timeout, with its message
-// for the breakdown.
-func (r *recorder) failure(s *stripe, rowIdx int, msg string, timeout bool) {
+// for the breakdown. measured is false during warmup: the failure still
+// counts on the live line.
+func (r *recorder) failure(s *stripe, rowIdx int, msg string, timeout, measured bool) {
 	s.mu.Lock()
+	s.failures++
+	if !measured {
+		s.mu.Unlock()
+		return
+	}
 	rs := &s.rows[rowIdx]
 	if timeout {
 		rs.timeouts++
@@ -112,17 +119,19 @@ func (r *recorder) failure(s *stripe, rowIdx int, msg string, timeout bool) {
 	s.mu.Unlock()
 }
 
-// takeInterval returns the successes since the last call and starts a new
-// interval.
-func (r *recorder) takeInterval() *hdr.Histogram {
-	out := newHist()
+// takeInterval returns the successes and the number of failures since the
+// last call and starts a new interval.
+func (r *recorder) takeInterval() (*hdr.Histogram, int64) {
+	out, failures := newHist(), int64(0)
 	for _, s := range r.stripes {
 		s.mu.Lock()
 		out.Merge(s.interval)
 		s.interval.Reset()
+		failures += s.failures
+		s.failures = 0
 		s.mu.Unlock()
 	}
-	return out
+	return out, failures
 }
 
 // total merges the stripes' view of row i. Call it once the workers are done.

@@ -75,13 +75,14 @@ func TestWarmupAndMetricRows(t *testing.T) {
 	rec.success(st, 0, time.Millisecond, true)
 	rec.success(st, 1, time.Second, true)
 	rec.miss(st, 0)
-	rec.failure(st, 0, "TryLock: boom", false)
-	rec.failure(st, 0, "TryLock: timed out", true)
-	if n := rec.takeInterval().TotalCount(); n != 2 {
-		t.Errorf("live line saw %d samples, want 2 (warmup included, handoff not an operation)", n)
+	rec.failure(st, 0, "TryLock: refused in warmup", false, false) // live line only
+	rec.failure(st, 0, "TryLock: boom", false, true)
+	rec.failure(st, 0, "TryLock: timed out", true, true)
+	if h, failures := rec.takeInterval(); h.TotalCount() != 2 || failures != 3 {
+		t.Errorf("live line saw %d samples and %d failures, want 2 and 3 (warmup included, handoff not an operation)", h.TotalCount(), failures)
 	}
-	if n := rec.takeInterval().TotalCount(); n != 0 {
-		t.Errorf("second interval saw %d samples, want 0", n)
+	if h, failures := rec.takeInterval(); h.TotalCount() != 0 || failures != 0 {
+		t.Errorf("second interval saw %d samples and %d failures, want none", h.TotalCount(), failures)
 	}
 	res := summarize("t", rec, time.Second)
 	agg := res.Aggregate
@@ -94,7 +95,7 @@ func TestWarmupAndMetricRows(t *testing.T) {
 	if h, _ := rowOf(res, "handoff"); h.Count != 1 || !h.Metric {
 		t.Errorf("handoff row = %+v, want one metric sample", h)
 	}
-	if res.Errors["TryLock: boom"] != 1 || res.Errors["TryLock: timed out"] != 1 {
+	if len(res.Errors) != 2 || res.Errors["TryLock: boom"] != 1 || res.Errors["TryLock: timed out"] != 1 {
 		t.Errorf("breakdown = %v", res.Errors)
 	}
 }
@@ -102,7 +103,7 @@ func TestWarmupAndMetricRows(t *testing.T) {
 func TestErrorBreakdownIsBounded(t *testing.T) {
 	rec := newRecorder([]row{{name: "op"}}, 1)
 	for i := range maxErrorKinds + 10 {
-		rec.failure(rec.stripeFor(0), 0, "error "+time.Duration(i).String(), false)
+		rec.failure(rec.stripeFor(0), 0, "error "+time.Duration(i).String(), false, true)
 	}
 	res := summarize("t", rec, time.Second)
 	if len(res.Errors) != maxErrorKinds+1 || res.Errors["(other errors)"] != 10 {

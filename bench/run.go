@@ -183,6 +183,7 @@ func (w *worker) runNext(s *schedule, wl workload) bool {
 	ctx := w.begin(began.Sub(s.base))
 	wl.step(ctx, w, from)
 	w.end()
+	w.pause()
 	return true
 }
 

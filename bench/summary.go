@@ -2,6 +2,7 @@ package bench
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -86,6 +87,22 @@ func opSummary(name string, t rowStats, elapsed time.Duration) OpSummary {
 		s.Mean = time.Duration(h.Mean())
 	}
 	return s
+}
+
+// failing says why the run measured a target that is not working (a dead
+// endpoint, the wrong protocol, a node refusing every call): more
+// operations failed than succeeded. "" if it did not.
+func (r Result) failing() string {
+	a := r.Aggregate
+	failed := a.Errors + a.Timeouts
+	if failed == 0 || failed <= a.Count {
+		return ""
+	}
+	why := fmt.Sprintf("%d of %d operations failed", failed, failed+a.Count+a.Misses)
+	if kinds := errorKinds(r.Errors); len(kinds) > 0 {
+		why += fmt.Sprintf(", most of them %q", kinds[0])
+	}
+	return why
 }
 
 // errorKinds lists a breakdown's messages, most frequent first.

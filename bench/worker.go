@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ type worker struct {
 	runCtx   context.Context // ended = the run was interrupted
 	timer    *time.Timer     // open loop: waits for the next start, reused
 	measured bool            // the current operation started after warmup
+	failed   bool            // the current operation failed: back off before the next
+	backoff  time.Duration   // the wait after the last failure; 0 after a success
 	started  int64           // operations started, warmup included
 	ops      int64           // measured operations started
 	grants   int64           // hot-wait: measured grants
@@ -92,23 +95,63 @@ func (w *worker) miss(rowIdx int) {
 // deadline of the target's own) is a timeout; the whole run being
 // interrupted is nothing.
 func (w *worker) fail(ctx context.Context, rowIdx int, call string, err error) {
-	if !w.measured || w.runCtx.Err() != nil {
+	if w.runCtx.Err() != nil {
 		return
 	}
+	w.failed = true
 	timeout := isTimeout(ctx, err)
-	msg := call + ": " + oneLine(err.Error())
+	msg := call + ": " + errorKind(err)
 	if timeout {
 		msg = call + ": timed out"
 	}
-	w.rec.failure(w.stripe, rowIdx, msg, timeout)
+	w.rec.failure(w.stripe, rowIdx, msg, timeout, w.measured)
 }
 
 // failStatus records an answer the workload cannot use (MustRetry, an
 // InvalidOwner on our own lock, …): an error, named by its status.
 func (w *worker) failStatus(rowIdx int, call string, s lease.Status) {
-	if w.measured {
-		w.rec.failure(w.stripe, rowIdx, call+" answered "+s.String(), false)
+	w.failed = true
+	w.rec.failure(w.stripe, rowIdx, call+" answered "+s.String(), false, w.measured)
+}
+
+// Backoff after a failed operation: a dead or refusing target is asked
+// again after 1 ms, then twice as long after each failure in a row, up to
+// 250 ms, so it is not flooded with calls that fail at once, and the
+// report counts failures of a working target's size rather than of a
+// tight loop's.
+const (
+	minBackoff = time.Millisecond
+	maxBackoff = 250 * time.Millisecond
+)
+
+// pause waits after a failed operation (a random part of the backoff, so
+// the workers do not come back in step), and forgets the backoff after a
+// success. It returns early when the run ends.
+func (w *worker) pause() {
+	if !w.failed {
+		w.backoff = 0
+		return
 	}
+	w.failed = false
+	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
+	t := time.NewTimer(w.backoff/2 + time.Duration(w.rng.Int64N(int64(w.backoff/2)+1)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.runCtx.Done():
+	}
+}
+
+// localAddress is the client's side of a connection in a Go network
+// error ("read tcp 127.0.0.1:53412->127.0.0.1:2072: …"): its port differs
+// per connection, so it would make every error of one kind a kind of its
+// own.
+var localAddress = regexp.MustCompile(`(\d{1,3}(\.\d{1,3}){3}|\[[0-9A-Za-z:.%]*\]):\d+->`)
+
+// errorKind is err's message as the breakdown groups it: on one line,
+// bounded, without the client's local address.
+func errorKind(err error) string {
+	return oneLine(localAddress.ReplaceAllString(err.Error(), ""))
 }
 
 // oneLine keeps an error message on one line and bounded, for the breakdown.
