@@ -50,6 +50,22 @@ func TestClusterServedFrom(t *testing.T) {
 		}
 	}
 
+	// A get-info of no live lock: only the type, as Kahuna answers, and
+	// the leader's URL when forwarded, so a REST client can tell which
+	// node answered (without it, it takes the answer as the called node's).
+	missing := res + "-missing"
+	for id, want := range map[uint64]string{1: "", 2: leader} {
+		var m map[string]any
+		settled(t, func() (kahuna.Result, error) {
+			m = restGetInfo(t, c.members[id].Endpoint, missing)
+			status, _ := m["type"].(float64)
+			return kahuna.Result{Status: kahuna.Status(status)}, nil
+		})
+		if got, ok := m["servedFrom"]; m["type"] != float64(kahuna.LockDoesNotExist) || (want == "" && ok) || (want != "" && got != want) {
+			t.Fatalf("REST get-info of a missing lock via node %d: %v, want servedFrom %q", id, m, want)
+		}
+	}
+
 	// gRPC through the Go client, on the shared port.
 	for id := range uint64(3) {
 		id++

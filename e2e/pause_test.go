@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,8 +120,10 @@ func startPauseCluster(t *testing.T, bin binaries) *pauseCluster {
 	// floor, which it does not model, and a long run outlives that (a
 	// 12-minute run's new names started at 29): keep every record here.
 	// sweep_test.go covers removals and the floor.
+	// At info, each node logs when it began to serve a partition in a new
+	// term: the reigns the stale-leader checker needs (recordReigns).
 	keepRecords := func(n *clusterNode, extra ...string) {
-		start(n, append([]string{"--released-retention", "0"}, extra...)...)
+		start(n, append([]string{"--released-retention", "0", "--log-level", "info"}, extra...)...)
 	}
 	startAll(t, c.nodes, keepRecords)
 	for _, n := range c.nodes {
@@ -533,6 +537,59 @@ func (cl *pauseClient) run(stop <-chan struct{}, hot []string) {
 	}
 }
 
+// servingLine is a node's log line saying it began to serve a partition
+// (partition.Leadership): when it was written, and "since", read just
+// before serving began; both to the millisecond, in UTC.
+var (
+	servingLine = regexp.MustCompile(`^time=(\S+) .*msg="serving partition"`)
+	servingAttr = regexp.MustCompile(` (partition|term|since)=(\S+)`)
+)
+
+// recordReigns records a Reign of every hot resource for each partition
+// each node began to serve, from the nodes' logs since they started: the
+// node began to serve in that term at an instant of [since, written +
+// 1 ms], widened by slack on both sides (the wall clock's drift, the
+// recorder's zero read on it). It returns how many reigns the logs hold.
+// Every reign is there, so the stale-leader checker never attributes an
+// answer to an older reign of the node than the one it was given in.
+func (c *pauseCluster) recordReigns(rec *checker.Recorder, recWall time.Time, slack time.Duration, hot []string) (int, error) {
+	byPartition := map[int][]string{}
+	for _, res := range hot {
+		p := partition.Of(res, clusterPartitions)
+		byPartition[p] = append(byPartition[p], res)
+	}
+	n := 0
+	for _, id := range c.ids {
+		for _, line := range strings.Split(c.nodes[id].proc.stderr.String(), "\n") {
+			m := servingLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			written, err := time.Parse(time.RFC3339Nano, m[1])
+			if err != nil {
+				return n, fmt.Errorf("node %d: serving line %q: %w", id, line, err)
+			}
+			attrs := map[string]string{}
+			for _, a := range servingAttr.FindAllStringSubmatch(line, -1) {
+				attrs[a[1]] = a[2]
+			}
+			p, perr := strconv.Atoi(attrs["partition"])
+			term, terr := strconv.ParseUint(attrs["term"], 10, 64)
+			since, serr := time.Parse(time.RFC3339Nano, attrs["since"])
+			if err := errors.Join(perr, terr, serr); err != nil {
+				return n, fmt.Errorf("node %d: serving line %q: %w", id, line, err)
+			}
+			n++
+			from := since.Sub(recWall) - slack
+			to := written.Add(time.Millisecond).Sub(recWall) + slack
+			for _, res := range byPartition[p] {
+				rec.Reign(res, id, term, from, to, false)
+			}
+		}
+	}
+	return n, nil
+}
+
 // pauseRoundResult is one round of the nemesis.
 type pauseRoundResult struct {
 	report checker.Report
@@ -543,7 +600,8 @@ type pauseRoundResult struct {
 // testPauseNemesis runs rounds of a lock workload while a nemesis SIGSTOPs
 // a node (mostly the leader of a hot partition) for longer than a lease and
 // an election, then SIGCONTs it, several times a round; each round's
-// history must pass the linearizability, exclusion and fencing checkers.
+// history must pass the linearizability, exclusion, fencing and
+// stale-leader checkers (the last with the reigns the nodes log).
 // The short run is one round; KAHUNA_PAUSE_DURATION runs rounds until it
 // is spent and prints a summary.
 func testPauseNemesis(t *testing.T, bin binaries) {
@@ -575,6 +633,7 @@ func testPauseNemesis(t *testing.T, bin binaries) {
 		violations += r.report.Violations()
 		byChecker["exclusion"] += len(r.report.Exclusion)
 		byChecker["fencing"] += len(r.report.Fencing)
+		byChecker["stale-leader"] += len(r.report.StaleLeader)
 		if r.report.Linearizable.Result != checker.Linearizable {
 			byChecker["linearizability"]++
 		}
@@ -607,6 +666,7 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 	}
 
 	rec := checker.NewRecorder()
+	recWall := time.Now().Add(-rec.Now()).Round(0) // the recorder's zero on the wall clock
 	logf := func(format string, args ...any) {
 		t.Logf("round %d %6.2fs %s", round, rec.Now().Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -733,10 +793,20 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 		logf("the wall clock moved %v against the monotonic clock during the round", wallStep)
 	}
 
+	// The nodes' logs are read on the wall clock: its drift against the
+	// monotonic one over the round widens each reign's span.
+	reigns, err := c.recordReigns(rec, recWall, wallStep.Abs()+2*time.Millisecond, hotList)
+	if err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
 	h := rec.History()
 	for i := range h {
+		// The node that served an answer decided it from its own state
+		// (a call is forwarded at most once), as a call on its own
+		// non-forwarding Locker would be: the stale-leader checker judges
+		// it against that node's reigns.
 		if n, ok := served.Load(h[i].ID); ok {
-			h[i].Node = n.(uint64)
+			h[i].Node, h[i].Local = n.(uint64), true
 		}
 	}
 	res.ops = len(h)
@@ -756,9 +826,9 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 		res.report = res.report.Recheck(h, again)
 	}
 	st := res.report.Stats
-	logf("%d ops (%d ok, %d fail, %d indeterminate), %d hold windows, %d pauses; linearizability %s in %v; exclusion %d, fencing %d",
-		st.Ops, st.OK, st.Fail, st.Indeterminate, res.report.HoldWindows, res.pauses,
-		res.report.Linearizable.Result, res.report.Linearizable.Elapsed.Round(time.Millisecond), len(res.report.Exclusion), len(res.report.Fencing))
+	logf("%d ops (%d ok, %d fail, %d indeterminate), %d hold windows, %d pauses, %d reigns; linearizability %s in %v; exclusion %d, fencing %d, stale-leader %d",
+		st.Ops, st.OK, st.Fail, st.Indeterminate, res.report.HoldWindows, res.pauses, reigns,
+		res.report.Linearizable.Result, res.report.Linearizable.Elapsed.Round(time.Millisecond), len(res.report.Exclusion), len(res.report.Fencing), len(res.report.StaleLeader))
 	if err := res.report.Err(); err != nil || os.Getenv("KAHUNA_PAUSE_DUMP") != "" {
 		path := filepath.Join(dump, fmt.Sprintf("pause-%d.history", seed))
 		js, _ := json.Marshal(h)
@@ -776,7 +846,7 @@ func pauseNemesisRound(t *testing.T, c *pauseCluster, endpoints []string, seed u
 		t.Logf("wall clock against monotonic over the round: %v", wallStep)
 		t.Logf("leadership timeline (node: partition=leader, * = serving):\n%s", strings.Join(timeline, "\n"))
 		failed := slices.Clone(res.report.Linearizable.Failed)
-		for _, v := range slices.Concat(res.report.Exclusion, res.report.Fencing) {
+		for _, v := range slices.Concat(res.report.Exclusion, res.report.Fencing, res.report.StaleLeader) {
 			for _, o := range v.Ops {
 				failed = append(failed, o.Resource)
 			}

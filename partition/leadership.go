@@ -614,7 +614,12 @@ func (l *Leadership) begin(p int, term uint64) {
 
 // serveLocked starts the reign r of p (through the OnServe hook if set); mu
 // must be held.
+// The log line says when serving began ("since", read just before), as
+// well as when it was written: a process paused in between writes it late,
+// and a reader of the log (the process-level fault tests, an operator
+// lining up two members' logs) needs the instant the reign may have begun.
 func (l *Leadership) serveLocked(p int, r *reign) {
+	since := time.Now()
 	serve := func() { l.parts[p].Store(r) }
 	if l.opts.OnServe != nil {
 		l.opts.OnServe(p, r.term, serve)
@@ -622,7 +627,7 @@ func (l *Leadership) serveLocked(p int, r *reign) {
 		serve()
 	}
 	l.notify()
-	l.logger.Info("serving partition", "partition", p, "term", r.term)
+	l.logger.Info("serving partition", "partition", p, "term", r.term, "since", since)
 }
 
 // renew keeps the lease of partition p alive while this node serves it:

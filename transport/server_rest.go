@@ -53,10 +53,13 @@ type getReply struct {
 }
 
 // statusReply answers get-info when there is no live lock: Kahuna sets
-// only the type then (and we the reason of an InvalidInput).
+// only the type then; we add the reason of an InvalidInput, and the node
+// the call was forwarded to, so that a client knows which node answered
+// (a client takes an answer without it as the called node's own).
 type statusReply struct {
-	Type   lease.Status `json:"type"`
-	Reason string       `json:"reason,omitempty"`
+	ServedFrom string       `json:"servedFrom,omitempty"`
+	Type       lease.Status `json:"type"`
+	Reason     string       `json:"reason,omitempty"`
 }
 
 // hlcTime is Kahuna's HLC timestamp: node, physical unix ms, counter. We
@@ -103,7 +106,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 		}
 		info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
 		if res.Status != lease.Got {
-			return http.StatusOK, append(dst, mustMarshal(statusReply{Type: res.Status, Reason: res.Reason})...)
+			return http.StatusOK, append(dst, mustMarshal(statusReply{ServedFrom: res.ServedFrom, Type: res.Status, Reason: res.Reason})...)
 		}
 		return http.StatusOK, append(dst, mustMarshal(getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
 			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})...)
