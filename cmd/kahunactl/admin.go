@@ -112,7 +112,7 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	var endpoints, raftAddr, endpoint, format string
 	var timeout time.Duration
-	fs.StringVar(&endpoints, "endpoints", "http://127.0.0.1:2070", "comma-separated node URLs (any member will do)")
+	fs.StringVar(&endpoints, "endpoints", defaultEndpoints(), "comma-separated node URLs (any member will do; host:port = http://host:port), default $KAHUNA_ENDPOINTS if set")
 	durationVar(fs, &timeout, "timeout", 2*time.Minute, "bound on the whole change")
 	fs.StringVar(&format, "format", "text", "text or json")
 	fs.StringVar(&raftAddr, "raft-address", "", "add: the new member's Raft host:port (its --raft-host:--raft-port)")
@@ -145,14 +145,9 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if format != "text" && format != "json" {
 		return usageErr("--format must be text or json, not %q", format)
 	}
-	var eps []string
-	for _, e := range strings.Split(endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	if len(eps) == 0 {
-		return usageErr("--endpoints is empty")
+	eps, err := parseEndpoints(endpoints)
+	if err != nil {
+		return usageErr("--endpoints: %v", err)
 	}
 	if co.token == "" {
 		co.token = os.Getenv("KAHUNA_TOKEN")

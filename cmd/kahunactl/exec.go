@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kahunago/kahuna"
 )
@@ -30,6 +33,15 @@ const waitRound = 24 * time.Hour
 // with the lease kept alive, release it when CMD exits and exit with CMD's
 // status; stop CMD if the lock is lost. See the package doc.
 func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []string, o options, stdout, stderr io.Writer) int {
+	// A CMD that cannot run is said before any lock is taken, with the
+	// shell's codes: 127 not found, 126 found but not executable.
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		fmt.Fprintf(stderr, "kahunactl: lock %s: %s; nothing locked\n", resource, oneLine(err))
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotRun
+	}
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
@@ -39,7 +51,7 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 		if h != nil {
 			release(h, o.timeout, stderr)
 		}
-		fmt.Fprintf(stderr, "kahunactl: lock %s: interrupted by %v while waiting; %s not run\n", resource, sig, argv[0])
+		fmt.Fprintf(stderr, "kahunactl: lock %s: interrupted by %s while waiting; %s not run\n", resource, signalName(sig), argv[0])
 		return 128 + signalNumber(sig)
 	}
 	if err != nil {
@@ -175,6 +187,16 @@ func exitStatus(err error, stderr io.Writer, resource string) int {
 	}
 	fmt.Fprintf(stderr, "kahunactl: lock %s: %s\n", resource, strings.TrimSpace(err.Error()))
 	return exitError
+}
+
+// signalName is the signal's name as a shell writes it (SIGINT).
+func signalName(s os.Signal) string {
+	if n, ok := s.(syscall.Signal); ok {
+		if name := unix.SignalName(n); name != "" {
+			return name
+		}
+	}
+	return s.String()
 }
 
 func signalNumber(s os.Signal) int {

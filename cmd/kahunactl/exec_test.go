@@ -172,8 +172,8 @@ func TestLockRunExitStatus(t *testing.T) {
 		ctl(t, "lock", "run/status", "--owner", "next", "--endpoints", ep).want(t, exitOK, "lock after CMD "+c.script)
 		ctl(t, "unlock", "run/status", "--owner", "next", "--endpoints", ep).want(t, exitOK, "unlock")
 	}
-	// A CMD that cannot start: an error, and the lock released.
-	r := ctl(t, "lock", "run/status", "--endpoints", ep, "--", "/nonexistent/cmd").want(t, exitError, "missing CMD")
+	// A CMD that is not there: 127, as a shell says, and the lock free.
+	r := ctl(t, "lock", "run/status", "--endpoints", ep, "--", "/nonexistent/cmd").want(t, exitNotFound, "missing CMD")
 	oneStderrLine(t, r, "/nonexistent/cmd")
 	ctl(t, "lock", "run/status", "--owner", "next", "--endpoints", ep).want(t, exitOK, "lock after a CMD that did not start")
 }
@@ -201,6 +201,19 @@ func TestLockRunBusy(t *testing.T) {
 	}
 }
 
+// TestLockRunCommandNotFound: a CMD that is not there exits 127, as a
+// shell does, and no lock is taken for it.
+func TestLockRunCommandNotFound(t *testing.T) {
+	_, ep := startNode(t)
+	r := ctl(t, "lock", "run/missing", "--endpoints", ep, "--", "kahuna-no-such-command-here").want(t, exitNotFound, "missing CMD")
+	oneStderrLine(t, r, "lock run/missing: exec: \"kahuna-no-such-command-here\": executable file not found in $PATH; nothing locked")
+	ctl(t, "lock", "run/missing", "--endpoints", ep, "--", "/").want(t, exitCannotRun, "a directory as CMD")
+	r = ctl(t, "get", "run/missing", "--endpoints", ep).want(t, exitLost, "get")
+	if r.stdout != "get run/missing: no such lock (never locked, released or expired)\n" {
+		t.Fatalf("the lock was taken for a CMD that could not run: %s", r)
+	}
+}
+
 // TestLockRunInterruptedWhileWaiting: a signal while waiting for the lock
 // ends the wait; CMD never runs; the exit code is 128+signal.
 func TestLockRunInterruptedWhileWaiting(t *testing.T) {
@@ -216,7 +229,7 @@ func TestLockRunInterruptedWhileWaiting(t *testing.T) {
 	if r.stdout != "" {
 		t.Fatalf("CMD ran: %s", r)
 	}
-	oneStderrLine(t, r, "interrupted by interrupt while waiting; sh not run")
+	oneStderrLine(t, r, "interrupted by SIGINT while waiting; sh not run")
 	r = ctl(t, "get", "run/int", "--endpoints", ep).want(t, exitOK, "get")
 	if !strings.HasPrefix(r.stdout, "run/int owned by holder,") {
 		t.Fatalf("after the interrupted wait: %s", r)

@@ -22,7 +22,8 @@
 // KAHUNA_FENCING_TOKEN, extends the lease in the background (every third
 // of --ttl) while CMD runs, releases the lock when CMD exits and exits with
 // CMD's status (128+N if CMD was killed by signal N, as a shell reports
-// it). kahunactl itself prints nothing on stdout: that is CMD's.
+// it; 127 if CMD is not found, 126 if it cannot be run, said before any
+// lock is taken). kahunactl itself prints nothing on stdout: that is CMD's.
 //
 // If the lock is lost while CMD runs (the lease could not be extended
 // before it ran out, say the nodes are unreachable, or a node reports it
@@ -63,6 +64,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -80,6 +82,9 @@ const (
 	exitUsage = 2
 	exitBusy  = 3
 	exitLost  = 4
+	// lock -- CMD, as a shell: CMD found but not executable, not found.
+	exitCannotRun = 126
+	exitNotFound  = 127
 )
 
 func main() {
@@ -210,8 +215,9 @@ func usage() string {
 	}
 	b.WriteString(`
 kahunactl COMMAND -h describes a command and lists its flags; kahunactl --version
-prints the version. Common flags:
-  --endpoints URLS    comma-separated node URLs (default http://127.0.0.1:2070)
+prints the version. Common flags (before or after the command):
+  --endpoints URLS    comma-separated node URLs or host:port (default $KAHUNA_ENDPOINTS,
+                      else http://127.0.0.1:2070)
   --timeout D         bound on the calls to the nodes (default 30s; lock adds --wait)
   --format F          text (default) or json
   --token T           bearer token (default $KAHUNA_TOKEN)
@@ -219,7 +225,8 @@ prints the version. Common flags:
 
 exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the owner,
 or no such lock; lock -- CMD: lost while CMD ran); lock -- CMD exits with
-CMD's status, 128+N when interrupted by signal N while waiting
+CMD's status, 127 if CMD is not found (nothing locked), 128+N when
+interrupted by signal N while waiting
 `)
 	return b.String()
 }
@@ -236,6 +243,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "-version", "--version", "version":
 		fmt.Fprintln(stdout, buildinfo.Version("kahunactl"))
 		return exitOK
+	}
+	args, code := hoistCommonFlags(args, stderr)
+	if code >= 0 {
+		return code
 	}
 	name, args := args[0], args[1:]
 	if name == memberCommand.name {
@@ -304,6 +315,70 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// commonFlags are the flags every command takes, each with a value: they
+// may also come before the command (kahunactl --endpoints URL lock …), as
+// etcdctl, consul and kubectl accept them.
+var commonFlags = map[string]bool{"endpoints": true, "timeout": true, "format": true, "token": true, "ca-file": true}
+
+// hoistCommonFlags moves common flags given before the command to just
+// after it, where the command's parser reads them. code is the exit code
+// of a usage error already printed, else -1.
+func hoistCommonFlags(args []string, stderr io.Writer) (_ []string, code int) {
+	var lead []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !commonFlags[name] {
+			fmt.Fprintf(stderr, "kahunactl: %s before the command: only the common flags (--endpoints, --timeout, --format, --token, --ca-file) may come there (kahunactl -h)\n", args[0])
+			return nil, exitUsage
+		}
+		n := 1
+		if !hasValue {
+			n = 2
+		}
+		if len(args) < n {
+			fmt.Fprintf(stderr, "kahunactl: %s needs a value\n", args[0])
+			return nil, exitUsage
+		}
+		lead, args = append(lead, args[:n]...), args[n:]
+	}
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "kahunactl: no command after %s (kahunactl -h lists them)\n", strings.Join(lead, " "))
+		return nil, exitUsage
+	}
+	return slices.Concat(args[:1], lead, args[1:]), -1
+}
+
+// defaultEndpoints is --endpoints' default: $KAHUNA_ENDPOINTS, else a node
+// on this machine.
+func defaultEndpoints() string {
+	if e := os.Getenv("KAHUNA_ENDPOINTS"); e != "" {
+		return e
+	}
+	return "http://127.0.0.1:2070"
+}
+
+// parseEndpoints splits --endpoints. A URL without a scheme is taken as
+// http:// (127.0.0.1:2070 means http://127.0.0.1:2070).
+func parseEndpoints(s string) ([]string, error) {
+	var eps []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+		}
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%q is not a host:port or an http:// or https:// URL", e)
+		}
+		eps = append(eps, e)
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no endpoint given")
+	}
+	return eps, nil
+}
+
 // parseArgs parses a command's arguments: its flags, its RESOURCE and,
 // for lock, a CMD after "--". code is the exit code when kahunactl is to
 // stop here (help, or a usage error already printed), else -1.
@@ -314,7 +389,7 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var endpoints, durability string
-	fs.StringVar(&endpoints, "endpoints", "http://127.0.0.1:2070", "comma-separated node URLs (http:// = h2c, https:// = TLS)")
+	fs.StringVar(&endpoints, "endpoints", defaultEndpoints(), "comma-separated node URLs (http:// = h2c, https:// = TLS; host:port = http://host:port), default $KAHUNA_ENDPOINTS if set")
 	durationVar(fs, &o.timeout, "timeout", 30*time.Second, "bound on the calls to the nodes (lock: on top of --wait)")
 	fs.StringVar(&o.format, "format", "text", "text or json")
 	fs.StringVar(&o.token, "token", "", "bearer token for nodes started with --auth-token-file (default $KAHUNA_TOKEN)")
@@ -360,9 +435,13 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		}
 		args = rest[1:]
 	}
+	ownerGiven := false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "wait" {
+		switch f.Name {
+		case "wait":
 			o.waitGiven = true
+		case "owner":
+			ownerGiven = true
 		}
 	})
 	if len(extra) > 0 {
@@ -390,14 +469,18 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	if o.token == "" {
 		o.token = os.Getenv("KAHUNA_TOKEN")
 	}
-	for _, e := range strings.Split(endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			o.endpoints = append(o.endpoints, e)
-		}
+	eps, err := parseEndpoints(endpoints)
+	if err != nil {
+		return usageErr("--endpoints: %v", err)
 	}
+	o.endpoints = eps
 	switch {
 	case cmd.resource && resource == "":
 		return usageErr("%s needs a RESOURCE", cmd.name)
+	case cmd.resource && strings.TrimSpace(resource) == "":
+		return usageErr("%s: RESOURCE %q is only white space", cmd.name, resource)
+	case ownerGiven && o.owner == "":
+		return usageErr("--owner is empty (leave it out for a fresh random owner)")
 	case (cmd.name == "extend" || cmd.name == "unlock") && o.owner == "":
 		return usageErr("%s needs --owner (the one lock printed)", cmd.name)
 	case (cmd.name == "lock" || cmd.name == "extend") && o.ttl <= 0:
@@ -408,15 +491,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		return usageErr("--grace must not be negative, not %v", o.grace)
 	case o.timeout <= 0:
 		return usageErr("--timeout must be positive, not %v", o.timeout)
-	case len(o.endpoints) == 0:
-		return usageErr("--endpoints is empty")
 	case cmd.name == "transfer-leadership" && (o.partition < 0 || o.to == 0):
 		return usageErr("transfer-leadership needs --partition P and --to NODE")
-	}
-	for _, e := range o.endpoints {
-		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usageErr("--endpoints: %q is not an http:// or https:// URL", e)
-		}
 	}
 	if reason := invalidInput(cmd.name, resource, o); reason != "" {
 		return usageErr("%s %s: invalid input: %s", cmd.name, lease.Excerpt(resource), reason)

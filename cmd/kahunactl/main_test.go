@@ -257,6 +257,26 @@ func TestFlagsAnywhere(t *testing.T) {
 	ctl(t, "get", "--endpoints", ep, "--", "-dash").want(t, exitOK, "get after --")
 }
 
+// The common flags may come before the command too, as etcdctl's do;
+// the endpoints may come from $KAHUNA_ENDPOINTS, and a bare host:port is
+// an http:// URL.
+func TestCommonFlagsBeforeCommandAndEndpoints(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "--endpoints", ep, "--format", "json", "lock", "pre/r", "--owner", "o").want(t, exitOK, "flags before lock")
+	r := ctl(t, "--endpoints="+ep, "get", "pre/r").want(t, exitOK, "--endpoints= before get")
+	if !strings.HasPrefix(r.stdout, "pre/r owned by o,") {
+		t.Fatalf("get: %s", r)
+	}
+	ctl(t, "--timeout", "5s", "member", "--endpoints", ep, "list").want(t, exitOK, "flags before member")
+	bare := strings.TrimPrefix(ep, "http://")
+	ctl(t, "get", "pre/r", "--endpoints", bare).want(t, exitOK, "bare host:port")
+	t.Setenv("KAHUNA_ENDPOINTS", bare)
+	ctl(t, "unlock", "pre/r", "--owner", "o").want(t, exitOK, "endpoints from $KAHUNA_ENDPOINTS")
+	// A flag wins over the environment.
+	t.Setenv("KAHUNA_ENDPOINTS", "http://127.0.0.1:1")
+	ctl(t, "lock", "pre/r", "--endpoints", ep).want(t, exitOK, "--endpoints over $KAHUNA_ENDPOINTS")
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -278,9 +298,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"lock", "", "s"}, `unexpected argument "s"`},
 		{[]string{"lock", ""}, "lock needs a RESOURCE"},
 		{[]string{"partitions", "r"}, "partitions takes no RESOURCE"},
-		{[]string{"get", "r", "--endpoints", " , "}, "--endpoints is empty"},
-		{[]string{"get", "r", "--endpoints", "127.0.0.1:2070"}, "is not an http:// or https:// URL"},
-		{[]string{"get", "r", "--endpoints", "grpc://127.0.0.1:2070"}, "is not an http:// or https:// URL"},
+		{[]string{"get", "r", "--endpoints", " , "}, "--endpoints: no endpoint given"},
+		{[]string{"get", "r", "--endpoints", "grpc://127.0.0.1:2070"}, "is not a host:port or an http:// or https:// URL"},
+		{[]string{"member", "list", "--endpoints", "ftp://x"}, "is not a host:port or an http:// or https:// URL"},
+		{[]string{"lock", " \t"}, `lock: RESOURCE " \t" is only white space`},
+		{[]string{"lock", "r", "--owner", ""}, "--owner is empty (leave it out for a fresh random owner)"},
+		{[]string{"--bogus", "x", "get", "r"}, "--bogus before the command: only the common flags"},
+		{[]string{"--endpoints", "http://x:1"}, "no command after --endpoints http://x:1"},
+		{[]string{"--endpoints"}, "--endpoints needs a value"},
 		{[]string{"transfer-leadership"}, "needs --partition P and --to NODE"},
 		{[]string{"transfer-leadership", "--partition", "1"}, "needs --partition P and --to NODE"},
 		{[]string{"transfer-leadership", "--to", "2"}, "needs --partition P and --to NODE"},
