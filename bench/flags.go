@@ -17,7 +17,7 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	fs.SetOutput(out)
 	c := &Config{}
 	var target, compare, workload, mix, durability, endpoints, logLevel string
-	fs.StringVar(&target, "target", "embedded", "what to benchmark (see the list below)")
+	fs.StringVar(&target, "target", "embedded", "what to benchmark (one of the Targets listed above)")
 	fs.StringVar(&compare, "compare", "", "comma-separated targets to run one after another with the same workload, e.g. embedded,mutex (overrides --target); NAME:persistent or NAME:ephemeral overrides --durability for that target")
 	fs.StringVar(&workload, "workload", WorkloadLock, "lock, hot, extend, get, mixed or hot-wait")
 	fs.DurationVar(&c.Hold, "hold", 0, "hot-wait: how long each contender holds a grant before it unlocks")

@@ -125,6 +125,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	showVersion := fs.Bool("version", false, "print the version (module version and VCS revision) and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(out, "Usage: kahuna [flags]\n\nRuns a kahuna lock node: a single node with no flags (REST and gRPC on\n127.0.0.1:2070, native gRPC on 2072, Raft on 2073, data under the user's data\ndir), or a cluster member with --initial-cluster. Flags:\n\n")
 			fs.SetOutput(out)
 			fs.PrintDefaults()
 		}

@@ -49,7 +49,7 @@ const (
 // run is the whole program; it returns the exit code. It serves until ctx
 // ends (a signal), then shuts down cleanly.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stdout) // -help, asked for, goes to stdout
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

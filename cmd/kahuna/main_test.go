@@ -206,3 +206,13 @@ func TestServeRestartAndShutdown(t *testing.T) {
 		t.Fatalf("after restart the lock should be busy: %s", got)
 	}
 }
+
+// -help starts with a usage line and what the command does, then the
+// flags, on stdout, and exits 0.
+func TestHelpHasUsageLine(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"-help"}, &stdout, &stderr)
+	if code != 0 || !strings.HasPrefix(stdout.String(), "Usage: kahuna [flags]\n\nRuns a kahuna lock node") || !strings.Contains(stdout.String(), "-initial-cluster-partitions") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}

@@ -112,7 +112,7 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	var endpoints, raftAddr, endpoint, format string
 	var timeout time.Duration
-	fs.StringVar(&endpoints, "endpoints", defaultEndpoints(), "comma-separated node URLs (any member will do; host:port = http://host:port), default $KAHUNA_ENDPOINTS if set")
+	fs.StringVar(&endpoints, "endpoints", defaultEndpoints(), "comma-separated node URLs (any member will do; host:port = http://host:port; $KAHUNA_ENDPOINTS when not given)")
 	durationVar(fs, &timeout, "timeout", 2*time.Minute, "bound on the whole change")
 	fs.StringVar(&format, "format", "text", "text or json")
 	fs.StringVar(&raftAddr, "raft-address", "", "add: the new member's Raft host:port (its --raft-host:--raft-port)")

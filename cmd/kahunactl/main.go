@@ -389,8 +389,12 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var endpoints, durability string
-	fs.StringVar(&endpoints, "endpoints", defaultEndpoints(), "comma-separated node URLs (http:// = h2c, https:// = TLS; host:port = http://host:port), default $KAHUNA_ENDPOINTS if set")
-	durationVar(fs, &o.timeout, "timeout", 30*time.Second, "bound on the calls to the nodes (lock: on top of --wait)")
+	fs.StringVar(&endpoints, "endpoints", defaultEndpoints(), "comma-separated node URLs (http:// = h2c, https:// = TLS, host:port = http://host:port; $KAHUNA_ENDPOINTS when not given)")
+	timeoutUsage := "bound on the calls to the nodes"
+	if cmd.name == "lock" {
+		timeoutUsage += " (--wait comes on top of it)"
+	}
+	durationVar(fs, &o.timeout, "timeout", 30*time.Second, timeoutUsage)
 	fs.StringVar(&o.format, "format", "text", "text or json")
 	fs.StringVar(&o.token, "token", "", "bearer token for nodes started with --auth-token-file (default $KAHUNA_TOKEN)")
 	fs.StringVar(&o.caFile, "ca-file", "", "CA certificate (PEM) to verify https:// endpoints with, for a private CA (default: the system's roots)")
@@ -550,7 +554,7 @@ func commandHelp(cmd command, fs *flag.FlagSet) string {
 		if kind != "" {
 			line += " " + kind
 		}
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" {
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && !strings.HasSuffix(u, "(required)") {
 			u += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(&b, "%-24s %s\n", line, u)

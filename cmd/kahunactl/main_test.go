@@ -398,6 +398,14 @@ func TestCommandHelp(t *testing.T) {
 	if r := ctl(t, "lock", "-h").stdout; !strings.Contains(r, "--ttl duration ") || !strings.Contains(r, "(default 30s)") {
 		t.Errorf("lock -h: durations should show as such, with their defaults: %s", r)
 	}
+	// Each help says what holds for its command: --wait only where there
+	// is one, no default for a required flag.
+	if r := ctl(t, "get", "-h").stdout; strings.Contains(r, "--wait") {
+		t.Errorf("get -h mentions --wait, which get has not: %s", r)
+	}
+	if r := ctl(t, "transfer-leadership", "-h").stdout; !strings.Contains(r, "the partition (required)\n") {
+		t.Errorf("transfer-leadership -h: a required flag shows a default: %s", r)
+	}
 }
 
 func TestVersion(t *testing.T) {
