@@ -67,7 +67,9 @@ func TestRESTReason(t *testing.T) {
 		{"malformed", `{"resource":"x",`, "malformed JSON at byte"},
 		{"not an object", `[1]`, "body must be a JSON object"},
 		{"wrong type", `{"resource":7}`, `field "resource": JSON number is not a valid value`},
-		{"long number", `{"resource":"x","expiresMs":` + strings.Repeat("9", 5000) + `}`, `field "expiresMs": JSON number 9999`},
+		{"long number", `{"resource":"x","expiresMs":` + strings.Repeat("9", 5000) + `}`, `ttl more than 2562047h is over the limit of 596h31m23.647s`},
+		{"ttl over int32", `{"resource":"x","expiresMs":2147483648}`, `ttl 596h31m23.648s is over the limit of 596h31m23.647s`},
+		{"ttl not whole", `{"resource":"x","expiresMs":1.5}`, `field "expiresMs": JSON number 1.5 is not a valid value`},
 	} {
 		code, m := c.do(http.MethodPost, "/v1/locks/try-lock", "application/json", tc.body)
 		reason, _ := m["reason"].(string)

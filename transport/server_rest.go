@@ -8,8 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -180,12 +184,31 @@ func jsonProblem(err error) string {
 	case errors.As(err, &syn):
 		return fmt.Sprintf("malformed JSON at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):
+		if why := ttlOverLimit(typ); why != "" {
+			return why
+		}
 		// Value may hold the number as sent, of any length.
 		return fmt.Sprintf("field %q: JSON %s is not a valid value", lease.Excerpt(typ.Field), lease.Excerpt(typ.Value))
 	case errors.As(err, &b64):
 		return "owner: not valid base64"
 	}
 	return "malformed JSON: " + err.Error()
+}
+
+// ttlOverLimit is lease.Check's reason for an expiresMs that is a whole
+// number of milliseconds too large for the wire's int32 (the TTL limit),
+// or "" for any other decoding error: a client asking for a long lease is
+// told the limit, not that its JSON number is invalid.
+func ttlOverLimit(typ *json.UnmarshalTypeError) string {
+	ms, isNumber := strings.CutPrefix(typ.Value, "number ")
+	if typ.Field != "expiresMs" || !isNumber || ms == "" || strings.Trim(ms, "0123456789") != "" {
+		return ""
+	}
+	ttl := "more than 2562047h" // beyond time.Duration
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil && n <= math.MaxInt64/int64(time.Millisecond) {
+		ttl = (time.Duration(n) * time.Millisecond).String()
+	}
+	return "ttl " + ttl + " is over the limit of " + lease.MaxTTL.String()
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
