@@ -670,7 +670,17 @@ func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.
 	case kahuna.Busy:
 		out.print(fields, "%s %s: %s\n", op, name, r.Status.Describe())
 		return exitBusy
-	case kahuna.LockDoesNotExist, kahuna.InvalidOwner:
+	case kahuna.InvalidOwner:
+		// Kahuna's unlock answers InvalidOwner for a lock another owner
+		// held last even once its lease has expired (extend and get say
+		// LockDoesNotExist then): say both, so neither reads as a lie.
+		why := r.Status.Describe()
+		if op == "unlock" {
+			why = "not the owner (another owner holds it, or held it last and its lease has expired)"
+		}
+		out.print(fields, "%s %s: %s\n", op, name, why)
+		return exitLost
+	case kahuna.LockDoesNotExist:
 		out.print(fields, "%s %s: %s\n", op, name, r.Status.Describe())
 		return exitLost
 	}

@@ -142,7 +142,7 @@ func TestLifecycleText(t *testing.T) {
 			}
 
 			r = c("unlock", res, "--owner", "intruder").want(t, exitLost, "unlock by another owner")
-			if r.stdout != "unlock "+res+": held by another owner\n" {
+			if r.stdout != "unlock "+res+": not the owner (another owner holds it, or held it last and its lease has expired)\n" {
 				t.Fatalf("unlock by another owner output: %s", r)
 			}
 			r = c("unlock", res, "--owner", owner).want(t, exitOK, "unlock")
