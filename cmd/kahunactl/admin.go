@@ -66,6 +66,7 @@ func adminCall(ctx context.Context, endpoints []string, path string, stderr io.W
 		refused = func(e *admin.Error) int { return printRefusal(e, stderr) }
 	}
 	var failures []string
+	var errs []error
 	for _, ep := range endpoints {
 		err := call(ep)
 		var answer *admin.Error
@@ -80,10 +81,14 @@ func adminCall(ctx context.Context, endpoints []string, path string, stderr io.W
 			return exitUsage
 		}
 		// Not reached: try the next node, unless time is up.
-		failures = append(failures, err.Error())
+		failures, errs = append(failures, err.Error()), append(errs, err)
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	if why := explain(errors.Join(errs...), endpoints, 0); why != "" && !connFrom(ctx).verbose {
+		fmt.Fprintf(stderr, "kahunactl: %s: %s\n", path, why)
+		return exitError
 	}
 	fmt.Fprintf(stderr, "kahunactl: %s: no endpoint reachable: %s\n", path, strings.Join(failures, "; "))
 	return exitError
@@ -118,6 +123,7 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&raftAddr, "raft-address", "", "add: the new member's Raft host:port (its --raft-host:--raft-port)")
 	fs.StringVar(&endpoint, "endpoint", "", "add: the new member's API URL, e.g. http://10.0.0.4:2070")
 	var co options // the common connection flags (conn.go)
+	fs.BoolVar(&co.verbose, "v", false, "errors with the transport's own details")
 	fs.StringVar(&co.token, "token", "", "bearer token for nodes started with --auth-token-file (default $KAHUNA_TOKEN)")
 	fs.StringVar(&co.caFile, "ca-file", "", "CA certificate (PEM) to verify https:// endpoints with, for a private CA (default: the system's roots)")
 	var pos []string

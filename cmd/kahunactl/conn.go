@@ -13,14 +13,15 @@ import (
 
 // conn is how kahunactl reaches the nodes: the bearer token and the TLS
 // settings of https:// endpoints, for the lock calls and the admin API
-// alike.
+// alike, and whether a failure to reach them is told in full (-v).
 type conn struct {
-	token string
-	tls   *tls.Config
+	token   string
+	tls     *tls.Config
+	verbose bool
 }
 
 func newConn(o options) (conn, error) {
-	c := conn{token: o.token, tls: &tls.Config{MinVersion: tls.VersionTLS12}}
+	c := conn{token: o.token, tls: &tls.Config{MinVersion: tls.VersionTLS12}, verbose: o.verbose}
 	if o.caFile != "" {
 		pem, err := os.ReadFile(o.caFile)
 		if err != nil {

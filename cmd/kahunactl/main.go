@@ -105,6 +105,7 @@ type options struct {
 	to         uint64
 	token      string // --token, else $KAHUNA_TOKEN
 	caFile     string // --ca-file: trust this CA for https:// endpoints
+	verbose    bool   // -v: errors with the transport's own words too
 }
 
 // A command is one of kahunactl's commands.
@@ -222,6 +223,7 @@ prints the version. Common flags (before or after the command):
   --format F          text (default) or json
   --token T           bearer token (default $KAHUNA_TOKEN)
   --ca-file F         CA (PEM) for https:// endpoints signed by a private CA
+  -v                  errors with the transport's own details too
 
 exit codes: 0 success, 1 error, 2 usage, 3 busy, 4 lock lost (not the owner,
 or no such lock; lock -- CMD: lost while CMD ran); lock -- CMD exits with
@@ -270,7 +272,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx = withConn(ctx, cc)
 	dctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	out := printer{w: stdout, json: o.format == "json"}
+	out := printer{w: stdout, json: o.format == "json", endpoints: o.endpoints, timeout: o.timeout, verbose: o.verbose}
 	switch cmd.name {
 	case "partitions":
 		return partitions(dctx, o, out, stderr)
@@ -281,7 +283,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	client, err := transport.Dial(dctx, o.endpoints, cc.clientOptions()...)
 	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "kahunactl: %s\n", out.errorLine(err))
 		return exitError
 	}
 	defer client.Close()
@@ -327,8 +329,12 @@ func hoistCommonFlags(args []string, stderr io.Writer) (_ []string, code int) {
 	var lead []string
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "--" {
 		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if name == "v" {
+			lead, args = append(lead, args[0]), args[1:]
+			continue
+		}
 		if !commonFlags[name] {
-			fmt.Fprintf(stderr, "kahunactl: %s before the command: only the common flags (--endpoints, --timeout, --format, --token, --ca-file) may come there (kahunactl -h)\n", args[0])
+			fmt.Fprintf(stderr, "kahunactl: %s before the command: only the common flags (--endpoints, --timeout, --format, --token, --ca-file, -v) may come there (kahunactl -h)\n", args[0])
 			return nil, exitUsage
 		}
 		n := 1
@@ -398,6 +404,7 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	fs.StringVar(&o.format, "format", "text", "text or json")
 	fs.StringVar(&o.token, "token", "", "bearer token for nodes started with --auth-token-file (default $KAHUNA_TOKEN)")
 	fs.StringVar(&o.caFile, "ca-file", "", "CA certificate (PEM) to verify https:// endpoints with, for a private CA (default: the system's roots)")
+	fs.BoolVar(&o.verbose, "v", false, "errors with the transport's own details")
 	cmd.flags(fs, &o, &durability)
 
 	usageErr := func(format string, a ...any) (options, string, []string, int) {
@@ -648,7 +655,7 @@ func acquireFailed(out printer, stderr io.Writer, resource, owner string, err er
 func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.Result, err error, success kahuna.Status) int {
 	name := lease.Excerpt(resource)
 	if err != nil {
-		fmt.Fprintf(stderr, "kahunactl: %s %s: %s\n", op, name, oneLine(err))
+		fmt.Fprintf(stderr, "kahunactl: %s %s: %s\n", op, name, out.errorLine(err))
 		return exitError
 	}
 	fields := map[string]any{"resource": resource, "status": r.Status.String()}
@@ -695,6 +702,10 @@ func report(out printer, stderr io.Writer, op, resource, owner string, r kahuna.
 type printer struct {
 	w    io.Writer
 	json bool
+	// What an error message names and how much it says (errorLine).
+	endpoints []string
+	timeout   time.Duration
+	verbose   bool
 }
 
 func (p printer) print(fields map[string]any, format string, args ...any) {

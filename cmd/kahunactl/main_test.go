@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -367,7 +369,7 @@ func TestCommandHelp(t *testing.T) {
 		"watch":               {"endpoints", "format", "timeout"},
 	}
 	for name, flags := range want { // the common connection flags (conn.go)
-		want[name] = append(flags, "ca-file", "token")
+		want[name] = append(flags, "ca-file", "token", "v")
 		sort.Strings(want[name])
 	}
 	flagLine := regexp.MustCompile(`^  --([a-z-]+) `)
@@ -456,7 +458,39 @@ func TestUnreachableEndpointExitsOne(t *testing.T) {
 			t.Errorf("%q: want exit 1, got %s", args, r)
 			continue
 		}
-		oneStderrLine(t, r, strings.TrimPrefix(dead, "http://"))
+		oneStderrLine(t, r, "cannot reach "+dead+": connection refused — is a kahuna node running there?")
+		// -v adds the transport's own words, on the same line.
+		r = ctl(t, append(args, "--endpoints", dead, "--timeout", "10s", "-v")...)
+		oneStderrLine(t, r, "connection refused")
+		if !strings.Contains(r.stderr, "dial tcp") {
+			t.Errorf("%q -v: no transport details: %s", args, r)
+		}
+	}
+}
+
+// explain names the endpoint and the likely mistake for each way a node
+// cannot be reached, and leaves other errors to speak for themselves.
+func TestExplain(t *testing.T) {
+	eps := []string{"http://127.0.0.1:2073"}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errors.New(`opening a stream to http://127.0.0.1:2073: rpc error: code = Unavailable desc = connection error: desc = "error reading server preface: EOF"`),
+			"http://127.0.0.1:2073 does not answer as a kahuna API port (a Raft port? the API listens on --http-ports, 2070 by default)"},
+		{errors.New(`no endpoint reachable: Get "http://127.0.0.1:2073/v1/admin/members": EOF`),
+			"http://127.0.0.1:2073 does not answer as a kahuna API port (a Raft port? the API listens on --http-ports, 2070 by default)"},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), "cannot reach http://127.0.0.1:2073: connection refused — is a kahuna node running there?"},
+		{errors.New("name resolver error: produced zero addresses"), "cannot resolve the host of http://127.0.0.1:2073"},
+		{fmt.Errorf("get: %w", context.DeadlineExceeded), "no answer from http://127.0.0.1:2073 within --timeout 5s (a node that does not answer, or https:// to a port without TLS?)"},
+		{errors.New("lease: something else"), ""},
+	} {
+		if got := explain(c.err, eps, 5*time.Second); got != c.want {
+			t.Errorf("explain(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+	if got := explain(syscall.ECONNREFUSED, []string{"http://a:1", "http://b:1"}, 0); got != "cannot reach any of http://a:1, http://b:1: connection refused — is a kahuna node running there?" {
+		t.Errorf("two endpoints: %q", got)
 	}
 }
 
