@@ -330,20 +330,51 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 		_ = json.NewEncoder(out.w).Encode(rows)
 		return code
 	}
+	health := func(st *admin.NodeStatus) string {
+		switch {
+		case !st.Healthy:
+			return "unhealthy"
+		case st.NoSpace != "":
+			return "no-space"
+		}
+		return "healthy"
+	}
 	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ENDPOINT\tNODE\tHEALTH\tPARTITION\tLEADER\tTERM\tAPPLIED\tSERVING\tVOTERS\n")
+	if !o.partitionsView {
+		// One row per member, as etcdctl endpoint status: how many
+		// partitions it runs and leads, its highest term, the sum of
+		// its applied indexes; the error last, for one that did not answer.
+		fmt.Fprintf(tw, "ENDPOINT\tNODE\tHEALTH\tRUNNING\tLEADS\tTERM\tAPPLIED\tERROR\n")
+		for _, r := range rows {
+			if r.Status == nil {
+				fmt.Fprintf(tw, "%s\t-\tunreachable\t-\t-\t-\t-\t%s\n", r.Endpoint, r.Error)
+				continue
+			}
+			var running, leads int
+			var term, applied uint64
+			for _, p := range r.Status.Partitions {
+				if p.Running {
+					running++
+				}
+				if p.Serving {
+					leads++
+				}
+				term, applied = max(term, p.Term), applied+p.Applied
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d/%d\t%d\t%d\t%d\t\n", r.Endpoint, r.Status.Node, health(r.Status), running, len(r.Status.Partitions), leads, term, applied)
+		}
+	} else {
+		fmt.Fprintf(tw, "ENDPOINT\tNODE\tHEALTH\tPARTITION\tLEADER\tTERM\tAPPLIED\tSERVING\tVOTERS\n")
+	}
 	for _, r := range rows {
+		if !o.partitionsView {
+			break
+		}
 		if r.Status == nil {
 			fmt.Fprintf(tw, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%s\n", r.Endpoint, r.Error)
 			continue
 		}
-		health := "healthy"
-		switch {
-		case !r.Status.Healthy:
-			health = "unhealthy"
-		case r.Status.NoSpace != "":
-			health = "no-space"
-		}
+		health := health(r.Status)
 		for _, p := range r.Status.Partitions {
 			serving := ""
 			if p.Serving {

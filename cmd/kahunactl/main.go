@@ -9,7 +9,7 @@
 //	kahunactl partitions                             # who leads each partition
 //	kahunactl transfer-leadership --partition 3 --to 2
 //	kahunactl member list|add|remove                 # cluster membership (admin.go)
-//	kahunactl status                                 # every member's view of every partition
+//	kahunactl status                                 # every member's health, one row each (--partitions: per partition)
 //	kahunactl --version
 //
 // kahunactl COMMAND -h describes a command and lists its flags.
@@ -106,6 +106,8 @@ type options struct {
 	token      string // --token, else $KAHUNA_TOKEN
 	caFile     string // --ca-file: trust this CA for https:// endpoints
 	verbose    bool   // -v: errors with the transport's own words too
+	// status --partitions: a row per member and partition.
+	partitionsView bool
 }
 
 // A command is one of kahunactl's commands.
@@ -159,8 +161,10 @@ var commands = []command{
 	memberCommand, // admin.go
 	watchCommand,  // watch.go
 	{name: "status", args: "[flags]",
-		summary: "show every member's view: per partition its leader, term and applied index, and the member's health",
-		flags:   func(*flag.FlagSet, *options, *string) {}},
+		summary: "show every member's health, one row each: partitions it runs and leads, highest term, applied index",
+		flags: func(fs *flag.FlagSet, o *options, _ *string) {
+			fs.BoolVar(&o.partitionsView, "partitions", false, "one row per member and partition: its leader, term, applied index, voters")
+		}},
 }
 
 func findCommand(name string) (command, bool) {

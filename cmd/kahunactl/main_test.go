@@ -365,7 +365,7 @@ func TestCommandHelp(t *testing.T) {
 		"partitions":          {"endpoints", "format", "timeout"},
 		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
 		"member":              {"endpoint", "endpoints", "format", "raft-address", "timeout"},
-		"status":              {"endpoints", "format", "timeout"},
+		"status":              {"endpoints", "format", "partitions", "timeout"},
 		"watch":               {"endpoints", "format", "timeout"},
 	}
 	for name, flags := range want { // the common connection flags (conn.go)
@@ -619,5 +619,30 @@ func TestOneLine(t *testing.T) {
 	err := fmt.Errorf("transport: no endpoint reachable: %w", fmt.Errorf("dial a: refused\ndial a: refused\ndial b: refused"))
 	if got, want := oneLine(err), "transport: no endpoint reachable: dial a: refused; dial b: refused"; got != want {
 		t.Fatalf("oneLine = %q, want %q", got, want)
+	}
+}
+
+// TestStatus: one row per member by default, as etcdctl endpoint status;
+// --partitions a row per member and partition; an endpoint that does not
+// answer is a row saying why, and exit 1.
+func TestStatus(t *testing.T) {
+	_, ep := startNode(t)
+	r := ctl(t, "status", "--endpoints", ep).want(t, exitOK, "status")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ENDPOINT NODE HEALTH RUNNING LEADS TERM APPLIED ERROR" {
+		t.Fatalf("status: %s", r)
+	}
+	if f := strings.Fields(lines[1]); len(f) != 7 || f[0] != ep || f[1] != "1" || f[2] != "healthy" || f[3] != "1/1" || f[4] != "1" {
+		t.Fatalf("status row %q: want endpoint, node 1, healthy, 1/1 running, leads 1, term, applied", lines[1])
+	}
+	r = ctl(t, "status", "--partitions", "--endpoints", ep).want(t, exitOK, "status --partitions")
+	lines = strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ENDPOINT") || !strings.Contains(lines[0], "PARTITION") || !strings.Contains(lines[1], " yes ") {
+		t.Fatalf("status --partitions: %s", r)
+	}
+	dead := closedEndpoint(t)
+	r = ctl(t, "status", "--endpoints", ep+","+dead).want(t, exitError, "status with a dead endpoint")
+	if !strings.Contains(r.stdout, dead) || !strings.Contains(r.stdout, "unreachable") || !strings.Contains(r.stdout, "connection refused") {
+		t.Fatalf("status with a dead endpoint: %s", r)
 	}
 }
