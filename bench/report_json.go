@@ -24,8 +24,8 @@ type jsonParameters struct {
 	Workload    string   `json:"workload"`
 	Mix         string   `json:"mix,omitempty"`
 	Extends     int      `json:"extends,omitempty"`
-	Duration    float64  `json:"duration"`
-	Warmup      float64  `json:"warmup"`
+	Duration    float64  `json:"durationSec"`
+	Warmup      float64  `json:"warmupSec"`
 	Concurrency int      `json:"concurrency"`
 	Rate        float64  `json:"rate"`
 	KeySpace    int      `json:"keySpace"`
@@ -34,7 +34,7 @@ type jsonParameters struct {
 	Durability  string   `json:"durability"`
 	Endpoints   []string `json:"endpoints"`
 	Seed        uint64   `json:"seed"`
-	Timeout     float64  `json:"timeout"`
+	Timeout     float64  `json:"timeoutSec"`
 	HoldMs      *float64 `json:"holdMs,omitempty"` // hot-wait
 	WaitMs      *float64 `json:"waitMs,omitempty"` // hot-wait
 	GoMaxProcs  int      `json:"gomaxprocs"`

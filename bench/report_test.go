@@ -59,7 +59,7 @@ func TestJSONShape(t *testing.T) {
 	}
 	pin("top", keysOf(t, doc), "comparison,parameters,runs,tool")
 	pin("parameters", keysOf(t, doc["parameters"]),
-		"concurrency,durability,duration,endpoints,goVersion,gomaxprocs,keyPrefix,keySpace,numCpu,platform,rate,seed,started,targets,timeout,ttlMs,warmup,workload")
+		"concurrency,durability,durationSec,endpoints,goVersion,gomaxprocs,keyPrefix,keySpace,numCpu,platform,rate,seed,started,targets,timeoutSec,ttlMs,warmupSec,workload")
 	run := doc["runs"].([]any)[0]
 	pin("run", keysOf(t, run), "aggregate,allocsPerOp,backlog,elapsedSec,errorBreakdown,interrupted,operations,target")
 	opFields := "count,errors,maxMs,meanMs,misses,operation,p50Ms,p90Ms,p95Ms,p999Ms,p99Ms,rps,timeouts"
@@ -71,7 +71,7 @@ func TestJSONShape(t *testing.T) {
 	if r["allocsPerOp"] != 2.0 || r["aggregate"].(map[string]any)["p50Ms"] != 0.005 {
 		t.Errorf("values: allocsPerOp %v, p50Ms %v; want 2 and 0.005", r["allocsPerOp"], r["aggregate"].(map[string]any)["p50Ms"])
 	}
-	if p := doc["parameters"].(map[string]any); p["duration"] != 10.0 || p["seed"] != 42.0 || p["ttlMs"] != 5000.0 {
+	if p := doc["parameters"].(map[string]any); p["durationSec"] != 10.0 || p["seed"] != 42.0 || p["ttlMs"] != 5000.0 {
 		t.Errorf("parameters: %v", p)
 	}
 	if got := doc["runs"].([]any)[1].(map[string]any)["allocsPerOp"]; got != nil {
