@@ -273,8 +273,9 @@ func closeAll(ls []listener) {
 }
 
 // oneLine folds a (possibly joined) error into one line.
+// The library's errors begin with "kahuna: " too: said once.
 func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
+	return strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "kahuna: ")
 }
 
 // offIfZero maps a duration flag whose 0 means off (--leader-balance-cooldown,

@@ -85,8 +85,9 @@ func TestUnusablePortOrDataDirExitsOne(t *testing.T) {
 	for name, args := range cases {
 		var stderr bytes.Buffer
 		code := run(context.Background(), args, io.Discard, &stderr)
-		if code != 1 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || !strings.HasPrefix(stderr.String(), "kahuna: ") {
-			t.Errorf("%s: exit %d, stderr %q", name, code, stderr.String())
+		if code != 1 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 || !strings.HasPrefix(stderr.String(), "kahuna: ") ||
+			strings.HasPrefix(stderr.String(), "kahuna: kahuna: ") {
+			t.Errorf("%s: exit %d, stderr %q: want one line, kahuna: said once", name, code, stderr.String())
 		}
 	}
 }
