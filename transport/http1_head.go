@@ -14,7 +14,8 @@ import (
 // that); a request outside it is handed to net/http with the connection,
 // which answers it as before.
 
-// restRoute is one of the four REST lock routes.
+// restRoute is one of the REST lock routes: Kahuna's four, and
+// check-token.
 type restRoute uint8
 
 const (
@@ -23,24 +24,27 @@ const (
 	routeExtend
 	routeUnlock
 	routeGet
+	routeCheckToken
 )
 
 // restRoutePaths are the routes' paths, as the mux in listener.go has them.
 var restRoutePaths = [...]string{
-	routeTryLock: "/v1/locks/try-lock",
-	routeExtend:  "/v1/locks/try-extend",
-	routeUnlock:  "/v1/locks/try-unlock",
-	routeGet:     "/v1/locks/get-info",
+	routeTryLock:    "/v1/locks/try-lock",
+	routeExtend:     "/v1/locks/try-extend",
+	routeUnlock:     "/v1/locks/try-unlock",
+	routeGet:        "/v1/locks/get-info",
+	routeCheckToken: "/v1/locks/check-token",
 }
 
-// op is the lock operation of a route (routeGet's is lease.Get).
+// op is the lock operation of a route (routeGet's and routeCheckToken's
+// is lease.Get).
 func (r restRoute) op() lease.Op {
 	switch r {
 	case routeExtend:
 		return lease.Extend
 	case routeUnlock:
 		return lease.Unlock
-	case routeGet:
+	case routeGet, routeCheckToken:
 		return lease.Get
 	}
 	return lease.TryLock

@@ -230,3 +230,53 @@ func mapsEqualJSON(a, b map[string]any) bool {
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
 }
+
+// TestRESTCheckToken: check-token says whether a token is the live
+// holder's, with the holder's token and expiry; no lock (released, or its
+// lease ended) is -1; a negative token or a body that is not a request
+// is 400, and reaches no Locker.
+func TestRESTCheckToken(t *testing.T) {
+	f := newFake()
+	srv := startServer(t, f, ServerOptions{})
+	c := newREST(t, srv.mixed)
+	check := func(body string) map[string]any {
+		t.Helper()
+		return c.post("/v1/locks/check-token", body)
+	}
+	m := check(`{"resource":"ct/a","fencingToken":0,"durability":1}`)
+	if m["valid"] != false || num(t, m, "fencingToken") != -1 || num(t, m, "type") != int64(lease.LockDoesNotExist) || m["expires"] != nil {
+		t.Fatalf("no lock = %v, want invalid, token -1, type 102, no expiry", m)
+	}
+	c.post("/v1/locks/try-lock", `{"resource":"ct/a","owner":"`+b64("A")+`","expiresMs":1000,"durability":1}`)
+	c.post("/v1/locks/try-unlock", `{"resource":"ct/a","owner":"`+b64("A")+`","durability":1}`)
+	c.post("/v1/locks/try-lock", `{"resource":"ct/a","owner":"`+b64("B")+`","expiresMs":20000,"durability":1}`)
+	m = check(`{"resource":"ct/a","fencingToken":1,"durability":1}`)
+	exp, _ := m["expires"].(map[string]any)
+	if m["valid"] != true || num(t, m, "fencingToken") != 1 || num(t, m, "type") != int64(lease.Got) || exp == nil || num(t, exp, "l") != f.clock().Add(20*time.Second).UnixMilli() {
+		t.Fatalf("the holder's token = %v, want valid, token 1, its expiry", m)
+	}
+	m = check(`{"resource":"ct/a","fencingToken":0,"durability":1}`)
+	if m["valid"] != false || num(t, m, "fencingToken") != 1 {
+		t.Fatalf("a superseded token = %v, want invalid, current token 1", m)
+	}
+	if m := check(`{"resource":"ct/a","fencingToken":1,"durability":0}`); m["valid"] != false || num(t, m, "fencingToken") != -1 {
+		t.Fatalf("the other durability = %v, want no lock", m)
+	}
+	f.advance(21 * time.Second) // B's lease has ended
+	if m := check(`{"resource":"ct/a","fencingToken":1,"durability":1}`); m["valid"] != false || num(t, m, "fencingToken") != -1 {
+		t.Fatalf("a lapsed lease's token = %v, want invalid, no lock", m)
+	}
+	served := f.served.Load()
+	for _, body := range []string{`{"resource":"ct/a","fencingToken":-1,"durability":1}`, `{"resource":"ct/a","fencingToken":"x"}`, `[1]`} {
+		code, m := c.do(http.MethodPost, "/v1/locks/check-token", "application/json", body)
+		if code != http.StatusBadRequest || m["reason"] == nil {
+			t.Errorf("%s: %d %v, want 400 with a reason", body, code, m)
+		}
+	}
+	if m := check(`{"fencingToken":1,"durability":1}`); num(t, m, "type") != int64(lease.InvalidInput) || m["valid"] != false {
+		t.Errorf("no resource = %v, want InvalidInput", m)
+	}
+	if n := f.served.Load(); n != served {
+		t.Errorf("%d bad check-token requests reached the Locker", n-served)
+	}
+}

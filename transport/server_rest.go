@@ -100,6 +100,9 @@ func (s *Server) restHandler(route restRoute) http.Handler {
 // 400 for a body that is not a request object (nothing then reaches the
 // Locker).
 func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, body []byte) (int, []byte) {
+	if route == routeCheckToken {
+		return s.checkToken(ctx, dst, body)
+	}
 	if route == routeGet {
 		b, ok := decodeGetBody(body) // json_fast.go, else encoding/json
 		if !ok {
@@ -131,6 +134,49 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 	// the error only says the asker is gone, so it is not looked at.
 	_, res, _ := s.serve(ctx, s.locker, req)
 	return http.StatusOK, appendLockReply(dst, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
+}
+
+// checkTokenBody is a check-token request: is FencingToken the token of
+// the live holder of Resource?
+type checkTokenBody struct {
+	Resource     string `json:"resource"`
+	FencingToken int64  `json:"fencingToken"`
+	Durability   int32  `json:"durability"`
+}
+
+// checkTokenReply answers check-token: valid, and the live holder's token
+// and lease end (-1 and none when no lock is held); type is the Get's
+// status (Got or LockDoesNotExist, else a refusal such as MustRetry, with
+// valid false).
+type checkTokenReply struct {
+	ServedFrom   string       `json:"servedFrom,omitempty"`
+	Type         lease.Status `json:"type"`
+	Valid        bool         `json:"valid"`
+	FencingToken int64        `json:"fencingToken"`
+	Expires      *hlcTime     `json:"expires,omitempty"`
+	Reason       string       `json:"reason,omitempty"`
+}
+
+// checkToken serves check-token: a Get of the lock (linearizable, by the
+// partition's leader under its lease), compared with the token asked
+// about. It is ours, not Kahuna's: the server side of fencing for a
+// resource that keeps no high-water mark of its own.
+func (s *Server) checkToken(ctx context.Context, dst []byte, body []byte) (int, []byte) {
+	var b checkTokenBody
+	if why := decodeBody(body, &b); why != "" {
+		return badBody(dst, why)
+	}
+	if b.FencingToken < 0 {
+		return badBody(dst, "fencingToken must not be negative")
+	}
+	info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
+	reply := checkTokenReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: -1, Reason: res.Reason}
+	if res.Status == lease.Got {
+		reply.Valid = info.FencingToken == b.FencingToken
+		reply.FencingToken = info.FencingToken
+		reply.Expires = &hlcTime{L: info.Expires.UnixMilli()}
+	}
+	return http.StatusOK, append(dst, mustMarshal(reply)...)
 }
 
 // readJSONBody reads a POSTed JSON body, or answers the client's mistake
