@@ -1,0 +1,3 @@
+module github.com/kahunago/kahuna/fence
+
+go 1.26.0
