@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kahunago/kahuna/fence"
@@ -20,11 +21,14 @@ type Outcome struct {
 }
 
 // Hammer runs writers goroutines of perWriter writes each, all released at
-// once; write j of a writer carries a token of j plus 0 to 3, so writers
-// overtake one another, some tokens repeat (a holder's second write) and
-// some are stale. write does one fenced write; Hammer returns every
-// outcome.
+// once. A shared counter plays the lock service: before a write, one time
+// in four a writer takes the next token (a new grant); half of the writes
+// carry the latest token, the others one 1 to 3 behind (a holder that
+// slept through later grants). So tokens repeat (a holder's second write),
+// writers overtake one another, and some are stale. write does one fenced
+// write; Hammer returns every outcome.
 func Hammer(ctx context.Context, writers, perWriter int, seed uint64, write func(ctx context.Context, tok uint64) error) []Outcome {
+	var issued atomic.Uint64
 	out := make([][]Outcome, writers)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -32,8 +36,14 @@ func Hammer(ctx context.Context, writers, perWriter int, seed uint64, write func
 		r := rand.New(rand.NewPCG(seed, uint64(w)))
 		wg.Go(func() {
 			<-start
-			for j := range perWriter {
-				tok := uint64(j) + r.Uint64N(4)
+			for range perWriter {
+				tok := issued.Load()
+				if r.Uint64N(4) == 0 {
+					tok = issued.Add(1)
+				}
+				if lag := r.Uint64N(6); lag > 2 {
+					tok -= min(tok, lag-2)
+				}
 				out[w] = append(out[w], Outcome{Token: tok, Err: write(ctx, tok)})
 			}
 		})
