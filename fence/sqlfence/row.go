@@ -93,7 +93,7 @@ func (r *Row) Update(ctx context.Context, q Execer, key any, tok fence.Token, se
 	}
 	if !mark.Valid || uint64(mark.Int64) <= tok.Value {
 		// Only a writer that lowers or clears the token column gets here.
-		return fmt.Errorf("sqlfence: fenced update of %s with %s: no row updated, yet the row's token is %v: it went down", r.table, tok, mark)
+		return fmt.Errorf("sqlfence: fenced update of %s with %s: no row updated, yet the row's token (%d, null %v) is not above it: it was lowered", r.table, tok, mark.Int64, !mark.Valid)
 	}
 	return &fence.StaleError{Resource: r.table, Token: tok, Current: uint64(mark.Int64)}
 }

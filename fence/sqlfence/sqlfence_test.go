@@ -16,6 +16,12 @@ import (
 
 // setup makes a mark table and a value table with one row, id 1.
 func setup(t *testing.T, b backend) (*sqlfence.Fence, string) {
+	f, _, val := setupNamed(t, b)
+	return f, val
+}
+
+// setupNamed is setup, also returning the mark table's name.
+func setupNamed(t *testing.T, b backend) (f *sqlfence.Fence, marks, val string) {
 	t.Helper()
 	n := names(2)
 	f, err := sqlfence.New(context.Background(), b.db, b.d, n[0])
@@ -24,7 +30,7 @@ func setup(t *testing.T, b backend) (*sqlfence.Fence, string) {
 	}
 	b.exec(t, "CREATE TABLE "+n[1]+" (id INTEGER PRIMARY KEY, v TEXT NOT NULL, history TEXT NOT NULL, tok BIGINT)")
 	b.exec(t, "INSERT INTO "+n[1]+" (id, v, history) VALUES (1, '', '')")
-	return f, n[1]
+	return f, n[0], n[1]
 }
 
 func tok(v uint64) fence.Token { return fence.Token{Lock: "orders/42", Value: v} }
@@ -41,7 +47,7 @@ func (b backend) value(t *testing.T, table string) string {
 func TestRule(t *testing.T) {
 	eachDB(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
-		f, val := setup(t, b)
+		f, marks, val := setupNamed(t, b)
 		set := b.p("UPDATE " + val + " SET v = $1 WHERE id = 1")
 		for _, step := range []struct {
 			tok     uint64
@@ -90,7 +96,7 @@ func TestRule(t *testing.T) {
 			t.Fatalf("mark of a key never written: %v %v", ok, err)
 		}
 		// New on an existing table keeps its marks.
-		f2, err := sqlfence.New(ctx, b.db, b.d, fenceTable(t, b, f))
+		f2, err := sqlfence.New(ctx, b.db, b.d, marks)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,28 +104,6 @@ func TestRule(t *testing.T) {
 			t.Fatalf("token 5 through a second Fence on the table: %v", err)
 		}
 	})
-}
-
-// fenceTable finds the mark table of f by its name in the error of a
-// stale... it is simpler to remember it: the mark table is the name just
-// before the value table's.
-func fenceTable(t *testing.T, b backend, _ *sqlfence.Fence) string {
-	t.Helper()
-	for _, n := range slices.Backward(b.tables(t)) {
-		var cols int
-		q := "SELECT count(*) FROM pragma_table_info('" + n + "') WHERE name = 'mark'"
-		if b.d == sqlfence.PostgreSQL {
-			q = "SELECT count(*) FROM information_schema.columns WHERE table_name = '" + n + "' AND column_name = 'mark'"
-		}
-		if err := b.db.QueryRow(q).Scan(&cols); err != nil {
-			t.Fatal(err)
-		}
-		if cols == 1 {
-			return n
-		}
-	}
-	t.Fatal("no mark table")
-	return ""
 }
 
 func TestBadTableName(t *testing.T) {
