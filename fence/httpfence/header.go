@@ -100,7 +100,7 @@ func ParseHeader(v string) (fence.Token, error) {
 		return bad("no token field")
 	}
 	if err := tok.Validate(); err != nil {
-		return bad("%v", err)
+		return bad("%s", strings.TrimPrefix(err.Error(), fence.ErrInvalid.Error()+": "))
 	}
 	return tok, nil
 }
