@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	if pgtest.BinDir() == "" {
+		if os.Getenv("FENCE_REQUIRE_PG") != "" {
+			fmt.Fprintln(os.Stderr, "sqlfence: FENCE_REQUIRE_PG is set and there are no PostgreSQL binaries (looked in $FENCE_PG_BIN, /usr/lib/postgresql/*/bin, $PATH)")
+			return 1
+		}
 		fmt.Fprintln(os.Stderr, "sqlfence: no PostgreSQL binaries (looked in $FENCE_PG_BIN, /usr/lib/postgresql/*/bin, $PATH): PostgreSQL tests will skip")
 		return m.Run()
 	}
