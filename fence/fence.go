@@ -52,6 +52,17 @@ type Token struct {
 	Value uint64
 }
 
+// TokenOf builds a Token from a lock handle's signed token (kahuna's
+// Lock.FencingToken is an int64) and validates it; a negative value is an
+// error matching ErrInvalid.
+func TokenOf(lock, slot string, value int64) (Token, error) {
+	if value < 0 {
+		return Token{}, fmt.Errorf("%w: token %d is negative", ErrInvalid, value)
+	}
+	t := Token{Lock: lock, Slot: slot, Value: uint64(value)}
+	return t, t.Validate()
+}
+
 // ErrInvalid is matched (errors.Is) by every error Validate returns.
 var ErrInvalid = errors.New("fence: invalid token")
 

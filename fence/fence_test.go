@@ -37,6 +37,21 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestTokenOf(t *testing.T) {
+	if tok, err := fence.TokenOf("l", "s", 7); err != nil || tok != (fence.Token{Lock: "l", Slot: "s", Value: 7}) {
+		t.Fatalf("TokenOf 7: %v %v", tok, err)
+	}
+	for _, bad := range []struct {
+		lock  string
+		value int64
+		want  string
+	}{{"l", -1, "token -1 is negative"}, {"", 1, "lock name is empty"}} {
+		if _, err := fence.TokenOf(bad.lock, "", bad.value); !errors.Is(err, fence.ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("TokenOf(%q, %d): %v, want %q", bad.lock, bad.value, err, bad.want)
+		}
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	for _, tc := range []struct {
 		mark uint64
