@@ -25,6 +25,9 @@
 // panic) counts as a failed write, so the mark is not raised (and the SQL
 // transaction rolls back), and a client never sees a 2xx for a write whose
 // commit then failed. Handlers behind it therefore cannot stream or flush.
+// The key stays held while the handler reads the request body, so a slow
+// client delays the other writers of its key: give the server a
+// ReadTimeout.
 package httpfence
 
 import (
