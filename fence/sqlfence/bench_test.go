@@ -53,6 +53,10 @@ func BenchmarkPostgresUpdate16(b *testing.B) {
 		{"plain", func(ctx context.Context) error { _, err := db.ExecContext(ctx, update); return err }},
 		{"plain-tx", func(ctx context.Context) error { return inTx(ctx, db, update) }},
 		{"fenced", func(ctx context.Context) error { _, err := f.Exec(ctx, "bench", tok(7), update); return err }},
+		{"fenced-1stmt", func(ctx context.Context) error {
+			_, err := f.Update(ctx, db, "bench", tok(7), val, "v = v + 1", "id = 1")
+			return err
+		}},
 		{"row", func(ctx context.Context) error { return r.Update(ctx, db, 1, tok(7), "v = v + 1") }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -112,6 +112,7 @@ type Fence struct {
 	db      *sql.DB
 	d       Dialect
 	table   string
+	quoted  string
 	upsert  string
 	getMark string
 }
@@ -143,16 +144,20 @@ func New(ctx context.Context, db *sql.DB, d Dialect, table string) (*Fence, erro
 		return nil, fmt.Errorf("sqlfence: creating table %s: %w", table, err)
 	}
 	p := d.param
-	return &Fence{
-		db:    db,
-		d:     d,
-		table: table,
-		upsert: fmt.Sprintf(`INSERT INTO %[1]s AS m (resource, lock_name, slot, mark) VALUES (%[2]s, %[3]s, %[4]s, %[5]s)
+	f := &Fence{db: db, d: d, table: table, quoted: q}
+	f.upsert = f.upsertFrom(1)
+	f.getMark = fmt.Sprintf(`SELECT mark FROM %s WHERE resource = %s AND lock_name = %s AND slot = %s`, q, p(1), p(2), p(3))
+	return f, nil
+}
+
+// upsertFrom is the upsert of the mark with its parameters numbered from
+// i: resource, lock, slot, token.
+func (f *Fence) upsertFrom(i int) string {
+	p := f.d.param
+	return fmt.Sprintf(`INSERT INTO %[1]s AS m (resource, lock_name, slot, mark) VALUES (%[2]s, %[3]s, %[4]s, %[5]s)
 ON CONFLICT (resource, lock_name, slot) DO UPDATE SET mark = excluded.mark
 WHERE m.mark <= excluded.mark
-RETURNING mark`, q, p(1), p(2), p(3), p(4)),
-		getMark: fmt.Sprintf(`SELECT mark FROM %s WHERE resource = %s AND lock_name = %s AND slot = %s`, q, p(1), p(2), p(3)),
-	}, nil
+RETURNING mark AS kahuna_mark`, f.quoted, p(i), p(i+1), p(i+2), p(i+3))
 }
 
 func checkSQLite(ctx context.Context, db *sql.DB, min string) error {
