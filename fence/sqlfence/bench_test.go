@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -18,56 +19,116 @@ import (
 const writers = 16
 
 // BenchmarkPostgresUpdate16 measures one single-row UPDATE on PostgreSQL
-// by 16 concurrent writers, side by side: plain (autocommit), fenced by the
-// side table (Fence.Exec: BEGIN, the upsert, the UPDATE, COMMIT) and
-// fenced by a token column of the row (Row.Update: the one UPDATE). All
-// writers carry the same token, so every write lands, as every plain one
-// does. ns/op is wall time over all writes; roundtrips/op counts the
-// client's writes to the server socket per update.
+// by 16 concurrent writers, side by side: plain (autocommit), plain in a
+// transaction of its own (BEGIN, the UPDATE, COMMIT), fenced by the side
+// table (Fence.Exec: BEGIN, the upsert, the UPDATE, COMMIT), fenced by the
+// side table in one statement (Fence.Update) and fenced by a token column
+// of the row (Row.Update: the one UPDATE). Each case has fresh tables, so
+// none inherits the dead row versions of the one before. All writers carry
+// the same token, so every write lands, as every plain one does. ns/op is
+// wall time over all writes; roundtrips/op counts the client's writes to
+// the server socket per update.
 func BenchmarkPostgresUpdate16(b *testing.B) {
 	db, trips := openCountingPostgres(b)
-	n := names(2)
 	ctx := context.Background()
+	for _, bc := range updateCases(db) {
+		b.Run(bc.name, func(b *testing.B) {
+			t := freshTables(ctx, b, db)
+			op := func(ctx context.Context) error { return bc.op(ctx, t) }
+			// Warm every connection (and pgx's statement cache) before timing.
+			parallel(b, writers, writers*4, op)
+			trips.Store(0)
+			b.ResetTimer()
+			parallel(b, writers, b.N, op)
+			b.StopTimer()
+			b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
+		})
+	}
+}
+
+type tables struct {
+	f      *sqlfence.Fence
+	r      *sqlfence.Row
+	val    string
+	update string
+}
+
+// freshTables makes a mark table and a value table of one row for a case.
+func freshTables(ctx context.Context, b *testing.B, db *sql.DB) tables {
+	n := names(2)
 	f, err := sqlfence.New(ctx, db, sqlfence.PostgreSQL, n[0])
 	if err != nil {
 		b.Fatal(err)
 	}
-	val := n[1]
 	for _, q := range []string{
-		"CREATE TABLE " + val + " (id INTEGER PRIMARY KEY, v BIGINT NOT NULL, tok BIGINT)",
-		"INSERT INTO " + val + " (id, v) VALUES (1, 0)",
+		"CREATE TABLE " + n[1] + " (id INTEGER PRIMARY KEY, v BIGINT NOT NULL, tok BIGINT)",
+		"INSERT INTO " + n[1] + " (id, v) VALUES (1, 0)",
 	} {
 		if _, err := db.Exec(q); err != nil {
 			b.Fatal(err)
 		}
 	}
-	r, err := sqlfence.NewRow(sqlfence.PostgreSQL, val, "id", "tok")
+	r, err := sqlfence.NewRow(sqlfence.PostgreSQL, n[1], "id", "tok")
 	if err != nil {
 		b.Fatal(err)
 	}
-	update := "UPDATE " + val + " SET v = v + 1 WHERE id = 1"
-	for _, bc := range []struct {
-		name string
-		op   func(ctx context.Context) error
-	}{
-		{"plain", func(ctx context.Context) error { _, err := db.ExecContext(ctx, update); return err }},
-		{"plain-tx", func(ctx context.Context) error { return inTx(ctx, db, update) }},
-		{"fenced", func(ctx context.Context) error { _, err := f.Exec(ctx, "bench", tok(7), update); return err }},
-		{"fenced-1stmt", func(ctx context.Context) error {
-			_, err := f.Update(ctx, db, "bench", tok(7), val, "v = v + 1", "id = 1")
+	return tables{f, r, n[1], "UPDATE " + n[1] + " SET v = v + 1 WHERE id = 1"}
+}
+
+type updateCase struct {
+	name string
+	op   func(ctx context.Context, t tables) error
+}
+
+func updateCases(db *sql.DB) []updateCase {
+	return []updateCase{
+		{"plain", func(ctx context.Context, t tables) error { _, err := db.ExecContext(ctx, t.update); return err }},
+		{"plain-tx", func(ctx context.Context, t tables) error { return inTx(ctx, db, t.update) }},
+		{"fenced", func(ctx context.Context, t tables) error {
+			_, err := t.f.Exec(ctx, "bench", tok(7), t.update)
 			return err
 		}},
-		{"row", func(ctx context.Context) error { return r.Update(ctx, db, 1, tok(7), "v = v + 1") }},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			// Warm every connection (and pgx's statement cache) before timing.
-			parallel(b, writers, writers*4, bc.op)
-			trips.Store(0)
-			b.ResetTimer()
-			parallel(b, writers, b.N, bc.op)
-			b.StopTimer()
-			b.ReportMetric(float64(trips.Load())/float64(b.N), "roundtrips/op")
-		})
+		{"fenced-1stmt", func(ctx context.Context, t tables) error {
+			_, err := t.f.Update(ctx, db, "bench", tok(7), t.val, "v = v + 1", "id = 1")
+			return err
+		}},
+		{"row", func(ctx context.Context, t tables) error { return t.r.Update(ctx, db, 1, tok(7), "v = v + 1") }},
+	}
+}
+
+// BenchmarkPostgresUpdate16Rounds runs the cases of
+// BenchmarkPostgresUpdate16 interleaved: each of b.N rounds runs 480
+// updates of every case, in an order rotated each round, so load from
+// elsewhere on the machine falls on all of them alike. It reports each
+// case's ns per update and its ratio to plain; its own ns/op is the time
+// of a round.
+func BenchmarkPostgresUpdate16Rounds(b *testing.B) {
+	db, _ := openCountingPostgres(b)
+	ctx := context.Background()
+	cases := updateCases(db)
+	ts := make([]tables, len(cases))
+	for i, c := range cases {
+		ts[i] = freshTables(ctx, b, db)
+		parallel(b, writers, writers*4, func(ctx context.Context) error { return c.op(ctx, ts[i]) })
+	}
+	const perRound = writers * 30
+	spent := make([]time.Duration, len(cases))
+	b.ResetTimer()
+	for round := range b.N {
+		for k := range cases {
+			i := (k + round) % len(cases)
+			start := time.Now()
+			parallel(b, writers, perRound, func(ctx context.Context) error { return cases[i].op(ctx, ts[i]) })
+			spent[i] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	for i, c := range cases {
+		per := float64(spent[i].Nanoseconds()) / float64(b.N*perRound)
+		b.ReportMetric(per, c.name+"-ns/update")
+		if i > 0 {
+			b.ReportMetric(float64(spent[i])/float64(spent[0]), c.name+"/plain")
+		}
 	}
 }
 
