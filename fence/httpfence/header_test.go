@@ -63,3 +63,27 @@ func TestParseHeaderErrors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseHeader: whatever parses is a valid token that FormatHeader
+// writes back to a header parsing to the same token.
+func FuzzParseHeader(f *testing.F) {
+	for _, s := range []string{"lock=orders/42; token=17", "lock=a%20b; token=0; slot=read", "lock=a; token=-1", "token=1;lock=%FF"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		tok, err := httpfence.ParseHeader(v)
+		if err != nil {
+			if !errors.Is(err, httpfence.ErrBadHeader) {
+				t.Fatalf("%q: %v does not match ErrBadHeader", v, err)
+			}
+			return
+		}
+		if err := tok.Validate(); err != nil {
+			t.Fatalf("%q parsed to an invalid token: %v", v, err)
+		}
+		again, err := httpfence.ParseHeader(httpfence.FormatHeader(tok))
+		if err != nil || again != tok {
+			t.Fatalf("%q: %v, formatted and parsed again: %v %v", v, tok, again, err)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -102,7 +103,7 @@ func Start(ctx context.Context, extra ...string) (*Server, error) {
 			s.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 			return s, nil
 		}
-		if attempt == 2 {
+		if attempt == 4 {
 			log, _ := os.ReadFile(filepath.Join(dir, "log"))
 			s.remove()
 			return nil, fmt.Errorf("%w; server log:\n%s", err, log)
@@ -134,11 +135,19 @@ func (s *Server) run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
+// freePort picks a port that is free now, below the range the kernel
+// hands out for port 0 and outgoing connections, so that nothing takes it
+// by chance before the server binds it; Start tries again if something
+// does.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: picking a port: %w", err)
+	var err error
+	for range 20 {
+		port := 20000 + rand.IntN(12000)
+		var l net.Listener
+		if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			l.Close()
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("pgtest: picking a port: %w", err)
 }
