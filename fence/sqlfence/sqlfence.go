@@ -29,8 +29,9 @@
 // (modernc.org/sqlite: "file:x.db?_pragma=busy_timeout(10000)&_txlock=immediate"),
 // or concurrent writers fail with SQLITE_BUSY instead of queueing.
 //
-// For a caller's own row with a token column, Row fences one UPDATE with
-// no side table and no statement of its own.
+// Two ways to fence one UPDATE in one statement: Row, on a token column of
+// the caller's own row (no side table), and Fence.Update, the upsert and
+// the UPDATE in one PostgreSQL statement.
 package sqlfence
 
 import (
