@@ -106,3 +106,45 @@ func waitForLockWait(ctx context.Context, t *testing.T, db *sql.DB) {
 		}
 	}
 }
+
+// TestPostgresStaleUpsertLocksTheRow: the upsert whose WHERE fails (a stale
+// token) still locks the mark's row, so the winning mark Do reads next in
+// the same transaction is the one that refused it.
+func TestPostgresStaleUpsertLocksTheRow(t *testing.T) {
+	b := backend{"PostgreSQL", openPostgres(t), sqlfence.PostgreSQL}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, marks, _ := setupNamed(t, b)
+	if _, err := f.Exec(ctx, "r", tok(5), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `INSERT INTO `+marks+` AS m (resource, lock_name, slot, mark) VALUES ('r', 'orders/42', '', 3)
+		ON CONFLICT (resource, lock_name, slot) DO UPDATE SET mark = excluded.mark WHERE m.mark <= excluded.mark RETURNING mark`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows.Next() {
+		t.Fatal("the stale upsert returned a row")
+	}
+	rows.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Exec(ctx, "r", tok(6), "SELECT 1")
+		done <- err
+	}()
+	waitForLockWait(ctx, t, b.db)
+	select {
+	case err := <-done:
+		t.Fatalf("a fenced write got past the stale upsert's transaction: %v", err)
+	default:
+	}
+	tx.Rollback()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
