@@ -3,16 +3,16 @@
 // fence.Store before the handler runs, and a client side that adds the
 // header.
 //
-// The middleware answers, with a small JSON body and without running the
-// handler:
+// The middleware answers, with a small JSON body, and nothing written:
 //
 //   - 428 Precondition Required: no Kahuna-Fence header;
 //   - 400 Bad Request: a header that does not parse, given twice, with a
 //     negative token or a name over fence.MaxNameLen;
 //   - 409 Conflict: a stale token; the current mark is in the
 //     Kahuna-Fence-Current header and the body's "current" field;
-//   - 500 Internal Server Error: the store failed (the body does not say
-//     how; see WithErrorLog).
+//   - 500 Internal Server Error: the store failed, before the handler or
+//     at the commit after it (the handler's answer is then dropped); the
+//     body does not say how, see WithErrorLog.
 //
 // Otherwise the handler runs inside Store.Fence, so its write and the
 // raise of the mark are one step as far as the store makes them one: with
