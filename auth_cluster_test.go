@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kahunago/kahuna/internal/node"
 	"net"
 	"net/http"
 	"strings"
@@ -200,7 +201,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		c.PeerTokens = secret
 	}
 	servePeer := func(id uint64, n *kahuna.Node) {
-		tc, err := kahuna.PeerTLSConfig(pairs[id].CertFile, pairs[id].KeyFile, ca.File)
+		tc, err := node.PeerTLSConfig(pairs[id].CertFile, pairs[id].KeyFile, ca.File)
 		if err != nil {
 			t.Fatal(err)
 		}

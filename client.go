@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/kahunago/kahuna/internal/backoff"
 	"iter"
 	"time"
 
@@ -54,7 +55,7 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 	if !lease.ValidWait(wait) {
 		return Result{Status: InvalidInput}, nil
 	}
-	return pollLock(ctx, nil, wait, func(ctx context.Context) (Result, error) {
+	return backoff.PollLock(ctx, nil, nil, wait, func(ctx context.Context) (Result, error) {
 		return c.locker.TryLock(ctx, resource, owner, ttl, d)
 	})
 }

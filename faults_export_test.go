@@ -1,17 +1,32 @@
 package kahuna
 
 import (
-	"math"
 	"time"
 
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/internal/node"
 )
+
+// knobs gives cfg a copy of its testing knobs to change, so configs built
+// from one another do not share them.
+func knobs(cfg *Config) *node.TestingKnobs {
+	k := &node.TestingKnobs{}
+	if cfg.TestingKnobs != nil {
+		*k = *cfg.TestingKnobs
+	}
+	cfg.TestingKnobs = k
+	return k
+}
+
+// Inner is the node machinery under n, for tests that read its stats and
+// admin views.
+func Inner(n *Node) *node.Node { return n.n }
 
 // WithRaftTransport returns cfg with its Raft transport replaced by f: the
 // fault tests wrap dragonboat's channel transport to cut, drop and delay
 // Raft messages between the nodes of an in-process cluster.
 func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
-	cfg.raftTransport = f
+	knobs(&cfg).RaftTransport = f
 	return cfg
 }
 
@@ -19,7 +34,7 @@ func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
 // wrapped by wrap: a faults.Network's Factory cuts links between members
 // that still speak kahuna's own transport, handshake included.
 func WithRaftTransportWrap(cfg Config, wrap func(durability.TransportFactory) durability.TransportFactory) Config {
-	cfg.raftTransportWrap = wrap
+	knobs(&cfg).RaftTransportWrap = wrap
 	return cfg
 }
 
@@ -29,7 +44,7 @@ func WithRaftTransportWrap(cfg Config, wrap func(durability.TransportFactory) du
 // in the partition's group-commit lane are sent (or, fenced, failed)
 // within a run.
 func WithProposalTimeout(cfg Config, d time.Duration) Config {
-	cfg.proposalTimeout = d
+	knobs(&cfg).ProposalTimeout = d
 	return cfg
 }
 
@@ -43,7 +58,7 @@ func RaftShard(p int) uint64 { return durability.ShardID(p) }
 // proposed even after leadership is lost. A negative control: the fault
 // suite must report the violations this lets through.
 func WithoutFencing(cfg Config) Config {
-	cfg.unsafeNoFence = true
+	knobs(&cfg).UnsafeNoFence = true
 	return cfg
 }
 
@@ -53,7 +68,7 @@ func WithoutFencing(cfg Config) Config {
 // as a deposed leader that has not heard the news would. A negative
 // control: the fault suite must report the stale answers.
 func WithoutLeadershipProof(cfg Config) Config {
-	cfg.unsafeNoLeaseCheck = true
+	knobs(&cfg).UnsafeNoLeaseCheck = true
 	return cfg
 }
 
@@ -63,7 +78,7 @@ func WithoutLeadershipProof(cfg Config) Config {
 // negative control: the fencing checker must report tokens going backwards
 // across leader changes.
 func WithEphemeralTokensFromZero(cfg Config) Config {
-	cfg.unsafeTokensFromZero = true
+	knobs(&cfg).UnsafeTokensFromZero = true
 	return cfg
 }
 
@@ -72,7 +87,7 @@ func WithEphemeralTokensFromZero(cfg Config) Config {
 // or the partition's base) again. A negative control: under cache pressure
 // the fencing checker must report tokens going backwards.
 func WithoutEvictionFloor(cfg Config) Config {
-	cfg.unsafeNoEvictFloor = true
+	knobs(&cfg).UnsafeNoEvictFloor = true
 	return cfg
 }
 
@@ -82,7 +97,7 @@ func WithoutEvictionFloor(cfg Config) Config {
 // negative control: judged as the grace promises, the suite must report
 // another owner granted a lock its holder still holds.
 func WithoutHandedOverLeases(cfg Config) Config {
-	cfg.unsafeDropHandedOver = true
+	knobs(&cfg).UnsafeDropHandedOver = true
 	return cfg
 }
 
@@ -103,7 +118,7 @@ func WithoutLateExtendCap() AcquireOption {
 // handle then counts its deadline from a later attempt. A negative
 // control: the fault suite must find two holders.
 func WithoutUnsureHandOff(cfg Config) Config {
-	cfg.unsafeUnsureNotGranted = true
+	knobs(&cfg).UnsafeUnsureNotGranted = true
 	return cfg
 }
 
@@ -113,12 +128,12 @@ func WithoutUnsureHandOff(cfg Config) Config {
 // are held back, so its own view of who leads stays as it was. Its clock
 // and dragonboat keep running; cut its links with faults.Network too. The
 // caller must ResumeNode it.
-func PauseNode(n *Node) { n.pause() }
+func PauseNode(n *Node) { n.n.Pause() }
 
 // ResumeNode lets the calls held by PauseNode in (they are answered as a
 // resumed process would answer them: late), then delivers the held leader
 // events.
-func ResumeNode(n *Node) { n.resume() }
+func ResumeNode(n *Node) { n.n.Resume() }
 
 // ResumeCalls lets the calls held by PauseNode in but keeps n's leader
 // events held back until ResumeNode: a resumed process serves the requests
@@ -126,27 +141,20 @@ func ResumeNode(n *Node) { n.resume() }
 // news. (In process, dragonboat kept running through the pause, so the held
 // events are already there; ResumeNode delivers them at once, and a call
 // woken by it would race them.) ResumeNode must still be called.
-func ResumeCalls(n *Node) {
-	if gate := n.paused.Swap(nil); gate != nil {
-		close(*gate)
-	}
-}
+func ResumeCalls(n *Node) { n.n.ResumeCalls() }
 
 // WithServeHook returns cfg with f starting every reign of the node: f must
 // call serve once (partition.Options.OnServe). The fault tests record the
 // instants around it as the reign's span.
 func WithServeHook(cfg Config, f func(p int, term uint64, serve func())) Config {
-	cfg.onServe = f
+	knobs(&cfg).OnServe = f
 	return cfg
 }
 
 // Crash closes n as a crash would leave the cluster: nothing handed over
 // or recorded for the next leader (its ephemeral leases are lost to it),
 // though the node's own storage closes cleanly.
-func Crash(n *Node) error {
-	n.crash.Store(true)
-	return n.Close()
-}
+func Crash(n *Node) error { return n.n.Crash() }
 
 // TransferUnrelinquished asks Raft to move p from n's replica to to without
 // dropping n's lease first: what happens when a transfer requested by a
@@ -154,21 +162,18 @@ func Crash(n *Node) error {
 // leader, or when a target paused with a TimeoutNow in its socket buffer
 // campaigns after the old leader's grace ran out and it renewed its lease.
 func TransferUnrelinquished(n *Node, p int, to uint64) error {
-	return n.backend.TransferLeadership(p, to)
+	return n.n.TransferUnrelinquished(p, to)
 }
 
 // ServingNow reports whether n serves p at this instant, without taking
 // any lock (safe inside a serve hook).
-func ServingNow(n *Node, p int) bool {
-	_, ok := n.leadership.Serving(p)
-	return ok
-}
+func ServingNow(n *Node, p int) bool { return n.n.ServingNow(p) }
 
 // WithoutTakeoverWait returns cfg with a new leader serving as soon as its
 // epoch is fenced, without waiting out the leases an earlier leader may
 // still hold: a negative control for the leader-transfer scenario.
 func WithoutTakeoverWait(cfg Config) Config {
-	cfg.unsafeNoTakeoverWait = true
+	knobs(&cfg).UnsafeNoTakeoverWait = true
 	return cfg
 }
 
@@ -176,7 +181,7 @@ func WithoutTakeoverWait(cfg Config) Config {
 // whatever the peer's tick (Config.RaftRTT): a negative control, members
 // of different ticks then form one cluster, and their leases disagree.
 func WithoutRaftTimingCheck(cfg Config) Config {
-	cfg.unsafeAnyRaftTiming = true
+	knobs(&cfg).UnsafeAnyRaftTiming = true
 	return cfg
 }
 
@@ -184,39 +189,27 @@ func WithoutRaftTimingCheck(cfg Config) Config {
 // under another tick taking part in Raft at once, while leases it
 // acknowledged under the old tick may still run: a negative control.
 func WithoutRaftTimingWait(cfg Config) Config {
-	cfg.unsafeNoTimingWait = true
+	knobs(&cfg).UnsafeNoTimingWait = true
 	return cfg
 }
 
 // WithSweepEvery returns cfg with the sweep of free records run every d
 // instead of every ReleasedRetention/10 (at least 1 s).
 func WithSweepEvery(cfg Config, d time.Duration) Config {
-	cfg.sweepEvery = d
+	knobs(&cfg).SweepEvery = d
 	return cfg
 }
 
 // StoredRecords counts the persistent records n stores, over every
 // partition.
-func StoredRecords(n *Node) (int, error) {
-	total := 0
-	for p := range n.cfg.Partitions {
-		err := n.backend.Released(p, math.MaxInt64, 0, func(durability.Record) bool { total++; return true })
-		if err != nil {
-			return 0, err
-		}
-	}
-	return total, nil
-}
+func StoredRecords(n *Node) (int, error) { return n.n.StoredRecords() }
 
 // WithStatfs returns cfg with the space guard measuring free and total
 // bytes with f instead of the file system.
 func WithStatfs(cfg Config, f func(dir string) (free, total uint64, err error)) Config {
-	cfg.statfs = f
+	knobs(&cfg).Statfs = f
 	return cfg
 }
 
 // CheckSpace makes n's space guard measure now, as its next tick would.
-func CheckSpace(n *Node) error {
-	_, _, err := n.space.Check()
-	return err
-}
+func CheckSpace(n *Node) error { return n.n.CheckSpace() }

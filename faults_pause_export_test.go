@@ -6,14 +6,7 @@ package kahuna
 // reign of that term. A deposed node that has not heard the news (paused,
 // or cut off) may serve with leads false. The fault tests sample it to
 // record when a partition's leadership really changed (checker.Reign).
-func ServingTerm(n *Node, p int) (serving, leads bool, term uint64) {
-	_, serving = n.Leader(p)
-	if n.backend == nil || p < 0 || p >= n.cfg.Partitions {
-		return serving, false, 0
-	}
-	leader, term, ok := n.backend.LeaderID(p)
-	return serving, ok && leader == n.backend.ReplicaID(), term
-}
+func ServingTerm(n *Node, p int) (serving, leads bool, term uint64) { return n.n.ServingTerm(p) }
 
 // ResumeView delivers the leader events held since PauseNode, after
 // ResumeCalls let the held calls in: in between, the node answers as the
@@ -23,4 +16,4 @@ func ServingTerm(n *Node, p int) (serving, leads bool, term uint64) {
 // pause, so only the node's view can lag; with its links healed first, its
 // Raft already follows the new leader and forwards whatever the node
 // proposes meanwhile.)
-func ResumeView(n *Node) { n.leadership.Thaw() }
+func ResumeView(n *Node) { n.n.ResumeView() }

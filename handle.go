@@ -5,7 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
-	"math/rand/v2"
+	"github.com/kahunago/kahuna/internal/backoff"
 	"sync"
 	"time"
 
@@ -329,7 +329,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 	busyUntil := start.Add(o.wait)
 	retryUntil := start.Add(max(o.wait, mustRetryBudget))
 	over := func(until time.Time) bool { return !forever && !c.Now().Before(until) }
-	backoff := minBackoff
+	step := minBackoff
 	var (
 		since   time.Time // send time of the earliest attempt that may have granted the lease; zero: none
 		unknown bool      // some attempt's outcome was unknown: the owner may hold the lock unseen
@@ -404,14 +404,14 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		if over(until) {
 			return fail(verdict)
 		}
-		pause := jitter(backoff)
+		pause := backoff.Jitter(step)
 		if !forever {
 			pause = min(pause, until.Sub(c.Now()))
 		}
-		if err := sleep(ctx, pause); err != nil {
+		if err := backoff.Sleep(ctx, pause); err != nil {
 			return fail(err)
 		}
-		backoff = min(backoff*2, maxBackoff)
+		step = min(step*2, maxBackoff)
 	}
 }
 
@@ -766,7 +766,7 @@ type answer struct {
 // unknown), else the last MustRetry.
 func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (Result, error)) answer {
 	deadline := c.Now().Add(mustRetryBudget)
-	backoff := minBackoff
+	step := minBackoff
 	var last answer
 	var firstUnknown time.Time
 	for {
@@ -802,28 +802,9 @@ func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (R
 				return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err}
 			}
 		}
-		if err := sleep(ctx, min(jitter(backoff), deadline.Sub(c.Now()))); err != nil {
+		if err := backoff.Sleep(ctx, min(backoff.Jitter(step), deadline.Sub(c.Now()))); err != nil {
 			return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err}
 		}
-		backoff = min(backoff*2, maxBackoff)
-	}
-}
-
-// jitter spreads d over [d/2, d) so retrying callers do not move in step.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		step = min(step*2, maxBackoff)
 	}
 }

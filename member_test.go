@@ -85,7 +85,7 @@ func TestMemberAddRemove(t *testing.T) {
 		}
 	}
 	eventually(t, "node 4 running every partition with 4 voters", func() bool {
-		for _, p := range c.node(4).Status().Partitions {
+		for _, p := range kahuna.Inner(c.node(4)).Status().Partitions {
 			if !p.Running || len(p.Voters) != 4 || p.Leader == 0 || p.Applied == 0 {
 				return false
 			}
@@ -109,7 +109,7 @@ func TestMemberAddRemove(t *testing.T) {
 	c.stop(3)
 	for _, id := range []uint64{1, 2, 4} {
 		eventually(t, fmt.Sprintf("node %d seeing 3 voters", id), func() bool {
-			for _, p := range c.node(id).Status().Partitions {
+			for _, p := range kahuna.Inner(c.node(id)).Status().Partitions {
 				if len(p.Voters) != 3 {
 					return false
 				}

@@ -3,6 +3,7 @@ package kahuna_test
 import (
 	"bytes"
 	"context"
+	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -49,10 +50,10 @@ func (h *records) find(msg string) []map[string]slog.Value {
 func TestEveryRequestIsLoggedAtDebugAndObserved(t *testing.T) {
 	h := &records{}
 	var mu sync.Mutex
-	var events []kahuna.RequestEvent
+	var events []admin.RequestEvent
 	n, err := kahuna.Open(kahuna.Config{
 		Logger:  slog.New(h),
-		Observe: func(ev kahuna.RequestEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() },
+		Observe: func(ev admin.RequestEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +107,7 @@ func TestPartitionAndPeerStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	ps := n.PartitionStats()
+	ps := kahuna.Inner(n).PartitionStats()
 	if len(ps) != 3 {
 		t.Fatalf("%d partitions", len(ps))
 	}
@@ -115,7 +116,7 @@ func TestPartitionAndPeerStats(t *testing.T) {
 			t.Errorf("partition %d: %+v, want led and served by node 1 after one leader change", i, p)
 		}
 	}
-	if peers := n.PeerStats(); len(peers) != 0 {
+	if peers := kahuna.Inner(n).PeerStats(); len(peers) != 0 {
 		t.Errorf("a single node has no peers: %v", peers)
 	}
 }

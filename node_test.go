@@ -314,8 +314,8 @@ func TestPartitionCountIsBoundToDataDir(t *testing.T) {
 // of an earlier version defaulted to 8), and keeps its locks.
 func TestDefaultPartitions(t *testing.T) {
 	ctx := context.Background()
-	if n := openNode(t, kahuna.Config{}); len(n.Status().Partitions) != kahuna.DefaultSingleNodePartitions {
-		t.Fatalf("single node: %d partitions, want %d", len(n.Status().Partitions), kahuna.DefaultSingleNodePartitions)
+	if n := openNode(t, kahuna.Config{}); len(kahuna.Inner(n).Status().Partitions) != kahuna.DefaultSingleNodePartitions {
+		t.Fatalf("single node: %d partitions, want %d", len(kahuna.Inner(n).Status().Partitions), kahuna.DefaultSingleNodePartitions)
 	}
 
 	dir := t.TempDir()
@@ -329,7 +329,7 @@ func TestDefaultPartitions(t *testing.T) {
 	}
 	n.Close()
 	n = openNode(t, kahuna.Config{DataDir: dir})
-	if got := len(n.Status().Partitions); got != 8 {
+	if got := len(kahuna.Inner(n).Status().Partitions); got != 8 {
 		t.Fatalf("reopened with no count: %d partitions, want the data dir's 8", got)
 	}
 	for _, name := range names {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -61,7 +62,7 @@ func openNode(s Settings) (node *kahuna.Node, requests *atomic.Int64, closeFn fu
 	}
 	if s.CountRequests {
 		requests = new(atomic.Int64)
-		cfg.Observe = func(kahuna.RequestEvent) { requests.Add(1) }
+		cfg.Observe = func(admin.RequestEvent) { requests.Add(1) }
 	}
 	node, err = kahuna.Open(cfg)
 	if err != nil {

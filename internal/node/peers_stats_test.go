@@ -1,7 +1,8 @@
-package kahuna
+package node
 
 import (
 	"bytes"
+	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"strings"
 	"testing"
@@ -12,7 +13,7 @@ import (
 // info; repeats are not.
 func TestPeerUpDownLoggedOnChange(t *testing.T) {
 	var buf bytes.Buffer
-	ps := newPeers(map[uint64]Member{1: {}, 2: {}, 3: {}}, 1)
+	ps := newPeers(map[uint64]admin.Member{1: {}, 2: {}, 3: {}}, 1)
 	ps.logger = slog.New(slog.NewTextHandler(&buf, nil)) // info and above
 	for _, e := range []struct {
 		id uint64

@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -83,7 +83,7 @@ func (a adminNode) Members() admin.MembersView {
 }
 
 func (a adminNode) AddMember(ctx context.Context, id uint64, raftAddress, endpoint string) error {
-	return a.n.AddMember(ctx, id, Member{RaftAddress: raftAddress, Endpoint: endpoint})
+	return a.n.AddMember(ctx, id, admin.Member{RaftAddress: raftAddress, Endpoint: endpoint})
 }
 
 func (a adminNode) RemoveMember(ctx context.Context, id uint64) error {
@@ -116,7 +116,7 @@ func (a adminNode) Endpoint(id uint64) string {
 // sent them here).
 func (a adminNode) PeerChange(ctx context.Context, req admin.MemberRequest) (admin.MemberChangeResult, error) {
 	n := a.n
-	m := Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
+	m := admin.Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
 	switch req.Op {
 	case "learn", "joined":
 		if !n.book.removed(req.ID) {
