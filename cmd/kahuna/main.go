@@ -144,16 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	m.watch(nd)
-	extra := nd.AdminRoutes()
-	extra["/metrics"] = m.handler()
-	srv := transport.NewServer(nd, transport.ServerOptions{
-		NodeName:        strconv.FormatUint(o.nodeID, 10),
-		Forwarded:       nd.Local(),
-		Logger:          logger,
+	srv := nd.NewServer(node.ServerOptions{
+		Extra:           map[string]http.Handler{"/metrics": m.handler()},
 		Observe:         m.observeWire,
-		Extra:           extra,
-		Tokens:          tokens.auth,
-		PeerTokens:      tokens.peer,
 		Unauthenticated: openPaths(o),
 	})
 	stopReload := tokens.reloadOnHUP(logger)

@@ -13,12 +13,11 @@ import (
 
 // AdminHandler serves this node's admin API (package admin: partitions,
 // leadership transfers, members, status) for operators, kahunactl and the
-// other members. AdminRoutes lists the patterns to mount it on.
+// other members. NewServer mounts it.
 func (n *Node) AdminHandler() http.Handler { return admin.NewHandler(adminNode{n}, n.admin) }
 
-// AdminRoutes maps every admin path pattern to the node's AdminHandler, for
-// servers that mount the admin API themselves (ServerOptions.Extra).
-func (n *Node) AdminRoutes() map[string]http.Handler { return admin.Routes(n.AdminHandler()) }
+// adminRoutes maps every admin path pattern to the node's AdminHandler.
+func (n *Node) adminRoutes() map[string]http.Handler { return admin.Routes(n.AdminHandler()) }
 
 // Status reports this node's view of every partition (local, no network:
 // it may be stale), as GET admin.StatusPath does.

@@ -244,8 +244,8 @@ func open(c Config) (*Node, error) {
 	return n, nil
 }
 
-// serve starts the wire API on Config.Listener or ListenAddress; the
-// forwarding stream gets the Locker that never forwards again.
+// serve starts the wire API (NewServer) on Config.Listener or
+// ListenAddress.
 func (n *Node) serve() error {
 	lis := n.cfg.Listener
 	if lis == nil {
@@ -255,14 +255,7 @@ func (n *Node) serve() error {
 		}
 	}
 	n.listenAddr = lis.Addr().String()
-	n.server = transport.NewServer(n, transport.ServerOptions{
-		NodeName:   fmt.Sprint(n.cfg.NodeID),
-		Forwarded:  n.Local(),
-		Logger:     n.cfg.Logger,
-		Extra:      n.AdminRoutes(),
-		Tokens:     n.cfg.AuthTokens,
-		PeerTokens: n.cfg.PeerTokens,
-	})
+	n.server = n.NewServer(ServerOptions{})
 	go func() {
 		if err := n.server.ServeHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			n.cfg.Logger.Error("API listener failed", "addr", n.listenAddr, "err", err)
