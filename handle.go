@@ -120,7 +120,7 @@ type acquireOptions struct {
 	marginSet  bool
 	clock      handleClock
 	// noExtendCap: an Extend of unknown outcome does not cap the deadline
-	// (a negative control of the fault tests, faults_export_test.go).
+	// (a negative control of the fault tests, export_test.go).
 	noExtendCap bool
 }
 

@@ -151,7 +151,7 @@ func TestMemberAddRemove(t *testing.T) {
 func TestMemberChangeDropsLease(t *testing.T) {
 	const partitions = 2
 	c := startCluster(t, partitions)
-	lease := kahuna.LeaderLease(c.node(1))
+	lease := LeaderLease(c.node(1))
 	if lease <= 0 {
 		t.Fatal("a cluster node has no leader lease")
 	}
@@ -162,7 +162,7 @@ func TestMemberChangeDropsLease(t *testing.T) {
 	)
 	for id := uint64(1); id <= 3; id++ {
 		n := c.node(id)
-		kahuna.SetConfigChangeHook(n, func(p int, phase string) {
+		SetConfigChangeHook(n, func(p int, phase string) {
 			leader, _ := n.Leader(p)
 			var bad []string
 			if leader != id {
