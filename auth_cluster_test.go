@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kahunago/kahuna/internal/node"
 	"net"
 	"net/http"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/internal/testcert"
 	"github.com/kahunago/kahuna/transport"
 )

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"github.com/kahunago/kahuna/internal/backoff"
 	"iter"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )

@@ -3,7 +3,6 @@ package kahuna_test
 import (
 	"bytes"
 	"context"
-	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/lease"
 )
 

@@ -3,13 +3,13 @@ package node
 import (
 	"errors"
 	"fmt"
-	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"net"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/space"
 	"github.com/kahunago/kahuna/transport"

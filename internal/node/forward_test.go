@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"net"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
 	"github.com/kahunago/kahuna/internal/testport"

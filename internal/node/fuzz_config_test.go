@@ -2,12 +2,13 @@ package node
 
 import (
 	"fmt"
-	"github.com/kahunago/kahuna/admin"
-	"github.com/kahunago/kahuna/durability"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/durability"
 )
 
 // FuzzConfig checks Config validation (withDefaults, the pure part of

@@ -3,10 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"sync"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )

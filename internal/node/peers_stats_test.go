@@ -2,10 +2,11 @@ package node
 
 import (
 	"bytes"
-	"github.com/kahunago/kahuna/admin"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/kahunago/kahuna/admin"
 )
 
 // Peer reachability, as Raft's connection events report it: a first

@@ -3,10 +3,10 @@ package node
 import (
 	"context"
 	"errors"
-	"github.com/kahunago/kahuna/internal/backoff"
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/transport"

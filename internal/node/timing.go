@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/kahunago/kahuna/admin"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/raftnet"
 )

@@ -3,11 +3,11 @@ package node
 import (
 	"context"
 	"errors"
-	"github.com/kahunago/kahuna/lease"
 
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/transport"
 )
