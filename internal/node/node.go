@@ -42,7 +42,8 @@ const (
 	spreadTimeout = 3 * time.Second
 )
 
-// Node is an embedded lock node. It implements Locker.
+// Node is a running lock node (kahuna.Node wraps one). It implements
+// lease.WaitLocker and transport.Watcher.
 type Node struct {
 	cfg        settings
 	backend    *durability.Raft
@@ -599,7 +600,8 @@ func (n *Node) recordLeasesLeft(ctx context.Context, p int, term uint64) {
 	}
 }
 
-// Stats is a point-in-time view of a node's work.
+// Stats is a point-in-time view of a node's work. kahuna.Stats converts
+// from it, so the two keep the same fields.
 type Stats struct {
 	CachedEntries int    // entries cached by the lock actors
 	Waiters       int    // waiting Lock calls queued in the lock actors
