@@ -15,6 +15,7 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/internal/testcert"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -200,7 +201,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		c.PeerTokens = secret
 	}
 	servePeer := func(id uint64, n *kahuna.Node) {
-		tc, err := kahuna.PeerTLSConfig(pairs[id].CertFile, pairs[id].KeyFile, ca.File)
+		tc, err := node.PeerTLSConfig(pairs[id].CertFile, pairs[id].KeyFile, ca.File)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -54,7 +55,7 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 	if !lease.ValidWait(wait) {
 		return Result{Status: InvalidInput}, nil
 	}
-	return pollLock(ctx, nil, wait, func(ctx context.Context) (Result, error) {
+	return backoff.PollLock(ctx, nil, nil, wait, func(ctx context.Context) (Result, error) {
 		return c.locker.TryLock(ctx, resource, owner, ttl, d)
 	})
 }

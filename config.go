@@ -1,41 +1,37 @@
 package kahuna
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
-	"strings"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
-	"github.com/kahunago/kahuna/space"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/transport"
 )
 
 // Defaults of Config. A zero field takes its default.
 const (
 	// DefaultPartitions is a cluster's partition count (Members given).
-	DefaultPartitions = 8
+	DefaultPartitions = node.DefaultPartitions
 	// DefaultSingleNodePartitions is a single node's (no Members). Every
 	// partition is a Raft shard, and a single node gains nothing from
 	// several: they share its one Raft log and its fsyncs, while each
 	// costs its own Raft entries, so one shard packs more records per
-	// entry (one node, 64 callers over gRPC, persistent: 1.33–1.39× the
-	// ops/s of 8, 0.6–0.7× the CPU per op). A single node never takes
-	// members, so it never needs partitions to spread leaders.
-	DefaultSingleNodePartitions  = 1
-	DefaultLockActors            = 8
-	DefaultCacheEntryTTL         = 30 * time.Minute
-	DefaultCacheEntriesToRemove  = 100
-	DefaultStartTimeout          = 30 * time.Second
-	DefaultLeaderBalanceCooldown = 10 * time.Second
-	DefaultMaxCachedEntries      = 1_000_000
-	DefaultMaxQueuedPerLock      = 1024
-	DefaultMaxPendingPerActor    = 65536
-	DefaultReleasedRetention     = 10 * time.Minute
-	DefaultDiskReserve           = "256MiB"
+	// entry. A single node never takes members, so it never needs
+	// partitions to spread leaders.
+	DefaultSingleNodePartitions  = node.DefaultSingleNodePartitions
+	DefaultLockActors            = node.DefaultLockActors
+	DefaultCacheEntryTTL         = node.DefaultCacheEntryTTL
+	DefaultCacheEntriesToRemove  = node.DefaultCacheEntriesToRemove
+	DefaultStartTimeout          = node.DefaultStartTimeout
+	DefaultLeaderBalanceCooldown = node.DefaultLeaderBalanceCooldown
+	DefaultMaxCachedEntries      = node.DefaultMaxCachedEntries
+	DefaultMaxQueuedPerLock      = node.DefaultMaxQueuedPerLock
+	DefaultMaxPendingPerActor    = node.DefaultMaxPendingPerActor
+	DefaultReleasedRetention     = node.DefaultReleasedRetention
+	DefaultDiskReserve           = node.DefaultDiskReserve
 )
 
 // Config configures a Node. The zero value is a single node with
@@ -166,10 +162,10 @@ type Config struct {
 	// move under load. Whole milliseconds. Every member must use the same
 	// value: members refuse Raft connections with a member of another, and
 	// a member whose data dir last ran under another waits out the old
-	// leader leases before it starts Raft (timing.go; to change it on a
-	// running cluster, see docs/raft-timing.md).
+	// leader leases before it starts Raft (to change it on a running
+	// cluster, see docs/raft-timing.md).
 	RaftRTT time.Duration
-	// LeaderBalanceCooldown paces leader balancing (balance.go): each node
+	// LeaderBalanceCooldown paces leader balancing: each node
 	// hands a partition it leads to a live, caught-up voter that leads at
 	// least two fewer partitions, so a member that joins or returns gets
 	// its share back. A partition is moved only once its leader has been
@@ -220,7 +216,7 @@ type Config struct {
 	// needs a restart.
 	PeerCertFile, PeerKeyFile, PeerCAFile string
 	// Logger receives the node's logs (nil = discard). Each request is
-	// logged at debug (RequestEvent), peers and partition leaders that
+	// logged at debug (admin.RequestEvent), peers and partition leaders that
 	// change at info.
 	Logger *slog.Logger
 	// RaftLogLevel is the least level of the Raft libraries' own lines
@@ -231,51 +227,15 @@ type Config struct {
 	// Observe, when set, is called once per lock request the node answers
 	// (its callers' and those its peers forward to it), on the request's
 	// goroutine: for metrics. It must be fast and must not block.
-	Observe func(RequestEvent)
+	Observe func(admin.RequestEvent)
 	// Clock returns the current time (default time.Now). Leases are measured
 	// on its monotonic reading; tests inject a clock they can move.
 	Clock func() time.Time
 
-	// raftTransport replaces the Raft transport: fault tests only, set
-	// through faults_export_test.go.
-	raftTransport durability.TransportFactory
-	// raftTransportWrap wraps the TCP Raft transport (raftnet): fault
-	// tests only, set through faults_export_test.go.
-	raftTransportWrap func(durability.TransportFactory) durability.TransportFactory
-	// proposalTimeout bounds one Raft proposal (0: durability's default,
-	// 5 s): fault tests only, set through faults_export_test.go, so that
-	// proposals stuck behind a stalled leader give way within a run.
-	proposalTimeout time.Duration
-	// Negative controls for the fault tests (faults_export_test.go): each
-	// switches one safety mechanism off, so the suite can show it catches
-	// the broken variant. Never set outside tests.
-	unsafeNoFence          bool // state machines apply records without compare-and-set or epoch checks
-	unsafeNoLeaseCheck     bool // answer on the Raft leader flag alone, without the leader lease
-	unsafeTokensFromZero   bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
-	unsafeNoEvictFloor     bool // an evicted ephemeral entry's token is forgotten
-	unsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry
-	unsafeDropHandedOver   bool // a new leader drops the ephemeral leases handed over to it
-	unsafeNoTakeoverWait   bool // a new leader serves at once, while an earlier leader's lease may live
-	unsafeAppliedFirst     bool // the applied index reaches badger ahead of the records: a crash loses some
-	unsafeAnyRaftTiming    bool // Raft connections are let in whatever the peer's tick (timing.go)
-	unsafeNoTimingWait     bool // a member restarted under another tick takes part in Raft at once (timing.go)
-	// DiskReserve and StoreQuota as parsed by withDefaults.
-	diskReserve space.Reserve
-	storeQuota  uint64
-	// statfs replaces the file systems' free and total bytes for the
-	// space guard (tests only).
-	statfs func(dir string) (free, total uint64, err error)
-	// sweepEvery paces the sweep of free records (0: sweep's default):
-	// tests make it short.
-	sweepEvery time.Duration
-	// onServe starts every reign of this node (partition.Options.OnServe):
-	// the fault tests record reigns with it (faults_export_test.go).
-	onServe func(p int, term uint64, serve func())
+	// TestingKnobs reach into the node for this module's own tests (fault
+	// injection, hooks, negative controls); nil everywhere else.
+	TestingKnobs *node.TestingKnobs
 }
-
-// unsafeKnobs is set only in a binary built with -tags kahuna_unsafe
-// (unsafe_knobs.go), for the process-level negative controls.
-var unsafeKnobs func(*Config) error
 
 // Open's errors about a data dir that does not fit the node (match them
 // with errors.Is).
@@ -299,176 +259,8 @@ const (
 	ClusterStateExisting = durability.ClusterStateExisting
 )
 
-// Member is one node of a cluster.
-type Member struct {
-	RaftAddress string // host:port of its Raft listener
-	Endpoint    string // its API URL, e.g. "http://10.0.0.2:2070", for forwarding and the admin API
-	// PeerEndpoint, if set, is where other members forward lock calls:
-	// the member's native gRPC listener, "http://host:port" in cleartext or
-	// "https://host:port" for its mutual-TLS peer port (cmd/kahuna
-	// --peer-port). "" forwards to Endpoint.
-	PeerEndpoint string
-}
-
-// forwardTo is the URL other members forward to.
-func (m Member) forwardTo() string {
-	if m.PeerEndpoint != "" {
-		return m.PeerEndpoint
-	}
-	return m.Endpoint
-}
-
-// peerTLS is true when c secures the links between members.
-func (c Config) peerTLS() bool { return c.PeerCertFile != "" }
-
-func countSet(ss ...string) int {
-	n := 0
-	for _, s := range ss {
-		if s != "" {
-			n++
-		}
-	}
-	return n
-}
-
-// withDefaults validates c and fills in the defaults.
-func (c Config) withDefaults() (Config, error) {
-	var errs []error
-	if c.Partitions < 0 {
-		errs = append(errs, fmt.Errorf("the partition count (Partitions) must be ≥ 1, got %d", c.Partitions))
-	}
-	if c.LockActors < 0 {
-		errs = append(errs, fmt.Errorf("LockActors must be ≥ 1, got %d", c.LockActors))
-	}
-	if c.CacheEntryTTL < 0 {
-		errs = append(errs, fmt.Errorf("CacheEntryTTL must not be negative, got %v", c.CacheEntryTTL))
-	}
-	if c.CacheEntriesToRemove < 0 {
-		errs = append(errs, fmt.Errorf("CacheEntriesToRemove must not be negative, got %d", c.CacheEntriesToRemove))
-	}
-	if c.MaxCachedEntries < 0 || c.MaxQueuedPerLock < 0 || c.MaxPendingPerActor < 0 {
-		errs = append(errs, fmt.Errorf("MaxCachedEntries, MaxQueuedPerLock and MaxPendingPerActor must not be negative, got %d, %d and %d", c.MaxCachedEntries, c.MaxQueuedPerLock, c.MaxPendingPerActor))
-	}
-	if c.StartTimeout < 0 {
-		errs = append(errs, fmt.Errorf("StartTimeout must not be negative, got %v", c.StartTimeout))
-	}
-	if c.RaftRTT != 0 && (c.RaftRTT < time.Millisecond || c.RaftRTT > time.Second || c.RaftRTT%time.Millisecond != 0) {
-		// dragonboat ticks in whole milliseconds: a fraction would be
-		// dropped from the tick and kept in the lease computed from it.
-		errs = append(errs, fmt.Errorf("RaftRTT must be whole milliseconds between 1ms and 1s, got %v", c.RaftRTT))
-	}
-	if c.WALDir != "" && c.DataDir == "" {
-		errs = append(errs, errors.New("WALDir needs a DataDir"))
-	}
-	if c.NodeID == 0 {
-		c.NodeID = 1
-	}
-	switch c.InitialClusterState {
-	case "", ClusterStateNew:
-	case ClusterStateExisting:
-		if c.DataDir == "" {
-			errs = append(errs, errors.New(`InitialClusterState "existing" needs a DataDir (in memory there is never any state to restart from)`))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("InitialClusterState must be %q or %q, got %q", ClusterStateNew, ClusterStateExisting, c.InitialClusterState))
-	}
-	if len(c.Members) > 1 && c.DataDir == "" {
-		errs = append(errs, fmt.Errorf("a cluster member needs a DataDir: in memory, node %d would forget its Raft votes and log on every restart and come back as a member that never was", c.NodeID))
-	}
-	if c.Listener != nil && c.ListenAddress != "" {
-		errs = append(errs, fmt.Errorf("ListenAddress %q and a Listener: give one", c.ListenAddress))
-	}
-	if n := countSet(c.PeerCertFile, c.PeerKeyFile, c.PeerCAFile); n != 0 && n != 3 {
-		errs = append(errs, errors.New("PeerCertFile, PeerKeyFile and PeerCAFile go together"))
-	}
-	if len(c.Members) > 0 {
-		self, ok := c.Members[c.NodeID]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("NodeID %d is not in Members", c.NodeID))
-		case c.RaftAddress == "":
-			c.RaftAddress = self.RaftAddress
-		case c.RaftAddress != self.RaftAddress:
-			errs = append(errs, fmt.Errorf("RaftAddress %q differs from Members[%d].RaftAddress %q", c.RaftAddress, c.NodeID, self.RaftAddress))
-		}
-		for id, m := range c.Members {
-			if id == 0 {
-				errs = append(errs, errors.New("member ID 0 is not allowed"))
-			}
-			if m.RaftAddress == "" && len(c.Members) > 1 {
-				errs = append(errs, fmt.Errorf("member %d has no RaftAddress", id))
-			}
-			if len(c.Members) > 1 {
-				if u, err := url.Parse(m.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					errs = append(errs, fmt.Errorf("member %d: Endpoint %q is not an http:// or https:// URL", id, m.Endpoint))
-				}
-				if m.PeerEndpoint != "" {
-					if u, err := url.Parse(m.PeerEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-						errs = append(errs, fmt.Errorf("member %d: PeerEndpoint %q is not an http:// or https:// URL", id, m.PeerEndpoint))
-					}
-				}
-				if c.peerTLS() && id != c.NodeID && !strings.HasPrefix(m.forwardTo(), "https://") {
-					errs = append(errs, fmt.Errorf("member %d: with peer TLS, forwarding to %q would be cleartext: give it an https:// PeerEndpoint (its peer port)", id, m.forwardTo()))
-				}
-			}
-		}
-	}
-	if c.RaftListener != nil && c.RaftAddress == "" {
-		errs = append(errs, errors.New("a RaftListener needs a RaftAddress (or Members) naming its port"))
-	}
-	if len(errs) > 0 {
-		return c, fmt.Errorf("kahuna: invalid config: %w", errors.Join(errs...))
-	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-		if len(c.Members) == 0 {
-			c.Partitions = DefaultSingleNodePartitions
-		}
-	}
-	if c.LockActors == 0 {
-		c.LockActors = DefaultLockActors
-	}
-	if c.CacheEntryTTL == 0 {
-		c.CacheEntryTTL = DefaultCacheEntryTTL
-	}
-	if c.CacheEntriesToRemove == 0 {
-		c.CacheEntriesToRemove = DefaultCacheEntriesToRemove
-	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = DefaultStartTimeout
-	}
-	if c.LeaderBalanceCooldown == 0 {
-		c.LeaderBalanceCooldown = DefaultLeaderBalanceCooldown
-	}
-	if c.DiskReserve == "" {
-		c.DiskReserve = DefaultDiskReserve
-	}
-	var err error
-	if c.diskReserve, err = space.ParseReserve(c.DiskReserve); err != nil {
-		return c, fmt.Errorf("kahuna: config: DiskReserve: %w", err)
-	}
-	if c.StoreQuota != "" {
-		if c.storeQuota, err = space.ParseSize(c.StoreQuota); err != nil {
-			return c, fmt.Errorf("kahuna: config: StoreQuota: %w", err)
-		}
-	}
-	if c.ReleasedRetention == 0 {
-		c.ReleasedRetention = DefaultReleasedRetention
-	}
-	if c.MaxCachedEntries == 0 {
-		c.MaxCachedEntries = DefaultMaxCachedEntries
-	}
-	if c.MaxQueuedPerLock == 0 {
-		c.MaxQueuedPerLock = DefaultMaxQueuedPerLock
-	}
-	if c.MaxPendingPerActor == 0 {
-		c.MaxPendingPerActor = DefaultMaxPendingPerActor
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c, nil
-}
+// Member is one node of a cluster: RaftAddress, the host:port of its Raft
+// listener; Endpoint, its API URL (e.g. "http://10.0.0.2:2070") for
+// forwarding and the admin API; and PeerEndpoint, if set, where other
+// members forward lock calls (see admin.Member).
+type Member = admin.Member

@@ -35,7 +35,7 @@ type faultCluster struct {
 	reignSink atomic.Pointer[func(node uint64, p int, term uint64, serve func())]
 }
 
-// serve starts a reign of node (kahuna.WithServeHook), through the sink
+// serve starts a reign of node (WithServeHook), through the sink
 // if a run is recording.
 func (c *faultCluster) serve(node uint64, p int, term uint64, serve func()) {
 	if sink := c.reignSink.Load(); sink != nil {
@@ -80,7 +80,7 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahun
 			}
 			members[peer] = m
 		}
-		c.cfgs[id] = kahuna.WithRaftTransport(kahuna.Config{
+		c.cfgs[id] = WithRaftTransport(kahuna.Config{
 			NodeID:        id,
 			DataDir:       t.TempDir(),
 			Members:       members,
@@ -94,8 +94,8 @@ func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahun
 			// balancing move would drop a lease a scripted step relies on.
 			LeaderBalanceCooldown: -1,
 		}, c.net.Factory(nil))
-		c.cfgs[id] = kahuna.WithProposalTimeout(c.cfgs[id], faultProposalTimeout)
-		c.cfgs[id] = kahuna.WithServeHook(c.cfgs[id], func(p int, term uint64, serve func()) { c.serve(id, p, term, serve) })
+		c.cfgs[id] = WithProposalTimeout(c.cfgs[id], faultProposalTimeout)
+		c.cfgs[id] = WithServeHook(c.cfgs[id], func(p int, term uint64, serve func()) { c.serve(id, p, term, serve) })
 		if mod != nil {
 			c.cfgs[id] = mod(c.cfgs[id])
 		}
@@ -180,7 +180,7 @@ func (c *faultCluster) kill(id uint64, crash bool) {
 	}
 	closeNode := n.Close
 	if crash {
-		closeNode = func() error { return kahuna.Crash(n) }
+		closeNode = func() error { return Crash(n) }
 	}
 	if err := closeNode(); err != nil {
 		c.t.Logf("close node %d: %v", id, err)
@@ -205,7 +205,7 @@ func (c *faultCluster) leaderNow(p int) uint64 {
 	var best, bestTerm uint64
 	for _, id := range c.up() {
 		if n := c.node(id); n != nil {
-			if serving, leads, term := kahuna.ServingTerm(n, p); serving && leads && term > bestTerm {
+			if serving, leads, term := ServingTerm(n, p); serving && leads && term > bestTerm {
 				best, bestTerm = id, term
 			}
 		}
@@ -335,7 +335,7 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 		}
 		for p := range byPartition {
 			from := rec.Now()
-			serving, leads, term := kahuna.ServingTerm(n, p)
+			serving, leads, term := ServingTerm(n, p)
 			switch {
 			case serving && leads:
 				record(p, id, term, 0, rec.Now())

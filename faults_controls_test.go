@@ -26,7 +26,7 @@ var negativeControls = []negativeControl{
 		name: "no-leadership-proof", seed: 11,
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fPause, fPause, fIsolateLeader},
-			mod: kahuna.WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+			mod: WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
 			pauseMax: 1500 * time.Millisecond, linTimeout: 5 * time.Second,
 		},
 	},
@@ -55,7 +55,7 @@ var negativeControls = []negativeControl{
 		name: "no-fencing", seed: 12, residual: true,
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fStallReplication},
-			mod: kahuna.WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+			mod: WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
 			linTimeout:   20 * time.Second,
 			onePartition: true, perPartition: 8, clients: []clientMode{direct, direct, direct, direct, direct, direct, direct, direct, pool, pool, pool, forwarding},
 		},
@@ -89,7 +89,7 @@ var negativeControls = []negativeControl{
 		// the grace promises, caught by the linearizability checker.
 		name: "handover-dropped", seed: 105, by: "linearizability",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, grace: true,
-			mod: kahuna.WithoutHandedOverLeases, linTimeout: 20 * time.Second},
+			mod: WithoutHandedOverLeases, linTimeout: 20 * time.Second},
 	},
 	{
 		// Under cache pressure, an evicted ephemeral entry's token is
@@ -97,7 +97,7 @@ var negativeControls = []negativeControl{
 		// no leader change at all. Caught by the fencing checker alone.
 		name: "ephemeral-eviction-floor-off", seed: 104, by: "fencing",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, cachePressure: true,
-			mod: kahuna.WithoutEvictionFloor, linTimeout: 20 * time.Second, gapMin: 50 * time.Millisecond, gapMax: 150 * time.Millisecond},
+			mod: WithoutEvictionFloor, linTimeout: 20 * time.Second, gapMin: 50 * time.Millisecond, gapMax: 150 * time.Millisecond},
 	},
 	{
 		// Each new leader counts ephemeral tokens from the stored record
@@ -106,7 +106,7 @@ var negativeControls = []negativeControl{
 		// checker alone.
 		name: "ephemeral-tokens-from-zero", seed: 102, by: "fencing",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer},
-			mod: kahuna.WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
+			mod: WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
 	},
 	{
 		// The handle's deadline ignores an Extend of unknown outcome: a
@@ -136,7 +136,7 @@ var negativeControls = []negativeControl{
 		name: "unsure-handoff-not-granted", seed: 106, by: "exclusion",
 		opts: func() runOpts {
 			o := stallHandOffRun(5 * time.Second)
-			o.mod = kahuna.WithoutUnsureHandOff
+			o.mod = WithoutUnsureHandOff
 			o.linTimeout = 20 * time.Second
 			return o
 		}(),

@@ -64,7 +64,7 @@ const (
 	fOneWayIn      faultKind = "partition-one-way-in"
 	fLossy         faultKind = "drop-delay"
 	// fPause freezes a node, mostly a hot partition's leader, as SIGSTOP
-	// would (kahuna.PauseNode: calls wait at its door, its view of who
+	// would (PauseNode: calls wait at its door, its view of who
 	// leads is frozen) and cuts its Raft and forwarding links both ways,
 	// for longer than an election and than the leader lease, a third of the
 	// time longer than a lock's TTL. It then wakes up: the held calls are
@@ -326,7 +326,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			if n == nil {
 				break
 			}
-			shard := kahuna.RaftShard(p)
+			shard := RaftShard(p)
 			logf("%s: node %d's replication of partition %d stalled, its lane filled", k, id, p)
 			c.net.StallReplication(id, shard)
 			// One filler at a time, so each takes an entry (a slot) of its
@@ -360,7 +360,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			if c.node(id) == nil {
 				break
 			}
-			shard := kahuna.RaftShard(p)
+			shard := RaftShard(p)
 			for len(unsure) > 0 {
 				<-unsure // before the stall
 			}
@@ -408,7 +408,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			}
 			d := between(400*time.Millisecond, maxPause)
 			logf("pause node %d for %v", id, d.Round(time.Millisecond))
-			kahuna.PauseNode(n)
+			PauseNode(n)
 			c.net.Isolate(id, c.others(id), true, true)
 			time.Sleep(d)
 			// It wakes: held calls are answered at once by a node that still
@@ -425,9 +425,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 				c.net.Heal()
 				time.Sleep(between(20*time.Millisecond, 60*time.Millisecond))
 			}
-			kahuna.ResumeCalls(n)
+			ResumeCalls(n)
 			time.Sleep(stepDown)
-			kahuna.ResumeView(n)
+			ResumeView(n)
 			if !healFirst {
 				hold(0, 100*time.Millisecond)
 				if rng.IntN(2) == 0 {

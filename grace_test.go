@@ -133,7 +133,7 @@ func TestClusterEphemeralGraceAcrossTransfer(t *testing.T) {
 		l, _ := c.node(to).Leader(0)
 		if l != to && time.Since(asked) > time.Second { // Raft may drop a request (its target lagging)
 			asked = time.Now()
-			if err := kahuna.TransferUnrelinquished(c.node(leader), 0, to); err != nil {
+			if err := TransferUnrelinquished(c.node(leader), 0, to); err != nil {
 				t.Logf("transfer: %v", err)
 			}
 		}

@@ -85,7 +85,7 @@ func TestMemberAddRemove(t *testing.T) {
 		}
 	}
 	eventually(t, "node 4 running every partition with 4 voters", func() bool {
-		for _, p := range c.node(4).Status().Partitions {
+		for _, p := range kahuna.Inner(c.node(4)).Status().Partitions {
 			if !p.Running || len(p.Voters) != 4 || p.Leader == 0 || p.Applied == 0 {
 				return false
 			}
@@ -109,7 +109,7 @@ func TestMemberAddRemove(t *testing.T) {
 	c.stop(3)
 	for _, id := range []uint64{1, 2, 4} {
 		eventually(t, fmt.Sprintf("node %d seeing 3 voters", id), func() bool {
-			for _, p := range c.node(id).Status().Partitions {
+			for _, p := range kahuna.Inner(c.node(id)).Status().Partitions {
 				if len(p.Voters) != 3 {
 					return false
 				}
@@ -151,7 +151,7 @@ func TestMemberAddRemove(t *testing.T) {
 func TestMemberChangeDropsLease(t *testing.T) {
 	const partitions = 2
 	c := startCluster(t, partitions)
-	lease := kahuna.LeaderLease(c.node(1))
+	lease := LeaderLease(c.node(1))
 	if lease <= 0 {
 		t.Fatal("a cluster node has no leader lease")
 	}
@@ -162,7 +162,7 @@ func TestMemberChangeDropsLease(t *testing.T) {
 	)
 	for id := uint64(1); id <= 3; id++ {
 		n := c.node(id)
-		kahuna.SetConfigChangeHook(n, func(p int, phase string) {
+		SetConfigChangeHook(n, func(p int, phase string) {
 			leader, _ := n.Leader(p)
 			var bad []string
 			if leader != id {

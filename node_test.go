@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -294,64 +292,6 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 	}
 	if _, r, _ := n.Get(ctx, eph, kahuna.Ephemeral); r.Status != kahuna.LockDoesNotExist {
 		t.Fatalf("ephemeral lock survived restart: %v", r.Status)
-	}
-}
-
-func TestPartitionCountIsBoundToDataDir(t *testing.T) {
-	dir := t.TempDir()
-	n, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 4, EphemeralFencingOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Close()
-	if _, err := kahuna.Open(kahuna.Config{DataDir: dir, Partitions: 8}); err == nil || !strings.Contains(err.Error(), "partitions=4") {
-		t.Fatalf("reopen with another partition count: %v", err)
-	}
-}
-
-// TestDefaultPartitions: a single node defaults to one partition, but a
-// data dir created with another count keeps it when none is given (a node
-// of an earlier version defaulted to 8), and keeps its locks.
-func TestDefaultPartitions(t *testing.T) {
-	ctx := context.Background()
-	if n := openNode(t, kahuna.Config{}); len(n.Status().Partitions) != kahuna.DefaultSingleNodePartitions {
-		t.Fatalf("single node: %d partitions, want %d", len(n.Status().Partitions), kahuna.DefaultSingleNodePartitions)
-	}
-
-	dir := t.TempDir()
-	n := openNode(t, kahuna.Config{DataDir: dir, Partitions: 8})
-	names := make([]string, 16) // spread over the 8 partitions
-	for i := range names {
-		names[i] = fmt.Sprintf("spread%d/lock", i)
-		if r, err := n.TryLock(ctx, names[i], []byte("holder"), time.Hour, kahuna.Persistent); err != nil || r.Status != kahuna.Locked {
-			t.Fatalf("%s: %v %v", names[i], r.Status, err)
-		}
-	}
-	n.Close()
-	n = openNode(t, kahuna.Config{DataDir: dir})
-	if got := len(n.Status().Partitions); got != 8 {
-		t.Fatalf("reopened with no count: %d partitions, want the data dir's 8", got)
-	}
-	for _, name := range names {
-		if r, err := n.TryLock(ctx, name, []byte("intruder"), time.Hour, kahuna.Persistent); err != nil || r.Status != kahuna.Busy {
-			t.Fatalf("%s after reopening: %v %v, want Busy", name, r.Status, err)
-		}
-	}
-	n.Close()
-
-	if err := os.WriteFile(filepath.Join(dir, "kahuna-layout"), []byte("shards=3\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kahuna.Open(kahuna.Config{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "not partitions=N") {
-		t.Fatalf("unreadable layout: %v", err)
-	}
-}
-
-func TestInvalidConfig(t *testing.T) {
-	for _, cfg := range []kahuna.Config{{Partitions: -1}, {LockActors: -2}, {CacheEntryTTL: -time.Second}, {WALDir: "/tmp/x"}, {RaftRTT: time.Microsecond}, {RaftRTT: 2 * time.Second}, {RaftRTT: 1500 * time.Microsecond}} {
-		if _, err := kahuna.Open(cfg); err == nil {
-			t.Errorf("Open(%+v) succeeded", cfg)
-		}
 	}
 }
 

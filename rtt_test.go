@@ -78,8 +78,8 @@ func (c *rttCluster) config(id uint64, rtt, startTimeout time.Duration) kahuna.C
 		StartTimeout:          startTimeout,
 		Logger:                slog.New(slog.NewTextHandler(c.logs[id], &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
-	cfg = kahuna.WithRaftTransportWrap(cfg, c.net.Factory)
-	cfg = kahuna.WithServeHook(cfg, func(p int, term uint64, serve func()) { c.begin(id, p, term, serve) })
+	cfg = WithRaftTransportWrap(cfg, c.net.Factory)
+	cfg = WithServeHook(cfg, func(p int, term uint64, serve func()) { c.begin(id, p, term, serve) })
 	if c.tune != nil {
 		cfg = c.tune(cfg)
 	}
@@ -91,7 +91,7 @@ func (c *rttCluster) config(id uint64, rtt, startTimeout time.Duration) kahuna.C
 func (c *rttCluster) begin(id uint64, p int, term uint64, serve func()) {
 	serve()
 	for _, o := range c.ids {
-		if n := c.node(o); o != id && n != nil && kahuna.ServingNow(n, p) {
+		if n := c.node(o); o != id && n != nil && ServingNow(n, p) {
 			c.mu.Lock()
 			c.overlaps = append(c.overlaps, fmt.Sprintf("node %d began serving partition %d in term %d while node %d served it: two leaders", id, p, term, o))
 			c.mu.Unlock()
@@ -353,7 +353,7 @@ func TestRaftRTTMismatchNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	problems, err := mixedRTT(t, kahuna.WithoutRaftTimingCheck)
+	problems, err := mixedRTT(t, WithoutRaftTimingCheck)
 	if err != nil {
 		t.Fatalf("node 1 refused with the check off: %v", err)
 	}
@@ -451,7 +451,7 @@ func TestRaftRTTRollingChangeNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	problems := rollingRTT(t, kahuna.WithoutRaftTimingWait, rollFrom, rollTo)
+	problems := rollingRTT(t, WithoutRaftTimingWait, rollFrom, rollTo)
 	if len(problems) == 0 {
 		t.Error("negative control not caught: without the wait on a changed tick, no two nodes served at once")
 	}

@@ -43,7 +43,7 @@ const (
 // check the grace.
 func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Config) *faultCluster {
 	return startFaultCluster(t, seed, 3, func(cfg kahuna.Config) kahuna.Config {
-		cfg = kahuna.WithProposalTimeout(cfg, 0)
+		cfg = WithProposalTimeout(cfg, 0)
 		cfg.EphemeralFencingOnly = true
 		if tune != nil {
 			cfg = tune(cfg)
@@ -333,11 +333,11 @@ func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) ma
 		k.before(t, l.Local(), res(k))
 	}
 
-	kahuna.PauseNode(l)
+	PauseNode(l)
 	resumed := false
 	t.Cleanup(func() {
 		if !resumed {
-			kahuna.ResumeNode(l)
+			ResumeNode(l)
 		}
 	})
 	c.net.Isolate(lid, c.ids, true, true)
@@ -362,7 +362,7 @@ func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) ma
 			answers[i].took = time.Since(start)
 		}()
 	}
-	kahuna.ResumeCalls(l)
+	ResumeCalls(l)
 	preHeal := time.NewTimer(safetyPreHeal)
 	defer preHeal.Stop()
 	healed := false
@@ -380,7 +380,7 @@ func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) ma
 		<-done[i]
 	}
 	c.net.Heal()
-	kahuna.ResumeNode(l)
+	ResumeNode(l)
 	resumed = true
 
 	problems := map[string]string{}
@@ -416,7 +416,7 @@ func TestStaleLeaderNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	problems := staleLeaderAnswers(t, kahuna.WithoutLeadershipProof)
+	problems := staleLeaderAnswers(t, WithoutLeadershipProof)
 	for _, k := range staleCases {
 		if problems[k.name] == "" {
 			t.Errorf("%s: negative control not caught: without the leadership proof the deposed leader's stale probeAnswer was not seen", k.name)
@@ -517,7 +517,7 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	// traffic from here on is the scenario's): the four writes' and, once
 	// it went through the lane, A's Extend's.
 	settledBefore := l.Stats().RaftProposals
-	c.net.StallReplication(lid, kahuna.RaftShard(p))
+	c.net.StallReplication(lid, RaftShard(p))
 	var fillers []<-chan result
 	for i := 1; i <= 4; i++ {
 		w := fmt.Sprintf("fence/w%d", i)
@@ -652,7 +652,7 @@ func TestDeposedLeaderQueuedWriteNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	if len(runDeposedLeaderQueuedWrite(t, kahuna.WithoutFencing)) == 0 {
+	if len(runDeposedLeaderQueuedWrite(t, WithoutFencing)) == 0 {
 		t.Error("negative control not caught: without the fence, the deposed leader's queued Extend was not seen committing behind the new leader's cache")
 	}
 }

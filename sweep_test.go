@@ -13,7 +13,7 @@ import (
 // after their last change.
 func sweepNode(t *testing.T, dir string, retention time.Duration) *kahuna.Node {
 	t.Helper()
-	cfg := kahuna.WithSweepEvery(kahuna.Config{DataDir: dir, Partitions: 4, LockActors: 2, ReleasedRetention: retention}, 20*time.Millisecond)
+	cfg := WithSweepEvery(kahuna.Config{DataDir: dir, Partitions: 4, LockActors: 2, ReleasedRetention: retention}, 20*time.Millisecond)
 	n, err := kahuna.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func waitRecords(t *testing.T, n *kahuna.Node, want int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got, err := kahuna.StoredRecords(n)
+		got, err := StoredRecords(n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestSweepLevelsOffUniqueNames(t *testing.T) {
 		waitRecords(t, n, live)
 		t.Logf("round %d: records back down to the %d live ones", round, live)
 	}
-	if got, _ := kahuna.StoredRecords(n); got != live {
+	if got, _ := StoredRecords(n); got != live {
 		t.Fatalf("%d records stored, want the %d live ones kept", got, live)
 	}
 	if s := n.Stats(); s.RecordsSwept != 2000 {
@@ -137,7 +137,7 @@ func TestSweepClusterFloorSurvivesFailover(t *testing.T) {
 	}
 	c := startFaultCluster(t, 40, 3, func(cfg kahuna.Config) kahuna.Config {
 		cfg.ReleasedRetention = 200 * time.Millisecond
-		return kahuna.WithSweepEvery(cfg, 20*time.Millisecond)
+		return WithSweepEvery(cfg, 20*time.Millisecond)
 	})
 	const res = "swept"
 	p := c.node(c.ids[0]).Partition(res)

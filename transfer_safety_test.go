@@ -54,7 +54,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 		}
 		if ch, old := w(node, p); ch != nil {
 			n := c.node(old)
-			ch <- began{oldServes: n != nil && kahuna.ServingNow(n, p)}
+			ch <- began{oldServes: n != nil && ServingNow(n, p)}
 		}
 	}
 	c.reignSink.Store(&sink)
@@ -66,7 +66,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 	// leader, hearing nothing, stepped down first), so try again.
 	round := func(p int, res string) bool {
 		z := waitServing(t, c, p, 0)
-		_, _, zTerm := kahuna.ServingTerm(c.node(z), p)
+		_, _, zTerm := ServingTerm(c.node(z), p)
 		others := c.others(z)
 		y := others[0]
 		setupOp(t, c.node(z).Local(), "A locks "+res, opTryLock(res, ownerA, time.Minute, kahuna.Ephemeral), kahuna.Locked, -1)
@@ -104,7 +104,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 		// z keeps sending and hears nothing: it learns of no election.
 		c.net.Isolate(z, others, false, true)
 		cut = time.Now()
-		if err := kahuna.TransferUnrelinquished(c.node(z), p, y); err != nil {
+		if err := TransferUnrelinquished(c.node(z), p, y); err != nil {
 			t.Fatalf("partition %d: transfer %d → %d: %v", p, z, y, err)
 		}
 		var b began
@@ -115,14 +115,14 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config) []st
 			case b = <-ch:
 				break wait
 			case <-other: // a reign begins through the serve hook
-				if serving, leads, term := kahuna.ServingTerm(c.node(others[1]), p); serving && leads && term > zTerm {
+				if serving, leads, term := ServingTerm(c.node(others[1]), p); serving && leads && term > zTerm {
 					t.Logf("partition %d: node %d was elected in term %d instead of the target %d; again", p, others[1], term, y)
 					return false
 				}
 			case <-deadline:
 				var views []string
 				for _, id := range c.ids {
-					serving, leads, term := kahuna.ServingTerm(c.node(id), p)
+					serving, leads, term := ServingTerm(c.node(id), p)
 					views = append(views, fmt.Sprintf("node %d: serving %v, leads %v, term %d", id, serving, leads, term))
 				}
 				t.Fatalf("partition %d: node %d did not begin to serve within %v of the transfer from %d; %v", p, y, safetyWait, z, views)
@@ -181,7 +181,7 @@ func callWithin(l kahuna.Locker, op lockOp) probeAnswer {
 // event inside the node), or when its leader lease runs out. Cut off from
 // its peers' answers, the node could renew that lease only by a
 // confirmation begun before cut, so the lease runs out by cut +
-// kahuna.LeaderLease: wait until then at most, and if the reign still
+// LeaderLease: wait until then at most, and if the reign still
 // serves after that, it is an error.
 func waitNotServing(c *faultCluster, id uint64, p int, term uint64, cut time.Time) error {
 	n := c.node(id)
@@ -191,13 +191,13 @@ func waitNotServing(c *faultCluster, id uint64, p int, term uint64, cut time.Tim
 	stale := func() bool {
 		// A reign of a later term (the node elected again) is not the one
 		// that was cut off.
-		serving, leads, now := kahuna.ServingTerm(n, p)
+		serving, leads, now := ServingTerm(n, p)
 		return serving && !(leads && now > term)
 	}
 	if !stale() {
 		return nil
 	}
-	lease := kahuna.LeaderLease(n)
+	lease := LeaderLease(n)
 	time.Sleep(time.Until(cut.Add(lease))) // the lease's end: the reign's last possible instant
 	if stale() {
 		return fmt.Errorf("node %d still serves partition %d (term %d) %v after it was cut off, past its leader lease %v", id, p, term, time.Since(cut).Round(time.Millisecond), lease)
@@ -224,7 +224,7 @@ func TestTransferTargetNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	if len(transferOverlaps(t, kahuna.WithoutTakeoverWait)) == 0 {
+	if len(transferOverlaps(t, WithoutTakeoverWait)) == 0 {
 		t.Error("negative control not caught: without the takeover wait, no partition's old leader served when its transfer target began")
 	}
 }

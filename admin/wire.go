@@ -2,7 +2,7 @@
 // lock API: its paths and JSON messages, the one client that calls it
 // (kahunactl, and members calling each other to pass on changes, join
 // and check a balancing target), and the HTTP handler a node serves it
-// with (kahuna.Node.AdminHandler wraps NewHandler).
+// with (internal/node's Node.AdminHandler wraps NewHandler).
 //
 // The paths and JSON field names are the wire contract between kahunactl
 // and members of any version: change them only compatibly.

@@ -7,7 +7,8 @@ import (
 	"os"
 	"sync/atomic"
 
-	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -20,7 +21,7 @@ func EmbeddedTarget() Target {
 	return Target{
 		Name:      "embedded",
 		Aliases:   []string{"kahuna-embedded"},
-		About:     "an in-process kahuna node (kahuna.Open); persistent runs use --data-dir or a temp dir on disk",
+		About:     "an in-process kahuna node; persistent runs use --data-dir or a temp dir on disk",
 		InProcess: true,
 		Open:      openEmbedded,
 	}
@@ -44,7 +45,7 @@ const observed = "node requests (Config.Observe)"
 // openNode opens the node of an embedded or in-process wire target. With
 // s.CountRequests, requests counts every request it answers (its
 // Config.Observe); else it is nil.
-func openNode(s Settings) (node *kahuna.Node, requests *atomic.Int64, closeFn func() error, err error) {
+func openNode(s Settings) (n *node.Node, requests *atomic.Int64, closeFn func() error, err error) {
 	dir, cleanup := s.DataDir, func() error { return nil }
 	if dir == "" && s.Durability == lease.Persistent {
 		tmp, err := os.MkdirTemp("", "kahuna-bench-")
@@ -53,7 +54,7 @@ func openNode(s Settings) (node *kahuna.Node, requests *atomic.Int64, closeFn fu
 		}
 		dir, cleanup = tmp, func() error { return os.RemoveAll(tmp) }
 	}
-	cfg := kahuna.Config{
+	cfg := node.Config{
 		DataDir:    dir,
 		Partitions: s.Partitions,
 		LockActors: s.LockActors,
@@ -61,11 +62,11 @@ func openNode(s Settings) (node *kahuna.Node, requests *atomic.Int64, closeFn fu
 	}
 	if s.CountRequests {
 		requests = new(atomic.Int64)
-		cfg.Observe = func(kahuna.RequestEvent) { requests.Add(1) }
+		cfg.Observe = func(admin.RequestEvent) { requests.Add(1) }
 	}
-	node, err = kahuna.Open(cfg)
+	n, err = node.Open(cfg)
 	if err != nil {
 		return nil, nil, nil, errors.Join(err, cleanup())
 	}
-	return node, requests, func() error { return errors.Join(node.Close(), cleanup()) }, nil
+	return n, requests, func() error { return errors.Join(n.Close(), cleanup()) }, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -43,7 +44,7 @@ func openGRPC(ctx context.Context, s Settings) (System, error) {
 		}
 		return Shared{L: c, CloseFn: c.Close}, nil
 	}
-	node, requests, closeNode, err := openNode(s)
+	n, requests, closeNode, err := openNode(s)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func openGRPC(ctx context.Context, s Settings) (System, error) {
 	if err != nil {
 		return nil, errors.Join(err, closeNode())
 	}
-	srv := transport.NewServer(node, transport.ServerOptions{Logger: s.Logger})
+	srv := n.NewServer(node.ServerOptions{})
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeGRPC(lis) }()
 	stop := func() error {

@@ -121,7 +121,7 @@ type Options struct {
 // is: Suspend drops the lease before the change is proposed and keeps it
 // dropped (no renewal) until Resume, once it is applied; the next renewal
 // then starts after the apply, so its quorum is counted in the new
-// configuration (kahuna.Node.AddMember has the argument). With rtt 10 ms
+// configuration (internal/node's member.go has the argument). With rtt 10 ms
 // and 10 election ticks the lease is about 69 ms.
 //
 // A leader transfer is covered on the target's side too (TakeoverWait),
@@ -159,7 +159,7 @@ const leaseDrift = 0.01
 // and vote happen under that timing: kahuna members refuse Raft
 // connections with a member of another timing, and a member restarted
 // under another timing waits out its old leases before Raft starts
-// (kahuna's timing.go).
+// (internal/node's timing.go).
 func TakeoverWaitFor(rtt time.Duration, electionTicks int) time.Duration {
 	return time.Duration(float64(time.Duration(electionTicks)*rtt) * (1 + leaseDrift))
 }
@@ -202,7 +202,7 @@ type Leadership struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// Test hook (kahuna.PauseNode): while frozen, events are held in held
+	// Test hook (node.Node.Pause): while frozen, events are held in held
 	// instead of being acted upon.
 	frozen bool
 	held   []durability.LeaderEvent

@@ -22,7 +22,7 @@ targets=(
   "./transport FuzzWireDecode"
   "./durability FuzzDecodeBatch"
   "./cmd/kahuna FuzzParseFlags"
-  ". FuzzConfig"
+  "./internal/node FuzzConfig"
 )
 failed=0
 for t in "${targets[@]}"; do

@@ -24,9 +24,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/internal/buildinfo"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	var peerTLS *tls.Config
 	if o.peerCert != "" {
-		if peerTLS, err = kahuna.PeerTLSConfig(o.peerCert, o.peerKey, o.peerCA); err != nil {
+		if peerTLS, err = node.PeerTLSConfig(o.peerCert, o.peerKey, o.peerCA); err != nil {
 			fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
 			return 1
 		}
@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		os.Exit(exitStorageFailed)
 	})
 	m := newMetrics() // metrics.go
-	node, err := kahuna.Open(kahuna.Config{
+	nd, err := node.Open(node.Config{
 		NodeID:                o.nodeID,
 		RaftRTT:               o.raftRTT,
 		LeaderBalanceCooldown: offIfZero(o.balanceCooldown),
@@ -138,22 +138,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		closeAll(listeners)
 		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
-		if errors.Is(err, kahuna.ErrNoSpace) {
+		if errors.Is(err, node.ErrNoSpace) {
 			return exitNoSpace
 		}
 		return 1
 	}
-	m.watch(node)
-	extra := node.AdminRoutes()
-	extra["/metrics"] = m.handler()
-	srv := transport.NewServer(node, transport.ServerOptions{
-		NodeName:        strconv.FormatUint(o.nodeID, 10),
-		Forwarded:       node.Local(),
-		Logger:          logger,
+	m.watch(nd)
+	srv := nd.NewServer(node.ServerOptions{
+		Extra:           map[string]http.Handler{"/metrics": m.handler()},
 		Observe:         m.observeWire,
-		Extra:           extra,
-		Tokens:          tokens.auth,
-		PeerTokens:      tokens.peer,
 		Unauthenticated: openPaths(o),
 	})
 	stopReload := tokens.reloadOnHUP(logger)
@@ -187,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := srv.Shutdown(sctx); err != nil {
 		logger.Warn("shutdown of listeners", "err", err)
 	}
-	if err := node.Close(); err != nil {
+	if err := nd.Close(); err != nil {
 		logger.Error("closing node", "err", err)
 		code = 1
 	}

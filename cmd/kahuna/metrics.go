@@ -13,7 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -91,7 +92,7 @@ func newMetrics() *metrics {
 }
 
 // watch adds the node's scrape-time metrics.
-func (m *metrics) watch(node *kahuna.Node) { m.registry.MustRegister(&nodeCollector{node: node}) }
+func (m *metrics) watch(node *node.Node) { m.registry.MustRegister(&nodeCollector{node: node}) }
 
 // cell returns the series of (op, d, st), creating them on first use; nil
 // for values outside the known ones (served by the slow path).
@@ -125,7 +126,7 @@ func statusIndex(st lease.Status) int {
 }
 
 // observeRequest is the node's Config.Observe.
-func (m *metrics) observeRequest(ev kahuna.RequestEvent) {
+func (m *metrics) observeRequest(ev admin.RequestEvent) {
 	secs := ev.Latency.Seconds()
 	if c := m.cell(ev.Op, ev.Durability, ev.Status); c != nil {
 		c.count.Inc()
@@ -180,7 +181,7 @@ func buildInfo() prometheus.Collector {
 }
 
 // nodeCollector reads the node's counters at scrape time.
-type nodeCollector struct{ node *kahuna.Node }
+type nodeCollector struct{ node *node.Node }
 
 var (
 	heldDesc          = prometheus.NewDesc("kahuna_held_locks", "Live leases served by this node.", []string{"durability"}, nil)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	knode "github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 )
@@ -40,7 +41,7 @@ var requestSeries = regexp.MustCompile(`^kahuna_requests_total\{durability="(\w+
 
 func TestMetricsSeries(t *testing.T) {
 	m := newMetrics()
-	node, err := kahuna.Open(kahuna.Config{Partitions: 2, Observe: m.observeRequest})
+	node, err := knode.Open(knode.Config{Partitions: 2, Observe: m.observeRequest})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/internal/testcert"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -17,7 +17,7 @@ import (
 // CA file.
 func startTLSNode(t *testing.T, token string) (string, string) {
 	t.Helper()
-	n, err := kahuna.Open(kahuna.Config{})
+	n, err := node.Open(node.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/raftnet"
 )
@@ -63,7 +64,7 @@ func (rt *raftTiming) observe(addr string, t raftnet.Timing, refused bool) {
 
 // refusals describes the members whose Raft connections are refused for
 // their timing ("" if none), naming them by ID where members knows them.
-func (rt *raftTiming) refusals(members map[uint64]Member) string {
+func (rt *raftTiming) refusals(members map[uint64]admin.Member) string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if len(rt.refused) == 0 {
@@ -123,7 +124,7 @@ func (n *Node) settleTiming(self raftnet.Timing) error {
 	}
 	if ok && n.clustered() {
 		wait := partition.TakeoverWaitFor(old.RTT, old.ElectionTicks)
-		if n.cfg.unsafeNoTimingWait {
+		if n.cfg.knobs.UnsafeNoTimingWait {
 			wait = 0
 		}
 		n.cfg.Logger.Warn("Raft timing changed since this data dir last ran: waiting out the leader leases it may have acknowledged before taking part in Raft",

@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"fmt"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/durability"
 )
 
 // FuzzConfig checks Config validation (withDefaults, the pure part of
@@ -28,18 +31,18 @@ func FuzzConfig(f *testing.F) {
 		c := Config{
 			NodeID: nodeID, Partitions: partitions, LockActors: actors,
 			CacheEntryTTL: time.Duration(cacheTTL), CacheEntriesToRemove: remove, StartTimeout: time.Duration(start),
-			DataDir: dataDir, WALDir: walDir, InitialClusterState: ClusterState(state),
+			DataDir: dataDir, WALDir: walDir, InitialClusterState: durability.ClusterState(state),
 		}
 		// members: "id=raft=endpoint,...".
 		if members != "" {
-			c.Members = map[uint64]Member{}
+			c.Members = map[uint64]admin.Member{}
 			for _, m := range strings.Split(members, ",") {
 				parts := strings.SplitN(m, "=", 3)
 				var id uint64
 				if _, err := fmt.Sscan(parts[0], &id); err != nil {
 					continue
 				}
-				var mem Member
+				var mem admin.Member
 				if len(parts) > 1 {
 					mem.RaftAddress = parts[1]
 				}
@@ -67,8 +70,8 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("accepted an in-memory cluster member: %+v", c)
 		}
 		switch got.InitialClusterState {
-		case "", ClusterStateNew:
-		case ClusterStateExisting:
+		case "", durability.ClusterStateNew:
+		case durability.ClusterStateExisting:
 			if got.DataDir == "" {
 				t.Fatalf("accepted InitialClusterState existing in memory: %+v", c)
 			}

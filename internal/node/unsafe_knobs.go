@@ -1,9 +1,10 @@
 //go:build kahuna_unsafe
 
-package kahuna
+package node
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 )
@@ -21,27 +22,27 @@ import (
 // The build tag is the only way in: a release build has no such switch.
 func init() { unsafeKnobs = unsafeFromEnv }
 
-func unsafeFromEnv(cfg *Config) error {
+func unsafeFromEnv(k *TestingKnobs, logger *slog.Logger) error {
 	v := os.Getenv("KAHUNA_UNSAFE")
 	if v == "" {
 		return nil
 	}
-	for _, k := range strings.Split(v, ",") {
-		switch strings.TrimSpace(k) {
+	for _, sw := range strings.Split(v, ",") {
+		switch strings.TrimSpace(sw) {
 		case "no-lease":
-			cfg.unsafeNoLeaseCheck = true
+			k.UnsafeNoLeaseCheck = true
 		case "no-fence":
-			cfg.unsafeNoFence = true
+			k.UnsafeNoFence = true
 		case "applied-first":
-			cfg.unsafeAppliedFirst = true
+			k.UnsafeAppliedFirst = true
 		case "tokens-from-zero":
-			cfg.unsafeTokensFromZero = true
+			k.UnsafeTokensFromZero = true
 		case "no-evict-floor":
-			cfg.unsafeNoEvictFloor = true
+			k.UnsafeNoEvictFloor = true
 		default:
-			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first, tokens-from-zero, no-evict-floor)", k)
+			return fmt.Errorf("kahuna: KAHUNA_UNSAFE: unknown switch %q (no-lease, no-fence, applied-first, tokens-from-zero, no-evict-floor)", sw)
 		}
 	}
-	cfg.Logger.Warn("SAFETY PROTECTIONS SWITCHED OFF (a negative-control build)", "KAHUNA_UNSAFE", v)
+	logger.Warn("SAFETY PROTECTIONS SWITCHED OFF (a negative-control build)", "KAHUNA_UNSAFE", v)
 	return nil
 }

@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"cmp"
@@ -10,30 +10,11 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 )
-
-// RequestEvent describes one lock request a node answered. It is what
-// Config.Observe receives, and what the node logs per request at debug.
-type RequestEvent struct {
-	Op         lease.Op
-	Resource   string
-	Durability Durability
-	Partition  int
-	// Status is the answer. A call that failed (Err set) is counted as the
-	// wire API answers it: MustRetry when it certainly did not apply,
-	// Errored otherwise.
-	Status  Status
-	Err     error
-	Latency time.Duration
-	// Forwarded marks a request a peer forwarded to this node.
-	Forwarded bool
-	// ForwardedTo is the leader this node forwarded the request to (0: it
-	// was served here, or no leader was known and it was not sent).
-	ForwardedTo uint64
-}
 
 // requestTrace follows one request through (*Node).do.
 type requestTrace struct {
@@ -55,11 +36,11 @@ const maxLoggedResource = 128
 
 // endRequest reports the answer r (or the failure err) to req to
 // Config.Observe and, at debug, to the Logger.
-func (n *Node) endRequest(ctx context.Context, t *requestTrace, req actors.Request, r Result, err error) {
+func (n *Node) endRequest(ctx context.Context, t *requestTrace, req actors.Request, r lease.Result, err error) {
 	if t.start.IsZero() {
 		return
 	}
-	ev := RequestEvent{
+	ev := admin.RequestEvent{
 		Op: req.Op, Resource: req.Resource, Durability: req.Durability,
 		Partition: partition.Of(req.Resource, n.cfg.Partitions),
 		Status:    r.Status, Err: err, Latency: time.Since(t.start),
@@ -69,9 +50,9 @@ func (n *Node) endRequest(ctx context.Context, t *requestTrace, req actors.Reque
 		ev.ForwardedTo = 0 // leader here, not serving yet: not sent
 	}
 	if err != nil {
-		ev.Status = Errored
+		ev.Status = lease.Errored
 		if errors.Is(err, lease.ErrNotApplied) {
-			ev.Status = MustRetry
+			ev.Status = lease.MustRetry
 		}
 	}
 	if n.cfg.Observe != nil {

@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
 	"github.com/kahunago/kahuna/internal/testport"
@@ -25,24 +26,24 @@ import (
 // leaderLocker is the leader's side of the hop: serve answers every
 // request (it may block).
 type leaderLocker struct {
-	serve func(ctx context.Context, resource string) (Result, error)
+	serve func(ctx context.Context, resource string) (lease.Result, error)
 }
 
-func (l leaderLocker) TryLock(ctx context.Context, resource string, _ []byte, _ time.Duration, _ Durability) (Result, error) {
+func (l leaderLocker) TryLock(ctx context.Context, resource string, _ []byte, _ time.Duration, _ lease.Durability) (lease.Result, error) {
 	return l.serve(ctx, resource)
 }
 
-func (l leaderLocker) Extend(ctx context.Context, resource string, _ []byte, _ time.Duration, _ Durability) (Result, error) {
+func (l leaderLocker) Extend(ctx context.Context, resource string, _ []byte, _ time.Duration, _ lease.Durability) (lease.Result, error) {
 	return l.serve(ctx, resource)
 }
 
-func (l leaderLocker) Unlock(ctx context.Context, resource string, _ []byte, _ Durability) (Result, error) {
+func (l leaderLocker) Unlock(ctx context.Context, resource string, _ []byte, _ lease.Durability) (lease.Result, error) {
 	return l.serve(ctx, resource)
 }
 
-func (l leaderLocker) Get(ctx context.Context, resource string, _ Durability) (LockInfo, Result, error) {
+func (l leaderLocker) Get(ctx context.Context, resource string, _ lease.Durability) (lease.LockInfo, lease.Result, error) {
 	r, err := l.serve(ctx, resource)
-	return LockInfo{}, r, err
+	return lease.LockInfo{}, r, err
 }
 
 // startLeader serves l on the forwarding stream of a loopback listener
@@ -70,9 +71,9 @@ func startLeader(t *testing.T, l lease.Locker) (*transport.Server, string) {
 func forwarder(t *testing.T, endpoint string) *Node {
 	t.Helper()
 	n := &Node{
-		cfg:        Config{Logger: slog.New(slog.DiscardHandler)},
+		cfg:        settings{Config: Config{Logger: slog.New(slog.DiscardHandler)}},
 		leadership: partition.NewLeadership(1, partition.Options{}),
-		peers:      newPeers(map[uint64]Member{1: {}, 2: {Endpoint: endpoint}}, 1),
+		peers:      newPeers(map[uint64]admin.Member{1: {}, 2: {Endpoint: endpoint}}, 1),
 	}
 	n.leadership.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 2, Term: 1})
 	t.Cleanup(n.peers.close)
@@ -88,15 +89,15 @@ func forwardCtx(t *testing.T) context.Context {
 var fwdOps = []lease.Op{lease.TryLock, lease.Extend, lease.Unlock, lease.Get}
 
 func fwdRequest(op lease.Op, resource string) actors.Request {
-	return actors.Request{Op: op, Resource: resource, Owner: []byte("A"), TTL: time.Second, Durability: Persistent}
+	return actors.Request{Op: op, Resource: resource, Owner: []byte("A"), TTL: time.Second, Durability: lease.Persistent}
 }
 
 // TestForwardPassesAnswersThrough: the leader's answers, MustRetry and
 // Errored included, come back as they are.
 func TestForwardPassesAnswersThrough(t *testing.T) {
-	statuses := map[string]Status{"locked": Locked, "busy": Busy, "retry": MustRetry, "errored": Errored}
-	_, addr := startLeader(t, leaderLocker{serve: func(_ context.Context, resource string) (Result, error) {
-		return Result{Status: statuses[resource], FencingToken: 7}, nil
+	statuses := map[string]lease.Status{"locked": lease.Locked, "busy": lease.Busy, "retry": lease.MustRetry, "errored": lease.Errored}
+	_, addr := startLeader(t, leaderLocker{serve: func(_ context.Context, resource string) (lease.Result, error) {
+		return lease.Result{Status: statuses[resource], FencingToken: 7}, nil
 	}})
 	n := forwarder(t, "http://"+addr)
 	for res, want := range statuses {
@@ -115,19 +116,19 @@ func TestForwardNeverSentIsMustRetry(t *testing.T) {
 	t.Run("leader unreachable", func(t *testing.T) {
 		n := forwarder(t, "http://"+testport.Addr(t)) // reserved: nothing listens
 		for _, op := range fwdOps {
-			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != MustRetry {
-				t.Errorf("forward %v to a closed port = %+v, %v, want MustRetry", op, r, err)
+			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != lease.MustRetry {
+				t.Errorf("forward %v to a closed port = %+v, %v, want lease.MustRetry", op, r, err)
 			}
 		}
 	})
 	t.Run("leader shut down", func(t *testing.T) {
 		var served atomic.Int32
-		srv, addr := startLeader(t, leaderLocker{serve: func(context.Context, string) (Result, error) {
+		srv, addr := startLeader(t, leaderLocker{serve: func(context.Context, string) (lease.Result, error) {
 			served.Add(1)
-			return Result{Status: Locked}, nil
+			return lease.Result{Status: lease.Locked}, nil
 		}})
 		n := forwarder(t, "http://"+addr)
-		if _, r, err := n.forward(forwardCtx(t), fwdRequest(lease.TryLock, "r")); err != nil || r.Status != Locked {
+		if _, r, err := n.forward(forwardCtx(t), fwdRequest(lease.TryLock, "r")); err != nil || r.Status != lease.Locked {
 			t.Fatalf("forward = %+v, %v", r, err)
 		}
 		// The leader ends its streams cleanly and stops listening: the
@@ -136,8 +137,8 @@ func TestForwardNeverSentIsMustRetry(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, op := range fwdOps {
-			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != MustRetry {
-				t.Errorf("forward %v to a leader that shut down = %+v, %v, want MustRetry", op, r, err)
+			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != lease.MustRetry {
+				t.Errorf("forward %v to a leader that shut down = %+v, %v, want lease.MustRetry", op, r, err)
 			}
 		}
 		if n := served.Load(); n != 1 {
@@ -153,14 +154,14 @@ func TestForwardBrokenAfterSendIsErrored(t *testing.T) {
 	for _, op := range fwdOps {
 		t.Run(op.String(), func(t *testing.T) {
 			arrived, release, applied := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-			_, addr := startLeader(t, leaderLocker{serve: func(_ context.Context, resource string) (Result, error) {
+			_, addr := startLeader(t, leaderLocker{serve: func(_ context.Context, resource string) (lease.Result, error) {
 				if resource != "held" {
-					return Result{Status: Locked}, nil
+					return lease.Result{Status: lease.Locked}, nil
 				}
 				arrived <- struct{}{}
 				<-release // the leader's work does not stop with the asker
 				close(applied)
-				return Result{Status: Locked}, nil
+				return lease.Result{Status: lease.Locked}, nil
 			}})
 			proxy, err := faults.NewNetwork(1).Proxy(1, 2, addr)
 			if err != nil {
@@ -170,7 +171,7 @@ func TestForwardBrokenAfterSendIsErrored(t *testing.T) {
 			n := forwarder(t, "http://"+proxy.Addr())
 
 			type answer struct {
-				r   Result
+				r   lease.Result
 				err error
 			}
 			done := make(chan answer, 1)
@@ -181,8 +182,8 @@ func TestForwardBrokenAfterSendIsErrored(t *testing.T) {
 			<-arrived // the request reached the leader
 			proxy.Reset()
 			a := <-done
-			if a.err != nil || a.r.Status != Errored {
-				t.Fatalf("forward broken after send = %+v, %v, want Errored", a.r, a.err)
+			if a.err != nil || a.r.Status != lease.Errored {
+				t.Fatalf("forward broken after send = %+v, %v, want lease.Errored", a.r, a.err)
 			}
 			close(release)
 			<-applied
@@ -193,10 +194,10 @@ func TestForwardBrokenAfterSendIsErrored(t *testing.T) {
 // TestForwardContextEnded: a caller that gives up gets its context's error.
 func TestForwardContextEnded(t *testing.T) {
 	arrived := make(chan struct{}, 1)
-	_, addr := startLeader(t, leaderLocker{serve: func(ctx context.Context, _ string) (Result, error) {
+	_, addr := startLeader(t, leaderLocker{serve: func(ctx context.Context, _ string) (lease.Result, error) {
 		arrived <- struct{}{}
 		<-ctx.Done()
-		return Result{}, ctx.Err()
+		return lease.Result{}, ctx.Err()
 	}})
 	n := forwarder(t, "http://"+addr)
 	ctx, cancel := context.WithCancel(forwardCtx(t))

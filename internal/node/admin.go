@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -13,12 +13,11 @@ import (
 
 // AdminHandler serves this node's admin API (package admin: partitions,
 // leadership transfers, members, status) for operators, kahunactl and the
-// other members. AdminRoutes lists the patterns to mount it on.
+// other members. NewServer mounts it.
 func (n *Node) AdminHandler() http.Handler { return admin.NewHandler(adminNode{n}, n.admin) }
 
-// AdminRoutes maps every admin path pattern to the node's AdminHandler, for
-// servers that mount the admin API themselves (ServerOptions.Extra).
-func (n *Node) AdminRoutes() map[string]http.Handler { return admin.Routes(n.AdminHandler()) }
+// adminRoutes maps every admin path pattern to the node's AdminHandler.
+func (n *Node) adminRoutes() map[string]http.Handler { return admin.Routes(n.AdminHandler()) }
 
 // Status reports this node's view of every partition (local, no network:
 // it may be stale), as GET admin.StatusPath does.
@@ -83,7 +82,7 @@ func (a adminNode) Members() admin.MembersView {
 }
 
 func (a adminNode) AddMember(ctx context.Context, id uint64, raftAddress, endpoint string) error {
-	return a.n.AddMember(ctx, id, Member{RaftAddress: raftAddress, Endpoint: endpoint})
+	return a.n.AddMember(ctx, id, admin.Member{RaftAddress: raftAddress, Endpoint: endpoint})
 }
 
 func (a adminNode) RemoveMember(ctx context.Context, id uint64) error {
@@ -116,7 +115,7 @@ func (a adminNode) Endpoint(id uint64) string {
 // sent them here).
 func (a adminNode) PeerChange(ctx context.Context, req admin.MemberRequest) (admin.MemberChangeResult, error) {
 	n := a.n
-	m := Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
+	m := admin.Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
 	switch req.Op {
 	case "learn", "joined":
 		if !n.book.removed(req.ID) {

@@ -1,25 +1,41 @@
-package kahuna
+package kahuna_test
+
+// Test knobs and hooks of the node under a kahuna.Node: each sets a field
+// of Config.TestingKnobs, or calls the node's test hooks through
+// kahuna.Inner.
 
 import (
-	"math"
 	"time"
 
+	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/internal/node"
 )
+
+// knobs gives cfg a copy of its testing knobs to change, so configs built
+// from one another do not share them.
+func knobs(cfg *kahuna.Config) *node.TestingKnobs {
+	k := &node.TestingKnobs{}
+	if cfg.TestingKnobs != nil {
+		*k = *cfg.TestingKnobs
+	}
+	cfg.TestingKnobs = k
+	return k
+}
 
 // WithRaftTransport returns cfg with its Raft transport replaced by f: the
 // fault tests wrap dragonboat's channel transport to cut, drop and delay
 // Raft messages between the nodes of an in-process cluster.
-func WithRaftTransport(cfg Config, f durability.TransportFactory) Config {
-	cfg.raftTransport = f
+func WithRaftTransport(cfg kahuna.Config, f durability.TransportFactory) kahuna.Config {
+	knobs(&cfg).RaftTransport = f
 	return cfg
 }
 
 // WithRaftTransportWrap returns cfg with its TCP Raft transport (raftnet)
 // wrapped by wrap: a faults.Network's Factory cuts links between members
 // that still speak kahuna's own transport, handshake included.
-func WithRaftTransportWrap(cfg Config, wrap func(durability.TransportFactory) durability.TransportFactory) Config {
-	cfg.raftTransportWrap = wrap
+func WithRaftTransportWrap(cfg kahuna.Config, wrap func(durability.TransportFactory) durability.TransportFactory) kahuna.Config {
+	knobs(&cfg).RaftTransportWrap = wrap
 	return cfg
 }
 
@@ -28,8 +44,8 @@ func WithRaftTransportWrap(cfg Config, wrap func(durability.TransportFactory) du
 // stalled leader's proposals time out, and the records queued behind them
 // in the partition's group-commit lane are sent (or, fenced, failed)
 // within a run.
-func WithProposalTimeout(cfg Config, d time.Duration) Config {
-	cfg.proposalTimeout = d
+func WithProposalTimeout(cfg kahuna.Config, d time.Duration) kahuna.Config {
+	knobs(&cfg).ProposalTimeout = d
 	return cfg
 }
 
@@ -42,8 +58,8 @@ func RaftShard(p int) uint64 { return durability.ShardID(p) }
 // on the record's base revision, no leader epoch), and queued records are
 // proposed even after leadership is lost. A negative control: the fault
 // suite must report the violations this lets through.
-func WithoutFencing(cfg Config) Config {
-	cfg.unsafeNoFence = true
+func WithoutFencing(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoFence = true
 	return cfg
 }
 
@@ -52,8 +68,8 @@ func WithoutFencing(cfg Config) Config {
 // the node answers from its cache whenever Raft last told it that it leads,
 // as a deposed leader that has not heard the news would. A negative
 // control: the fault suite must report the stale answers.
-func WithoutLeadershipProof(cfg Config) Config {
-	cfg.unsafeNoLeaseCheck = true
+func WithoutLeadershipProof(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoLeaseCheck = true
 	return cfg
 }
 
@@ -62,8 +78,8 @@ func WithoutLeadershipProof(cfg Config) Config {
 // name only ever locked ephemerally), as before the token reach. A
 // negative control: the fencing checker must report tokens going backwards
 // across leader changes.
-func WithEphemeralTokensFromZero(cfg Config) Config {
-	cfg.unsafeTokensFromZero = true
+func WithEphemeralTokensFromZero(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeTokensFromZero = true
 	return cfg
 }
 
@@ -71,8 +87,8 @@ func WithEphemeralTokensFromZero(cfg Config) Config {
 // forgotten: the name's next grant counts from the stored record (from 0,
 // or the partition's base) again. A negative control: under cache pressure
 // the fencing checker must report tokens going backwards.
-func WithoutEvictionFloor(cfg Config) Config {
-	cfg.unsafeNoEvictFloor = true
+func WithoutEvictionFloor(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoEvictFloor = true
 	return cfg
 }
 
@@ -81,19 +97,9 @@ func WithoutEvictionFloor(cfg Config) Config {
 // planned move loses the locks while their holders still hold them. A
 // negative control: judged as the grace promises, the suite must report
 // another owner granted a lock its holder still holds.
-func WithoutHandedOverLeases(cfg Config) Config {
-	cfg.unsafeDropHandedOver = true
+func WithoutHandedOverLeases(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeDropHandedOver = true
 	return cfg
-}
-
-// WithoutLateExtendCap is an AcquireOption that switches the handle's
-// cap for an Extend of unknown outcome off: the Lock's deadline ignores
-// such an Extend, which may be delivered late and shorten the lease (the
-// server's lease ends its ttl after it applies), as before the cap. A
-// negative control: the fault suite's handle clients must be found
-// holding past their lease.
-func WithoutLateExtendCap() AcquireOption {
-	return func(o *acquireOptions) { o.noExtendCap = true }
 }
 
 // WithoutUnsureHandOff returns cfg with a waiter whose grant's outcome is
@@ -102,8 +108,8 @@ func WithoutLateExtendCap() AcquireOption {
 // queue or is refused, as before such waiters were answered Errored. Its
 // handle then counts its deadline from a later attempt. A negative
 // control: the fault suite must find two holders.
-func WithoutUnsureHandOff(cfg Config) Config {
-	cfg.unsafeUnsureNotGranted = true
+func WithoutUnsureHandOff(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeUnsureNotGranted = true
 	return cfg
 }
 
@@ -113,12 +119,12 @@ func WithoutUnsureHandOff(cfg Config) Config {
 // are held back, so its own view of who leads stays as it was. Its clock
 // and dragonboat keep running; cut its links with faults.Network too. The
 // caller must ResumeNode it.
-func PauseNode(n *Node) { n.pause() }
+func PauseNode(n *kahuna.Node) { kahuna.Inner(n).Pause() }
 
 // ResumeNode lets the calls held by PauseNode in (they are answered as a
 // resumed process would answer them: late), then delivers the held leader
 // events.
-func ResumeNode(n *Node) { n.resume() }
+func ResumeNode(n *kahuna.Node) { kahuna.Inner(n).Resume() }
 
 // ResumeCalls lets the calls held by PauseNode in but keeps n's leader
 // events held back until ResumeNode: a resumed process serves the requests
@@ -126,97 +132,107 @@ func ResumeNode(n *Node) { n.resume() }
 // news. (In process, dragonboat kept running through the pause, so the held
 // events are already there; ResumeNode delivers them at once, and a call
 // woken by it would race them.) ResumeNode must still be called.
-func ResumeCalls(n *Node) {
-	if gate := n.paused.Swap(nil); gate != nil {
-		close(*gate)
-	}
-}
+func ResumeCalls(n *kahuna.Node) { kahuna.Inner(n).ResumeCalls() }
 
 // WithServeHook returns cfg with f starting every reign of the node: f must
 // call serve once (partition.Options.OnServe). The fault tests record the
 // instants around it as the reign's span.
-func WithServeHook(cfg Config, f func(p int, term uint64, serve func())) Config {
-	cfg.onServe = f
+func WithServeHook(cfg kahuna.Config, f func(p int, term uint64, serve func())) kahuna.Config {
+	knobs(&cfg).OnServe = f
 	return cfg
 }
 
 // Crash closes n as a crash would leave the cluster: nothing handed over
 // or recorded for the next leader (its ephemeral leases are lost to it),
 // though the node's own storage closes cleanly.
-func Crash(n *Node) error {
-	n.crash.Store(true)
-	return n.Close()
-}
+func Crash(n *kahuna.Node) error { return kahuna.Inner(n).Crash() }
 
 // TransferUnrelinquished asks Raft to move p from n's replica to to without
 // dropping n's lease first: what happens when a transfer requested by a
 // node that has just been deposed is forwarded by dragonboat to the new
 // leader, or when a target paused with a TimeoutNow in its socket buffer
 // campaigns after the old leader's grace ran out and it renewed its lease.
-func TransferUnrelinquished(n *Node, p int, to uint64) error {
-	return n.backend.TransferLeadership(p, to)
+func TransferUnrelinquished(n *kahuna.Node, p int, to uint64) error {
+	return kahuna.Inner(n).TransferUnrelinquished(p, to)
 }
 
 // ServingNow reports whether n serves p at this instant, without taking
 // any lock (safe inside a serve hook).
-func ServingNow(n *Node, p int) bool {
-	_, ok := n.leadership.Serving(p)
-	return ok
-}
+func ServingNow(n *kahuna.Node, p int) bool { return kahuna.Inner(n).ServingNow(p) }
 
 // WithoutTakeoverWait returns cfg with a new leader serving as soon as its
 // epoch is fenced, without waiting out the leases an earlier leader may
 // still hold: a negative control for the leader-transfer scenario.
-func WithoutTakeoverWait(cfg Config) Config {
-	cfg.unsafeNoTakeoverWait = true
+func WithoutTakeoverWait(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoTakeoverWait = true
 	return cfg
 }
 
 // WithoutRaftTimingCheck returns cfg with Raft connections let in
 // whatever the peer's tick (Config.RaftRTT): a negative control, members
 // of different ticks then form one cluster, and their leases disagree.
-func WithoutRaftTimingCheck(cfg Config) Config {
-	cfg.unsafeAnyRaftTiming = true
+func WithoutRaftTimingCheck(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeAnyRaftTiming = true
 	return cfg
 }
 
 // WithoutRaftTimingWait returns cfg with a member whose data dir last ran
 // under another tick taking part in Raft at once, while leases it
 // acknowledged under the old tick may still run: a negative control.
-func WithoutRaftTimingWait(cfg Config) Config {
-	cfg.unsafeNoTimingWait = true
+func WithoutRaftTimingWait(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoTimingWait = true
 	return cfg
 }
 
 // WithSweepEvery returns cfg with the sweep of free records run every d
 // instead of every ReleasedRetention/10 (at least 1 s).
-func WithSweepEvery(cfg Config, d time.Duration) Config {
-	cfg.sweepEvery = d
+func WithSweepEvery(cfg kahuna.Config, d time.Duration) kahuna.Config {
+	knobs(&cfg).SweepEvery = d
 	return cfg
 }
 
 // StoredRecords counts the persistent records n stores, over every
 // partition.
-func StoredRecords(n *Node) (int, error) {
-	total := 0
-	for p := range n.cfg.Partitions {
-		err := n.backend.Released(p, math.MaxInt64, 0, func(durability.Record) bool { total++; return true })
-		if err != nil {
-			return 0, err
-		}
-	}
-	return total, nil
-}
+func StoredRecords(n *kahuna.Node) (int, error) { return kahuna.Inner(n).StoredRecords() }
 
 // WithStatfs returns cfg with the space guard measuring free and total
 // bytes with f instead of the file system.
-func WithStatfs(cfg Config, f func(dir string) (free, total uint64, err error)) Config {
-	cfg.statfs = f
+func WithStatfs(cfg kahuna.Config, f func(dir string) (free, total uint64, err error)) kahuna.Config {
+	knobs(&cfg).Statfs = f
 	return cfg
 }
 
 // CheckSpace makes n's space guard measure now, as its next tick would.
-func CheckSpace(n *Node) error {
-	_, _, err := n.space.Check()
-	return err
+func CheckSpace(n *kahuna.Node) error { return kahuna.Inner(n).CheckSpace() }
+
+// ServingTerm reports whether n serves partition p now (its own view, as
+// Leader reports it) and whether its Raft replica sees itself as p's
+// leader, in term term: a node that serves while leads is true serves the
+// reign of that term. A deposed node that has not heard the news (paused,
+// or cut off) may serve with leads false. The fault tests sample it to
+// record when a partition's leadership really changed (checker.Reign).
+func ServingTerm(n *kahuna.Node, p int) (serving, leads bool, term uint64) {
+	return kahuna.Inner(n).ServingTerm(p)
 }
+
+// ResumeView delivers the leader events held since PauseNode, after
+// ResumeCalls let the held calls in: in between, the node answers as the
+// leader it believes it is, as a process that wakes from SIGSTOP does
+// until its Raft steps down at its next quorum check or the first message
+// of the new term. (In process, dragonboat kept running through the
+// pause, so only the node's view can lag; with its links healed first, its
+// Raft already follows the new leader and forwards whatever the node
+// proposes meanwhile.)
+func ResumeView(n *kahuna.Node) { kahuna.Inner(n).ResumeView() }
+
+// SetConfigChangeHook makes n call f(p, phase) when, as the leader of
+// partition p, it proposes a membership change of p: phase "proposing"
+// after it dropped its lease and before it proposes, and "applied" once
+// the change applied (or failed), before it renews its lease. f runs on
+// the proposing goroutine: a slow f is a slow change.
+func SetConfigChangeHook(n *kahuna.Node, f func(p int, phase string)) {
+	kahuna.Inner(n).SetConfigChangeHook(f)
+}
+
+// LeaderLease is the leader lease of n (0: none).
+func LeaderLease(n *kahuna.Node) time.Duration { return kahuna.Inner(n).LeaderLease() }

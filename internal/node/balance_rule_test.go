@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import "testing"
 

@@ -1,16 +1,14 @@
-package kahuna_test
+package node_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -49,23 +47,23 @@ func (h *records) find(msg string) []map[string]slog.Value {
 func TestEveryRequestIsLoggedAtDebugAndObserved(t *testing.T) {
 	h := &records{}
 	var mu sync.Mutex
-	var events []kahuna.RequestEvent
-	n, err := kahuna.Open(kahuna.Config{
+	var events []admin.RequestEvent
+	n, err := node.Open(node.Config{
 		Logger:  slog.New(h),
-		Observe: func(ev kahuna.RequestEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() },
+		Observe: func(ev admin.RequestEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
 	ctx := context.Background()
-	if r, err := n.TryLock(ctx, "obs/a", []byte("me"), time.Minute, kahuna.Ephemeral); err != nil || r.Status != kahuna.Locked {
+	if r, err := n.TryLock(ctx, "obs/a", []byte("me"), time.Minute, lease.Ephemeral); err != nil || r.Status != lease.Locked {
 		t.Fatalf("TryLock: %v %v", r, err)
 	}
-	if r, err := n.TryLock(ctx, "obs/a", []byte("you"), time.Minute, kahuna.Ephemeral); err != nil || r.Status != kahuna.Busy {
+	if r, err := n.TryLock(ctx, "obs/a", []byte("you"), time.Minute, lease.Ephemeral); err != nil || r.Status != lease.Busy {
 		t.Fatalf("second TryLock: %v %v", r, err)
 	}
-	if _, r, err := n.Get(ctx, "", kahuna.Persistent); err != nil || r.Status != kahuna.InvalidInput {
+	if _, r, err := n.Get(ctx, "", lease.Persistent); err != nil || r.Status != lease.InvalidInput {
 		t.Fatalf("Get of no name: %v %v", r, err)
 	}
 
@@ -94,14 +92,14 @@ func TestEveryRequestIsLoggedAtDebugAndObserved(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(events) != 3 || events[0].Op != lease.TryLock || events[0].Status != kahuna.Locked || events[1].Status != kahuna.Busy ||
-		events[2].Durability != kahuna.Persistent || events[2].Latency <= 0 || events[0].Forwarded || events[0].ForwardedTo != 0 {
+	if len(events) != 3 || events[0].Op != lease.TryLock || events[0].Status != lease.Locked || events[1].Status != lease.Busy ||
+		events[2].Durability != lease.Persistent || events[2].Latency <= 0 || events[0].Forwarded || events[0].ForwardedTo != 0 {
 		t.Errorf("Observe got %+v", events)
 	}
 }
 
 func TestPartitionAndPeerStats(t *testing.T) {
-	n, err := kahuna.Open(kahuna.Config{Partitions: 3})
+	n, err := node.Open(node.Config{Partitions: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,38 +115,5 @@ func TestPartitionAndPeerStats(t *testing.T) {
 	}
 	if peers := n.PeerStats(); len(peers) != 0 {
 		t.Errorf("a single node has no peers: %v", peers)
-	}
-}
-
-const quietChildEnv = "KAHUNA_TEST_QUIET_CHILD"
-
-// An embedded node with no Logger writes nothing on stderr: neither
-// dragonboat's, badger's or pebble's lines (pebble's background error
-// "vfs: not supported" on the in-memory file system, through the std
-// logger that dragonboat's capnslog takes over) nor the node's. The node
-// runs in a child process, whose stderr is its own.
-func TestEmbeddedNodeWritesNothingToStderr(t *testing.T) {
-	if os.Getenv(quietChildEnv) != "" {
-		n, err := kahuna.Open(kahuna.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := n.TryLock(context.Background(), "quiet", []byte("me"), time.Minute, kahuna.Persistent); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEmbeddedNodeWritesNothingToStderr$", "-test.count=1")
-	cmd.Env = append(os.Environ(), quietChildEnv+"=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("child: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
-	if stderr.Len() != 0 {
-		t.Errorf("an embedded node with no Logger wrote on stderr:\n%s", stderr.String())
 	}
 }

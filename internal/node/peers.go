@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
@@ -23,11 +24,11 @@ type peers struct {
 	up      map[uint64]bool // absent: not heard of yet
 }
 
-func newPeers(members map[uint64]Member, self uint64, dial ...transport.ClientOption) *peers {
+func newPeers(members map[uint64]admin.Member, self uint64, dial ...transport.ClientOption) *peers {
 	ps := &peers{endpoints: map[uint64]string{}, clients: map[uint64]*transport.Client{}, up: map[uint64]bool{}, logger: slog.New(slog.DiscardHandler), dial: dial}
 	for id, m := range members {
 		if id != self {
-			ps.endpoints[id] = m.forwardTo()
+			ps.endpoints[id] = forwardTo(m)
 		}
 	}
 	return ps

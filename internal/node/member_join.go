@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -94,7 +94,7 @@ func (n *Node) openBook() error {
 	for id, m := range n.cfg.Members {
 		n.book.b.Members[id] = durability.BookEntry{RaftAddress: m.RaftAddress, Endpoint: m.Endpoint, Joined: true}
 	}
-	joining := len(n.cfg.Members) > 1 && n.cfg.InitialClusterState != ClusterStateNew && n.cfg.DataDir != "" &&
+	joining := len(n.cfg.Members) > 1 && n.cfg.InitialClusterState != durability.ClusterStateNew && n.cfg.DataDir != "" &&
 		!durability.HasRaftState(n.cfg.DataDir)
 	if !joining {
 		return nil // written once Raft runs (finishBook)

@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -65,7 +65,7 @@ const membershipTimeout = time.Minute
 type memberChange struct {
 	op     string // "add" or "remove"
 	id     uint64
-	member Member // add only
+	member admin.Member // add only
 }
 
 // AddMember adds node id, reachable at m, to every partition as a voter.
@@ -76,7 +76,7 @@ type memberChange struct {
 // Raft address does nothing; a removed ID is refused (ErrMemberRemoved).
 // Until the new node runs, it counts in every quorum without answering:
 // start it promptly, and add one node at a time.
-func (n *Node) AddMember(ctx context.Context, id uint64, m Member) error {
+func (n *Node) AddMember(ctx context.Context, id uint64, m admin.Member) error {
 	if err := n.canChangeMembers(); err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 
 // Members returns the cluster's members as this node knows them (its
 // address book: Raft addresses and endpoints), this node included.
-func (n *Node) Members() map[uint64]Member {
+func (n *Node) Members() map[uint64]admin.Member {
 	return n.book.members()
 }
 
@@ -310,7 +310,7 @@ func (n *Node) configChangeHook(p int, phase string) {
 }
 
 // learn records member id in the address book and the forwarding peers.
-func (n *Node) learn(id uint64, m Member, joined bool) {
+func (n *Node) learn(id uint64, m admin.Member, joined bool) {
 	if err := n.book.set(id, m, joined); err != nil {
 		n.cfg.Logger.Warn("cannot record member", "member", id, "err", err)
 	}
@@ -336,11 +336,11 @@ type book struct {
 	b   durability.Book
 }
 
-func (b *book) get(id uint64) (Member, bool) {
+func (b *book) get(id uint64) (admin.Member, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.b.Members[id]
-	return Member{RaftAddress: e.RaftAddress, Endpoint: e.Endpoint}, ok
+	return admin.Member{RaftAddress: e.RaftAddress, Endpoint: e.Endpoint}, ok
 }
 
 func (b *book) removed(id uint64) bool {
@@ -349,12 +349,12 @@ func (b *book) removed(id uint64) bool {
 	return slices.Contains(b.b.Removed, id)
 }
 
-func (b *book) members() map[uint64]Member {
+func (b *book) members() map[uint64]admin.Member {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[uint64]Member, len(b.b.Members))
+	out := make(map[uint64]admin.Member, len(b.b.Members))
 	for id, e := range b.b.Members {
-		out[id] = Member{RaftAddress: e.RaftAddress, Endpoint: e.Endpoint}
+		out[id] = admin.Member{RaftAddress: e.RaftAddress, Endpoint: e.Endpoint}
 	}
 	return out
 }
@@ -368,7 +368,7 @@ func (b *book) snapshot() durability.Book {
 	return c
 }
 
-func (b *book) set(id uint64, m Member, joined bool) error {
+func (b *book) set(id uint64, m admin.Member, joined bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.b.Members[id]

@@ -1,10 +1,12 @@
-package kahuna
+package node
 
 import (
 	"bytes"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/kahunago/kahuna/admin"
 )
 
 // Peer reachability, as Raft's connection events report it: a first
@@ -12,7 +14,7 @@ import (
 // info; repeats are not.
 func TestPeerUpDownLoggedOnChange(t *testing.T) {
 	var buf bytes.Buffer
-	ps := newPeers(map[uint64]Member{1: {}, 2: {}, 3: {}}, 1)
+	ps := newPeers(map[uint64]admin.Member{1: {}, 2: {}, 3: {}}, 1)
 	ps.logger = slog.New(slog.NewTextHandler(&buf, nil)) // info and above
 	for _, e := range []struct {
 		id uint64

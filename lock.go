@@ -2,80 +2,13 @@ package kahuna
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 )
-
-var (
-	// ErrBusy: the lock was held by another owner for the whole wait.
-	ErrBusy = errors.New("kahuna: lock is busy")
-	// ErrLockLost: the lease is gone, or may be: Extend or Unlock found it
-	// lapsed or held by another owner (the error is then a *StatusError
-	// carrying the Status), or its deadline (Lock.Expires) passed without
-	// an extension. Stop the work the lock guards.
-	ErrLockLost = errors.New("kahuna: lock lost")
-	// ErrReleased: the lock was released by Unlock. It is the cause
-	// (context.Cause) of the Lock's Context after a clean Unlock, and what
-	// Extend returns on a released lock.
-	ErrReleased = errors.New("kahuna: lock released")
-	// ErrUnauthenticated: the node refused the call's bearer token (none
-	// given, or not listed in its --auth-token-file). Nothing was applied;
-	// Acquire, Extend and Unlock return it at once instead of retrying.
-	ErrUnauthenticated = lease.ErrUnauthenticated
-)
-
-// errLapsed is the cause of a Lock's Context when its deadline passed
-// without an extension.
-var errLapsed error = lapsedError{}
-
-type lapsedError struct{}
-
-func (lapsedError) Error() string {
-	return "kahuna: lock lost: the lease deadline passed without an extension"
-}
-func (lapsedError) Unwrap() error { return ErrLockLost }
-
-// StatusError is a lock operation that ended with a Status other than
-// success. It matches ErrLockLost for LockDoesNotExist and InvalidOwner on
-// Extend and Unlock, and ErrBusy for Busy. Status Errored means the
-// outcome is unknown: the operation may or may not have applied.
-//
-// Error says the status in words, with the Reason of an InvalidInput
-// ("kahuna: lock x: invalid input: ttl 1000h0m0s is over the limit of
-// 596h31m23.647s"), and shows at most 64 bytes of the resource.
-type StatusError struct {
-	Op       string
-	Resource string
-	Status   Status
-	// Reason, for InvalidInput, says why (Result.Reason); it may be ""
-	// when the Locker's transport does not carry it.
-	Reason string
-}
-
-func (e *StatusError) Error() string {
-	msg := "kahuna: " + e.Op + " " + lease.Excerpt(e.Resource) + ": " + e.Status.Describe()
-	if e.Reason != "" {
-		msg += ": " + e.Reason
-	}
-	return msg
-}
-
-// Unwrap lets errors.Is match the sentinel the status stands for.
-func (e *StatusError) Unwrap() error {
-	switch {
-	case e.Status == Busy:
-		return ErrBusy
-	case (e.Op == "extend" || e.Op == "unlock") && (e.Status == LockDoesNotExist || e.Status == InvalidOwner):
-		return ErrLockLost
-	}
-	return nil
-}
 
 const (
 	defaultTTL = 30 * time.Second
@@ -108,97 +41,6 @@ type systemClock struct{}
 func (systemClock) Now() time.Time { return time.Now() }
 func (systemClock) AfterFunc(d time.Duration, f func()) handleTimer {
 	return time.AfterFunc(d, f)
-}
-
-type acquireOptions struct {
-	ttl        time.Duration
-	wait       time.Duration
-	durability Durability
-	owner      []byte
-	ownOwner   bool // owner was minted by Acquire, not given by WithOwner
-	margin     time.Duration
-	marginSet  bool
-	clock      handleClock
-	// noExtendCap: an Extend of unknown outcome does not cap the deadline
-	// (a negative control of the fault tests, faults_export_test.go).
-	noExtendCap bool
-}
-
-// AcquireOption tunes Acquire.
-type AcquireOption func(*acquireOptions)
-
-// WithTTL sets the lease length (default 30 s). The wire carries whole
-// milliseconds, so the handle counts a TTL truncated to the millisecond.
-func WithTTL(ttl time.Duration) AcquireOption { return func(o *acquireOptions) { o.ttl = ttl } }
-
-// WithWait lets Acquire wait up to wait for a busy lock (default 0: one
-// attempt). With a Locker that is a WaitLocker (the embedded *Node),
-// Acquire waits on the server, in the resource's first-in first-out queue
-// of waiters: the lock goes to the longest waiter the moment it is
-// released or its lease ends, with no polling. With any other Locker (a
-// plain Kahuna server) Acquire polls TryLock with jittered exponential
-// backoff (1 to 50 ms), which is neither fair nor prompt under contention.
-//
-// wait may be WaitForever (see WithWaitForever). A negative wait other
-// than that, or one over MaxWait, makes Acquire return a *StatusError with
-// InvalidInput without a request.
-func WithWait(wait time.Duration) AcquireOption { return func(o *acquireOptions) { o.wait = wait } }
-
-// WithWaitForever lets Acquire wait for a busy lock until ctx ends (like
-// etcd's Mutex.Lock): WithWait(WaitForever). Retries of MustRetry and of
-// unknown outcomes are then bounded by ctx alone too.
-func WithWaitForever() AcquireOption { return WithWait(WaitForever) }
-
-// WithDurability chooses Ephemeral or Persistent (default Persistent).
-func WithDurability(d Durability) AcquireOption {
-	return func(o *acquireOptions) { o.durability = d }
-}
-
-// WithOwner sets the owner (default: a fresh random 32-character owner).
-//
-// If owner already holds the lock (an earlier Acquire, another process),
-// Acquire returns that grant (Locked, same token) without refreshing its
-// lease, which may have started before this Acquire: the new Lock's
-// deadline would then be too late. Call Extend on it before relying on
-// its deadline. And since such an owner may be held elsewhere, Acquire
-// does not make its clean-up Unlock (see Acquire) for a given owner.
-func WithOwner(owner []byte) AcquireOption {
-	return func(o *acquireOptions) { o.owner = append([]byte(nil), owner...) }
-}
-
-// WithSafetyMargin sets how much earlier than the server the holder
-// considers its lease over: the Lock's deadline (Expires, Context, Lost)
-// is the send time of the request that granted or last extended the lease,
-// plus that request's TTL, minus d. A negative d counts as 0.
-//
-// The default is 1 % of the TTL plus 2 ms, for every grant and extend
-// (302 ms of a 30 s lease; the same rule as Redlock's clock drift
-// factor). The holder measures from the moment it sent the request, which
-// is no later than the moment the server started the lease, so network
-// delay is already on the safe side; what the margin must cover is the
-// server's clock running faster than the holder's over one TTL (crystal
-// and NTP slew rates are at most a few hundred ppm, so 1 % leaves an order
-// of magnitude to spare), the wire's millisecond rounding of TTLs and
-// recorded expiries, and timer slack. It does not cover a wall-clock skew
-// between the nodes of a cluster: a persistent lock's expiry is recorded
-// in wall-clock milliseconds and a new leader enforces it after failover
-// with its own wall clock, so where nodes' clocks may differ by more than
-// the default margin, pass at least that skew plus the 1 %. No margin
-// covers a holder paused past its deadline (GC, SIGSTOP, a VM freeze):
-// pass FencingToken to what the lock protects.
-func WithSafetyMargin(d time.Duration) AcquireOption {
-	return func(o *acquireOptions) { o.margin, o.marginSet = max(d, 0), true }
-}
-
-// withClock makes the Lock measure time with c (tests).
-func withClock(c handleClock) AcquireOption { return func(o *acquireOptions) { o.clock = c } }
-
-// NewOwner returns a fresh random owner: 32 lowercase hex characters, like
-// Kahuna's clients mint.
-func NewOwner() []byte {
-	var b [16]byte
-	_, _ = crand.Read(b[:])
-	return []byte(hex.EncodeToString(b[:]))
 }
 
 type lockState uint8
@@ -329,7 +171,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 	busyUntil := start.Add(o.wait)
 	retryUntil := start.Add(max(o.wait, mustRetryBudget))
 	over := func(until time.Time) bool { return !forever && !c.Now().Before(until) }
-	backoff := minBackoff
+	step := minBackoff
 	var (
 		since   time.Time // send time of the earliest attempt that may have granted the lease; zero: none
 		unknown bool      // some attempt's outcome was unknown: the owner may hold the lock unseen
@@ -404,14 +246,14 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		if over(until) {
 			return fail(verdict)
 		}
-		pause := jitter(backoff)
+		pause := backoff.Jitter(step)
 		if !forever {
 			pause = min(pause, until.Sub(c.Now()))
 		}
-		if err := sleep(ctx, pause); err != nil {
+		if err := backoff.Sleep(ctx, pause); err != nil {
 			return fail(err)
 		}
-		backoff = min(backoff*2, maxBackoff)
+		step = min(step*2, maxBackoff)
 	}
 }
 
@@ -766,7 +608,7 @@ type answer struct {
 // unknown), else the last MustRetry.
 func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (Result, error)) answer {
 	deadline := c.Now().Add(mustRetryBudget)
-	backoff := minBackoff
+	step := minBackoff
 	var last answer
 	var firstUnknown time.Time
 	for {
@@ -802,28 +644,9 @@ func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (R
 				return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err}
 			}
 		}
-		if err := sleep(ctx, min(jitter(backoff), deadline.Sub(c.Now()))); err != nil {
+		if err := backoff.Sleep(ctx, min(backoff.Jitter(step), deadline.Sub(c.Now()))); err != nil {
 			return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err}
 		}
-		backoff = min(backoff*2, maxBackoff)
-	}
-}
-
-// jitter spreads d over [d/2, d) so retrying callers do not move in step.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		step = min(step*2, maxBackoff)
 	}
 }

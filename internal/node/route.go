@@ -1,4 +1,4 @@
-package kahuna
+package node
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
+	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/transport"
@@ -15,28 +16,28 @@ import (
 // else forwarded once to the partition's leader. forwarded marks a request
 // that already took its hop: it is never forwarded again (MustRetry
 // instead), so two nodes with different views cannot bounce it.
-func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ LockInfo, r Result, err error) {
+func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ lease.LockInfo, r lease.Result, err error) {
 	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
 	defer func() { n.endRequest(ctx, &t, req, r, err) }()
 	if reason := invalid(req); reason != "" {
-		return LockInfo{}, Result{Status: InvalidInput, Reason: reason}, nil
+		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput, Reason: reason}, nil
 	}
 	if err := n.waitUnpaused(ctx); err != nil {
-		return LockInfo{}, Result{}, err
+		return lease.LockInfo{}, lease.Result{}, err
 	}
 	if !n.enter() {
-		return LockInfo{}, Result{}, errClosedNotApplied
+		return lease.LockInfo{}, lease.Result{}, errClosedNotApplied
 	}
 	defer n.exit()
 	req.Partition = partition.Of(req.Resource, n.cfg.Partitions)
 	if _, ok := n.leadership.Serving(req.Partition); !ok {
 		if forwarded {
-			return LockInfo{}, Result{Status: MustRetry}, nil
+			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
 		}
 		t.to, _ = n.leadership.LeaderOf(req.Partition) // for the trace only
 		if req.Wait != 0 {
 			r, err = n.waitRemote(ctx, req)
-			return LockInfo{}, r, err
+			return lease.LockInfo{}, r, err
 		}
 		return n.forward(ctx, req)
 	}
@@ -44,7 +45,7 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ Lo
 		// Holders may still extend and release; no new grant may grow a
 		// disk that is short of space.
 		if why, full := n.noSpace(); full {
-			return LockInfo{}, Result{Status: MustRetry, Reason: why}, nil
+			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry, Reason: why}, nil
 		}
 	}
 	if req.Wait != 0 {
@@ -56,27 +57,27 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ Lo
 		resp, err := n.ring.Do(wctx, req)
 		switch {
 		case errors.Is(err, actors.ErrClosed), err != nil && ctx.Err() == nil:
-			return LockInfo{}, Result{}, ErrClosed // it may have been granted as it left
+			return lease.LockInfo{}, lease.Result{}, ErrClosed // it may have been granted as it left
 		case err != nil:
-			return LockInfo{}, Result{}, err
+			return lease.LockInfo{}, lease.Result{}, err
 		}
-		return LockInfo{}, Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited}, nil
+		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited}, nil
 	}
 	// The actor checks again when it decides: every answer, reads
 	// included, is given only under a live leader lease (partition.Leadership).
 	resp, err := n.ring.Do(ctx, req)
 	if errors.Is(err, actors.ErrClosed) {
-		return LockInfo{}, Result{}, ErrClosed // in flight: it may have applied
+		return lease.LockInfo{}, lease.Result{}, ErrClosed // in flight: it may have applied
 	}
-	if err != nil || resp.Status != Got {
-		return LockInfo{}, Result{Status: resp.Status, FencingToken: resp.Token}, err
+	if err != nil || resp.Status != lease.Got {
+		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token}, err
 	}
-	info := LockInfo{
+	info := lease.LockInfo{
 		Owner:        append([]byte(nil), resp.Owner...),
 		Expires:      time.UnixMilli(resp.Expires.UnixMilli()),
 		FencingToken: resp.Token,
 	}
-	return info, Result{Status: Got, FencingToken: resp.Token}, nil
+	return info, lease.Result{Status: lease.Got, FencingToken: resp.Token}, nil
 }
 
 // invalid says why req is not well formed (lease.Check, lease.CheckWait),
@@ -100,20 +101,20 @@ func invalid(req actors.Request) string {
 // while waiting for the answer) has an unknown outcome, since the leader
 // may apply it anyway: Errored. A context that ended is
 // returned as it is: the caller is gone.
-func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Result, error) {
+func (n *Node) forward(ctx context.Context, req actors.Request) (lease.LockInfo, lease.Result, error) {
 	leader, self := n.leadership.LeaderOf(req.Partition)
 	if leader == 0 || self {
-		return LockInfo{}, Result{Status: MustRetry}, nil // electing, or taking over
+		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil // electing, or taking over
 	}
 	peer, err := n.peers.get(ctx, leader)
 	if err != nil {
 		// No client, so nothing was sent.
 		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
-		return LockInfo{}, Result{Status: MustRetry}, nil
+		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
 	}
 	var (
-		info LockInfo
-		r    Result
+		info lease.LockInfo
+		r    lease.Result
 	)
 	switch req.Op {
 	case lease.TryLock:
@@ -127,14 +128,14 @@ func (n *Node) forward(ctx context.Context, req actors.Request) (LockInfo, Resul
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return LockInfo{}, Result{}, ctx.Err()
+			return lease.LockInfo{}, lease.Result{}, ctx.Err()
 		}
 		if errors.Is(err, lease.ErrNotApplied) {
 			n.logForwardRefused(req.Partition, leader, err)
-			return LockInfo{}, Result{Status: MustRetry}, nil
+			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
 		}
 		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
-		return LockInfo{}, Result{Status: Errored}, nil
+		return lease.LockInfo{}, lease.Result{Status: lease.Errored}, nil
 	}
 	r.ServedFrom = n.servedFrom(leader)
 	return info, r, nil
@@ -152,12 +153,6 @@ func (n *Node) servedFrom(id uint64) string {
 	return m.Endpoint
 }
 
-// Bounds of the polling backoff of a wait that cannot wait on the server.
-const (
-	minRemotePoll = 2 * time.Millisecond
-	maxRemotePoll = 50 * time.Millisecond
-)
-
 // waitRemote runs a waiting lock (req.Wait != 0) whose partition another
 // node leads: one native ForwardLock to the leader, which waits in the
 // resource's queue there (transport.Client.Lock, on the peer client with
@@ -168,17 +163,17 @@ const (
 // (MustRetry when the request certainly never reached the leader, Errored
 // when the hop broke after it was sent). A leader that does not offer the
 // native service (an older member) is polled with TryLocks instead.
-func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, error) {
+func (n *Node) waitRemote(ctx context.Context, req actors.Request) (lease.Result, error) {
 	leader, self := n.leadership.LeaderOf(req.Partition)
 	if leader == 0 || self {
-		return Result{Status: MustRetry}, nil
+		return lease.Result{Status: lease.MustRetry}, nil
 	}
 	peer, err := n.peers.get(ctx, leader)
 	if err != nil {
 		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
-		return Result{Status: MustRetry}, nil
+		return lease.Result{Status: lease.MustRetry}, nil
 	}
-	wl, ok := peer.(WaitLocker)
+	wl, ok := peer.(lease.WaitLocker)
 	if !ok {
 		return n.pollRemote(ctx, req)
 	}
@@ -191,103 +186,65 @@ func (n *Node) waitRemote(ctx context.Context, req actors.Request) (Result, erro
 	case errors.Is(err, transport.ErrNoNative):
 		return n.pollRemote(ctx, req)
 	case err != nil && ctx.Err() != nil:
-		return Result{}, ctx.Err()
+		return lease.Result{}, ctx.Err()
 	case err != nil && n.life.Err() != nil:
-		return Result{}, ErrClosed // it may have been granted as it left
+		return lease.Result{}, ErrClosed // it may have been granted as it left
 	case errors.Is(err, lease.ErrNotApplied):
 		n.logForwardRefused(req.Partition, leader, err)
-		return Result{Status: MustRetry}, nil
+		return lease.Result{Status: lease.MustRetry}, nil
 	case err != nil:
 		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
-		return Result{Status: Errored}, nil
+		return lease.Result{Status: lease.Errored}, nil
 	}
 	r.ServedFrom = n.servedFrom(leader)
 	return r, nil
 }
 
 // pollRemote is waitRemote against a leader without the native service:
-// it polls with TryLocks (pollLock) until one is granted, the wait (or ctx)
+// it polls with TryLocks (backoff.PollLock) until one is granted, the wait (or ctx)
 // ends, or the leader answers anything but Busy.
-func (n *Node) pollRemote(ctx context.Context, req actors.Request) (Result, error) {
+func (n *Node) pollRemote(ctx context.Context, req actors.Request) (lease.Result, error) {
 	try := req
 	try.Wait = 0
-	return pollLock(ctx, n.life, req.Wait, func(ctx context.Context) (Result, error) {
+	return backoff.PollLock(ctx, n.life, errClosedNotApplied, req.Wait, func(ctx context.Context) (lease.Result, error) {
 		_, r, err := n.forward(ctx, try)
 		return r, err
 	})
-}
-
-// pollLock waits for a lock by calling try (a TryLock) with jittered
-// exponential backoff from 2 to 50 ms until it answers anything but Busy,
-// or wait (WaitForever: ctx) ends, when the last Busy is answered. life
-// ending stops it with errClosedNotApplied (nil: never). Waited is the
-// time from the call to the send of the granted attempt, which the lease
-// cannot have started before.
-func pollLock(ctx, life context.Context, wait time.Duration, try func(context.Context) (Result, error)) (Result, error) {
-	start := time.Now()
-	forever := wait == WaitForever
-	deadline := start.Add(wait)
-	backoff := minRemotePoll
-	for {
-		sent := time.Now()
-		r, err := try(ctx)
-		if err != nil || r.Status != Busy {
-			if r.Status == Locked {
-				r.Waited = sent.Sub(start)
-			}
-			return r, err
-		}
-		pause := jitter(backoff)
-		if !forever {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return r, nil
-			}
-			pause = min(pause, left)
-		}
-		if err := sleep(ctx, pause); err != nil {
-			return Result{}, err
-		}
-		if life != nil && life.Err() != nil {
-			return Result{}, errClosedNotApplied
-		}
-		backoff = min(backoff*2, maxRemotePoll)
-	}
 }
 
 // local is the Locker a node offers its peers on the forwarding stream: it
 // serves only partitions this node leads and never forwards again.
 type local struct{ n *Node }
 
-func (l local) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+func (l local) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
 	_, r, err := l.n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
 	return r, err
 }
 
-func (l local) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+func (l local) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
 	_, r, err := l.n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
 	return r, err
 }
 
-func (l local) Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error) {
+func (l local) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
 	_, r, err := l.n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, true)
 	return r, err
 }
 
-func (l local) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
+func (l local) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
 	return l.n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, true)
 }
 
 // Lock is the forwarded form of Node.Lock: it waits only on a partition
 // this node leads (MustRetry otherwise).
-func (l local) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
+func (l local) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
 	_, r, err := l.n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, true)
 	return r, err
 }
 
 // WatchLock is the forwarded form of Node.WatchLock: it watches only a
 // partition this node leads (MustRetry otherwise).
-func (l local) WatchLock(ctx context.Context, resource string, from uint64, send func(WatchEvent) error) error {
+func (l local) WatchLock(ctx context.Context, resource string, from uint64, send func(transport.WatchEvent) error) error {
 	return l.n.watch(ctx, resource, from, send, true)
 }
 

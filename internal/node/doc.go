@@ -1,0 +1,13 @@
+// Package node is the running kahuna node under the public package: it
+// assembles a node (Open: Raft, the lock actors, partition leadership,
+// the space guard, the sweeper, the balancer), routes each call to the
+// partition's leader and forwards it there at most once, keeps the
+// members and their peers, and serves the admin API and the wire server
+// (NewServer). The root package wraps a *Node in the public kahuna.Node
+// and converts kahuna.Config into Config.
+//
+// The path of a lock call:
+//
+//	Node.TryLock ─ do (route.go) ─┬─ this node serves the partition ─ actors.Ring ─ durability
+//	                              └─ another leads it ─ forward ─ peer's Local (never forwards again)
+package node

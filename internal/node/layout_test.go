@@ -1,0 +1,83 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/internal/node"
+	"github.com/kahunago/kahuna/lease"
+)
+
+// openNode opens a node that the test closes when it ends.
+func openNode(t testing.TB, cfg node.Config) *node.Node {
+	t.Helper()
+	n, err := node.Open(cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+func TestPartitionCountIsBoundToDataDir(t *testing.T) {
+	dir := t.TempDir()
+	n, err := node.Open(node.Config{DataDir: dir, Partitions: 4, EphemeralFencingOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if _, err := node.Open(node.Config{DataDir: dir, Partitions: 8}); err == nil || !strings.Contains(err.Error(), "partitions=4") {
+		t.Fatalf("reopen with another partition count: %v", err)
+	}
+}
+
+// TestDefaultPartitions: a single node defaults to one partition, but a
+// data dir created with another count keeps it when none is given (a node
+// of an earlier version defaulted to 8), and keeps its locks.
+func TestDefaultPartitions(t *testing.T) {
+	ctx := context.Background()
+	if n := openNode(t, node.Config{}); len(n.Status().Partitions) != node.DefaultSingleNodePartitions {
+		t.Fatalf("single node: %d partitions, want %d", len(n.Status().Partitions), node.DefaultSingleNodePartitions)
+	}
+
+	dir := t.TempDir()
+	n := openNode(t, node.Config{DataDir: dir, Partitions: 8})
+	names := make([]string, 16) // spread over the 8 partitions
+	for i := range names {
+		names[i] = fmt.Sprintf("spread%d/lock", i)
+		if r, err := n.TryLock(ctx, names[i], []byte("holder"), time.Hour, lease.Persistent); err != nil || r.Status != lease.Locked {
+			t.Fatalf("%s: %v %v", names[i], r.Status, err)
+		}
+	}
+	n.Close()
+	n = openNode(t, node.Config{DataDir: dir})
+	if got := len(n.Status().Partitions); got != 8 {
+		t.Fatalf("reopened with no count: %d partitions, want the data dir's 8", got)
+	}
+	for _, name := range names {
+		if r, err := n.TryLock(ctx, name, []byte("intruder"), time.Hour, lease.Persistent); err != nil || r.Status != lease.Busy {
+			t.Fatalf("%s after reopening: %v %v, want Busy", name, r.Status, err)
+		}
+	}
+	n.Close()
+
+	if err := os.WriteFile(filepath.Join(dir, "kahuna-layout"), []byte("shards=3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Open(node.Config{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "not partitions=N") {
+		t.Fatalf("unreadable layout: %v", err)
+	}
+}
+
+func TestInvalidConfig(t *testing.T) {
+	for _, cfg := range []node.Config{{Partitions: -1}, {LockActors: -2}, {CacheEntryTTL: -time.Second}, {WALDir: "/tmp/x"}, {RaftRTT: time.Microsecond}, {RaftRTT: 2 * time.Second}, {RaftRTT: 1500 * time.Microsecond}} {
+		if _, err := node.Open(cfg); err == nil {
+			t.Errorf("Open(%+v) succeeded", cfg)
+		}
+	}
+}
