@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,6 +144,36 @@ func TestMemberAddRemove(t *testing.T) {
 		t.Fatalf("node 1 after a restart knows %v", ms)
 	}
 	checkHeld(t, c.node(1), held)
+}
+
+// Removing an ID that never was a member is refused and changes nothing:
+// the ID is not banned, so adding it later works (a typo in
+// `kahunactl member remove` must not cost an ID).
+func TestMemberRemoveUnknownRefused(t *testing.T) {
+	const partitions = 2
+	c := startCluster(t, partitions)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := c.node(2).RemoveMember(ctx, 9)
+	if !errors.Is(err, kahuna.ErrNotMember) || !strings.Contains(err.Error(), "members: 1, 2, 3") {
+		t.Fatalf("removing never-member 9: %v, want ErrNotMember naming the members", err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if got := len(c.node(id).Members()); got != 3 {
+			t.Errorf("node %d knows %d members after the refused removal: %v", id, got, c.node(id).Members())
+		}
+	}
+	// Not banned: 9 can be added (as a voter that never starts: 3 of 4
+	// are still a quorum), and then removed for real.
+	if err := c.node(1).AddMember(ctx, 9, unstartedMember(t)); err != nil {
+		t.Fatalf("adding 9 after the refused removal: %v", err)
+	}
+	if err := c.node(1).RemoveMember(ctx, 9); err != nil {
+		t.Fatalf("removing member 9: %v", err)
+	}
+	if err := c.node(1).RemoveMember(ctx, 9); err != nil {
+		t.Fatalf("removing removed member 9 again: %v, want nothing to do", err)
+	}
 }
 
 // The leader proposing a membership change has dropped its lease and

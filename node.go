@@ -5,6 +5,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/internal/node"
 )
 
@@ -32,6 +33,9 @@ var (
 	// ErrMemberRemoved: the ID was removed from the cluster; Raft never
 	// lets a removed ID back. Add the node under a new ID.
 	ErrMemberRemoved = node.ErrMemberRemoved
+	// ErrNotMember: RemoveMember of an ID that is not a member and never
+	// was one; nothing is removed, and the ID stays free to add.
+	ErrNotMember = admin.ErrNotMember
 	// ErrRaftTimingMismatch: Open found members refusing each other's Raft
 	// connections over different Config.RaftRTT values.
 	ErrRaftTimingMismatch = node.ErrRaftTimingMismatch
@@ -157,7 +161,8 @@ func (n *Node) AddMember(ctx context.Context, id uint64, m Member) error {
 
 // RemoveMember removes node id from every partition; its ID can never
 // come back. A call that stopped half way is finished by calling it
-// again.
+// again; removing a removed ID does nothing, and an ID that never was a
+// member is refused with ErrNotMember (a typo must not ban an ID).
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	return n.n.RemoveMember(ctx, id)
 }

@@ -133,6 +133,7 @@ func TestClientMemberChange(t *testing.T) {
 		{&MembershipError{Op: "remove", ID: 4, Left: map[int]error{0: ErrMemberRemoved}}, 409, true, 1},
 		{fmt.Errorf("%w: at x", ErrMemberConflict), 409, false, 0},
 		{errors.New("member ID 0 is not allowed"), 400, false, 0},
+		{fmt.Errorf("node 9: %w", ErrNotMember), 404, false, 0},
 	} {
 		n.change = c2.err
 		res, err := c.RemoveMember(ctx, ep, 4)

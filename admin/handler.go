@@ -21,7 +21,8 @@ type Node interface {
 	// AddMember and RemoveMember change the membership on every
 	// partition. An error is a *MembershipError when some partitions are
 	// left (503), matches ErrMemberRemoved or ErrMemberConflict when
-	// refused for good (409), else is a bad request (400).
+	// refused for good (409), ErrNotMember for the removal of an ID that
+	// is no member (404), else is a bad request (400).
 	AddMember(ctx context.Context, id uint64, raftAddress, endpoint string) error
 	RemoveMember(ctx context.Context, id uint64) error
 	// TransferLeadership asks to move partition p to node to. On a node
@@ -208,6 +209,8 @@ func (h *handler) writeChange(w http.ResponseWriter, op string, id uint64, err e
 	switch {
 	case res.Removed || errors.Is(err, ErrMemberConflict):
 		code = http.StatusConflict
+	case errors.Is(err, ErrNotMember):
+		code = http.StatusNotFound
 	case me == nil:
 		code = http.StatusBadRequest
 	}

@@ -132,6 +132,11 @@ type NodeStatus struct {
 // a new ID. The API answers 409 with MemberChangeResult.Removed set.
 var ErrMemberRemoved = errors.New("kahuna: member ID was removed from the cluster, and a removed ID can never come back: add the node under a new ID")
 
+// ErrNotMember: RemoveMember of an ID that is not a member and never was
+// one: nothing is removed (and the ID is not banned, as a removed one is).
+// The API answers 404.
+var ErrNotMember = errors.New("not a member of the cluster")
+
 // ErrMemberConflict: a member with this ID is in the cluster at another
 // Raft address. The API answers 409.
 var ErrMemberConflict = errors.New("a member with this ID has another Raft address")

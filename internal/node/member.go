@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,7 +105,9 @@ func (n *Node) AddMember(ctx context.Context, id uint64, m admin.Member) error {
 
 // RemoveMember removes node id from every partition. A live node that is
 // removed stops its replicas as it applies its removal: shut it down
-// afterwards. Removing an ID that is no longer a member does nothing. The
+// afterwards. Removing an ID that was removed before does nothing; an ID
+// that is not a member and never was one is refused (admin.ErrNotMember),
+// since a removal bans the ID for good and a typo must not cost one. The
 // ID can never be added back. The remaining members must still form a
 // quorum of the new membership to serve.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
@@ -113,12 +117,50 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	if id == 0 {
 		return errors.New("kahuna: member ID 0 is not allowed")
 	}
+	if n.book.removed(id) {
+		return nil
+	}
+	if _, known := n.book.get(id); !known {
+		// Not in the address book: still a member if some partition has it
+		// as a voter (a book that lags a change made elsewhere).
+		voter, err := n.anyVoter(ctx, id)
+		if err != nil {
+			return fmt.Errorf("kahuna: remove member %d: reading the membership: %w", id, err)
+		}
+		if !voter {
+			return fmt.Errorf("kahuna: member %d: %w (members: %s); nothing removed", id, admin.ErrNotMember, memberIDs(n.book.members()))
+		}
+	}
 	err := n.changeMembers(ctx, memberChange{op: "remove", id: id})
 	if err == nil {
 		n.unlearn(id)
 		n.announce(memberChange{op: "remove", id: id})
 	}
 	return err
+}
+
+// anyVoter reports whether id is a voter of any partition.
+func (n *Node) anyVoter(ctx context.Context, id uint64) (bool, error) {
+	for p := 0; p < n.cfg.Partitions; p++ {
+		m, err := n.backend.Membership(ctx, p)
+		if err != nil {
+			return false, err
+		}
+		if _, ok := m.Voters[id]; ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// memberIDs lists the IDs of ms in order, for messages.
+func memberIDs(ms map[uint64]admin.Member) string {
+	ids := slices.Sorted(maps.Keys(ms))
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Members returns the cluster's members as this node knows them (its
