@@ -33,6 +33,10 @@ var (
 	// ErrMemberRemoved: the ID was removed from the cluster; Raft never
 	// lets a removed ID back. Add the node under a new ID.
 	ErrMemberRemoved = node.ErrMemberRemoved
+	// ErrDataDirInUse is returned by Open when another node (another
+	// process, or another Node in this one) has Config.DataDir open; the
+	// error names the process.
+	ErrDataDirInUse = node.ErrDataDirInUse
 	// ErrNotMember: RemoveMember of an ID that is not a member and never
 	// was one; nothing is removed, and the ID stays free to add.
 	ErrNotMember = admin.ErrNotMember

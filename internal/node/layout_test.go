@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,5 +80,34 @@ func TestInvalidConfig(t *testing.T) {
 		if _, err := node.Open(cfg); err == nil {
 			t.Errorf("Open(%+v) succeeded", cfg)
 		}
+	}
+}
+
+// A second node on a data dir in use is refused, naming the process that
+// has it, and the dir and the first node are untouched; once the first
+// closes, the dir opens again.
+func TestDataDirInUseRefused(t *testing.T) {
+	dir := t.TempDir()
+	first, err := node.Open(node.Config{DataDir: dir, EphemeralFencingOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if r, err := first.TryLock(ctx, "dir/a", []byte("o"), time.Minute, lease.Persistent); err != nil || r.Status != lease.Locked {
+		t.Fatalf("lock: %+v %v", r, err)
+	}
+	_, err = node.Open(node.Config{DataDir: dir, EphemeralFencingOnly: true})
+	if !errors.Is(err, node.ErrDataDirInUse) || !strings.Contains(err.Error(), fmt.Sprintf("(pid %d)", os.Getpid())) {
+		t.Fatalf("second node on %s: %v, want ErrDataDirInUse naming pid %d", dir, err, os.Getpid())
+	}
+	if _, r, err := first.Get(ctx, "dir/a", lease.Persistent); err != nil || r.Status != lease.Got {
+		t.Fatalf("the first node after the refused second: %+v %v", r, err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := openNode(t, node.Config{DataDir: dir, EphemeralFencingOnly: true})
+	if info, r, err := again.Get(ctx, "dir/a", lease.Persistent); err != nil || r.Status != lease.Got || string(info.Owner) != "o" {
+		t.Fatalf("reopened: %+v %+v %v", info, r, err)
 	}
 }

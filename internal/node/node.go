@@ -59,6 +59,8 @@ type Node struct {
 	// change (tests only: SetConfigChangeHook).
 	ccHook atomic.Pointer[func(p int, phase string)]
 
+	unlockDir func() // releases the data dir's lock (layout.go)
+
 	inflight atomic.Int64
 	closing  atomic.Bool
 	crash    atomic.Bool // Close hands nothing over, as a crash would (Crash, tests only)
@@ -126,6 +128,16 @@ func open(c Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	unlockDir, err := lockDataDir(cfg.DataDir) // layout.go
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			unlockDir()
+		}
+	}()
 	if err := checkLayout(cfg.Config); err != nil {
 		return nil, err
 	}
@@ -137,7 +149,7 @@ func open(c Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
-	n := &Node{cfg: cfg, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...),
+	n := &Node{cfg: cfg, unlockDir: unlockDir, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...),
 		admin: admin.NewClient(admin.WithHTTPClient(adminHTTP), admin.WithPeerSecret(cfg.peerSecret()), admin.WithTimeout(adminTimeout))}
 	n.peers.logger = cfg.Logger
 	n.life, n.endLife = context.WithCancel(context.Background())
@@ -242,6 +254,7 @@ func open(c Config) (*Node, error) {
 	n.startSweeper()
 	n.startSpaceGuard()
 	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
+	opened = true
 	return n, nil
 }
 
@@ -546,6 +559,9 @@ func (n *Node) Close() error {
 		}
 		if err := n.backend.Close(); err != nil {
 			n.closeErr = fmt.Errorf("kahuna: close: %w", err)
+		}
+		if n.unlockDir != nil {
+			n.unlockDir() // the store is closed: another node may open the dir
 		}
 	})
 	return n.closeErr
