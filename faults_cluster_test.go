@@ -29,6 +29,9 @@ type faultCluster struct {
 
 	mu    sync.Mutex
 	nodes map[uint64]*kahuna.Node
+	// evicted counts the cache evictions of nodes killed since the start:
+	// a node restarted counts from zero again (evictions).
+	evicted atomic.Uint64
 
 	// reignSink, while a run records reigns (watchReigns), is told of
 	// every reign a node begins, around the instant it begins.
@@ -178,6 +181,7 @@ func (c *faultCluster) kill(id uint64, crash bool) {
 	if n == nil {
 		return
 	}
+	c.evicted.Add(n.Stats().Evictions)
 	closeNode := n.Close
 	if crash {
 		closeNode = func() error { return Crash(n) }
@@ -185,6 +189,18 @@ func (c *faultCluster) kill(id uint64, crash bool) {
 	if err := closeNode(); err != nil {
 		c.t.Logf("close node %d: %v", id, err)
 	}
+}
+
+// evictions counts the cache evictions of every node since the start,
+// those of nodes killed on the way included.
+func (c *faultCluster) evictions() uint64 {
+	n := c.evicted.Load()
+	for _, id := range c.up() {
+		if nd := c.node(id); nd != nil {
+			n += nd.Stats().Evictions
+		}
+	}
+	return n
 }
 
 // leaderOf is partition p's leader as the first running node sees it.

@@ -336,6 +336,27 @@ func TestAcquireRetriesUnknownWithSameOwner(t *testing.T) {
 	}
 }
 
+// TestAcquireRetryNotice: WithRetryNotice hears of each retry after no
+// answer, with its cause, and once of the answer that follows; a busy
+// lock is an answer, not a retry.
+func TestAcquireRetryNotice(t *testing.T) {
+	clk := newFakeClock()
+	f := &fakeLocker{clk: clk, script: map[string][]fakeAnswer{"trylock": {
+		{err: errTransport}, {status: MustRetry}, {status: Busy}, {status: Busy}, {err: errTransport}, {status: Locked, token: 9},
+	}}}
+	var notices []error
+	lock, err := Acquire(context.Background(), f, "r", withClock(clk), WithWait(time.Minute),
+		WithRetryNotice(func(err error) { notices = append(notices, err) }))
+	if err != nil || lock.FencingToken() != 9 {
+		t.Fatalf("acquire: %v", err)
+	}
+	var se *StatusError
+	if len(notices) != 5 || !errors.Is(notices[0], errTransport) || !errors.As(notices[1], &se) || se.Status != MustRetry ||
+		notices[2] != nil || !errors.Is(notices[3], errTransport) || notices[4] != nil {
+		t.Fatalf("notices %v, want the transport error, MustRetry, nil at the busy answer, the transport error, nil at the grant", notices)
+	}
+}
+
 // TestAcquireStopsOnRefusal: a refusal that certainly did not apply and
 // will not change by asking again ends Acquire after one attempt, with no
 // clean-up (nothing can have been granted).

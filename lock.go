@@ -183,6 +183,21 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		}
 		return nil, err
 	}
+	// WithRetryNotice: failing is set by a retry after no answer, and
+	// cleared, with a notice, by the next answer.
+	failing := false
+	answered := func() {
+		if failing && o.notice != nil {
+			o.notice(nil)
+		}
+		failing = false
+	}
+	retrying := func(err error) {
+		failing = true
+		if o.notice != nil {
+			o.notice(err)
+		}
+	}
 	for {
 		sent := c.Now()
 		var (
@@ -198,7 +213,10 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		} else {
 			r, err = l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
 		}
-		var until time.Time
+		var (
+			until time.Time
+			cause error // why no answer came: the attempt is retried
+		)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			unknown = true // the attempt in flight may have applied
@@ -209,7 +227,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 			if since.IsZero() {
 				since = sent
 			}
-			unknown, verdict = true, err
+			unknown, verdict, cause = true, err, err
 			until = retryUntil
 		case r.Status == Locked:
 			if since.IsZero() {
@@ -219,16 +237,19 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 				// clock may run fast over the wait: take 1 % off.
 				since = sent.Add(r.Waited - r.Waited/marginFraction)
 			}
+			answered()
 			return newLock(l, resource, r.FencingToken, o, since), nil
 		case r.Status == Busy:
+			answered()
 			if !since.IsZero() {
 				since = sent
 			}
 			verdict = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
 			until = busyUntil
 		case r.Status == MustRetry:
+			cause = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
 			if verdict == nil {
-				verdict = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+				verdict = cause
 			}
 			until = retryUntil
 		case r.Status == Errored || r.Status == WaitingForReplication:
@@ -236,6 +257,7 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 				since = sent
 			}
 			unknown, verdict = true, &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+			cause = verdict
 			until = retryUntil
 		case r.Status == InvalidInput:
 			return fail(&StatusError{Op: "lock", Resource: resource, Status: r.Status, Reason: r.Reason})
@@ -245,6 +267,9 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		}
 		if over(until) {
 			return fail(verdict)
+		}
+		if cause != nil {
+			retrying(cause)
 		}
 		pause := backoff.Jitter(step)
 		if !forever {

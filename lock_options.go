@@ -18,6 +18,7 @@ type acquireOptions struct {
 	// noExtendCap: an Extend of unknown outcome does not cap the deadline
 	// (a negative control of the fault tests, export_test.go).
 	noExtendCap bool
+	notice      func(error) // WithRetryNotice
 }
 
 // AcquireOption tunes Acquire.
@@ -48,6 +49,17 @@ func WithWaitForever() AcquireOption { return WithWait(WaitForever) }
 // WithDurability chooses Ephemeral or Persistent (default Persistent).
 func WithDurability(d Durability) AcquireOption {
 	return func(o *acquireOptions) { o.durability = d }
+}
+
+// WithRetryNotice has Acquire tell f when it retries because no answer
+// came: f(err) before each retry after a call that failed (the nodes
+// could not be reached, or answered MustRetry or an outcome it cannot
+// know), and f(nil) once, at the first answer after such retries. A busy
+// lock is an answer: waiting for it is not a retry. f runs on Acquire's
+// goroutine and must not block. A CLI uses it to say that a node is
+// unreachable, and when it answers again, instead of waiting in silence.
+func WithRetryNotice(f func(err error)) AcquireOption {
+	return func(o *acquireOptions) { o.notice = f }
 }
 
 // WithOwner sets the owner (default: a fresh random 32-character owner).

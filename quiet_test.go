@@ -15,8 +15,9 @@ const quietChildEnv = "KAHUNA_TEST_QUIET_CHILD"
 
 // An embedded node with no Logger writes nothing on stderr: neither
 // dragonboat's, badger's or pebble's lines (pebble's background error
-// "vfs: not supported" on the in-memory file system, through the std
-// logger that dragonboat's capnslog takes over) nor the node's. The node
+// "vfs: not supported" on the in-memory file system, which comes through
+// the std logger and which the durability package diverts to the library
+// logs) nor the node's. The node
 // runs in a child process, whose stderr is its own.
 func TestEmbeddedNodeWritesNothingToStderr(t *testing.T) {
 	if os.Getenv(quietChildEnv) != "" {

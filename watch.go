@@ -34,11 +34,25 @@ type WatchError = transport.WatchError
 // WatchOption tunes Watch.
 type WatchOption func(*watchOptions)
 
-type watchOptions struct{ from uint64 }
+type watchOptions struct {
+	from   uint64
+	notice func(error)
+}
 
 // WatchFrom starts the watch after revision rev (a WatchEvent.Revision
 // seen before): the current state is skipped if it is that revision.
 func WatchFrom(rev uint64) WatchOption { return func(o *watchOptions) { o.from = rev } }
+
+// WatchRetryNotice has Watch tell f when it subscribes again: f(err) each
+// time the watch ended with MustRetry (err says why: the partition moved,
+// the connection broke, the node is unreachable) and is about to be
+// subscribed again, and f(nil) at the first event after. A partition that
+// moves ends a watch once; an outage ends it again and again with no
+// event in between, which is what a CLI reports. f runs on Watch's
+// goroutine and must not block.
+func WatchRetryNotice(f func(err error)) WatchOption {
+	return func(o *watchOptions) { o.notice = f }
+}
 
 // Bounds of the pause before a watch subscribes again.
 const (
@@ -65,8 +79,13 @@ func Watch(ctx context.Context, w Watcher, resource string, opts ...WatchOption)
 		var last *WatchEvent
 		stopped := errors.New("stopped")
 		pause := minRewatch
+		retried := false // a notice of a retry went out, and no event since
 		for {
 			err := w.WatchLock(ctx, resource, from, func(ev WatchEvent) error {
+				if retried && o.notice != nil {
+					o.notice(nil)
+				}
+				retried = false
 				if ev.Current && last != nil && ev.Revision == last.Revision && ev.Kind == last.Kind {
 					return nil // seen before the watch moved
 				}
@@ -82,6 +101,10 @@ func Watch(ctx context.Context, w Watcher, resource string, opts ...WatchOption)
 			case err == stopped || ctx.Err() != nil:
 				return
 			case errors.As(err, &we) && we.Status == MustRetry:
+				if o.notice != nil {
+					o.notice(err)
+					retried = true
+				}
 			default:
 				yield(WatchEvent{}, err)
 				return

@@ -62,9 +62,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
-	// The std logger is left to dragonboat's capnslog, which took it over at
-	// import: kahuna.Open routes pebble's lines from it to logger, at
-	// --raft-log-level like dragonboat's and badger's own.
+	// pebble logs through the standard logger; the durability package sends
+	// those lines to logger, at --raft-log-level like dragonboat's and
+	// badger's own.
 
 	stopProfiling, err := startProfiling() // pprof.go
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/lease"
 )
 
 // notifySignals subscribes c to the signals lock -- CMD passes on to CMD
@@ -46,7 +47,7 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 	notifySignals(sigs)
 	defer signal.Stop(sigs)
 
-	h, sig, err := acquireUntilSignal(ctx, l, resource, o, sigs)
+	h, sig, err := acquireUntilSignal(ctx, l, resource, o, sigs, stderr)
 	if sig != nil {
 		if h != nil {
 			release(h, o.timeout, stderr)
@@ -118,7 +119,7 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 // acquireUntilSignal waits for the lock: for --wait (plus --timeout) if
 // given, else until a signal. A signal ends the wait: sig is then the
 // signal, and h the lock if it was granted all the same.
-func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o options, sigs <-chan os.Signal) (h *kahuna.Lock, sig os.Signal, err error) {
+func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o options, sigs <-chan os.Signal, stderr io.Writer) (h *kahuna.Lock, sig os.Signal, err error) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.waitGiven {
@@ -137,7 +138,8 @@ func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o
 		case <-stop:
 		}
 	}()
-	opts := acquireOptions(o)
+	down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: printer{endpoints: o.endpoints, timeout: o.timeout, verbose: o.verbose}, after: 2}
+	opts := append(acquireOptions(o), kahuna.WithRetryNotice(down.notice))
 	for {
 		wait := o.wait
 		if !o.waitGiven {

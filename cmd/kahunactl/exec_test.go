@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testport"
 )
 
 // output is a writer safe for a child process and the test at once, which
@@ -315,4 +318,49 @@ func TestLockRunLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitSaysWhenNodesDoNotAnswer: a lock --wait whose node goes down
+// while it waits says so once (not at every retry), and once more when a
+// node answers again; it then gets the lock.
+func TestWaitSaysWhenNodesDoNotAnswer(t *testing.T) {
+	addr := testport.Addr(t)
+	first, err := kahuna.Open(kahuna.Config{ListenAddress: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	ctl(t, "lock", "outage/r", "--owner", "holder", "--ttl", "1m", "--endpoints", addr).want(t, exitOK, "holder")
+	s := start("lock", "outage/r", "--wait", "1m", "--ttl", "10s", "--endpoints", addr)
+	await(t, waiting(first), 30*time.Second, "the waiter queued on the node", s)
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	await(t, s.stderr.seen("no answer from the nodes"), 30*time.Second, "word of the outage", s)
+	second, err := kahuna.Open(kahuna.Config{ListenAddress: addr}) // in memory: the lock is free there
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	r := s.result(t, 60*time.Second).want(t, exitOK, "lock once a node answers again")
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "kahunactl: lock outage/r: no answer from the nodes (") || !strings.HasSuffix(lines[0], "); retrying") ||
+		lines[1] != "kahunactl: lock outage/r: the nodes answer again" {
+		t.Fatalf("stderr: want the outage said once and the recovery once, got %q", r.stderr)
+	}
+	if !lockedText.MatchString(r.stdout) {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+}
+
+// waiting is closed once n has a Lock call waiting in a queue.
+func waiting(n *kahuna.Node) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		defer close(c)
+		for n.Stats().Waiters == 0 {
+			time.Sleep(5 * time.Millisecond) // Stats is the only view of the queue
+		}
+	}()
+	return c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"syscall"
 	"time"
@@ -50,4 +51,34 @@ func (p printer) errorLine(err error) string {
 		return why + " (" + oneLine(err) + ")"
 	}
 	return why
+}
+
+// outage says once that the nodes do not answer a command that waits
+// (lock --wait, lock -- CMD, watch), and once that they answer again,
+// instead of a wait in silence. It is the notice of kahuna.WithRetryNotice
+// and kahuna.WatchRetryNotice. after is how many retries in a row make an
+// outage: a partition that changes leader costs one, silently.
+type outage struct {
+	stderr io.Writer
+	what   string // "lock jobs/x", "watch jobs/x"
+	out    printer
+	after  int
+	misses int
+	said   bool
+}
+
+func (o *outage) notice(err error) {
+	if err == nil {
+		o.misses = 0
+		if o.said {
+			fmt.Fprintf(o.stderr, "kahunactl: %s: the nodes answer again\n", o.what)
+			o.said = false
+		}
+		return
+	}
+	o.misses++
+	if !o.said && o.misses >= o.after {
+		fmt.Fprintf(o.stderr, "kahunactl: %s: no answer from the nodes (%s); retrying\n", o.what, o.out.errorLine(err))
+		o.said = true
+	}
 }

@@ -634,7 +634,12 @@ func acquireOptions(o options) []kahuna.AcquireOption {
 }
 
 func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out printer, stderr io.Writer) int {
-	h, err := kahuna.Acquire(ctx, l, resource, append(acquireOptions(o), kahuna.WithWait(o.wait))...)
+	opts := append(acquireOptions(o), kahuna.WithWait(o.wait))
+	if o.waitGiven {
+		down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: out, after: 2}
+		opts = append(opts, kahuna.WithRetryNotice(down.notice))
+	}
+	h, err := kahuna.Acquire(ctx, l, resource, opts...)
 	if err != nil {
 		return acquireFailed(out, stderr, resource, o.owner, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -29,7 +30,8 @@ var watchCommand = command{name: "watch", args: "RESOURCE [flags]", resource: tr
 func watch(ctx context.Context, w kahuna.Watcher, resource string, out printer, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	for ev, err := range kahuna.Watch(ctx, w, resource) {
+	down := &outage{stderr: stderr, what: "watch " + lease.Excerpt(resource), out: out, after: 2}
+	for ev, err := range kahuna.Watch(ctx, w, resource, kahuna.WatchRetryNotice(down.notice)) {
 		if err != nil {
 			if errors.Is(err, transport.ErrNoNative) {
 				fmt.Fprintf(stderr, "kahunactl: watch %s: the node does not offer watches (a plain Kahuna server)\n", resource)

@@ -75,8 +75,10 @@ func lockDataDir(dir string) (release func(), err error) {
 		}
 		return nil, fmt.Errorf("kahuna: data dir %s: lock: %w", dir, err)
 	}
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	// The PID is for the message of a node refused; the lock itself is the
+	// flock, so a PID that could not be written costs only that message.
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { _ = f.Close() }) }, nil // closing drops the flock

@@ -1,16 +1,22 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/internal/node"
+	"github.com/kahunago/kahuna/internal/testport"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -110,4 +116,48 @@ func TestDataDirInUseRefused(t *testing.T) {
 	if info, r, err := again.Get(ctx, "dir/a", lease.Persistent); err != nil || r.Status != lease.Got || string(info.Owner) != "o" {
 		t.Fatalf("reopened: %+v %+v %v", info, r, err)
 	}
+}
+
+// A member started while the others are down says what it waits for
+// while it waits, and its start fails naming the members it could not
+// reach.
+func TestStartAloneSaysWhatItWaitsFor(t *testing.T) {
+	self := testport.Listen(t)
+	members := map[uint64]admin.Member{
+		1: {RaftAddress: self.Addr().String(), Endpoint: "http://127.0.0.1:1"},
+		2: {RaftAddress: testport.Addr(t), Endpoint: "http://127.0.0.1:2"},
+		3: {RaftAddress: testport.Addr(t), Endpoint: "http://127.0.0.1:3"},
+	}
+	var logs syncBuffer
+	_, err := node.Open(node.Config{
+		NodeID: 1, Members: members, RaftAddress: members[1].RaftAddress, RaftListener: self,
+		DataDir: t.TempDir(), Partitions: 2, StartTimeout: 1500 * time.Millisecond,
+		InitialClusterState: durability.ClusterStateNew,
+		Logger:              slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	want := fmt.Sprintf("2 of 2 partitions without a leader; members not reachable: 2 at %s, 3 at %s", members[2].RaftAddress, members[3].RaftAddress)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("start alone: %v, want an error saying %q", err, want)
+	}
+	if !strings.Contains(logs.String(), `msg="starting: waiting for the cluster" waiting_for="`+want) {
+		t.Fatalf("no line saying what the node waits for while it waited:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,12 +240,16 @@ func open(c Config) (*Node, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
 	defer cancel()
-	if err := n.leadership.WaitReady(ctx); err != nil {
+	stopSaying := n.sayWhileWaiting(ctx)
+	err = n.leadership.WaitReady(ctx)
+	stopSaying()
+	if err != nil {
+		waiting := n.waitingFor()
 		_ = n.Close()
 		if why := n.timing.refusals(n.book.members()); why != "" {
 			return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", cfg.StartTimeout, err, ErrRaftTimingMismatch, why)
 		}
-		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v: %w", cfg.StartTimeout, err)
+		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%s): %w", cfg.StartTimeout, waiting, err)
 	}
 	n.finishBook()
 	if n.clustered() {
@@ -256,6 +261,64 @@ func open(c Config) (*Node, error) {
 	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
 	opened = true
 	return n, nil
+}
+
+// waitEvery is how often a starting node says what it still waits for.
+const waitEvery = 5 * time.Second
+
+// sayWhileWaiting logs, every waitEvery (or a third of a shorter
+// StartTimeout) until stop is called or ctx ends,
+// what the starting node still waits for (waitingFor): a member started
+// before the others would otherwise be silent until its start times out.
+func (n *Node) sayWhileWaiting(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// A third of a short start timeout, so there is something said
+		// before it gives up.
+		tick := time.NewTicker(min(waitEvery, max(n.cfg.StartTimeout/3, time.Millisecond)))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				n.cfg.Logger.Info("starting: waiting for the cluster", "waiting_for", n.waitingFor(), "gives_up_in", time.Until(deadlineOf(ctx)).Round(time.Second))
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// waitingFor says what keeps partitions from being served: how many have
+// no leader this node knows of, and the members it cannot reach over Raft
+// (ID and Raft address), e.g. "8 of 8 partitions without a leader; members
+// not reachable: 2 at 10.0.0.2:2073, 3 at 10.0.0.3:2073".
+func (n *Node) waitingFor() string {
+	leaderless := 0
+	for _, p := range n.PartitionStats() {
+		if p.Leader == 0 {
+			leaderless++
+		}
+	}
+	parts := []string{fmt.Sprintf("%d of %d partitions without a leader", leaderless, n.cfg.Partitions)}
+	var down []string
+	for _, p := range n.PeerStats() {
+		if !p.Reachable {
+			m, _ := n.book.get(p.ID)
+			down = append(down, fmt.Sprintf("%d at %s", p.ID, m.RaftAddress))
+		}
+	}
+	if len(down) > 0 {
+		parts = append(parts, "members not reachable: "+strings.Join(down, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // serve starts the wire API (NewServer) on Config.Listener or
