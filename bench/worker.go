@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -134,12 +135,7 @@ func (w *worker) pause() {
 	}
 	w.failed = false
 	w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
-	t := time.NewTimer(w.backoff/2 + time.Duration(w.rng.Int64N(int64(w.backoff/2)+1)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-w.runCtx.Done():
-	}
+	_ = backoff.Sleep(w.runCtx, w.backoff/2+time.Duration(w.rng.Int64N(int64(w.backoff/2)+1))) // ends early with the run
 }
 
 // localAddress is the client's side of a connection in a Go network

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	pauses "github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -352,7 +353,7 @@ func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []b
 			c.calls.Put(cl)
 			return r, nil
 		}
-		if err := sleep(ctx, min(bo.next(), left)); err != nil {
+		if err := pauses.Sleep(ctx, min(bo.next(), left)); err != nil {
 			c.calls.Put(cl)
 			return reply{}, err
 		}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pauses "github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 )
 
@@ -215,7 +216,7 @@ func (r *RESTClient) retry(ctx context.Context, call func() (lease.Result, error
 		if left <= 0 {
 			return res, nil
 		}
-		if err := sleep(ctx, min(bo.next(), left)); err != nil {
+		if err := pauses.Sleep(ctx, min(bo.next(), left)); err != nil {
 			return lease.Result{}, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	pauses "github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
 	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 )
@@ -129,7 +130,7 @@ func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, w
 			}
 			pause = min(pause, left)
 		}
-		if err := sleep(ctx, pause); err != nil {
+		if err := pauses.Sleep(ctx, pause); err != nil {
 			return lease.Result{}, err
 		}
 	}

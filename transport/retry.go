@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -27,16 +26,4 @@ func (b *backoff) next() time.Duration {
 	}
 	half := b.ceiling / 2
 	return half + rand.N(half+1)
-}
-
-// sleep waits for d or until ctx ends, returning ctx.Err() then.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
