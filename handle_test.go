@@ -1171,3 +1171,28 @@ func TestHandleLateShortExtend(t *testing.T) {
 		})
 	}
 }
+
+// TestHandleErrAtDeadlineBeforeTimer: once the deadline has passed, the
+// Context's Err reports the loss even if the deadline timer has not run
+// yet (a process resumed from a pause runs its own code first): a holder
+// that checks Err before acting never acts past the deadline.
+func TestHandleErrAtDeadlineBeforeTimer(t *testing.T) {
+	clk := newFakeClock()
+	f := &fakeLocker{clk: clk}
+	lock, err := Acquire(context.Background(), f, "r", withClock(clk), WithTTL(testTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.mu.Lock()
+	clk.now = lock.Expires() // time moves on; the timer has not fired
+	clk.mu.Unlock()
+	if err := lock.Context().Err(); err == nil {
+		t.Fatal("Context().Err() is nil at the deadline, before the timer fired")
+	}
+	if !errors.Is(context.Cause(lock.Context()), ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", context.Cause(lock.Context()))
+	}
+	if !isClosed(lock.Lost()) {
+		t.Fatal("Lost open after Err reported the deadline")
+	}
+}

@@ -64,3 +64,11 @@ const WaitForever = lease.WaitForever
 
 // MaxWait is the longest wait other than WaitForever (the TTL limit).
 const MaxWait = lease.MaxWait
+
+// Limits on a lock request: a longer resource or owner, or a longer TTL,
+// is answered InvalidInput with the reason, and changes nothing.
+const (
+	MaxResourceBytes = lease.MaxResourceBytes
+	MaxOwnerBytes    = lease.MaxOwnerBytes
+	MaxTTL           = lease.MaxTTL
+)

@@ -102,6 +102,15 @@ type lockContext struct {
 
 func (c *lockContext) Deadline() (time.Time, bool) { return c.l.Expires(), true }
 
+// Err ends the lock first if its deadline has passed and the timer has
+// not fired yet (a process resumed from a pause runs its own code before
+// the timer's goroutine): a holder that checks Err before it acts never
+// acts past the deadline.
+func (c *lockContext) Err() error {
+	c.l.lapse()
+	return c.Context.Err()
+}
+
 // deadline is the holder's end of a lease granted or extended by a request
 // sent at sent with ttl.
 func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {

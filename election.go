@@ -1,0 +1,288 @@
+package kahuna
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// An election is a lock whose holder is the leader: the lock "election/"
+// + the election's name, held by an owner that is a fresh candidate ID
+// followed by the candidate's value. So a leader's epoch is the lock's
+// fencing token, and inherits its rules: it only grows, across every
+// term, leader change of the partition, restart and failover, for both
+// durabilities. Campaign waits in the lock's first-in first-out queue;
+// Leader is a Get; Observe is a Watch.
+
+// ElectionPrefix is what an election's name is prefixed with to name its
+// lock: `kahunactl get election/NAME` shows an election's leader.
+const ElectionPrefix = "election/"
+
+// candidateIDLen is the length of the candidate ID at the head of an
+// election lock's owner (a NewOwner).
+const candidateIDLen = 32
+
+// MaxElectionValue is the longest value a candidate may campaign with:
+// what an owner can carry after the candidate ID.
+const MaxElectionValue = MaxOwnerBytes - candidateIDLen
+
+
+var (
+	// ErrNoLeader: the election has no live leader (never had one, or the
+	// last one resigned or its lease ended).
+	ErrNoLeader = errors.New("kahuna: election has no leader")
+	// ErrResigned is the cause (context.Cause) of a Leadership's Context
+	// after Resign: the leader stepped down.
+	ErrResigned = errors.New("kahuna: leadership resigned")
+)
+
+// Leadership is a won election: the lock of the election held by this
+// candidate, kept alive in the background until Resign or until it is
+// lost. Its Context ends when the leadership ends, before any other
+// candidate can be elected: at the lock's deadline (the send time of the
+// last renewal the server granted, plus the TTL, minus the safety margin,
+// on the monotonic clock), when a renewal finds the lease gone, or when
+// Resign starts. Pass Epoch to whatever the leader writes to: a resource
+// that rejects epochs older than the newest it has seen (the fence
+// module) stops a leader that acts after its Context ended, which no
+// lease can prevent (a process paused past its deadline).
+type Leadership struct {
+	name  string
+	value []byte
+	lock  *Lock
+
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stopAlive context.CancelFunc
+}
+
+// Campaign waits to be the leader of the election name on l, with value,
+// and returns the Leadership once elected. Candidates are elected in the
+// order they started waiting when l waits on the server (a WaitLocker:
+// the embedded node, a Client with the native service); on a plain Kahuna
+// server they poll, with no order.
+//
+// opts are Acquire's: WithTTL (default 30 s: how long a crashed leader
+// keeps the election), WithDurability (default Persistent), WithWait
+// (default WaitForever: until ctx ends), WithSafetyMargin,
+// WithRetryNotice. WithOwner is ignored: each campaign is a fresh
+// candidate. Campaign returns ErrBusy if the wait ended with another
+// leader, ctx.Err() if ctx ended first (a grant that raced the end is
+// released), and a *StatusError with InvalidInput, with no request made,
+// for an empty name, a name over the limit, or a value over
+// MaxElectionValue.
+func Campaign(ctx context.Context, l Locker, name string, value []byte, opts ...AcquireOption) (*Leadership, error) {
+	if reason := checkElection(name, value); reason != "" {
+		return nil, &StatusError{Op: "campaign", Resource: name, Status: InvalidInput, Reason: reason}
+	}
+	opts = append([]AcquireOption{WithWaitForever()}, opts...)
+	opts = append(opts, func(o *acquireOptions) {
+		o.owner, o.ownOwner = append(NewOwner(), value...), true
+	})
+	lk, err := Acquire(ctx, l, ElectionPrefix+name, opts...)
+	if err != nil {
+		var se *StatusError
+		if errors.As(err, &se) {
+			se.Op, se.Resource = "campaign", name
+		}
+		return nil, err
+	}
+	return lead(name, value, lk), nil
+}
+
+func lead(name string, value []byte, lk *Lock) *Leadership {
+	inner, cancel := context.WithCancelCause(lk.Context())
+	alive, stopAlive := context.WithCancel(context.Background())
+	ld := &Leadership{name: name, value: append([]byte(nil), value...), lock: lk,
+		ctx: &leaderContext{Context: inner, lock: lk}, cancel: cancel, stopAlive: stopAlive}
+	lk.KeepAlive(alive, 0)
+	return ld
+}
+
+// leaderContext is a Leadership's Context: it ends with the lock's, and
+// its Err, like the lock's, sees a deadline passed before the timer does.
+type leaderContext struct {
+	context.Context
+	lock *Lock
+}
+
+func (c *leaderContext) Err() error {
+	_ = c.lock.ctx.Err() // ends the lock, and so this context, if its deadline passed
+	return c.Context.Err()
+}
+
+// checkElection says why an election request is not well formed, or "".
+func checkElection(name string, value []byte) string {
+	switch {
+	case name == "":
+		return "election name is empty"
+	case len(ElectionPrefix)+len(name) > MaxResourceBytes:
+		return "election name is " + strconv.Itoa(len(name)) + " bytes, over the limit of " +
+			strconv.Itoa(MaxResourceBytes-len(ElectionPrefix))
+	case len(value) > MaxElectionValue:
+		return "value is " + strconv.Itoa(len(value)) + " bytes, over the limit of " +
+			strconv.Itoa(MaxElectionValue)
+	}
+	return ""
+}
+
+
+// Name is the election's name.
+func (ld *Leadership) Name() string { return ld.name }
+
+// Value is the value the leader campaigned with (a copy).
+func (ld *Leadership) Value() []byte { return append([]byte(nil), ld.value...) }
+
+// Epoch is this term's number: the fencing token of the election's lock,
+// greater than every earlier term's, whoever held it.
+func (ld *Leadership) Epoch() int64 { return ld.lock.FencingToken() }
+
+// Expires is the leader's deadline (Lock.Expires): the leadership ends
+// then unless a renewal moves it.
+func (ld *Leadership) Expires() time.Time { return ld.lock.Expires() }
+
+// Context ends when the leadership ends: lost (cause matching
+// ErrLockLost) or resigned (ErrResigned). Run the leader's work under it.
+func (ld *Leadership) Context() context.Context { return ld.ctx }
+
+// Lost is closed when the leadership is lost (not when it is resigned).
+func (ld *Leadership) Lost() <-chan struct{} { return ld.lock.Lost() }
+
+// Resign steps down: the Context ends (ErrResigned) before the release
+// is sent, so the leader has stopped before another candidate can be
+// elected, and renewals stop. It returns nil once the election is
+// released, an error matching ErrLockLost if the leadership had already
+// been lost, and ctx.Err() or the call's error if the release could not
+// be confirmed: the Context has ended anyway, and the lease ends at its
+// TTL unless Resign is called again, which is safe (a released
+// leadership resigns again as a no-op).
+func (ld *Leadership) Resign(ctx context.Context) error {
+	ld.stopAlive()
+	ld.cancel(ErrResigned)
+	err := ld.lock.Unlock(ctx)
+	if err != nil && errors.Is(err, ErrLockLost) {
+		return fmt.Errorf("kahuna: resign %s: the leadership was already lost (%w)", lease.Excerpt(ld.name), err)
+	}
+	return err
+}
+
+// LeaderInfo is an election's live leader.
+type LeaderInfo struct {
+	Value []byte
+	Epoch int64
+	// Expires is the leader's lease end as the partition's leader knows it
+	// (wall clock, millisecond precision).
+	Expires time.Time
+}
+
+// Leader reads the election's live leader from the partition's leader
+// (a linearizable Get), or returns ErrNoLeader. d names the durability
+// the election was campaigned with (one name is one lock, so either
+// finds it; it picks nothing else).
+func Leader(ctx context.Context, l Locker, name string, d Durability) (LeaderInfo, error) {
+	if reason := checkElection(name, nil); reason != "" {
+		return LeaderInfo{}, &StatusError{Op: "leader", Resource: name, Status: InvalidInput, Reason: reason}
+	}
+	info, r, err := l.Get(ctx, ElectionPrefix+name, d)
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	switch r.Status {
+	case Got:
+		return LeaderInfo{Value: valueOf(info.Owner), Epoch: info.FencingToken, Expires: info.Expires}, nil
+	case LockDoesNotExist:
+		return LeaderInfo{}, ErrNoLeader
+	}
+	return LeaderInfo{}, &StatusError{Op: "leader", Resource: name, Status: r.Status, Reason: r.Reason}
+}
+
+// valueOf is the value in an election lock's owner.
+func valueOf(owner []byte) []byte {
+	if len(owner) < candidateIDLen {
+		return nil
+	}
+	return append([]byte(nil), owner[candidateIDLen:]...)
+}
+
+// ElectionEventKind says what an ElectionEvent reports.
+type ElectionEventKind uint8
+
+const (
+	// Elected: a leader was elected, with Value and Epoch.
+	Elected ElectionEventKind = iota + 1
+	// Vacant: no leader. Epoch is the last term's (-1: never had one).
+	Vacant
+)
+
+func (k ElectionEventKind) String() string {
+	switch k {
+	case Elected:
+		return "elected"
+	case Vacant:
+		return "vacant"
+	}
+	return "ElectionEventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ElectionEvent is one change of an election's leadership.
+type ElectionEvent struct {
+	Kind  ElectionEventKind
+	Value []byte
+	Epoch int64
+	// Revision is the election lock's revision at this event: Observe
+	// again with WatchFrom(Revision) to resume after it.
+	Revision uint64
+}
+
+// Observe yields the election's leadership as it changes: first its
+// current state (Elected or Vacant), then each change, in order: Elected
+// for every new term (its epoch above the last one's), Vacant when a term
+// ends with no successor yet (resigned, or its lease ended). A renewal is
+// not a change. Observe subscribes again by itself after the partition
+// moves or a connection breaks (opts as for Watch), and yields the same
+// event at most once; a term that began and ended while it was
+// disconnected is not seen, but the next Elected event's epoch shows that
+// terms were missed. It ends when ctx ends or with an error (yielded).
+func Observe(ctx context.Context, w Watcher, name string, opts ...WatchOption) iter.Seq2[ElectionEvent, error] {
+	return func(yield func(ElectionEvent, error) bool) {
+		if reason := checkElection(name, nil); reason != "" {
+			yield(ElectionEvent{}, &StatusError{Op: "observe", Resource: name, Status: InvalidInput, Reason: reason})
+			return
+		}
+		var last *ElectionEvent
+		for ev, err := range Watch(ctx, w, ElectionPrefix+name, opts...) {
+			if err != nil {
+				yield(ElectionEvent{}, err)
+				return
+			}
+			e := electionEvent(ev)
+			if last != nil && last.Kind == e.Kind && last.Epoch == e.Epoch {
+				last.Revision = e.Revision // a renewal, or the same state seen again
+				continue
+			}
+			if !yield(e, nil) {
+				return
+			}
+			last = &e
+		}
+	}
+}
+
+// electionEvent is what a watch event of an election's lock says of the
+// election.
+func electionEvent(ev WatchEvent) ElectionEvent {
+	switch ev.Kind {
+	case EventAcquired, EventExtended:
+		return ElectionEvent{Kind: Elected, Value: valueOf(ev.Owner), Epoch: ev.FencingToken, Revision: ev.Revision}
+	}
+	e := ElectionEvent{Kind: Vacant, Epoch: ev.FencingToken, Revision: ev.Revision}
+	if ev.Revision == 0 {
+		e.Epoch = -1 // never locked
+	}
+	return e
+}
