@@ -38,10 +38,7 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 	// shell's codes: 127 not found, 126 found but not executable.
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		fmt.Fprintf(stderr, "kahunactl: lock %s: %s; nothing locked\n", resource, oneLine(err))
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotRun
+		return cannotRun(err)
 	}
 	sigs := make(chan os.Signal, 8)
 	notifySignals(sigs)
@@ -59,24 +56,51 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 		return acquireFailed(printer{w: stderr}, stderr, resource, o.owner, err)
 	}
 
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Env = append(os.Environ(),
-		"KAHUNA_LOCK_RESOURCE="+resource,
-		"KAHUNA_LOCK_OWNER="+string(h.Owner()),
-		"KAHUNA_FENCING_TOKEN="+strconv.FormatInt(h.FencingToken(), 10))
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
-	if err := c.Start(); err != nil {
-		release(h, o.timeout, stderr)
-		fmt.Fprintf(stderr, "kahunactl: lock %s: %s\n", resource, oneLine(err))
-		return exitError
-	}
 	alive, stopAlive := context.WithCancel(context.Background())
 	defer stopAlive()
 	h.KeepAlive(alive, 0) // every third of the TTL
+	env := []string{
+		"KAHUNA_LOCK_RESOURCE=" + resource,
+		"KAHUNA_LOCK_OWNER=" + string(h.Owner()),
+		"KAHUNA_FENCING_TOKEN=" + strconv.FormatInt(h.FencingToken(), 10)}
+	return runUnder(argv, env, h, "lock "+lease.Excerpt(resource), func() error {
+		stopAlive()
+		return release(h, o.timeout, stderr)
+	}, o, sigs, stdout, stderr)
+}
 
+// cannotRun is the shell's exit code for a CMD that exec.LookPath
+// refused: 127 not found, 126 found but not executable.
+func cannotRun(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotRun
+}
+
+// guard is what CMD runs under: a Lock or a Leadership.
+type guard interface {
+	Lost() <-chan struct{}
+	Context() context.Context
+}
+
+// runUnder runs argv, with env added to kahunactl's environment, while g
+// holds: signals from sigs are passed on to CMD; once g is lost CMD gets
+// SIGTERM, then SIGKILL after --grace, and the exit code is exitLost;
+// else release runs after CMD exits, and the exit code is CMD's status
+// (exitLost if release finds g lost). what names g in messages.
+func runUnder(argv, env []string, g guard, what string, release func() error, o options, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = append(os.Environ(), env...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
+	if err := c.Start(); err != nil {
+		release()
+		fmt.Fprintf(stderr, "kahunactl: %s: %s\n", what, oneLine(err))
+		return exitError
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- c.Wait() }()
-	lost := h.Lost()
+	lost := g.Lost()
 	var (
 		wasLost bool
 		kill    <-chan time.Time
@@ -93,9 +117,9 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 			_ = c.Process.Signal(s)
 		case <-lost:
 			lost, wasLost = nil, true
-			<-h.Context().Done() // ends just after Lost closes, with the cause
-			fmt.Fprintf(stderr, "kahunactl: lock %s lost (%s): sent %s SIGTERM, SIGKILL in %v\n",
-				resource, oneLine(context.Cause(h.Context())), argv[0], o.grace)
+			<-g.Context().Done() // ends just after Lost closes, with the cause
+			fmt.Fprintf(stderr, "kahunactl: %s lost (%s): sent %s SIGTERM, SIGKILL in %v\n",
+				what, oneLine(context.Cause(g.Context())), argv[0], o.grace)
 			_ = c.Process.Signal(syscall.SIGTERM)
 			killer = time.NewTimer(o.grace)
 			kill = killer.C
@@ -103,12 +127,11 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 			kill = nil
 			_ = c.Process.Kill()
 		case err := <-exited:
-			stopAlive()
 			if wasLost {
 				return exitLost
 			}
-			status := exitStatus(err, stderr, resource)
-			if errors.Is(release(h, o.timeout, stderr), kahuna.ErrLockLost) {
+			status := exitStatus(err, stderr, what)
+			if errors.Is(release(), kahuna.ErrLockLost) {
 				return exitLost
 			}
 			return status
@@ -176,7 +199,7 @@ func release(h *kahuna.Lock, timeout time.Duration, stderr io.Writer) error {
 }
 
 // exitStatus is the status a shell would report for CMD.
-func exitStatus(err error, stderr io.Writer, resource string) int {
+func exitStatus(err error, stderr io.Writer, what string) int {
 	if err == nil {
 		return exitOK
 	}
@@ -187,7 +210,7 @@ func exitStatus(err error, stderr io.Writer, resource string) int {
 		}
 		return ee.ExitCode()
 	}
-	fmt.Fprintf(stderr, "kahunactl: lock %s: %s\n", resource, strings.TrimSpace(err.Error()))
+	fmt.Fprintf(stderr, "kahunactl: %s: %s\n", what, strings.TrimSpace(err.Error()))
 	return exitError
 }
 

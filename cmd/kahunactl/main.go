@@ -6,6 +6,9 @@
 //	kahunactl extend jobs/export --owner OWNER --ttl 30s
 //	kahunactl unlock jobs/export --owner OWNER
 //	kahunactl get jobs/export
+//	kahunactl elect scheduler node-a                 # campaigns, prints the epoch when elected, leads until interrupted
+//	kahunactl elect scheduler node-a -- ./schedule   # runs the command while leader
+//	kahunactl elect --listen scheduler               # prints every change of leader
 //	kahunactl partitions                             # who leads each partition
 //	kahunactl transfer-leadership --partition 3 --to 2
 //	kahunactl member list|add|remove                 # cluster membership (admin.go)
@@ -35,6 +38,20 @@
 // the lock, kahunactl runs nothing and exits 128+N. Signals go to CMD's
 // process only: use `sh -c 'exec ...'` or a CMD that passes them on to
 // its own children.
+//
+// # Leader election
+//
+// kahunactl elect NAME VALUE campaigns in election NAME (the lock
+// election/NAME), waiting in line until elected or interrupted, prints
+// the epoch when elected, and leads, renewing every third of --ttl, until
+// SIGINT or SIGTERM, which resigns (exit 0); a lost leadership exits 4.
+// With -- CMD [ARGS...] it runs CMD while leader, as lock -- CMD does,
+// with KAHUNA_ELECTION_NAME, KAHUNA_ELECTION_VALUE, KAHUNA_ELECTION_EPOCH
+// and KAHUNA_FENCING_TOKEN (the epoch) in its environment, sends it
+// SIGTERM (then SIGKILL after --grace) when leadership is lost and exits
+// with CMD's status, or 4 when lost; it resigns when CMD exits. kahunactl
+// elect --listen NAME prints the current leader, then every change
+// (elected with value and epoch, vacant), until interrupted.
 //
 // # Timeouts
 //
@@ -108,6 +125,8 @@ type options struct {
 	verbose    bool   // -v: errors with the transport's own words too
 	// status --partitions: a row per member and partition.
 	partitionsView bool
+	value          string // elect's VALUE
+	listen         bool   // elect --listen
 }
 
 // A command is one of kahunactl's commands.
@@ -160,6 +179,7 @@ var commands = []command{
 		}},
 	memberCommand, // admin.go
 	watchCommand,  // watch.go
+	electCommand,  // elect.go
 	{name: "status", args: "[flags]",
 		summary: "show every member's health, one row each: partitions it runs and leads, highest term, applied index",
 		flags: func(fs *flag.FlagSet, o *options, _ *string) {
@@ -309,6 +329,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return report(out, stderr, "unlock", resource, o.owner, r, err, kahuna.Unlocked)
 	case "watch":
 		return watch(ctx, client, resource, out, stderr) // watch.go
+	case "elect":
+		return elect(ctx, client, resource, o, argv, out, stdout, stderr) // elect.go
 	default:
 		info, r, err := client.Get(dctx, resource, o.durability)
 		if err == nil && r.Status == kahuna.Got {
@@ -420,8 +442,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	// A "--" before the RESOURCE lets it start with '-'; after it, for
 	// lock, the rest is the CMD to run.
 	var (
-		haveResource bool
-		extra        []string
+		haveResource, haveValue bool
+		extra                   []string
 	)
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -433,9 +455,9 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		}
 		rest := fs.Args()
 		terminated := len(rest) < len(args) && args[len(args)-len(rest)-1] == "--"
-		if terminated && haveResource && cmd.name == "lock" {
+		if terminated && haveResource && (cmd.name == "lock" || cmd.name == "elect" && haveValue) {
 			if len(rest) == 0 {
-				return usageErr("lock %s --: no CMD to run after --", resource)
+				return usageErr("%s %s --: no CMD to run after --", cmd.name, resource)
 			}
 			argv = rest
 			break
@@ -443,9 +465,12 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		if len(rest) == 0 {
 			break
 		}
-		if cmd.resource && !haveResource {
+		switch {
+		case cmd.resource && !haveResource:
 			resource, haveResource = rest[0], true
-		} else {
+		case cmd.name == "elect" && !haveValue && !o.listen:
+			o.value, haveValue = rest[0], true
+		default:
 			extra = append(extra, rest[0])
 		}
 		args = rest[1:]
@@ -465,6 +490,10 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 			return usageErr("%s takes no RESOURCE (got %q)", cmd.name, extra[0])
 		case cmd.name == "lock":
 			return usageErr("unexpected argument %q (to run a command under the lock: kahunactl lock RESOURCE -- CMD [ARGS...])", extra[0])
+		case cmd.name == "elect" && o.listen:
+			return usageErr("unexpected argument %q (elect --listen NAME takes no VALUE)", extra[0])
+		case cmd.name == "elect":
+			return usageErr("unexpected argument %q (to run a command while leader: kahunactl elect NAME VALUE -- CMD [ARGS...])", extra[0])
 		}
 		return usageErr("unexpected argument %q", extra[0])
 	}
@@ -490,6 +519,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	}
 	o.endpoints = eps
 	switch {
+	case cmd.name == "elect" && strings.TrimSpace(resource) == "":
+		return usageErr("elect needs a NAME (and a VALUE, or --listen NAME)")
 	case cmd.resource && resource == "":
 		return usageErr("%s needs a RESOURCE", cmd.name)
 	case cmd.resource && strings.TrimSpace(resource) == "":
@@ -498,7 +529,13 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		return usageErr("--owner is empty (leave it out for a fresh random owner)")
 	case (cmd.name == "extend" || cmd.name == "unlock") && o.owner == "":
 		return usageErr("%s needs --owner (the one lock printed)", cmd.name)
-	case (cmd.name == "lock" || cmd.name == "extend") && o.ttl <= 0:
+	case cmd.name == "elect" && !o.listen && !haveValue:
+		return usageErr("elect needs a NAME and a VALUE (or --listen NAME)")
+	case cmd.name == "elect" && o.listen && haveValue:
+		return usageErr("elect --listen NAME takes no VALUE (got %q)", o.value)
+	case cmd.name == "elect" && o.listen && argv != nil:
+		return usageErr("elect --listen runs no CMD")
+	case (cmd.name == "lock" || cmd.name == "extend" || cmd.name == "elect") && o.ttl <= 0:
 		return usageErr("--ttl must be positive, not %v", o.ttl)
 	case o.wait < 0:
 		return usageErr("--wait must not be negative, not %v", o.wait)
@@ -519,6 +556,9 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 // (lease.Check, the node's own rule), or "": kahunactl refuses it as a
 // usage error before any call.
 func invalidInput(cmd, resource string, o options) string {
+	if cmd == "elect" {
+		return invalidElection(resource, o)
+	}
 	var which lease.Op
 	switch cmd {
 	case "lock":

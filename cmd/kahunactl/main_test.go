@@ -367,6 +367,7 @@ func TestCommandHelp(t *testing.T) {
 		"member":              {"endpoint", "endpoints", "format", "raft-address", "timeout"},
 		"status":              {"endpoints", "format", "partitions", "timeout"},
 		"watch":               {"endpoints", "format", "timeout"},
+		"elect":               {"durability", "endpoints", "format", "grace", "listen", "timeout", "ttl"},
 	}
 	for name, flags := range want { // the common connection flags (conn.go)
 		want[name] = append(flags, "ca-file", "token", "v")
