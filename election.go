@@ -11,8 +11,10 @@ import (
 	"github.com/kahunago/kahuna/lease"
 )
 
-// An election is a lock whose holder is the leader: the lock "election/"
-// + the election's name, held by an owner that is a fresh candidate ID
+// An election is a lock whose holder is the leader: the lock "election:"
+// + the election's name (so each election hashes to a partition of its
+// own; a name with a '/' shares the partition of its prefix, as lock
+// names do), held by an owner that is a fresh candidate ID
 // followed by the candidate's value. So a leader's epoch is the lock's
 // fencing token, and inherits its rules: it only grows, across every
 // term, leader change of the partition, restart and failover, for both
@@ -20,8 +22,8 @@ import (
 // Leader is a Get; Observe is a Watch.
 
 // ElectionPrefix is what an election's name is prefixed with to name its
-// lock: `kahunactl get election/NAME` shows an election's leader.
-const ElectionPrefix = "election/"
+// lock: `kahunactl get election:NAME` shows an election's leader.
+const ElectionPrefix = "election:"
 
 // candidateIDLen is the length of the candidate ID at the head of an
 // election lock's owner (a NewOwner).
@@ -30,7 +32,6 @@ const candidateIDLen = 32
 // MaxElectionValue is the longest value a candidate may campaign with:
 // what an owner can carry after the candidate ID.
 const MaxElectionValue = MaxOwnerBytes - candidateIDLen
-
 
 var (
 	// ErrNoLeader: the election has no live leader (never had one, or the
@@ -130,7 +131,6 @@ func checkElection(name string, value []byte) string {
 	}
 	return ""
 }
-
 
 // Name is the election's name.
 func (ld *Leadership) Name() string { return ld.name }

@@ -26,3 +26,11 @@ func ClientNative(c *Client) (native, known bool) {
 	}
 	return c.grpc.Native()
 }
+
+// WithoutDeadline is an AcquireOption under which the Lock ignores its
+// deadline: it is lost only when an answer says the lease is gone, as
+// etcd's Campaign keeps a leader whose session lapsed until it hears of
+// it. A negative control: the election fault test must find two leaders.
+func WithoutDeadline() AcquireOption {
+	return func(o *acquireOptions) { o.noDeadline = true }
+}

@@ -73,6 +73,7 @@ type Lock struct {
 	marginSet  bool
 	// noExtendCap switches extendUnknown off (acquireOptions.noExtendCap).
 	noExtendCap bool
+	noDeadline  bool // acquireOptions.noDeadline
 
 	ctx    *lockContext
 	cancel context.CancelCauseFunc
@@ -304,7 +305,7 @@ func releaseUnseen(ctx context.Context, l Locker, resource string, o acquireOpti
 func newLock(l Locker, resource string, token int64, o acquireOptions, granted time.Time) *Lock {
 	inner, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
-		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap,
+		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap, noDeadline: o.noDeadline,
 		cancel: cancel, lost: make(chan struct{}), unsureTTL: lease.MaxTTL}
 	lk.ctx = &lockContext{Context: inner, l: lk}
 	lk.mu.Lock()
@@ -350,7 +351,7 @@ func (l *Lock) extendUnknown(sent time.Time, ttl time.Duration) {
 // Extend moved the deadline meanwhile.
 func (l *Lock) lapse() {
 	l.mu.Lock()
-	if l.state != held || l.clock.Now().Before(l.expires) {
+	if l.state != held || l.noDeadline || l.clock.Now().Before(l.expires) {
 		l.mu.Unlock()
 		return
 	}

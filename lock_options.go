@@ -18,7 +18,10 @@ type acquireOptions struct {
 	// noExtendCap: an Extend of unknown outcome does not cap the deadline
 	// (a negative control of the fault tests, export_test.go).
 	noExtendCap bool
-	notice      func(error) // WithRetryNotice
+	// noDeadline: the Lock ignores its deadline (a negative control,
+	// export_test.go).
+	noDeadline bool
+	notice     func(error) // WithRetryNotice
 }
 
 // AcquireOption tunes Acquire.

@@ -10,7 +10,7 @@ import (
 
 // TestElectLeadsUntilInterrupted: elect NAME VALUE prints the epoch once
 // elected and leads until SIGINT, which resigns (exit 0); get shows the
-// leader as the lock election/NAME; the next candidate, elect -- CMD, is
+// leader as the lock election:NAME; the next candidate, elect -- CMD, is
 // elected at once with the next epoch, which CMD sees; elect --listen
 // prints the leader and every change.
 func TestElectLeadsUntilInterrupted(t *testing.T) {
@@ -19,7 +19,7 @@ func TestElectLeadsUntilInterrupted(t *testing.T) {
 	a := start("elect", "sched", "node-a", "--endpoints", ep)
 	await(t, ready, 30*time.Second, "the signal subscription", a)
 	await(t, a.stdout.seen("elected sched value node-a epoch 0\n"), 30*time.Second, "a's election", a)
-	r := ctl(t, "get", "election/sched", "--endpoints", ep).want(t, exitOK, "get while a leads")
+	r := ctl(t, "get", "election:sched", "--endpoints", ep).want(t, exitOK, "get while a leads")
 	if !strings.Contains(r.stdout, "node-a, fencing token 0") {
 		t.Fatalf("get while a leads: %s", r)
 	}
@@ -28,7 +28,7 @@ func TestElectLeadsUntilInterrupted(t *testing.T) {
 	}
 	r = a.result(t, 30*time.Second).want(t, exitOK, "a after SIGINT")
 	oneStderrLine(t, r, "elect sched: resigned on SIGINT")
-	ctl(t, "get", "election/sched", "--endpoints", ep).want(t, exitLost, "get after a resigned")
+	ctl(t, "get", "election:sched", "--endpoints", ep).want(t, exitLost, "get after a resigned")
 
 	// b leads while its CMD runs (until the gate file appears), watched.
 	gate := t.TempDir() + "/go-on"
@@ -100,5 +100,5 @@ func TestElectUsage(t *testing.T) {
 	_, ep := startNode(t)
 	r := ctl(t, "elect", "sched", "v", "--endpoints", ep, "--", "kahuna-no-such-command-here").want(t, exitNotFound, "missing CMD")
 	oneStderrLine(t, r, "not campaigning")
-	ctl(t, "get", "election/sched", "--endpoints", ep).want(t, exitLost, "get after a CMD that could not run")
+	ctl(t, "get", "election:sched", "--endpoints", ep).want(t, exitLost, "get after a CMD that could not run")
 }

@@ -42,7 +42,7 @@
 // # Leader election
 //
 // kahunactl elect NAME VALUE campaigns in election NAME (the lock
-// election/NAME), waiting in line until elected or interrupted, prints
+// election:NAME), waiting in line until elected or interrupted, prints
 // the epoch when elected, and leads, renewing every third of --ttl, until
 // SIGINT or SIGTERM, which resigns (exit 0); a lost leadership exits 4.
 // With -- CMD [ARGS...] it runs CMD while leader, as lock -- CMD does,

@@ -1,0 +1,42 @@
+package checker
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestCheckElection(t *testing.T) {
+	term := func(c int, v string, epoch int64, first, last int) Term {
+		return Term{Candidate: c, Value: v, Epoch: epoch, FirstAct: ms * time.Duration(first), LastAct: ms * time.Duration(last), Acts: 2}
+	}
+	el := func(v string, e int64) Observed { return Observed{Elected: true, Value: v, Epoch: e} }
+	vac := func(e int64) Observed { return Observed{Epoch: e} }
+	for _, tc := range []struct {
+		name      string
+		terms     []Term
+		observers [][]Observed
+		want      []string
+	}{
+		{"clean", []Term{term(1, "a", 0, 0, 10), term(2, "b", 1, 11, 20), {Candidate: 3, Value: "c", Epoch: 2}, term(1, "d", 3, 25, 30)},
+			[][]Observed{{vac(-1), el("a", 0), vac(0), el("b", 1), el("d", 3)}, {el("b", 1), vac(1)}}, nil},
+		{"two leaders", []Term{term(1, "a", 0, 0, 12), term(2, "b", 1, 11, 20)}, nil, []string{"two-leaders"}},
+		{"two leaders, not neighbours", []Term{term(1, "a", 0, 0, 30), term(2, "b", 1, 11, 20), term(3, "c", 2, 25, 40)}, nil, []string{"two-leaders", "two-leaders"}},
+		{"epoch repeated", []Term{term(1, "a", 3, 0, 10), term(2, "b", 3, 11, 20)}, nil, []string{"epoch-not-increasing"}},
+		{"epoch backwards", []Term{term(1, "a", 3, 0, 10), term(2, "b", 0, 11, 20)}, nil, []string{"epoch-not-increasing"}},
+		{"observed backwards", []Term{term(1, "a", 0, 0, 10), term(2, "b", 1, 11, 20)}, [][]Observed{{el("b", 1), el("a", 0)}}, []string{"observe-epoch-not-increasing"}},
+		{"observed twice", nil, [][]Observed{{el("b", 1), el("b", 1)}}, []string{"observe-duplicate", "observe-epoch-not-increasing"}},
+		{"vacant twice", nil, [][]Observed{{vac(1), vac(1)}}, []string{"observe-duplicate"}},
+		{"observed wrong value", []Term{term(1, "a", 0, 0, 10)}, [][]Observed{{el("z", 0)}}, []string{"observe-unknown-term"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, v := range CheckElection(tc.terms, tc.observers) {
+				got = append(got, v.Kind)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("violations %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

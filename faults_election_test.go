@@ -1,0 +1,424 @@
+package kahuna_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
+)
+
+// The election under faults: candidates campaign, lead for a while and
+// resign, over a three-node cluster whose nemesis moves, kills, crashes,
+// isolates and pauses the election partition's leader, while a second
+// nemesis freezes candidates (their process stops: no renewal gets out,
+// nothing acts) for longer than the TTL, and cancels campaigns. Each
+// leader acts in a loop, recording the instant of every act between two
+// checks that its Context is live; observers record what Observe yields.
+// checker.CheckElection then asks: were two candidates leader at one
+// instant, did epochs rise from term to term, did every observer see a
+// gap-free, duplicate-free, rising view.
+
+const (
+	electionTTL = 500 * time.Millisecond
+	// electionRun is one run's length.
+	electionRun = 8 * time.Second
+)
+
+// candidateLink is a candidate's connection to the cluster: its calls go
+// to the node it talks to (another running one while that one is down),
+// and wait while the candidate is frozen, as a stopped process's would.
+type candidateLink struct {
+	c    *faultCluster
+	node uint64
+
+	mu     sync.Mutex
+	thawed chan struct{} // nil, or closed when a freeze ends
+}
+
+func (l *candidateLink) freeze() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.thawed == nil {
+		l.thawed = make(chan struct{})
+	}
+}
+
+func (l *candidateLink) thaw() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.thawed != nil {
+		close(l.thawed)
+		l.thawed = nil
+	}
+}
+
+// waitThawed blocks while the candidate is frozen.
+func (l *candidateLink) waitThawed(ctx context.Context) error {
+	l.mu.Lock()
+	thawed := l.thawed
+	l.mu.Unlock()
+	if thawed == nil {
+		return nil
+	}
+	select {
+	case <-thawed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var errAllDown = errors.New("every node is down")
+
+// to waits out a freeze and picks the node to call.
+func (l *candidateLink) to(ctx context.Context) (*kahuna.Node, error) {
+	if err := l.waitThawed(ctx); err != nil {
+		return nil, err
+	}
+	if n := l.c.node(l.node); n != nil {
+		return n, nil
+	}
+	for _, id := range l.c.up() {
+		if n := l.c.node(id); n != nil {
+			return n, nil
+		}
+	}
+	return nil, errAllDown
+}
+
+func (l *candidateLink) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	n, err := l.to(ctx)
+	if err != nil {
+		return kahuna.Result{}, err
+	}
+	return n.TryLock(ctx, resource, owner, ttl, d)
+}
+
+func (l *candidateLink) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	n, err := l.to(ctx)
+	if err != nil {
+		return kahuna.Result{}, err
+	}
+	return n.Lock(ctx, resource, owner, ttl, wait, d)
+}
+
+func (l *candidateLink) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	n, err := l.to(ctx)
+	if err != nil {
+		return kahuna.Result{}, err
+	}
+	return n.Extend(ctx, resource, owner, ttl, d)
+}
+
+func (l *candidateLink) Unlock(ctx context.Context, resource string, owner []byte, d kahuna.Durability) (kahuna.Result, error) {
+	n, err := l.to(ctx)
+	if err != nil {
+		return kahuna.Result{}, err
+	}
+	return n.Unlock(ctx, resource, owner, d)
+}
+
+func (l *candidateLink) Get(ctx context.Context, resource string, d kahuna.Durability) (kahuna.LockInfo, kahuna.Result, error) {
+	n, err := l.to(ctx)
+	if err != nil {
+		return kahuna.LockInfo{}, kahuna.Result{}, err
+	}
+	return n.Get(ctx, resource, d)
+}
+
+// WatchLock watches on the node; a node that is down or closes under the
+// watch ends it with MustRetry, so Observe subscribes again elsewhere.
+func (l *candidateLink) WatchLock(ctx context.Context, resource string, from uint64, send func(kahuna.WatchEvent) error) error {
+	n, err := l.to(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return &kahuna.WatchError{Status: kahuna.MustRetry, Reason: err.Error()}
+	}
+	err = n.WatchLock(ctx, resource, from, send)
+	var we *kahuna.WatchError
+	if err != nil && ctx.Err() == nil && !errors.As(err, &we) {
+		return &kahuna.WatchError{Status: kahuna.MustRetry, Reason: err.Error()}
+	}
+	return err
+}
+
+// electionOpts is what an election run varies besides its seed.
+type electionOpts struct {
+	dur  kahuna.Durability
+	mod  func(kahuna.Config) kahuna.Config // nil: the engine as it is
+	opts []kahuna.AcquireOption            // added to every campaign (the controls' knobs)
+}
+
+// electionRunResult is what one run saw.
+type electionRunResult struct {
+	terms      []checker.Term
+	observed   [][]checker.Observed
+	violations []checker.Violation
+	faults     map[faultKind]int
+	freezes    int
+	reigns     int // terms of the election partition's Raft leadership
+	campaigns  struct{ won, failed, cancelled int }
+}
+
+func (r electionRunResult) String() string {
+	acts := 0
+	for _, t := range r.terms {
+		acts += t.Acts
+	}
+	events := 0
+	for _, o := range r.observed {
+		events += len(o)
+	}
+	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d; %d observed events; faults %s, %d freezes, %d partition leaders",
+		len(r.terms), acts, r.campaigns.won, r.campaigns.failed, r.campaigns.cancelled, events, fmtCounts(r.faults), r.freezes, r.reigns)
+}
+
+var electionFaults = []faultKind{fTransfer, fKillLeader, fCrashLeader, fIsolateLeader, fPause}
+
+func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
+	t.Helper()
+	c := startFaultCluster(t, seed, 2, o.mod)
+	rng := rand.New(rand.NewPCG(seed, 0xe1ec7))
+	name := fmt.Sprintf("jobs-%d", seed)
+	p := c.node(c.up()[0]).Partition(kahuna.ElectionPrefix + name)
+	rec := checker.NewRecorder()
+	start := time.Now()
+
+	var leaders sync.Map // partition leaders seen: node → true, by Raft term
+	stopLeaders := make(chan struct{})
+	leadersDone := make(chan struct{})
+	go func() { // the nemesis must have moved the partition's leadership
+		defer close(leadersDone)
+		for {
+			if id := c.leaderNow(p); id != 0 {
+				if n := c.node(id); n != nil {
+					if _, leads, term := ServingTerm(n, p); leads {
+						leaders.Store(term, id)
+					}
+				}
+			}
+			select {
+			case <-stopLeaders:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), electionRun)
+	defer cancel()
+	var res electionRunResult
+	var mu sync.Mutex // res
+	links := make([]*candidateLink, 4)
+	var leading [4]atomic.Bool
+	var wg sync.WaitGroup
+	for i := range links {
+		links[i] = &candidateLink{c: c, node: c.ids[i%len(c.ids)]}
+		crng := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			link := links[i]
+			for round := 0; ctx.Err() == nil; round++ {
+				value := fmt.Sprintf("c%d-%d", i, round)
+				cctx, ccancel := ctx, context.CancelFunc(func() {})
+				cancelled := crng.IntN(6) == 0 // a campaign given up while it waits
+				if cancelled {
+					cctx, ccancel = context.WithTimeout(ctx, time.Duration(20+crng.IntN(400))*time.Millisecond)
+				}
+				ld, err := kahuna.Campaign(cctx, link, name, []byte(value),
+					append([]kahuna.AcquireOption{kahuna.WithTTL(electionTTL), kahuna.WithDurability(o.dur)}, o.opts...)...)
+				ccancel()
+				if err != nil {
+					mu.Lock()
+					if cancelled && cctx.Err() != nil {
+						res.campaigns.cancelled++
+					} else if ctx.Err() == nil {
+						res.campaigns.failed++
+						t.Logf("candidate %d campaign: %v", i, err)
+					}
+					mu.Unlock()
+					continue
+				}
+				term := checker.Term{Candidate: i, Value: value, Epoch: ld.Epoch()}
+				leading[i].Store(true)
+				tenure := time.Now().Add(time.Duration(50+crng.IntN(1500)) * time.Millisecond)
+				lctx := ld.Context()
+				for time.Now().Before(tenure) {
+					_ = link.waitThawed(context.Background()) // a frozen process acts no more
+					if lctx.Err() != nil {
+						break
+					}
+					at := rec.Now()
+					if lctx.Err() != nil {
+						break
+					}
+					if term.Acts == 0 {
+						term.FirstAct = at
+					}
+					term.LastAct = at
+					term.Acts++
+					time.Sleep(time.Duration(200+crng.IntN(1500)) * time.Microsecond)
+				}
+				leading[i].Store(false)
+				rctx, rcancel := context.WithTimeout(context.Background(), faultOpTimeout)
+				_ = ld.Resign(rctx) // lost or not, resigning is safe
+				rcancel()
+				mu.Lock()
+				res.terms = append(res.terms, term)
+				res.campaigns.won++
+				mu.Unlock()
+			}
+		}()
+	}
+
+	observers := make([][]checker.Observed, 2)
+	for i := range observers {
+		link := &candidateLink{c: c, node: c.ids[(i+1)%len(c.ids)]}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev, err := range kahuna.Observe(ctx, link, name) {
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("observer %d: %v", i, err)
+					}
+					return
+				}
+				observers[i] = append(observers[i], checker.Observed{Elected: ev.Kind == kahuna.Elected, Value: string(ev.Value), Epoch: ev.Epoch})
+			}
+		}()
+	}
+
+	// The freezer: mostly the leader, for longer than the TTL.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(300+rng.IntN(700)) * time.Millisecond):
+			}
+			i := rng.IntN(len(links))
+			for j := range links {
+				if leading[j].Load() && rng.IntN(4) > 0 {
+					i = j
+				}
+			}
+			links[i].freeze()
+			time.Sleep(electionTTL + time.Duration(rng.IntN(int(electionTTL))))
+			links[i].thaw()
+			mu.Lock()
+			res.freezes++
+			mu.Unlock()
+		}
+	}()
+
+	counts := map[faultKind]int{}
+	nemesis(ctx, t, c, rng, runOpts{kinds: electionFaults, pauseMax: 1500 * time.Millisecond}, []int{p}, counts, start, nil)
+	wg.Wait()
+	close(stopLeaders)
+	<-leadersDone
+	res.faults = counts
+	res.observed = observers
+	leaders.Range(func(_, _ any) bool { res.reigns++; return true })
+	res.violations = checker.CheckElection(res.terms, res.observed)
+	return res
+}
+
+// requireElectionTested fails a run that did not test what it is for:
+// elections with acts, several terms of the partition's Raft leadership,
+// freezes, and observers that saw terms.
+func requireElectionTested(t *testing.T, seed uint64, r electionRunResult) {
+	t.Helper()
+	acted := 0
+	for _, term := range r.terms {
+		if term.Acts > 0 {
+			acted++
+		}
+	}
+	if acted < 5 || r.reigns < 2 || r.freezes == 0 || len(r.observed[0]) < 3 {
+		t.Errorf("seed %d tested too little: %s", seed, r)
+	}
+}
+
+// electionSeeds is the seeds a test runs: def, or 1..N with
+// KAHUNA_ELECTION_SEEDS=N (the catch rates of the controls, a long clean run).
+func electionSeeds(t *testing.T, def ...uint64) []uint64 {
+	v := os.Getenv("KAHUNA_ELECTION_SEEDS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("KAHUNA_ELECTION_SEEDS=%q: want a count of seeds", v)
+	}
+	var seeds []uint64
+	for s := 1; s <= n; s++ {
+		seeds = append(seeds, uint64(s))
+	}
+	return seeds
+}
+
+// TestFaultsElection: the election keeps one leader at a time, rising
+// epochs and consistent observers under faults, for both durabilities.
+func TestFaultsElection(t *testing.T) {
+	for _, seed := range electionSeeds(t, 1, 2) {
+		d := kahuna.Persistent
+		if seed%2 == 0 {
+			d = kahuna.Ephemeral
+		}
+		t.Run(fmt.Sprintf("seed-%d-%s", seed, d), func(t *testing.T) {
+			r := runElection(t, seed, electionOpts{dur: d})
+			t.Logf("seed %d %s: %s", seed, d, r)
+			requireElectionTested(t, seed, r)
+			for _, v := range r.violations {
+				t.Errorf("seed %d: %v", seed, v)
+			}
+		})
+	}
+}
+
+// TestFaultsElectionControls: each protection of the election, switched
+// off, is caught by the finding it exists for.
+func TestFaultsElectionControls(t *testing.T) {
+	for _, ctl := range []struct {
+		name string
+		o    electionOpts
+		want string // the violation kind that must be found
+	}{
+		// The leader keeps acting until an answer says its lease is gone
+		// (etcd's Campaign with a lost session): a frozen leader, thawed,
+		// acts while its successor leads.
+		{"leadership-ignores-deadline", electionOpts{dur: kahuna.Persistent, opts: []kahuna.AcquireOption{kahuna.WithoutDeadline()}}, "two-leaders"},
+		// Ephemeral tokens restart from the stored ones at each reign: a
+		// new partition leader elects epoch 0 again.
+		{"ephemeral-epochs-from-zero", electionOpts{dur: kahuna.Ephemeral, mod: WithEphemeralTokensFromZero}, "epoch-not-increasing"},
+	} {
+		for _, seed := range electionSeeds(t, 3) {
+			t.Run(fmt.Sprintf("%s-seed-%d", ctl.name, seed), func(t *testing.T) {
+				r := runElection(t, seed, ctl.o)
+				kinds := map[string]int{}
+				for _, v := range r.violations {
+					kinds[v.Kind]++
+				}
+				t.Logf("control %s, seed %d: %s; violations %v", ctl.name, seed, r, kinds)
+				if kinds[ctl.want] == 0 {
+					t.Errorf("control %s: no %s violation (found %v): the suite would miss this bug", ctl.name, ctl.want, kinds)
+				}
+			})
+		}
+	}
+}
