@@ -1,0 +1,132 @@
+package kahuna_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kahunago/kahuna"
+)
+
+// A singleton worker: every replica campaigns; the one elected works
+// under the leadership's Context, which ends before any other replica
+// can be elected, and resigns when done, handing over at once.
+func ExampleCampaign() {
+	ctx := context.Background()
+	node, err := kahuna.Open(kahuna.Config{}) // or kahuna.Dial(ctx, endpoints)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+
+	ld, err := kahuna.Campaign(ctx, node, "nightly-export", []byte("replica-a"), kahuna.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("leading with epoch", ld.Epoch())
+	work := ld.Context() // ends when the leadership does: stop the work then
+	select {
+	case <-work.Done():
+		fmt.Println("lost:", context.Cause(work))
+	default:
+		// ... the export, passing ld.Epoch() to what it writes ...
+	}
+	if err := ld.Resign(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("resigned:", errors.Is(context.Cause(work), kahuna.ErrResigned))
+	// Output:
+	// leading with epoch 0
+	// resigned: true
+}
+
+// A leader fences its writes with its epoch: the store keeps the highest
+// epoch it has seen and refuses a lower one, so a deposed leader that
+// still runs (paused past its lease, then woken) cannot overwrite its
+// successor's work. The fence module does this for SQL, HTTP and files.
+func ExampleLeadership_Epoch() {
+	ctx := context.Background()
+	node, err := kahuna.Open(kahuna.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+
+	store := &epochStore{}
+	old, _ := kahuna.Campaign(ctx, node, "scheduler", []byte("a"), kahuna.WithTTL(time.Second))
+	_ = old.Resign(ctx) // say it was deposed while it slept
+	next, _ := kahuna.Campaign(ctx, node, "scheduler", []byte("b"))
+	defer next.Resign(ctx)
+
+	fmt.Println("new leader writes:", store.write(next.Epoch(), "plan B"))
+	fmt.Println("old leader writes:", store.write(old.Epoch(), "plan A"))
+	// Output:
+	// new leader writes: <nil>
+	// old leader writes: epoch 0 is older than epoch 1
+}
+
+// epochStore is a resource that keeps the highest epoch it has seen.
+type epochStore struct {
+	mu    sync.Mutex
+	epoch int64
+	value string
+}
+
+func (s *epochStore) write(epoch int64, v string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if epoch < s.epoch {
+		return fmt.Errorf("epoch %d is older than epoch %d", epoch, s.epoch)
+	}
+	s.epoch, s.value = epoch, v
+	return nil
+}
+
+// An observer follows who leads: the current state first, then each new
+// term and each vacancy.
+func ExampleObserve() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	node, err := kahuna.Open(kahuna.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+
+	events := kahuna.Observe(ctx, node, "scheduler")
+	seen := 0
+	for ev, err := range events {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		switch ev.Kind {
+		case kahuna.Elected:
+			fmt.Printf("elected %s, epoch %d\n", ev.Value, ev.Epoch)
+		case kahuna.Vacant:
+			fmt.Println("vacant")
+		}
+		seen++
+		switch seen {
+		case 1: // the current state: no leader yet
+			ld, err := kahuna.Campaign(ctx, node, "scheduler", []byte("a"))
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			defer ld.Resign(ctx)
+		case 2:
+			return
+		}
+	}
+	// Output:
+	// vacant
+	// elected a, epoch 0
+}
