@@ -83,7 +83,10 @@ func Campaign(ctx context.Context, l Locker, name string, value []byte, opts ...
 	}
 	opts = append([]AcquireOption{WithWaitForever()}, opts...)
 	opts = append(opts, func(o *acquireOptions) {
-		o.owner, o.ownOwner = append(NewOwner(), value...), true
+		o.suffix = value // after the session's ID, WithSession
+		if o.session == nil {
+			o.owner, o.ownOwner = append(NewOwner(), value...), true
+		}
 	})
 	lk, err := Acquire(ctx, l, ElectionPrefix+name, opts...)
 	if err != nil {
@@ -101,7 +104,9 @@ func lead(name string, value []byte, lk *Lock) *Leadership {
 	alive, stopAlive := context.WithCancel(context.Background())
 	ld := &Leadership{name: name, value: append([]byte(nil), value...), lock: lk,
 		ctx: &leaderContext{Context: inner, lock: lk}, cancel: cancel, stopAlive: stopAlive}
-	lk.KeepAlive(alive, 0)
+	if lk.session == nil { // else the session renews it
+		lk.KeepAlive(alive, 0)
+	}
 	return ld
 }
 

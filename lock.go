@@ -3,6 +3,7 @@ package kahuna
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -74,6 +75,8 @@ type Lock struct {
 	// noExtendCap switches extendUnknown off (acquireOptions.noExtendCap).
 	noExtendCap bool
 	noDeadline  bool // acquireOptions.noDeadline
+	session     *Session // the session that renews it (WithSession), or nil
+	leaseOf     *Session // the session this is the own lease of, or nil
 
 	ctx    *lockContext
 	cancel context.CancelCauseFunc
@@ -170,6 +173,26 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 	if reason := lease.CheckWait(o.wait); reason != "" {
 		return nil, &StatusError{Op: "lock", Resource: resource, Status: InvalidInput, Reason: reason}
 	}
+	if o.session == nil {
+		return acquire(ctx, l, resource, o)
+	}
+	if err := o.session.apply(&o, resource); err != nil {
+		return nil, fmt.Errorf("kahuna: lock %s in session %s: %w", lease.Excerpt(resource), o.session.id, err)
+	}
+	// The attempts end with the session too.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(o.session.ctx, func() { cancel(context.Cause(o.session.ctx)) })
+	defer stop()
+	lk, err := acquire(sctx, l, resource, o)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		err = fmt.Errorf("kahuna: lock %s in session %s: %w", lease.Excerpt(resource), o.session.id, context.Cause(sctx))
+	}
+	return lk, err
+}
+
+// acquire is Acquire with its options applied.
+func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (*Lock, error) {
 	if o.owner == nil {
 		o.owner, o.ownOwner = NewOwner(), true
 	}
@@ -248,7 +271,11 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 				since = sent.Add(r.Waited - r.Waited/marginFraction)
 			}
 			answered()
-			return newLock(l, resource, r.FencingToken, o, since), nil
+			lk := newLock(l, resource, r.FencingToken, o, since)
+			if o.session != nil {
+				o.session.attach(lk)
+			}
+			return lk, nil
 		case r.Status == Busy:
 			answered()
 			if !since.IsZero() {
@@ -290,6 +317,23 @@ func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOpti
 		}
 		step = min(step*2, maxBackoff)
 	}
+}
+
+// release releases a lock that has ended (Session.Close ends its locks
+// first, so their holders stop). It returns an error only when the
+// release's outcome stays unknown: the lease then ends at its deadline.
+func (l *Lock) release(ctx context.Context) error {
+	a := retryOp(ctx, l.clock, nil, func() (Result, error) {
+		return l.locker.Unlock(ctx, l.resource, l.owner, l.durability)
+	})
+	if a.err != nil {
+		return a.err
+	}
+	switch a.r.Status {
+	case Unlocked, LockDoesNotExist, InvalidOwner: // released, or gone already
+		return nil
+	}
+	return &StatusError{Op: "unlock", Resource: l.resource, Status: a.r.Status, Reason: a.r.Reason}
 }
 
 // releaseUnseen is Acquire's best-effort Unlock of an owner that may hold
@@ -367,13 +411,22 @@ func (l *Lock) end(state lockState, cause error) {
 		l.mu.Unlock()
 		return
 	}
+	if state == lost && l.leaseOf != nil {
+		cause = fmt.Errorf("%w (%w)", ErrSessionLost, cause)
+	}
 	l.state, l.cause = state, cause
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
+	if l.session != nil {
+		l.session.detach(l)
+	}
 	if state == lost {
 		close(l.lost) // before the Context ends: whoever sees it done sees Lost closed
+		if l.leaseOf != nil {
+			l.leaseOf.endLocks(cause) // before the session's Context ends
+		}
 	}
 	l.cancel(cause)
 }
@@ -384,6 +437,14 @@ func (l *Lock) ended() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.cause
+}
+
+// grantedAt is the send time of the request that granted or last
+// extended the lease.
+func (l *Lock) grantedAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.granted
 }
 
 // Resource is the locked resource.

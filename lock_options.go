@@ -22,6 +22,10 @@ type acquireOptions struct {
 	// export_test.go).
 	noDeadline bool
 	notice     func(error) // WithRetryNotice
+	session    *Session    // WithSession
+	// suffix follows the session's ID in the owner of a lock held in a
+	// session (an election candidate's value).
+	suffix []byte
 }
 
 // AcquireOption tunes Acquire.

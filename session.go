@@ -1,0 +1,351 @@
+package kahuna
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// A session is one lease for many locks. It holds a lease of its own, the
+// lock "session:" + its ID, whose owner is the ID; every lock acquired
+// WithSession is held by that same owner (an election's candidate, by the
+// ID followed by its value) with the session's TTL and durability, and has
+// no keepalive of its own: one loop renews the session and all its locks
+// together, every third of the TTL. The server keeps a lease per lock, so
+// when the session's holder dies, each lock frees itself when its lease
+// ends, all within one renewal of each other.
+//
+// Because the owner is the ID, a process that restarts can take its
+// session back (ResumeSession) and, acquiring the names it held with it,
+// get them back with the same fencing tokens: no one else can have held
+// them in between.
+
+// SessionPrefix is what a session's ID is prefixed with to name its own
+// lease: `kahunactl get session:ID` shows it.
+const SessionPrefix = "session:"
+
+var (
+	// ErrSessionClosed is the cause of the Contexts of a Session and of
+	// its locks after Close (it matches ErrReleased), and what Acquire and
+	// Campaign return on a closed session.
+	ErrSessionClosed error = sessionClosedError{}
+	// ErrSessionLost is the cause of a Session's Context when its lease is
+	// gone (its deadline passed without a renewal, or a renewal found it
+	// lapsed), and of the Context of each lock it held then; it matches
+	// ErrLockLost. Acquire and Campaign return it on a lost session.
+	ErrSessionLost error = sessionLostError{}
+	// ErrNoSession: ResumeSession found no live session with that ID
+	// (never created, closed, or its lease ended).
+	ErrNoSession = errors.New("kahuna: no such session")
+	// ErrHeldInSession: the session already holds that name; a second
+	// Acquire or Campaign of it in one session would be the same lock.
+	ErrHeldInSession = errors.New("kahuna: the session already holds it")
+)
+
+type sessionClosedError struct{}
+
+func (sessionClosedError) Error() string { return "kahuna: session closed" }
+func (sessionClosedError) Unwrap() error { return ErrReleased }
+
+type sessionLostError struct{}
+
+func (sessionLostError) Error() string { return "kahuna: session lost" }
+func (sessionLostError) Unwrap() error { return ErrLockLost }
+
+// Session is one lease kept alive for many locks and election candidacies
+// (WithSession). Methods are safe for concurrent use.
+type Session struct {
+	locker Locker
+	id     string
+	o      acquireOptions // ttl, durability, margin, clock
+	lease  *Lock          // the session's own lease
+
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	stopRenew context.CancelFunc
+	renewing  chan struct{} // closed when the renewal loop has stopped
+
+	mu     sync.Mutex
+	locks  map[string]*Lock // held through the session, by resource
+	closed bool
+}
+
+// NewSession starts a session on l with a fresh ID: its lease is taken
+// at once (persistent unless WithDurability says otherwise, for
+// WithTTL, default 30 s) and renewed in the background until Close,
+// Orphan, or its loss. opts are Acquire's; WithOwner and WithWait are
+// ignored.
+func NewSession(ctx context.Context, l Locker, opts ...AcquireOption) (*Session, error) {
+	return startSession(ctx, l, string(NewOwner()), opts, false)
+}
+
+// ResumeSession takes back the live session id (a Session.ID of another
+// process, or of this one before a restart) and renews it from now on,
+// with the TTL and durability of opts (give the ones it was created
+// with). It returns ErrNoSession if no live session has that ID, and a
+// *StatusError with InvalidInput for an ID that cannot be one. Locks the
+// session held are not attached again by themselves: Acquire each name
+// WithSession, which gets it back with its fencing token unchanged if the
+// session still holds it.
+func ResumeSession(ctx context.Context, l Locker, id string, opts ...AcquireOption) (*Session, error) {
+	if reason := checkSessionID(id); reason != "" {
+		return nil, &StatusError{Op: "resume session", Resource: id, Status: InvalidInput, Reason: reason}
+	}
+	return startSession(ctx, l, id, opts, true)
+}
+
+// checkSessionID says why id cannot be a session's ID (32 lowercase hex
+// characters, as NewSession mints), or "".
+func checkSessionID(id string) string {
+	if id == "" {
+		return "session ID is empty"
+	}
+	if len(id) != candidateIDLen {
+		return fmt.Sprintf("session ID is %d bytes, not %d", len(id), candidateIDLen)
+	}
+	for _, c := range []byte(id) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "session ID is not lowercase hex"
+		}
+	}
+	return ""
+}
+
+func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption, resume bool) (*Session, error) {
+	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.wait, o.session, o.suffix = 0, nil, nil
+	o.owner, o.ownOwner = []byte(id), !resume
+	name := SessionPrefix + id
+	var before LockInfo
+	if resume {
+		info, r, err := l.Get(ctx, name, o.durability)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("kahuna: resume session %s: %w", lease.Excerpt(id), err)
+		case r.Status == LockDoesNotExist || (r.Status == Got && string(info.Owner) != id):
+			return nil, fmt.Errorf("kahuna: resume session %s: %w", lease.Excerpt(id), ErrNoSession)
+		case r.Status != Got:
+			return nil, &StatusError{Op: "resume session", Resource: id, Status: r.Status, Reason: r.Reason}
+		}
+		before = info
+	}
+	lk, err := Acquire(ctx, l, name, withOptions(o))
+	if err != nil {
+		return nil, err
+	}
+	if resume {
+		// The lease may have ended between the Get and the TryLock, which
+		// then began a new one: that is not the session asked for.
+		if lk.FencingToken() != before.FencingToken {
+			_ = lk.Unlock(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("kahuna: resume session %s: %w", lease.Excerpt(id), ErrNoSession)
+		}
+		// A TryLock by the holder does not refresh the lease: renew it
+		// before counting on the deadline.
+		if err := lk.Extend(ctx, o.ttl); err != nil {
+			return nil, fmt.Errorf("kahuna: resume session %s: %w", lease.Excerpt(id), err)
+		}
+	}
+	inner, cancel := context.WithCancelCause(lk.Context())
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	s := &Session{locker: l, id: id, o: o, lease: lk, cancel: cancel, stopRenew: stopRenew,
+		renewing: make(chan struct{}), locks: map[string]*Lock{}}
+	s.ctx = &leaderContext{Context: inner, lock: lk}
+	lk.mu.Lock()
+	lk.leaseOf = s
+	lk.mu.Unlock()
+	go s.renew(renewCtx)
+	return s, nil
+}
+
+// withOptions sets every acquire option to o's.
+func withOptions(o acquireOptions) AcquireOption { return func(p *acquireOptions) { *p = o } }
+
+// ID is the session's ID: give it to ResumeSession to take the session
+// back after a restart.
+func (s *Session) ID() string { return s.id }
+
+// TTL is the lease length of the session and of each of its locks.
+func (s *Session) TTL() time.Duration { return s.o.ttl }
+
+// Expires is the session's deadline: the send time of the last renewal
+// the server granted, plus the TTL, minus the safety margin.
+func (s *Session) Expires() time.Time { return s.lease.Expires() }
+
+// Context ends when the session does: lost (cause ErrSessionLost, which
+// matches ErrLockLost) at its deadline or when a renewal finds its lease
+// gone, or closed (ErrSessionClosed). Its Err, like a Lock's, sees a
+// deadline passed before the timer does.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// WithSession makes Acquire or Campaign hold the lock in session s: its
+// owner is the session's, its TTL and durability are the session's
+// (WithTTL, WithDurability and WithOwner are ignored), and the session
+// renews it, so it needs no KeepAlive. The Lock still has its own
+// Context and Lost; when the session is lost, so is every lock it holds.
+// Acquire returns ErrSessionClosed or ErrSessionLost on a session that
+// ended, and ErrHeldInSession for a name the session already holds.
+func WithSession(s *Session) AcquireOption {
+	return func(o *acquireOptions) { o.session = s }
+}
+
+// apply makes o an acquisition in s, or says why it cannot be one.
+func (s *Session) apply(o *acquireOptions, resource string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrSessionClosed
+	case s.ctx.Err() != nil:
+		return context.Cause(s.ctx)
+	case s.locks[resource] != nil:
+		return ErrHeldInSession
+	}
+	o.owner, o.ownOwner = append([]byte(s.id), o.suffix...), false
+	o.ttl, o.durability, o.margin, o.marginSet, o.clock = s.o.ttl, s.o.durability, s.o.margin, s.o.marginSet, s.o.clock
+	return nil
+}
+
+// attach adds lk to the session; if the session ended meanwhile, the
+// lock ends with it.
+func (s *Session) attach(lk *Lock) {
+	s.mu.Lock()
+	ended := s.closed || s.ctx.Err() != nil
+	if !ended {
+		s.locks[lk.resource] = lk
+		lk.session = s
+	}
+	s.mu.Unlock()
+	if ended {
+		lk.end(lost, ErrSessionLost)
+	}
+}
+
+// detach forgets lk (it was released or lost).
+func (s *Session) detach(lk *Lock) {
+	s.mu.Lock()
+	if s.locks[lk.resource] == lk {
+		delete(s.locks, lk.resource)
+	}
+	s.mu.Unlock()
+}
+
+// held lists the session's locks.
+func (s *Session) held() []*Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Lock, 0, len(s.locks))
+	for _, lk := range s.locks {
+		out = append(out, lk)
+	}
+	return out
+}
+
+// renew extends the session's lease and its locks' together, every third
+// of the TTL from the send time of the last round the session's own
+// extend succeeded in, until ctx ends or the session does; a lost
+// session takes its locks with it.
+func (s *Session) renew(ctx context.Context) {
+	defer close(s.renewing)
+	every := s.o.ttl / 3
+	var retryAt time.Time
+	for {
+		next := s.lease.grantedAt().Add(every)
+		if next.Before(retryAt) {
+			next = retryAt
+		}
+		wake := make(chan struct{})
+		t := s.o.clock.AfterFunc(next.Sub(s.o.clock.Now()), func() { close(wake) })
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-s.ctx.Done(): // lost (Close stops this loop before it ends the Context)
+			t.Stop()
+			return
+		case <-wake:
+		}
+		var wg sync.WaitGroup
+		for _, lk := range s.held() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = lk.Extend(ctx, s.o.ttl) // a lock found gone is lost: its own Context says so
+			}()
+		}
+		err := s.lease.Extend(ctx, s.o.ttl)
+		wg.Wait()
+		switch {
+		case err == nil:
+			retryAt = time.Time{}
+		case ctx.Err() != nil:
+			return
+		case s.ctx.Err() != nil: // lost
+			return
+		default: // outcome unknown after the retries: try again soon, until the deadline
+			retryAt = s.o.clock.Now().Add(every / 4)
+		}
+	}
+}
+
+// endLocks ends the session and its locks when its lease is lost (with
+// cause): the locks' leases may outlive it on the server by a renewal,
+// but no one renews them now.
+func (s *Session) endLocks(cause error) {
+	for _, lk := range s.held() {
+		lk.end(lost, cause)
+	}
+	s.cancel(cause)
+}
+
+// Close ends the session: renewals stop, the Contexts of the session and
+// of every lock it holds end (ErrSessionClosed, which matches
+// ErrReleased) before their releases are sent, then each lock is
+// released, and the session's own lease last. It returns the releases
+// whose outcome stayed unknown (those leases end at their TTL); closing a
+// closed session does nothing.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stopRenew()
+	<-s.renewing
+	locks := s.held()
+	for _, lk := range locks {
+		lk.end(released, ErrSessionClosed)
+	}
+	s.lease.end(released, ErrSessionClosed)
+	s.cancel(ErrSessionClosed)
+	errs := make([]error, len(locks)+1)
+	var wg sync.WaitGroup
+	for i, lk := range locks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = lk.release(ctx)
+		}()
+	}
+	wg.Wait()
+	errs[len(locks)] = s.lease.release(ctx)
+	return errors.Join(errs...)
+}
+
+// Orphan stops renewing the session and releases nothing: its locks stay
+// held until their leases end, for another process to ResumeSession
+// meanwhile. The Session's and its locks' Contexts end at their
+// deadlines.
+func (s *Session) Orphan() {
+	s.stopRenew()
+	<-s.renewing
+}
