@@ -168,7 +168,7 @@ type electionRunResult struct {
 	faults     map[faultKind]int
 	freezes    int
 	reigns     int // terms of the election partition's Raft leadership
-	campaigns  struct{ won, failed, cancelled int }
+	campaigns  struct{ won, failed, cancelled, sessionLost int }
 }
 
 func (r electionRunResult) String() string {
@@ -180,8 +180,8 @@ func (r electionRunResult) String() string {
 	for _, o := range r.observed {
 		events += len(o)
 	}
-	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d; %d observed events; faults %s, %d freezes, %d partition leaders",
-		len(r.terms), acts, r.campaigns.won, r.campaigns.failed, r.campaigns.cancelled, events, fmtCounts(r.faults), r.freezes, r.reigns)
+	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d, ended by a lost session %d; %d observed events; faults %s, %d freezes, %d partition leaders",
+		len(r.terms), acts, r.campaigns.won, r.campaigns.failed, r.campaigns.cancelled, r.campaigns.sessionLost, events, fmtCounts(r.faults), r.freezes, r.reigns)
 }
 
 var electionFaults = []faultKind{fTransfer, fKillLeader, fCrashLeader, fIsolateLeader, fPause}
@@ -230,21 +230,47 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 		go func() {
 			defer wg.Done()
 			link := links[i]
+			opts := append([]kahuna.AcquireOption{kahuna.WithTTL(electionTTL), kahuna.WithDurability(o.dur)}, o.opts...)
+			// Odd candidates campaign in a session (a new one once it is
+			// lost): a freeze then loses the session, which must end the
+			// leadership or abort the campaign.
+			var session *kahuna.Session
+			defer func() {
+				if session != nil {
+					cctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)
+					_ = session.Close(cctx)
+					cancel()
+				}
+			}()
 			for round := 0; ctx.Err() == nil; round++ {
 				value := fmt.Sprintf("c%d-%d", i, round)
+				campaignOpts := opts
+				if i%2 == 1 {
+					if session == nil || session.Context().Err() != nil {
+						s, err := kahuna.NewSession(ctx, link, opts...)
+						if err != nil {
+							time.Sleep(10 * time.Millisecond) // the cluster or the link is down: try again
+							continue
+						}
+						session = s
+					}
+					campaignOpts = append(opts, kahuna.WithSession(session))
+				}
 				cctx, ccancel := ctx, context.CancelFunc(func() {})
 				cancelled := crng.IntN(6) == 0 // a campaign given up while it waits
 				if cancelled {
 					cctx, ccancel = context.WithTimeout(ctx, time.Duration(20+crng.IntN(400))*time.Millisecond)
 				}
-				ld, err := kahuna.Campaign(cctx, link, name, []byte(value),
-					append([]kahuna.AcquireOption{kahuna.WithTTL(electionTTL), kahuna.WithDurability(o.dur)}, o.opts...)...)
+				ld, err := kahuna.Campaign(cctx, link, name, []byte(value), campaignOpts...)
 				ccancel()
 				if err != nil {
 					mu.Lock()
-					if cancelled && cctx.Err() != nil {
+					switch {
+					case errors.Is(err, kahuna.ErrSessionLost):
+						res.campaigns.sessionLost++
+					case cancelled && cctx.Err() != nil:
 						res.campaigns.cancelled++
-					} else if ctx.Err() == nil {
+					case ctx.Err() == nil:
 						res.campaigns.failed++
 						t.Logf("candidate %d campaign: %v", i, err)
 					}
@@ -343,13 +369,14 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 // freezes, and observers that saw terms.
 func requireElectionTested(t *testing.T, seed uint64, r electionRunResult) {
 	t.Helper()
-	acted := 0
+	acted, inSession := 0, 0
 	for _, term := range r.terms {
 		if term.Acts > 0 {
 			acted++
+			inSession += term.Candidate % 2
 		}
 	}
-	if acted < 5 || r.reigns < 2 || r.freezes == 0 || len(r.observed[0]) < 3 {
+	if acted < 5 || inSession == 0 || r.reigns < 2 || r.freezes == 0 || len(r.observed[0]) < 3 {
 		t.Errorf("seed %d tested too little: %s", seed, r)
 	}
 }
