@@ -72,6 +72,7 @@ type Session struct {
 	mu     sync.Mutex
 	locks  map[string]*Lock // held through the session, by resource
 	closed bool
+	lost   error // why the session was lost, once it is
 }
 
 // NewSession starts a session on l with a fresh ID: its lease is taken
@@ -198,13 +199,14 @@ func WithSession(s *Session) AcquireOption {
 
 // apply makes o an acquisition in s, or says why it cannot be one.
 func (s *Session) apply(o *acquireOptions, resource string) error {
+	_ = s.ctx.Err() // not under s.mu: it finds a passed deadline, and ends the session then
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
 		return ErrSessionClosed
-	case s.ctx.Err() != nil:
-		return context.Cause(s.ctx)
+	case s.lost != nil:
+		return s.lost
 	case s.locks[resource] != nil:
 		return ErrHeldInSession
 	}
@@ -217,7 +219,7 @@ func (s *Session) apply(o *acquireOptions, resource string) error {
 // lock ends with it.
 func (s *Session) attach(lk *Lock) {
 	s.mu.Lock()
-	ended := s.closed || s.ctx.Err() != nil
+	ended := s.closed || s.lost != nil
 	if !ended {
 		s.locks[lk.resource] = lk
 		lk.session = s
@@ -299,6 +301,9 @@ func (s *Session) renew(ctx context.Context) {
 // cause): the locks' leases may outlive it on the server by a renewal,
 // but no one renews them now.
 func (s *Session) endLocks(cause error) {
+	s.mu.Lock()
+	s.lost = cause // no lock attaches after this
+	s.mu.Unlock()
 	for _, lk := range s.held() {
 		lk.end(lost, cause)
 	}
