@@ -279,9 +279,11 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 				}
 				term := checker.Term{Candidate: i, Value: value, Epoch: ld.Epoch()}
 				leading[i].Store(true)
-				tenure := time.Now().Add(time.Duration(50+crng.IntN(1500)) * time.Millisecond)
+				// The term's work: a number of acts (about 50 ms to 1.5 s of
+				// them), so a freeze does not use it up.
+				tenure := 50 + crng.IntN(1500)
 				lctx := ld.Context()
-				for time.Now().Before(tenure) {
+				for term.Acts < tenure {
 					_ = link.waitThawed(context.Background()) // a frozen process acts no more
 					if lctx.Err() != nil {
 						break
@@ -295,7 +297,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 					}
 					term.LastAct = at
 					term.Acts++
-					time.Sleep(time.Duration(200+crng.IntN(1500)) * time.Microsecond)
+					time.Sleep(time.Millisecond)
 				}
 				leading[i].Store(false)
 				rctx, rcancel := context.WithTimeout(context.Background(), faultOpTimeout)

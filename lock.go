@@ -74,13 +74,16 @@ type Lock struct {
 	marginSet  bool
 	// noExtendCap switches extendUnknown off (acquireOptions.noExtendCap).
 	noExtendCap bool
-	noDeadline  bool // acquireOptions.noDeadline
+	noDeadline  bool     // acquireOptions.noDeadline
 	session     *Session // the session that renews it (WithSession), or nil
 	leaseOf     *Session // the session this is the own lease of, or nil
 
 	ctx    *lockContext
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
+	// endDone is closed once end has finished, the Context cancelled:
+	// Err waits for it while another goroutine is ending the lock.
+	endDone chan struct{}
 
 	extendMu sync.Mutex // one Extend at a time, so deadlines follow the server's order
 
@@ -108,10 +111,19 @@ func (c *lockContext) Deadline() (time.Time, bool) { return c.l.Expires(), true 
 
 // Err ends the lock first if its deadline has passed and the timer has
 // not fired yet (a process resumed from a pause runs its own code before
-// the timer's goroutine): a holder that checks Err before it acts never
-// acts past the deadline.
+// the timer's goroutine), and waits for an end that another goroutine has
+// begun (the timer's, say, between marking the lock lost and cancelling
+// the Context): a holder that checks Err before it acts never acts past
+// the deadline.
 func (c *lockContext) Err() error {
-	c.l.lapse()
+	l := c.l
+	l.lapse()
+	l.mu.Lock()
+	ending := l.state != held
+	l.mu.Unlock()
+	if ending {
+		<-l.endDone
+	}
 	return c.Context.Err()
 }
 
@@ -166,7 +178,7 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // took so long that this deadline has already passed, the returned Lock
 // is already lost (Unlock it).
 func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOption) (*Lock, error) {
-	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}}
+	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}, noDeadline: unsafeNoDeadline}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -350,7 +362,7 @@ func newLock(l Locker, resource string, token int64, o acquireOptions, granted t
 	inner, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
 		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap, noDeadline: o.noDeadline,
-		cancel: cancel, lost: make(chan struct{}), unsureTTL: lease.MaxTTL}
+		cancel: cancel, lost: make(chan struct{}), endDone: make(chan struct{}), unsureTTL: lease.MaxTTL}
 	lk.ctx = &lockContext{Context: inner, l: lk}
 	lk.mu.Lock()
 	lk.setDeadline(granted, o.ttl)
@@ -429,6 +441,7 @@ func (l *Lock) end(state lockState, cause error) {
 		}
 	}
 	l.cancel(cause)
+	close(l.endDone)
 }
 
 // ended returns why the lock ended (a cause matching ErrLockLost, or

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// unsafeNoDeadline switches every Lock's deadline off (unsafe_knobs.go,
+// in a build with the kahuna_unsafe tag only).
+var unsafeNoDeadline bool
+
 type acquireOptions struct {
 	ttl        time.Duration
 	wait       time.Duration

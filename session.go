@@ -117,7 +117,7 @@ func checkSessionID(id string) string {
 }
 
 func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption, resume bool) (*Session, error) {
-	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}}
+	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}, noDeadline: unsafeNoDeadline}
 	for _, opt := range opts {
 		opt(&o)
 	}
