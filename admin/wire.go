@@ -125,6 +125,9 @@ type NodeStatus struct {
 	// NoSpace, when set, says why this node refuses new persistent locks:
 	// its disk is short of space (kahuna.Config.DiskReserve, StoreQuota).
 	NoSpace string `json:"noSpace,omitempty"`
+	// Starting, while the node has not finished starting, says what it
+	// waits for (partitions without a leader, members not reachable).
+	Starting string `json:"starting,omitempty"`
 }
 
 // ErrMemberRemoved: the ID was removed from the cluster; Raft never lets a

@@ -27,7 +27,7 @@ func (s *Server) newHandler() http.Handler {
 			mux.Handle(path, guard(s.restHandler(restRoute(route))))
 		}
 	}
-	mux.HandleFunc("/healthz", healthz)
+	mux.HandleFunc("/healthz", healthz(s.opts.Ready))
 	for pattern, h := range s.opts.Extra {
 		if !slices.Contains(s.opts.Unauthenticated, pattern) {
 			h = requireTokenOrSecret(s.opts.Tokens, s.opts.PeerTokens, h)

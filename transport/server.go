@@ -76,6 +76,10 @@ type ServerOptions struct {
 	// Unauthenticated lists Extra patterns served without a token even
 	// when Tokens is set (e.g. "/metrics").
 	Unauthenticated []string
+	// Ready, when set, says whether the node has finished starting, and
+	// if not what it waits for: /healthz answers 503 with that until it
+	// has. nil: always ready.
+	Ready func() (ready bool, waitingFor string)
 }
 
 // Server serves a lease.Locker over gRPC and REST. Create it with

@@ -285,13 +285,23 @@ func writeReply(w http.ResponseWriter, code int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// healthz answers liveness probes.
-func healthz(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed, use GET", r.Method))
-		return
+// healthz answers health probes: "ok", or 503 with "starting: " and what
+// the node waits for while ready says it has not finished starting.
+func healthz(ready func() (bool, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed, use GET", r.Method))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ready != nil {
+			if ok, waiting := ready(); !ok {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, "starting: "+waiting+"\n")
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok")
 }

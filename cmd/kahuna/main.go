@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		os.Exit(exitStorageFailed)
 	})
 	m := newMetrics() // metrics.go
-	nd, err := node.Open(node.Config{
+	nd, err := node.Start(node.Config{
 		NodeID:                o.nodeID,
 		RaftRTT:               o.raftRTT,
 		LeaderBalanceCooldown: offIfZero(o.balanceCooldown),
@@ -152,6 +152,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	stopReload := tokens.reloadOnHUP(logger)
 	defer stopReload()
 
+	// The API serves while the node waits for the cluster: /healthz
+	// answers 503 with what it waits for, kahunactl status shows it, lock
+	// calls answer MustRetry.
+	serveErr := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() { serveErr <- l.serve(srv, o, peerTLS) }()
+	}
+	wctx, cancelWait := context.WithTimeout(ctx, node.DefaultStartTimeout)
+	err = nd.WaitReady(wctx)
+	cancelWait()
+	if err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		_ = srv.Shutdown(sctx)
+		cancel()
+		if ctx.Err() != nil {
+			logger.Info("interrupted while starting")
+			return 1
+		}
+		fmt.Fprintf(stderr, "kahuna: %s\n", oneLine(err))
+		return 1
+	}
+
 	// The ready block goes out in one write, so whoever waits for its
 	// first line has the whole block.
 	var ready strings.Builder
@@ -160,10 +182,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(&ready, "  wal:   %s\n", o.walPath)
 	}
 	fmt.Fprintf(&ready, "  raft:  %s\n", raftAddr)
-	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
 		fmt.Fprintf(&ready, "  %-5s %s\n", l.kind+":", l.url())
-		go func() { serveErr <- l.serve(srv, o, peerTLS) }()
 	}
 	_, _ = io.WriteString(stdout, ready.String())
 

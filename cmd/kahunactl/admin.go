@@ -332,6 +332,8 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 	}
 	health := func(st *admin.NodeStatus) string {
 		switch {
+		case st.Starting != "":
+			return "starting"
 		case !st.Healthy:
 			return "unhealthy"
 		case st.NoSpace != "":
@@ -389,6 +391,9 @@ func status(ctx context.Context, o options, out printer, stderr io.Writer) int {
 	}
 	tw.Flush()
 	for _, r := range rows {
+		if r.Status != nil && r.Status.Starting != "" {
+			fmt.Fprintf(out.w, "node %d is starting, waiting for the cluster: %s\n", r.Status.Node, r.Status.Starting)
+		}
 		if r.Status != nil && r.Status.NoSpace != "" {
 			fmt.Fprintf(out.w, "node %d refuses new persistent locks: %s\n", r.Status.Node, r.Status.NoSpace)
 		}

@@ -23,6 +23,9 @@ func (n *Node) adminRoutes() map[string]http.Handler { return admin.Routes(n.Adm
 // it may be stale), as GET admin.StatusPath does.
 func (n *Node) Status() admin.NodeStatus {
 	st := admin.NodeStatus{Node: n.cfg.NodeID, Healthy: !n.closing.Load()}
+	if ready, waiting := n.Ready(); !ready {
+		st.Healthy, st.Starting = false, waiting
+	}
 	st.NoSpace, _ = n.noSpace()
 	for _, s := range n.backend.Status() {
 		_, serving := n.leadership.Serving(s.Partition)

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,4 +162,43 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// A starting member serves its API while it waits: /healthz answers 503
+// with what it waits for, its status says so, and lock calls MustRetry.
+func TestStartServesWhileWaiting(t *testing.T) {
+	self := testport.Listen(t)
+	members := map[uint64]admin.Member{
+		1: {RaftAddress: self.Addr().String(), Endpoint: "http://127.0.0.1:1"},
+		2: {RaftAddress: testport.Addr(t), Endpoint: "http://127.0.0.1:2"},
+		3: {RaftAddress: testport.Addr(t), Endpoint: "http://127.0.0.1:3"},
+	}
+	n, err := node.Start(node.Config{
+		NodeID: 1, Members: members, RaftAddress: members[1].RaftAddress, RaftListener: self,
+		DataDir: t.TempDir(), Partitions: 2, ListenAddress: "127.0.0.1:0",
+		InitialClusterState: durability.ClusterStateNew,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	want := "2 of 2 partitions without a leader; members not reachable: 2 at " + members[2].RaftAddress
+	resp, err := http.Get("http://" + n.ListenAddress() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(string(body), "starting: "+want) {
+		t.Fatalf("/healthz while starting: %d %q, want 503 saying %q", resp.StatusCode, body, want)
+	}
+	if st := n.Status(); st.Healthy || !strings.HasPrefix(st.Starting, want) {
+		t.Fatalf("status while starting: healthy %v, starting %q", st.Healthy, st.Starting)
+	}
+	if r, err := n.TryLock(context.Background(), "a", []byte("o"), time.Minute, lease.Persistent); err != nil || r.Status != lease.MustRetry {
+		t.Fatalf("TryLock while starting: %+v %v, want MustRetry", r, err)
+	}
+	if ready, _ := n.Ready(); ready {
+		t.Fatal("Ready before WaitReady")
+	}
 }

@@ -61,6 +61,7 @@ type Node struct {
 	ccHook atomic.Pointer[func(p int, phase string)]
 
 	unlockDir func() // releases the data dir's lock (layout.go)
+	ready     atomic.Bool // WaitReady has returned nil
 
 	inflight atomic.Int64
 	closing  atomic.Bool
@@ -94,6 +95,25 @@ var _ lease.WaitLocker = (*Node)(nil)
 
 // Open starts a node and returns once it serves every partition.
 func Open(cfg Config) (*Node, error) {
+	n, err := Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.StartTimeout)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start is Open up to the wait for the cluster: the node runs, serves
+// its API on Config.Listener or ListenAddress (lock calls answer
+// MustRetry, /healthz 503 with what it waits for, the admin status
+// what it sees), and joins Raft; WaitReady then waits until every
+// partition is served. cmd/kahuna serves its own ports in between, so an
+// operator can ask a starting member what it waits for.
+func Start(cfg Config) (*Node, error) {
 	n, err := open(cfg)
 	if err != nil {
 		// Taken over, so closed here: the node's Close closes a listener
@@ -238,18 +258,27 @@ func open(c Config) (*Node, error) {
 			return nil, fmt.Errorf("kahuna: open: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
-	defer cancel()
+	opened = true // Close unlocks the dir from here on
+	return n, nil
+}
+
+// WaitReady waits until every partition is served (or ctx ends: the
+// node is then closed, and the error says what it waited for), then
+// starts the node's background work and marks it ready.
+func (n *Node) WaitReady(ctx context.Context) error {
+	cfg := n.cfg
+	started := time.Now()
 	stopSaying := n.sayWhileWaiting(ctx)
-	err = n.leadership.WaitReady(ctx)
+	err := n.leadership.WaitReady(ctx)
 	stopSaying()
 	if err != nil {
+		waited := time.Since(started).Round(time.Millisecond)
 		waiting := n.waitingFor()
 		_ = n.Close()
 		if why := n.timing.refusals(n.book.members()); why != "" {
-			return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", cfg.StartTimeout, err, ErrRaftTimingMismatch, why)
+			return fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", waited, err, ErrRaftTimingMismatch, why)
 		}
-		return nil, fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%s): %w", cfg.StartTimeout, waiting, err)
+		return fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%s): %w", waited, waiting, err)
 	}
 	n.finishBook()
 	if n.clustered() {
@@ -258,9 +287,18 @@ func open(c Config) (*Node, error) {
 	n.startBalancer()
 	n.startSweeper()
 	n.startSpaceGuard()
+	n.ready.Store(true)
 	cfg.Logger.Info("kahuna node ready", "node", cfg.NodeID, "data_dir", cfg.DataDir, "partitions", cfg.Partitions, "lock_actors", cfg.LockActors, "listen", n.listenAddr)
-	opened = true
-	return n, nil
+	return nil
+}
+
+// Ready reports whether the node has finished starting (WaitReady), and
+// if not, what it waits for.
+func (n *Node) Ready() (bool, string) {
+	if n.ready.Load() {
+		return true, ""
+	}
+	return false, n.waitingFor()
 }
 
 // waitEvery is how often a starting node says what it still waits for.

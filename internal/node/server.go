@@ -40,5 +40,6 @@ func (n *Node) NewServer(o ServerOptions) *transport.Server {
 		Tokens:          n.cfg.AuthTokens,
 		PeerTokens:      n.cfg.PeerTokens,
 		Unauthenticated: o.Unauthenticated,
+		Ready:           n.Ready,
 	})
 }
