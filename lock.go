@@ -618,6 +618,10 @@ func (l *Lock) Lost() <-chan struct{} { return l.lost }
 // each successful Extend moves. When it ends, Err is context.Canceled and
 // context.Cause says why: an error matching ErrLockLost (the deadline
 // passed, or the lease was found gone), or ErrReleased after Unlock.
+// Its Err is exact at the deadline: it reports the loss as soon as the
+// deadline has passed, even before the deadline's timer has run (a
+// process resumed from a pause runs its own code first), so a holder that
+// checks Err before each step never takes one past the deadline.
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // KeepAlive extends the lease by its TTL in the background, every
