@@ -362,6 +362,7 @@ func newLock(l Locker, resource string, token int64, o acquireOptions, granted t
 	inner, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
 		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap, noDeadline: o.noDeadline,
+		session: o.session,
 		cancel: cancel, lost: make(chan struct{}), endDone: make(chan struct{}), unsureTTL: lease.MaxTTL}
 	lk.ctx = &lockContext{Context: inner, l: lk}
 	lk.mu.Lock()
@@ -423,7 +424,8 @@ func (l *Lock) end(state lockState, cause error) {
 		l.mu.Unlock()
 		return
 	}
-	if state == lost && l.leaseOf != nil {
+	leaseOf := l.leaseOf
+	if state == lost && leaseOf != nil {
 		cause = fmt.Errorf("%w (%w)", ErrSessionLost, cause)
 	}
 	l.state, l.cause = state, cause
@@ -431,13 +433,13 @@ func (l *Lock) end(state lockState, cause error) {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
-	if l.session != nil {
+	if l.session != nil { // set at construction, never changed
 		l.session.detach(l)
 	}
 	if state == lost {
 		close(l.lost) // before the Context ends: whoever sees it done sees Lost closed
-		if l.leaseOf != nil {
-			l.leaseOf.endLocks(cause) // before the session's Context ends
+		if leaseOf != nil {
+			leaseOf.endLocks(cause) // before the session's Context ends
 		}
 	}
 	l.cancel(cause)

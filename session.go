@@ -215,18 +215,20 @@ func (s *Session) apply(o *acquireOptions, resource string) error {
 	return nil
 }
 
-// attach adds lk to the session; if the session ended meanwhile, the
-// lock ends with it.
+// attach adds lk, granted in the session, to its locks; if the session
+// ended meanwhile, the lock ends with it.
 func (s *Session) attach(lk *Lock) {
 	s.mu.Lock()
 	ended := s.closed || s.lost != nil
 	if !ended {
 		s.locks[lk.resource] = lk
-		lk.session = s
 	}
 	s.mu.Unlock()
-	if ended {
+	switch {
+	case ended:
 		lk.end(lost, ErrSessionLost)
+	case lk.ended() != nil: // it ended before it was added: its end found nothing to detach
+		s.detach(lk)
 	}
 }
 
