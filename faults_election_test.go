@@ -332,6 +332,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	// The freezer: mostly the leader, for longer than the TTL.
 	wg.Add(1)
 	go func() {
+		rng := rand.New(rand.NewPCG(seed, 0xf7ee2e)) // the nemesis has its own
 		defer wg.Done()
 		for {
 			select {
