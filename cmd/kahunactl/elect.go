@@ -93,29 +93,11 @@ func elect(ctx context.Context, c *transport.Client, name string, o options, arg
 // the signal, and ld the leadership if it was won all the same), saying
 // when the nodes stop and start answering.
 func campaignUntilSignal(ctx context.Context, c *transport.Client, name string, o options, sigs <-chan os.Signal, out printer, stderr io.Writer) (ld *kahuna.Leadership, sig os.Signal, err error) {
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	got := make(chan os.Signal, 1)
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case s := <-sigs:
-			got <- s
-			cancel()
-		case <-stop:
-		}
-	}()
 	down := &outage{stderr: stderr, what: "elect " + lease.Excerpt(name), out: out, after: 2}
-	ld, err = kahuna.Campaign(cctx, c, name, []byte(o.value), kahuna.WithTTL(o.ttl),
-		kahuna.WithDurability(o.durability), kahuna.WithRetryNotice(down.notice))
-	close(stop)
-	<-watched
-	select {
-	case sig = <-got:
-	default:
-	}
+	sig = untilSignal(ctx, sigs, func(ctx context.Context) {
+		ld, err = kahuna.Campaign(ctx, c, name, []byte(o.value), kahuna.WithTTL(o.ttl),
+			kahuna.WithDurability(o.durability), kahuna.WithRetryNotice(down.notice))
+	})
 	return ld, sig, err
 }
 

@@ -143,12 +143,33 @@ func runUnder(argv, env []string, g guard, what string, release func() error, o 
 // given, else until a signal. A signal ends the wait: sig is then the
 // signal, and h the lock if it was granted all the same.
 func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o options, sigs <-chan os.Signal, stderr io.Writer) (h *kahuna.Lock, sig os.Signal, err error) {
-	actx, cancel := context.WithCancel(ctx)
+	down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: printer{endpoints: o.endpoints, timeout: o.timeout, verbose: o.verbose}, after: 2}
+	opts := append(acquireOptions(o), kahuna.WithRetryNotice(down.notice))
+	sig = untilSignal(ctx, sigs, func(ctx context.Context) {
+		if o.waitGiven {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, o.timeout+o.wait)
+			defer cancel()
+		}
+		for {
+			wait := o.wait
+			if !o.waitGiven {
+				wait = waitRound
+			}
+			h, err = kahuna.Acquire(ctx, l, resource, append(opts, kahuna.WithWait(wait))...)
+			if o.waitGiven || !errors.Is(err, kahuna.ErrBusy) || ctx.Err() != nil {
+				return
+			}
+		}
+	})
+	return h, sig, err
+}
+
+// untilSignal runs fn under a context that the first signal from sigs
+// ends, and returns that signal (nil if none came before fn returned).
+func untilSignal(ctx context.Context, sigs <-chan os.Signal, fn func(context.Context)) os.Signal {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if o.waitGiven {
-		actx, cancel = context.WithTimeout(actx, o.timeout+o.wait)
-		defer cancel()
-	}
 	got := make(chan os.Signal, 1)
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -161,25 +182,15 @@ func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o
 		case <-stop:
 		}
 	}()
-	down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: printer{endpoints: o.endpoints, timeout: o.timeout, verbose: o.verbose}, after: 2}
-	opts := append(acquireOptions(o), kahuna.WithRetryNotice(down.notice))
-	for {
-		wait := o.wait
-		if !o.waitGiven {
-			wait = waitRound
-		}
-		h, err = kahuna.Acquire(actx, l, resource, append(opts, kahuna.WithWait(wait))...)
-		if o.waitGiven || !errors.Is(err, kahuna.ErrBusy) || actx.Err() != nil {
-			break
-		}
-	}
+	fn(ctx)
 	close(stop)
 	<-watched
 	select {
-	case sig = <-got:
+	case s := <-got:
+		return s
 	default:
+		return nil
 	}
-	return h, sig, err
 }
 
 // release unlocks h after CMD, bounded by timeout, and says so if that
