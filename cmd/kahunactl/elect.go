@@ -126,12 +126,7 @@ func listen(ctx context.Context, w kahuna.Watcher, name string, out printer, std
 	down := &outage{stderr: stderr, what: what, out: out, after: 2}
 	for ev, err := range kahuna.Observe(ctx, w, name, kahuna.WatchRetryNotice(down.notice)) {
 		if err != nil {
-			if errors.Is(err, transport.ErrNoNative) {
-				fmt.Fprintf(stderr, "kahunactl: %s: the node does not offer watches (a plain Kahuna server)\n", what)
-			} else {
-				fmt.Fprintf(stderr, "kahunactl: %s: %s\n", what, oneLine(err))
-			}
-			return exitError
+			return watchFailed(stderr, what, err)
 		}
 		fields := map[string]any{"election": name, "event": ev.Kind.String(), "epoch": ev.Epoch, "revision": ev.Revision}
 		switch ev.Kind {

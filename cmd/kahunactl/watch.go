@@ -33,16 +33,21 @@ func watch(ctx context.Context, w kahuna.Watcher, resource string, out printer, 
 	down := &outage{stderr: stderr, what: "watch " + lease.Excerpt(resource), out: out, after: 2}
 	for ev, err := range kahuna.Watch(ctx, w, resource, kahuna.WatchRetryNotice(down.notice)) {
 		if err != nil {
-			if errors.Is(err, transport.ErrNoNative) {
-				fmt.Fprintf(stderr, "kahunactl: watch %s: the node does not offer watches (a plain Kahuna server)\n", resource)
-			} else {
-				fmt.Fprintf(stderr, "kahunactl: watch %s: %s\n", resource, oneLine(err))
-			}
-			return exitError
+			return watchFailed(stderr, "watch "+lease.Excerpt(resource), err)
 		}
 		printEvent(out, resource, ev)
 	}
 	return exitOK
+}
+
+// watchFailed says why a watch (of what) ended, and is its exit code.
+func watchFailed(stderr io.Writer, what string, err error) int {
+	if errors.Is(err, transport.ErrNoNative) {
+		fmt.Fprintf(stderr, "kahunactl: %s: the node does not offer watches (a plain Kahuna server)\n", what)
+	} else {
+		fmt.Fprintf(stderr, "kahunactl: %s: %s\n", what, oneLine(err))
+	}
+	return exitError
 }
 
 func printEvent(out printer, resource string, ev kahuna.WatchEvent) {
