@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +69,91 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 		stopAlive()
 		return release(h, o.timeout, stderr)
 	}, o, sigs, stdout, stderr)
+}
+
+// lockAllAndRun is lock A B ... -- CMD: one session holds every name,
+// taken in sorted order (so two commands that lock overlapping sets wait
+// for each other instead of deadlocking), each waited for as lock --
+// CMD waits for one; CMD runs with them all, the session renews them, and
+// CMD is stopped if the session is lost. Closing the session releases
+// them all when CMD exits, or when the wait is interrupted.
+func lockAllAndRun(ctx context.Context, l kahuna.Locker, names []string, argv []string, o options, stdout, stderr io.Writer) int {
+	what := "lock " + strings.Join(excerpts(names), " ")
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		fmt.Fprintf(stderr, "kahunactl: %s: %s; nothing locked\n", what, oneLine(err))
+		return cannotRun(err)
+	}
+	sigs := make(chan os.Signal, 8)
+	notifySignals(sigs)
+	defer signal.Stop(sigs)
+
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	var (
+		s      *kahuna.Session
+		tokens = map[string]int64{}
+		failed string // the name that could not be locked
+		err    error
+	)
+	sig := untilSignal(ctx, sigs, func(ctx context.Context) {
+		if s, err = kahuna.NewSession(ctx, l, kahuna.WithTTL(o.ttl), kahuna.WithDurability(o.durability)); err != nil {
+			return
+		}
+		for _, name := range sorted {
+			var h *kahuna.Lock
+			if h, _, err = acquireUntilSignal(ctx, l, name, o, nil, stderr, kahuna.WithSession(s)); err != nil {
+				failed = name
+				return
+			}
+			tokens[name] = h.FencingToken()
+		}
+	})
+	closeSession := func() error {
+		if s == nil {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		err := s.Close(cctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "kahunactl: %s: release: %s (the leases end by themselves within --ttl)\n", what, oneLine(err))
+		}
+		return err
+	}
+	if sig != nil {
+		closeSession()
+		fmt.Fprintf(stderr, "kahunactl: %s: interrupted by %s while waiting; %s not run\n", what, signalName(sig), argv[0])
+		return 128 + signalNumber(sig)
+	}
+	if err != nil {
+		closeSession()
+		if failed == "" {
+			fmt.Fprintf(stderr, "kahunactl: %s: session: %s\n", what, printer{endpoints: o.endpoints, timeout: o.timeout, verbose: o.verbose}.errorLine(err))
+			return exitError
+		}
+		return acquireFailed(printer{w: stderr}, stderr, failed, "", err)
+	}
+	tokenJSON, _ := json.Marshal(tokens)
+	env := []string{
+		"KAHUNA_LOCK_RESOURCES=" + strings.Join(names, "\n"),
+		"KAHUNA_LOCK_OWNER=" + s.ID(),
+		"KAHUNA_SESSION_ID=" + s.ID(),
+		"KAHUNA_FENCING_TOKENS=" + string(tokenJSON)}
+	return runUnder(argv, env, sessionGuard{s}, what, closeSession, o, sigs, stdout, stderr)
+}
+
+// sessionGuard is a session as what CMD runs under: lost when its
+// Context ends (it ends otherwise only when it is closed, after CMD).
+type sessionGuard struct{ *kahuna.Session }
+
+func (g sessionGuard) Lost() <-chan struct{} { return g.Context().Done() }
+
+func excerpts(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = lease.Excerpt(n)
+	}
+	return out
 }
 
 // cannotRun is the shell's exit code for a CMD that exec.LookPath
@@ -142,9 +229,10 @@ func runUnder(argv, env []string, g guard, what string, release func() error, o 
 // acquireUntilSignal waits for the lock: for --wait (plus --timeout) if
 // given, else until a signal. A signal ends the wait: sig is then the
 // signal, and h the lock if it was granted all the same.
-func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o options, sigs <-chan os.Signal, stderr io.Writer) (h *kahuna.Lock, sig os.Signal, err error) {
+func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o options, sigs <-chan os.Signal, stderr io.Writer, extra ...kahuna.AcquireOption) (h *kahuna.Lock, sig os.Signal, err error) {
 	down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: printer{endpoints: o.endpoints, timeout: o.timeout, verbose: o.verbose}, after: 2}
 	opts := append(acquireOptions(o), kahuna.WithRetryNotice(down.notice))
+	opts = append(opts, extra...)
 	sig = untilSignal(ctx, sigs, func(ctx context.Context) {
 		if o.waitGiven {
 			var cancel context.CancelFunc

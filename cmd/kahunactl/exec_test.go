@@ -364,3 +364,47 @@ func waiting(n *kahuna.Node) <-chan struct{} {
 	}()
 	return c
 }
+
+// TestLockSeveralUnderOneSession: lock A B -- CMD holds both names in one
+// session while CMD runs (CMD sees the names, the session and each
+// token), waits for a busy one, and releases them all when CMD exits.
+func TestLockSeveralUnderOneSession(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "lock", "multi/b", "--owner", "holder", "--ttl", "1s", "--endpoints", ep).want(t, exitOK, "b's holder")
+	dir := t.TempDir()
+	gate := dir + "/go-on"
+	s := start("lock", "multi/b", "multi/a", "--endpoints", ep, "--", "sh", "-c",
+		`printf '%s|%s|%s\n' "$KAHUNA_LOCK_RESOURCES" "$KAHUNA_FENCING_TOKENS" "$KAHUNA_SESSION_ID"; while [ ! -e "$1" ]; do sleep 0.02; done`, "sh", gate)
+	await(t, s.stdout.seen("}|"), 30*time.Second, "CMD's line", s)
+	line := strings.TrimSpace(s.stdout.String())
+	parts := strings.Split(line, "|")
+	if len(parts) != 3 || parts[0] != "multi/b\nmulti/a" || parts[1] != `{"multi/a":0,"multi/b":1}` || len(parts[2]) != 32 {
+		t.Fatalf("CMD saw %q, want both names, a's token 0 and b's 1 (after the holder's), and a session ID", line)
+	}
+	for _, r := range []string{"multi/a", "multi/b", "session:" + parts[2]} {
+		got := ctl(t, "get", r, "--endpoints", ep).want(t, exitOK, "get "+r+" while CMD runs")
+		if !strings.Contains(got.stdout, "owned by "+parts[2]) {
+			t.Fatalf("get %s while CMD runs: %s", r, got)
+		}
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.result(t, 30*time.Second).want(t, exitOK, "lock a b -- sh"); r.stderr != "" {
+		t.Fatalf("kahunactl said: %s", r)
+	}
+	for _, r := range []string{"multi/a", "multi/b", "session:" + parts[2]} {
+		ctl(t, "get", r, "--endpoints", ep).want(t, exitLost, "get "+r+" after CMD exited")
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"lock", "multi/a", "multi/b"}, `unexpected argument "multi/b"`},
+		{[]string{"lock", "multi/a", "multi/a", "--", "true"}, "named twice"},
+		{[]string{"lock", "multi/a", "multi/b", "--owner", "me", "--", "true"}, "--owner does not go with several RESOURCEs"},
+	} {
+		args := append([]string{c.args[0], "--endpoints", ep}, c.args[1:]...)
+		oneStderrLine(t, ctl(t, args...).want(t, exitUsage, strings.Join(c.args, " ")), c.says)
+	}
+}

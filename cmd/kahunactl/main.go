@@ -39,6 +39,15 @@
 // process only: use `sh -c 'exec ...'` or a CMD that passes them on to
 // its own children.
 //
+// kahunactl lock A B ... -- CMD holds several names at once, in one
+// session (one lease renewed for all, every third of --ttl): it takes them
+// in sorted order, each waited for as above, so commands that lock
+// overlapping sets wait for each other instead of deadlocking. CMD gets
+// KAHUNA_LOCK_RESOURCES (the names, one per line), KAHUNA_SESSION_ID (also
+// KAHUNA_LOCK_OWNER: every name is held by the session's ID) and
+// KAHUNA_FENCING_TOKENS (a JSON object, name to token). CMD is stopped as
+// above if the session is lost; closing it releases every name.
+//
 // # Leader election
 //
 // kahunactl elect NAME VALUE campaigns in election NAME (the lock
@@ -125,7 +134,8 @@ type options struct {
 	verbose    bool   // -v: errors with the transport's own words too
 	// status --partitions: a row per member and partition.
 	partitionsView bool
-	value          string // elect's VALUE
+	value          string   // elect's VALUE
+	more           []string // lock A B ... -- CMD: the RESOURCEs after the first
 	listen         bool   // elect --listen
 }
 
@@ -141,7 +151,7 @@ type command struct {
 }
 
 var commands = []command{
-	{name: "lock", args: "RESOURCE [flags] [-- CMD [ARGS...]]", resource: true,
+	{name: "lock", args: "RESOURCE [flags] [-- CMD [ARGS...]] | RESOURCE RESOURCE... [flags] -- CMD [ARGS...]", resource: true,
 		summary: "acquire RESOURCE and print its owner and fencing token; with -- CMD, hold it while CMD runs",
 		flags: func(fs *flag.FlagSet, o *options, d *string) {
 			durabilityFlag(fs, d)
@@ -313,6 +323,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer client.Close()
 	switch cmd.name {
 	case "lock":
+		if argv != nil && len(o.more) > 0 {
+			return lockAllAndRun(ctx, client, append([]string{resource}, o.more...), argv, o, stdout, stderr)
+		}
 		if argv != nil {
 			return lockAndRun(ctx, client, resource, argv, o, stdout, stderr)
 		}
@@ -484,12 +497,15 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 			ownerGiven = true
 		}
 	})
+	if cmd.name == "lock" && argv != nil && len(extra) > 0 {
+		o.more, extra = extra, nil // lock A B ... -- CMD: several names, one session
+	}
 	if len(extra) > 0 {
 		switch {
 		case !cmd.resource:
 			return usageErr("%s takes no RESOURCE (got %q)", cmd.name, extra[0])
 		case cmd.name == "lock":
-			return usageErr("unexpected argument %q (to run a command under the lock: kahunactl lock RESOURCE -- CMD [ARGS...])", extra[0])
+			return usageErr("unexpected argument %q (to run a command under the lock: kahunactl lock RESOURCE [RESOURCE...] -- CMD [ARGS...])", extra[0])
 		case cmd.name == "elect" && o.listen:
 			return usageErr("unexpected argument %q (elect --listen NAME takes no VALUE)", extra[0])
 		case cmd.name == "elect":
@@ -548,6 +564,24 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	}
 	if reason := invalidInput(cmd.name, resource, o); reason != "" {
 		return usageErr("%s %s: invalid input: %s", cmd.name, lease.Excerpt(resource), reason)
+	}
+	if len(o.more) > 0 {
+		if ownerGiven {
+			return usageErr("lock: --owner does not go with several RESOURCEs (one session holds them all, under its own ID)")
+		}
+		seen := map[string]bool{resource: true}
+		for _, r := range o.more {
+			if reason := invalidInput(cmd.name, r, o); reason != "" {
+				return usageErr("%s %s: invalid input: %s", cmd.name, lease.Excerpt(r), reason)
+			}
+			if strings.TrimSpace(r) == "" {
+				return usageErr("lock: RESOURCE %q is only white space", r)
+			}
+			if seen[r] {
+				return usageErr("lock: RESOURCE %s is named twice", lease.Excerpt(r))
+			}
+			seen[r] = true
+		}
 	}
 	return o, resource, argv, -1
 }
