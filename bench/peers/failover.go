@@ -778,7 +778,9 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 // millis formats d in milliseconds with a decimal.
-func millis(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+func millis(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
 
 // seconds formats d in seconds with millisecond precision.
 func seconds(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }
