@@ -28,14 +28,26 @@ import (
 // leader's process is killed with SIGKILL, for kahuna and etcd, each with
 // a server process of its own started for the run.
 //
-// Each round starts a leader candidate as a child process (this program
-// re-executed in its candidate mode, FailoverCandidate), which campaigns
-// and writes a line on its stdout the moment it is elected; the parent
-// then campaigns on the same election (it waits behind the leader), lets a
-// random time pass (uniform in [TTL/2, TTL) from the election report, so
-// that the kill falls at every phase of the leader's renewals), kills the
+// Each round pauses for a random time (uniform in [0, startJitter)), then
+// starts a leader candidate as a child process (this program re-executed
+// in its candidate mode, FailoverCandidate), which campaigns and writes a
+// line on its stdout the moment it is elected; the parent then campaigns
+// on the same election (it waits behind the leader), lets a random time
+// pass (uniform in [TTL/2, 3·TTL/2) from the election report), kills the
 // child with SIGKILL and measures, on its monotonic clock, the time from
 // just before the kill to the return of its own Campaign.
+//
+// The two random times make the rounds sample every phase of what
+// bounds a failover. The kill window is TTL long: three of a kahuna
+// leader's renewal periods (TTL/3), and, at a TTL of 2 s, two of an etcd
+// session's (TTL/3, which its client's keep-alive loop, looking every
+// 500 ms, rounds up to 1 s), so the kill falls at a uniformly random phase
+// of either's renewals. The pause before each round breaks a phase lock:
+// etcd looks for expired leases every 500 ms, a round starts right after
+// the previous one's failover, that is right after one of those checks,
+// and a candidate takes about the same time to start and be elected each
+// round, so without the pause every round's lease would end at the same
+// point of etcd's 500 ms cycle.
 //
 // A kahuna candidate also writes the deadline of its Leadership's Context
 // when elected and after every renewal that moved it (polled every
@@ -53,6 +65,10 @@ import (
 // otherwise: etcd's smallest lease with its default timing (1.5 s,
 // rounded up to whole seconds).
 const FailoverTTL = 2 * time.Second
+
+// startJitter bounds the random pause before each round: etcd's lease
+// expiry check period.
+const startJitter = 500 * time.Millisecond
 
 // deadlinePoll is how often a kahuna candidate looks for a moved deadline.
 const deadlinePoll = 5 * time.Millisecond
@@ -172,7 +188,13 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) []FailoverResult {
 			if ctx.Err() != nil {
 				break
 			}
-			delay := cfg.TTL/2 + time.Duration(rng.Int64N(int64(cfg.TTL/2)))
+			pause := time.Duration(rng.Int64N(int64(startJitter)))
+			delay := cfg.TTL/2 + time.Duration(rng.Int64N(int64(cfg.TTL)))
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				continue
+			}
 			r := failoverRound(ctx, sys, cfg, delay, res.Deadlines)
 			res.Rounds = append(res.Rounds, r)
 			fmt.Fprintf(cfg.Progress, "%-18s round %*d/%d  %s\n", name, len(strconv.Itoa(cfg.Rounds)), i+1, cfg.Rounds, r.line())

@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *bound <= 0 {
 		*bound = 3 * *ttl
 	}
-	fmt.Fprintf(stdout, "failover: %d rounds per system, TTL %v, bound %v, seed %d; kill delays uniform in [TTL/2, TTL) after the election\n",
+	fmt.Fprintf(stdout, "failover: %d rounds per system, TTL %v, bound %v, seed %d; kill delays uniform in [TTL/2, 3·TTL/2) after the election\n",
 		*rounds, *ttl, *bound, *seed)
 	results := peers.RunFailover(ctx, peers.FailoverConfig{
 		Systems: strings.Split(*systems, ","), Rounds: *rounds, TTL: *ttl, Bound: *bound,
