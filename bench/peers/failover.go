@@ -178,6 +178,11 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) []FailoverResult {
 	var out []FailoverResult
 	for _, name := range cfg.Systems {
 		res := FailoverResult{System: name, Deadlines: strings.HasPrefix(name, "kahuna")}
+		if len(cfg.Candidate) == 0 {
+			res.Err = errors.New("no candidate command")
+			out = append(out, res)
+			continue
+		}
 		sys, err := openElectorate(ctx, name, cfg)
 		if err != nil {
 			res.Err = err

@@ -111,12 +111,15 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// A round fails, and says so, when nobody is elected: an unknown system
-// cannot open, and a candidate that exits at once fails its round.
+// A system that cannot be set up fails, and says so: an unknown one, one
+// with no candidate command; a candidate with a bad system exits 1.
 func TestFailoverFailures(t *testing.T) {
-	res := RunFailover(context.Background(), FailoverConfig{Systems: []string{"zookeeper"}, Rounds: 1})
+	res := RunFailover(context.Background(), FailoverConfig{Systems: []string{"zookeeper"}, Rounds: 1, Candidate: []string{os.Args[0], "candidate"}})
 	if len(res) != 1 || res[0].Err == nil {
 		t.Fatalf("unknown system: %+v", res)
+	}
+	if res := RunFailover(context.Background(), FailoverConfig{Systems: []string{"etcd"}, Rounds: 1}); len(res) != 1 || res[0].Err == nil {
+		t.Fatalf("no candidate command: %+v", res)
 	}
 	var table strings.Builder
 	PrintFailover(&table, FailoverTTL, res)
