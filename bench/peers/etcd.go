@@ -57,27 +57,13 @@ func openEtcd(ctx context.Context, o *Options, s bench.Settings) (bench.System, 
 	endpoints := strings.Split(o.EtcdEndpoints, ",")
 	var srv *server
 	if o.StartServer {
-		client, err := freePort()
+		var clientURL string
+		var err error
+		srv, clientURL, err = startEtcd(ctx, o.EtcdServer)
 		if err != nil {
 			return nil, err
 		}
-		peer, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		clientURL, peerURL := "http://"+loopback(client), "http://"+loopback(peer)
 		endpoints = []string{clientURL}
-		srv, err = startServer(ctx, "etcd", o.EtcdServer, func(dir string) []string {
-			return []string{
-				"--name", "bench", "--data-dir", dir + "/data",
-				"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-				"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-				"--initial-cluster", "bench=" + peerURL, "--logger", "zap", "--log-outputs", "stderr",
-			}
-		}, func(ctx context.Context) error { return etcdReady(ctx, clientURL) })
-		if err != nil {
-			return nil, err
-		}
 		s.Logger.Info("etcd started", "endpoint", clientURL, "dir", srv.dir)
 	}
 	e := &etcdSystem{ttl: int(max(math.Ceil(s.TTL.Seconds()), 1)), srv: srv}
@@ -109,6 +95,29 @@ func openEtcd(ctx context.Context, o *Options, s bench.Settings) (bench.System, 
 		return nil, errors.Join(fmt.Errorf("etcd %v: %w", endpoints, err), e.Close())
 	}
 	return e, nil
+}
+
+// startEtcd runs a single-member etcd (the binary bin) on free loopback
+// ports with a temp data dir, and waits until it answers.
+func startEtcd(ctx context.Context, bin string) (srv *server, clientURL string, err error) {
+	client, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	clientURL, peerURL := "http://"+loopback(client), "http://"+loopback(peer)
+	srv, err = startServer(ctx, "etcd", bin, func(dir string) []string {
+		return []string{
+			"--name", "bench", "--data-dir", dir + "/data",
+			"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", "bench=" + peerURL, "--logger", "zap", "--log-outputs", "stderr",
+		}
+	}, func(ctx context.Context) error { return etcdReady(ctx, clientURL) })
+	return srv, clientURL, err
 }
 
 // countedStream counts the messages sent on an etcd stream.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package peers
+
+const raceEnabled = false
