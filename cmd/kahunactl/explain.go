@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kahunago/kahuna"
 )
 
 // explain turns an error from the nodes into one sentence a person can act
@@ -78,7 +80,12 @@ func (o *outage) notice(err error) {
 	}
 	o.misses++
 	if !o.said && o.misses >= o.after {
-		fmt.Fprintf(o.stderr, "kahunactl: %s: no answer from the nodes (%s); retrying\n", o.what, o.out.errorLine(err))
+		var se *kahuna.StatusError
+		if errors.As(err, &se) && se.Status == kahuna.MustRetry {
+			fmt.Fprintf(o.stderr, "kahunactl: %s: the nodes answer MustRetry (starting, or electing or moving the partition); retrying\n", o.what)
+		} else {
+			fmt.Fprintf(o.stderr, "kahunactl: %s: no answer from the nodes (%s); retrying\n", o.what, o.out.errorLine(err))
+		}
 		o.said = true
 	}
 }

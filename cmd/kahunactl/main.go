@@ -315,7 +315,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "status":
 		return status(dctx, o, out, stderr)
 	}
-	client, err := transport.Dial(dctx, o.endpoints, cc.clientOptions()...)
+	copts := cc.clientOptions()
+	if cmd.name == "lock" || cmd.name == "elect" {
+		// The handle retries MustRetry itself, and so knows when the nodes
+		// answer but cannot serve (starting, electing), to say so.
+		copts = append(copts, transport.WithMustRetryBudget(0))
+	}
+	client, err := transport.Dial(dctx, o.endpoints, copts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "kahunactl: %s\n", out.errorLine(err))
 		return exitError
@@ -709,11 +715,22 @@ func acquireOptions(o options) []kahuna.AcquireOption {
 
 func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out printer, stderr io.Writer) int {
 	opts := append(acquireOptions(o), kahuna.WithWait(o.wait))
-	if o.waitGiven {
-		down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: out, after: 2}
-		opts = append(opts, kahuna.WithRetryNotice(down.notice))
-	}
+	down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: out, after: 2}
+	var lastRetry error // why the last attempt was retried, if no answer came after it
+	opts = append(opts, kahuna.WithRetryNotice(func(err error) {
+		lastRetry = err
+		if o.waitGiven {
+			down.notice(err)
+		}
+	}))
 	h, err := kahuna.Acquire(ctx, l, resource, opts...)
+	var se *kahuna.StatusError
+	if errors.Is(err, context.DeadlineExceeded) && errors.As(lastRetry, &se) && se.Status == kahuna.MustRetry {
+		// The node answered, and kept answering that it cannot serve now.
+		fmt.Fprintf(stderr, "kahunactl: lock %s: the nodes kept answering MustRetry until %v ran out: the node is starting, or the partition is electing a leader or moving (kahunactl status says which)\n",
+			lease.Excerpt(resource), o.timeout+o.wait)
+		return exitError
+	}
 	if err != nil {
 		return acquireFailed(out, stderr, resource, o.owner, err)
 	}
