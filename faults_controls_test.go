@@ -1,8 +1,11 @@
 package kahuna_test
 
 import (
+	"flag"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +25,9 @@ var negativeControls = []negativeControl{
 		// it leads: a paused leader that wakes up, or a cut-off one that has
 		// not stepped down yet, answers after the new leader served. On
 		// ephemeral locks, which never touch Raft, so only the missing
-		// proof can be what is caught.
-		name: "no-leadership-proof", seed: 11,
+		// proof can be what is caught: by the stale-leader checker, an
+		// answer of a node whose reign a later one had surely superseded.
+		name: "no-leadership-proof", seed: 11, by: "stale-leader/answer-from-deposed-leader",
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fPause, fPause, fIsolateLeader},
 			mod: WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
@@ -109,6 +113,28 @@ var negativeControls = []negativeControl{
 			mod: WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
 	},
 	{
+		// The token rule broken: a grant to a new owner takes the last
+		// grant's token again instead of one more, on persistent locks
+		// and with no fault that matters to it (a leader transfer now and
+		// then). Caught by the fencing checker: a new owner's grant, asked
+		// after the last one was answered, carries its token.
+		name: "token-repeat", seed: 107, by: "fencing/token-not-increased",
+		opts: runOpts{d: 4 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fTransfer},
+			mod: WithTokenRepeat, linTimeout: 20 * time.Second},
+	},
+	{
+		// The takeover wait alone switched off (the leader lease on): a
+		// leader that hands over without dropping its lease, cut off from
+		// its peers' answers (fTransferUnrelinquished), still serves from
+		// its cache until its lease runs out, while the target serves at
+		// once. On persistent locks, whose new leader waits no grace:
+		// caught by the stale-leader checker, an answer of the old leader
+		// after the target's reign began.
+		name: "takeover-wait-off", seed: 108, by: "stale-leader/answer-from-deposed-leader",
+		opts: runOpts{d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fTransferUnrelinquished},
+			mod: WithoutTakeoverWait, linTimeout: 20 * time.Second},
+	},
+	{
 		// The handle's deadline ignores an Extend of unknown outcome: a
 		// short Extend whose caller gave up, delivered after a longer one
 		// was answered, ends the server's lease early, and the head waiter
@@ -148,8 +174,11 @@ type negativeControl struct {
 	seed  uint64
 	opts  runOpts
 	strip bool // check the history without its reigns
-	// by, if set, is the one checker whose findings catch the control
-	// ("fencing", "exclusion", "linearizability").
+	// by, if set, is the one finding that catches the control: a
+	// checker ("fencing", "exclusion", "linearizability", "stale-leader"),
+	// or a checker and the kind of its violation
+	// ("fencing/token-not-increased"). Findings of other kinds are logged
+	// and do not catch it.
 	by string
 	// residual: caught only by a committed write of a deposed node, or by
 	// findings that answers given by deposed nodes do not explain (see
@@ -243,16 +272,15 @@ func (nc negativeControl) missed(t *testing.T, seed uint64) string {
 		}
 		return ""
 	}
-	if by := map[string]bool{"fencing": len(r.Fencing) > 0, "exclusion": len(r.Exclusion) > 0,
-		"linearizability": r.Linearizable.Result == checker.NotLinearizable}; nc.by != "" {
+	if nc.by != "" {
 		t.Logf("negative control %s: findings %s", nc.name, fmtViolations(r))
-		for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing} {
+		for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing, r.StaleLeader} {
 			if len(vs) > 0 {
 				t.Logf("e.g. %v", vs[0])
 			}
 		}
-		if !by[nc.by] {
-			return fmt.Sprintf("no %s finding (all findings: %s)", nc.by, fmtViolations(r))
+		if !caughtBy(r, nc.by) {
+			return fmt.Sprintf("no %s finding (all findings: %s)%s", nc.by, fmtViolations(r), missedFaults(run))
 		}
 		return ""
 	}
@@ -284,6 +312,32 @@ func (nc negativeControl) missed(t *testing.T, seed uint64) string {
 	}
 	if definite(r) == 0 {
 		return fmt.Sprintf("the suite reported no violation (linearizability %s)", r.Linearizable.Result)
+	}
+	return ""
+}
+
+// caughtBy reports whether r has the finding by names (see
+// negativeControl.by).
+func caughtBy(r checker.Report, by string) bool {
+	name, kind, _ := strings.Cut(by, "/")
+	if name == "linearizability" {
+		return r.Linearizable.Result == checker.NotLinearizable
+	}
+	for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing, r.StaleLeader} {
+		for _, v := range vs {
+			if v.Checker == name && (kind == "" || v.Kind == kind) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// missedFaults says, for a control not caught, which of its faults did
+// not happen ("" if they all did).
+func missedFaults(run faultRun) string {
+	if why := faultsMissed(run); len(why) > 0 {
+		return "; the faults did not happen: " + strings.Join(why, "; ")
 	}
 	return ""
 }
@@ -341,4 +395,53 @@ func TestFaultsNegativeControl(t *testing.T) {
 			nc.runUntilCaught(t, seed)
 		})
 	}
+}
+
+var (
+	controlSeeds = flag.Int("faults.controlseeds", 0, "TestFaultsControlRates: run each negative control once with this many seeds and print each control's single-attempt catch rate (0: skip)")
+	controlsOnly = flag.String("faults.controls", "", "TestFaultsControlRates: a regular expression of the controls to measure (default: all)")
+)
+
+// TestFaultsControlRates measures how often each negative control is
+// caught in a single attempt: each runs once with each of
+// -faults.controlseeds seeds (its own seed, then +1000, +2000, …), and
+// a table of controls, seeds, catches and rates is printed.
+//
+//	go test -run TestFaultsControlRates -faults.controlseeds=20 -timeout=0 .
+func TestFaultsControlRates(t *testing.T) {
+	if *controlSeeds == 0 {
+		t.Skip("set -faults.controlseeds (e.g. 20) to measure the controls' catch rates")
+	}
+	only, err := regexp.Compile(*controlsOnly)
+	if err != nil {
+		t.Fatalf("-faults.controls: %v", err)
+	}
+	var table []string
+	for _, nc := range negativeControls {
+		if !only.MatchString(nc.name) {
+			continue
+		}
+		caught := 0
+		var missed []string
+		for i := range uint64(*controlSeeds) {
+			seed := nc.seed + 1000*i
+			t.Run(fmt.Sprintf("%s/seed=%d", nc.name, seed), func(t *testing.T) {
+				if why := nc.missed(t, seed); why != "" {
+					missed = append(missed, fmt.Sprintf("seed %d: %s", seed, why))
+					t.Logf("not caught: %s", why)
+					return
+				}
+				caught++
+			})
+		}
+		row := fmt.Sprintf("| %s | %d | %d | %.0f%% |", nc.name, *controlSeeds, caught, 100*float64(caught)/float64(*controlSeeds))
+		table = append(table, row)
+		fmt.Println("control rate " + row)
+		for _, m := range missed {
+			fmt.Printf("control missed %s %s\n", nc.name, m)
+		}
+	}
+	summary := "| control | seeds | caught | single-attempt rate |\n|---|---|---|---|\n" + strings.Join(table, "\n")
+	t.Log("\n" + summary)
+	fmt.Println(summary)
 }

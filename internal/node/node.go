@@ -222,6 +222,7 @@ func open(c Config) (*Node, error) {
 		Serving:                n.leadership.Serving,
 		Tokens:                 tokens,
 		UnsafeNoEvictionFloor:  cfg.knobs.UnsafeNoEvictFloor,
+		UnsafeTokenRepeat:      cfg.knobs.UnsafeTokenRepeat,
 		UnsafeUnsureNotGranted: cfg.knobs.UnsafeUnsureNotGranted,
 		UnsafeDropHandedOver:   cfg.knobs.UnsafeDropHandedOver,
 		Now:                    cfg.Clock,
