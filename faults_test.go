@@ -299,6 +299,14 @@ func stallHandOffRun(d time.Duration) runOpts {
 		clients: []clientMode{handle, handle, handle, handle, handle, handle, handle, handle, handle, handle, direct}}
 }
 
+// transferUnrelinquishedRun is a run of the transfer-unrelinquished
+// schedule on persistent locks: every client on the three resources of one
+// partition, which moves every 100–300 ms between faults.
+func transferUnrelinquishedRun(d time.Duration) runOpts {
+	return runOpts{d: d, dur: kahuna.Persistent, kinds: []faultKind{fTransferUnrelinquished},
+		gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond, onePartition: true, perPartition: 3}
+}
+
 // requireHandOffsUnknown fails a stall-handoff run in which no waiter was
 // answered Errored: its stalls never left a hand-off's outcome unknown,
 // and it tested nothing.
@@ -1111,7 +1119,9 @@ func TestFaults(t *testing.T) {
 		// The schedule of the takeover-wait-off control, with the wait
 		// on: leaders that hand over with their lease kept, cut off.
 		t.Run("seed=13/transfer-unrelinquished", func(t *testing.T) {
-			requireClean(t, runFaults(t, 13, runOpts{d: runLength(5 * time.Second), dur: kahuna.Persistent, kinds: []faultKind{fTransferUnrelinquished}, name: "TestFaults/seed=13/transfer-unrelinquished"}))
+			o := transferUnrelinquishedRun(runLength(5 * time.Second))
+			o.name = "TestFaults/seed=13/transfer-unrelinquished"
+			requireClean(t, runFaults(t, 13, o))
 		})
 		t.Run("seed=11/cache-pressure", func(t *testing.T) {
 			run := runFaults(t, 11, runOpts{d: faultsRunLength(), dur: kahuna.Ephemeral, kinds: scheduleKinds(t), cachePressure: true, name: "TestFaults/seed=11/cache-pressure"})

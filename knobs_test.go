@@ -101,6 +101,16 @@ func WithTokenRepeat(cfg kahuna.Config) kahuna.Config {
 	return cfg
 }
 
+// WithoutSweepFloor returns cfg with free records removed by the sweep
+// without raising the partition's token floor: a name swept away is
+// granted tokens from the old floor again (from 0), below its removed
+// record's. A negative control: the fencing checker must report tokens
+// going backwards.
+func WithoutSweepFloor(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoSweepFloor = true
+	return cfg
+}
+
 // WithoutHandedOverLeases returns cfg with a new leader that drops the
 // ephemeral leases handed over to it, though it waits none of them out: a
 // planned move loses the locks while their holders still hold them. A

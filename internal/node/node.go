@@ -197,6 +197,7 @@ func open(c Config) (*Node, error) {
 		ProposalTimeout:     cfg.knobs.ProposalTimeout,
 		UnsafeNoFence:       cfg.knobs.UnsafeNoFence,
 		UnsafeAppliedFirst:  cfg.knobs.UnsafeAppliedFirst,
+		UnsafeNoSweepFloor:  cfg.knobs.UnsafeNoSweepFloor,
 		InitialClusterState: cfg.InitialClusterState,
 		ClusterToken:        cfg.InitialClusterToken,
 		MutualTLS:           cfg.peerTLS(),
