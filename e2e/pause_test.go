@@ -56,46 +56,45 @@ func TestPause(t *testing.T) {
 			return
 		}
 		t.Run("StaleLeader", func(t *testing.T) {
-			f := pausedLeaderStale(t, unsafe)
-			if len(f) == 0 {
-				t.Fatal("without the leader lease the resumed old leader never answered from its cache: the scenario cannot see the bug")
+			// The resumed process races its Raft (the new term's messages
+			// waiting in its Raft connections) against the calls waiting
+			// in its API socket: when Raft runs first, the node steps down
+			// before it answers, and the attempt shows nothing, whatever
+			// the test does. One attempt catches it 18 times in 20
+			// (KAHUNA_CONTROL_RATES=20), so three miss about once in a
+			// thousand runs.
+			for try := 1; ; try++ {
+				f := pausedLeaderStale(t, unsafe)
+				if len(f) > 0 {
+					t.Logf("caught on try %d: %s", try, strings.Join(f, "; "))
+					return
+				}
+				if try == staleLeaderControlTries {
+					t.Fatalf("without the leader lease the resumed old leader never answered from its cache in %d tries: the scenario cannot see the bug", try)
+				}
 			}
-			t.Logf("caught: %s", strings.Join(f, "; "))
 		})
 		t.Run("Nemesis", func(t *testing.T) {
 			c := startPauseCluster(t, unsafe)
-			endpoints := c.endpoints()
 			seed := uint64(time.Now().UnixNano()) % 1_000_000
-			var seen []string
-			for round := 0; ; round++ {
-				r := pauseNemesisRound(t, c, endpoints, seed+uint64(round), round, true)
-				// Only the stale-leader checker's finding catches the bug
-				// (an answer of a node after a later reign began): the
-				// control is for the leader lease, nothing else.
-				if n := len(r.report.StaleLeader); n > 0 {
-					t.Logf("caught in round %d (seed %d): %d stale answers, e.g. %v", round, seed+uint64(round), n, r.report.StaleLeader[0])
-					return
-				}
-				seen = append(seen, fmt.Sprintf("round %d: %d other findings, linearizability %s", round, r.report.Definite(), r.report.Linearizable.Result))
-				// A stale answer needs the resumed node to serve its queued
-				// calls before Raft tells it it was deposed: a race that a
-				// round's pauses may all lose, whatever its seed. A round
-				// catches it about 2 times in 3 (KAHUNA_CONTROL_RATES=20:
-				// see pauseNemesisControlRounds), so several rounds make
-				// one attempt.
-				if round == pauseNemesisControlRounds-1 {
-					t.Fatalf("without the leader lease %d nemesis rounds (seed %d) found no stale answer (%v): the nemesis cannot see the bug", pauseNemesisControlRounds, seed, seen)
-				}
+			r := pauseNemesisRound(t, c, c.endpoints(), seed, 0, true)
+			// Only the stale-leader checker's finding catches the bug (an
+			// answer of a node after a later reign began): the control is
+			// for the leader lease, nothing else. One round catches it 20
+			// times in 20 (KAHUNA_CONTROL_RATES=20), with 41 to 97 stale
+			// answers each.
+			if len(r.report.StaleLeader) == 0 {
+				t.Fatalf("without the leader lease a nemesis round (seed %d) found no stale answer (%d other findings, linearizability %s): the nemesis cannot see the bug",
+					seed, r.report.Definite(), r.report.Linearizable.Result)
 			}
+			t.Logf("caught (seed %d): %d stale answers, e.g. %v", seed, len(r.report.StaleLeader), r.report.StaleLeader[0])
 		})
 	})
 }
 
-// pauseNemesisControlRounds is how many nemesis rounds the no-lease
-// control may take to show a stale answer: one round catches it with the
-// measured single-round rate (KAHUNA_CONTROL_RATES), so a miss in this many
-// rounds in a row is improbable.
-const pauseNemesisControlRounds = 6
+// staleLeaderControlTries is how many times the no-lease control of the
+// stale-leader scenario may run to see the stale answer.
+const staleLeaderControlTries = 3
 
 // controlRates is KAHUNA_CONTROL_RATES: measure each control's
 // single-attempt catch rate over that many attempts instead of running the
