@@ -202,9 +202,11 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 	for time.Now().Before(stop) {
 		time.Sleep(300 * time.Millisecond) // the schedule's pace
 		to := c.ids[rng.IntN(len(c.ids))]
-		if l := c.leaderOf(p); l == to {
-			eff.transfersToSelf++
-		} else if n := c.node(l); n != nil {
+		l := c.leaderOf(p)
+		if l == to {
+			to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)] // a move, not a no-op
+		}
+		if n := c.node(l); n != nil {
 			eff.transferred(p, n.TransferLeadership(p, to))
 		}
 	}

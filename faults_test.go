@@ -164,13 +164,12 @@ type faultRun struct {
 // faultEffects is what a run's faults did, as seen from outside the nodes.
 type faultEffects struct {
 	reigns *reignCount
-	// Leader transfers (fTransfer, fSlowTransfer, fTransferUnrelinquished): asked of the leader,
-	// asked of a leader for itself (nothing to do), refused, accepted, and
-	// of those accepted the ones after which the partition had a new reign
-	// before the next fault began (or the cluster was found serving again
-	// at the end).
-	transfers, transfersToSelf, transfersRefused, transfersAccepted, transfersMoved int
-	pending                                                                         func() // checks the last accepted transfer
+	// Leader transfers (fTransfer, fSlowTransfer, fTransferUnrelinquished):
+	// asked of the leader, refused, accepted, and of those accepted the
+	// ones after which the partition had a new reign before the next fault
+	// began (or the cluster was found serving again at the end).
+	transfers, transfersRefused, transfersAccepted, transfersMoved int
+	pending                                                        func() // checks the last accepted transfer
 }
 
 // transferred counts a transfer of p asked of its leader, err its answer,
@@ -201,8 +200,8 @@ func (e *faultEffects) settle() {
 }
 
 func (e faultEffects) String() string {
-	return fmt.Sprintf("transfers asked %d (and %d to the node already leading), refused %d, accepted %d, followed by a new reign %d",
-		e.transfers, e.transfersToSelf, e.transfersRefused, e.transfersAccepted, e.transfersMoved)
+	return fmt.Sprintf("transfers asked %d, refused %d, accepted %d, followed by a new reign %d",
+		e.transfers, e.transfersRefused, e.transfersAccepted, e.transfersMoved)
 }
 
 // leaderFaults are the kinds of fault that move a hot partition's
@@ -402,9 +401,13 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fTransfer:
 			p := hot[rng.IntN(len(hot))]
 			to := randomNode()
-			if l := c.leaderNow(p); l == to {
-				eff.transfersToSelf++ // nothing to move
-			} else if n := c.node(l); n != nil {
+			l := c.leaderNow(p)
+			if l == to {
+				// Not to the leader itself, which moves nothing: the next
+				// node (no draw of its own, so a seed's schedule stays).
+				to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)]
+			}
+			if n := c.node(l); n != nil {
 				logf("transfer partition %d to node %d", p, to)
 				err := n.TransferLeadership(p, to) // may be refused mid-election
 				eff.transferred(p, err)
