@@ -1,8 +1,10 @@
 package kahuna_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -304,6 +306,18 @@ func (c *faultCluster) others(id uint64) []uint64 {
 	return o
 }
 
+// reignCount counts the reigns a run recorded: in all, by partition, and
+// how many were already going on when the recording began (the first
+// sweep), so that a run can tell whether its faults moved any leadership.
+type reignCount struct {
+	total   atomic.Int64
+	of      []atomic.Int64 // by partition
+	initial int64          // total after the first sweep
+}
+
+// begun counts the reigns that began after the first sweep.
+func (r *reignCount) begun() int64 { return r.total.Load() - r.initial }
+
 // watchReigns records, until stop is closed, every reign of the
 // partitions of byPartition into rec: one checker.Reign per resource of the
 // partition each time a node begins to serve it in a Raft term no node
@@ -312,13 +326,13 @@ func (c *faultCluster) others(id uint64) []uint64 {
 // it is called are found by asking every node once (a node serving while
 // its Raft replica already knows another leader gives a reign of unknown
 // term). That first sweep is done when it returns.
-func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]string, ephemeral, grace bool, stop <-chan struct{}) (reigns *atomic.Int64, done <-chan struct{}) {
+func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]string, ephemeral, grace bool, stop <-chan struct{}) (reigns *reignCount, done <-chan struct{}) {
 	var mu sync.Mutex
 	seen := make([]map[uint64]bool, c.partitions)
 	for p := range seen {
 		seen[p] = map[uint64]bool{}
 	}
-	reigns = new(atomic.Int64)
+	reigns = &reignCount{of: make([]atomic.Int64, c.partitions)}
 	record := func(p int, node, term uint64, from, to time.Duration) {
 		if _, watched := byPartition[p]; !watched {
 			return
@@ -336,7 +350,8 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 				rec.Reign(res, node, term, from, to, ephemeral)
 			}
 		}
-		reigns.Add(1)
+		reigns.total.Add(1)
+		reigns.of[p].Add(1)
 	}
 	sink := func(node uint64, p int, term uint64, serve func()) {
 		from := rec.Now()
@@ -360,6 +375,7 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 			}
 		}
 	}
+	reigns.initial = reigns.total.Load()
 	ch := make(chan struct{})
 	go func() {
 		defer close(ch)
@@ -367,4 +383,59 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 		c.reignSink.Store(nil)
 	}()
 	return reigns, ch
+}
+
+// servesAgainSeq names the fresh resources of servesAgain.
+var servesAgainSeq atomic.Uint64
+
+// servesAgain returns nil once every partition has granted a fresh lock
+// (a name no one used, of durability d, asked of the running nodes in
+// turn, each through its forwarding Locker) and released it, or an error
+// naming the partitions that did not by within, with their last answers.
+// A call that is not granted is asked again after a few milliseconds: the
+// answers are what is waited on.
+func (c *faultCluster) servesAgain(d kahuna.Durability, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	names := c.resourcesOnPartitions(fmt.Sprintf("again%d", servesAgainSeq.Add(1)), 1)
+	last := make([]string, len(names))
+	for p := range last {
+		last[p] = "no node up"
+	}
+	var wg sync.WaitGroup
+	for p, res := range names {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				up := c.up()
+				if len(up) > 0 {
+					if n := c.node(up[i%len(up)]); n != nil {
+						ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, time.Until(deadline)))
+						r, err := n.TryLock(ctx, res, []byte("serves-again"), time.Minute, d)
+						if err == nil && r.Status == kahuna.Locked {
+							_, _ = n.Unlock(ctx, res, []byte("serves-again"), d)
+							cancel()
+							last[p] = ""
+							return
+						}
+						cancel()
+						last[p] = fmt.Sprintf("node %d: %v %v", up[i%len(up)], r.Status, err)
+					}
+				}
+				if !time.Now().Before(deadline) {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	var missing []string
+	for p, why := range last {
+		if why != "" {
+			missing = append(missing, fmt.Sprintf("partition %d (%s): %s", p, names[p], why))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no fresh %s lock granted within %v of the faults' end on %s", d, within, strings.Join(missing, "; "))
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,6 +116,7 @@ func (r recordingLocker) Get(ctx context.Context, res string, d kahuna.Durabilit
 // fencedRun is the outcome of one fenced-resource workload.
 type fencedRun struct {
 	acked, lost, rejected, pauses int
+	effects                       faultEffects // the leader transfers
 	report                        checker.Report
 }
 
@@ -130,6 +132,7 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 	)
 	store := newFencedStore(fenced)
 	rec := checker.NewRecorder()
+	var run fencedRun
 	var (
 		mu     sync.Mutex
 		acked  []int
@@ -184,23 +187,39 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 			}
 		}()
 	}
-	// Leader transfers of the lock's partition meanwhile.
+	// Leader transfers of the lock's partition meanwhile, each counted
+	// with what it did: the reigns of the partition are counted as they
+	// begin (the serve hook).
 	p := c.node(c.up()[0]).Partition(res)
+	eff := faultEffects{reigns: &reignCount{of: make([]atomic.Int64, c.partitions)}}
+	sink := func(_ uint64, q int, _ uint64, serve func()) {
+		serve()
+		eff.reigns.of[q].Add(1)
+	}
+	c.reignSink.Store(&sink)
+	defer c.reignSink.Store(nil)
 	rng := rand.New(rand.NewPCG(seed, 99))
 	for time.Now().Before(stop) {
-		time.Sleep(300 * time.Millisecond)
-		if n := c.node(c.leaderOf(p)); n != nil {
-			_ = n.TransferLeadership(p, c.ids[rng.IntN(len(c.ids))])
+		time.Sleep(300 * time.Millisecond) // the schedule's pace
+		to := c.ids[rng.IntN(len(c.ids))]
+		l := c.leaderOf(p)
+		if l == to {
+			to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)] // a move, not a no-op
+		}
+		if n := c.node(l); n != nil {
+			eff.transferred(p, n.TransferLeadership(p, to))
 		}
 	}
 	wg.Wait()
+	eff.settle() // the holders' last calls gave the last transfer time
+	run.effects = eff
 
 	final, _ := store.read(1 << 62)
 	have := map[int]bool{}
 	for _, x := range final {
 		have[x] = true
 	}
-	run := fencedRun{acked: len(acked), rejected: store.rejected, pauses: pauses}
+	run.acked, run.rejected, run.pauses = len(acked), store.rejected, pauses
 	for _, x := range acked {
 		if !have[x] {
 			run.lost++
@@ -241,8 +260,12 @@ func TestFaultsFencedResource(t *testing.T) {
 			t.Logf("%s: %d updates acknowledged, %d lost, %d stale accesses rejected, %d pauses past the lease; lock history %+v, %d hold windows; linearizability %s, exclusion %d, fencing %d",
 				name, run.acked, run.lost, run.rejected, run.pauses, run.report.Stats, run.report.HoldWindows,
 				run.report.Linearizable.Result, len(run.report.Exclusion), len(run.report.Fencing))
+			t.Logf("%s: %s", name, run.effects)
 			if run.acked < 10 || run.pauses == 0 {
 				t.Fatalf("weak run: %d updates, %d pauses", run.acked, run.pauses)
+			}
+			if run.effects.transfersAccepted == 0 || run.effects.transfersMoved == 0 {
+				t.Fatalf("weak run: the leader transfers did not happen (%s)", run.effects)
 			}
 			// The lock service must pass the exclusion and fencing checkers in
 			// both runs and be found linearizable: a search still undecided

@@ -45,6 +45,11 @@ const (
 	faultOpTimeout = 10 * time.Second
 	faultMargin    = 50 * time.Millisecond  // lease clock vs recorder clock
 	faultWarmup    = 300 * time.Millisecond // workload before the first fault
+	faultTail      = 500 * time.Millisecond // workload after the last fault
+	// servesAgainWithin bounds the wait for a fresh lock on every
+	// partition once the faults are over: generous next to an election,
+	// a restart and the grace (a TTL of faultTTL to wait out).
+	servesAgainWithin = 20 * time.Second
 )
 
 // faultKind is one kind of nemesis action.
@@ -104,6 +109,16 @@ const (
 	// holds it past the server's end. Not in allFaults: run with handle
 	// clients that hold their locks to the end (handleOpts.full).
 	fStallHandOff faultKind = "stall-handoff"
+	// fTransferUnrelinquished moves a hot partition's leadership away
+	// from its leader L without L dropping its lease first
+	// (TransferUnrelinquished), L's inbound links cut, so that it goes on
+	// believing it leads and hears nothing of the election: what a
+	// transfer forwarded to a leader with a live lease, or a paused
+	// target's late TimeoutNow, does. The target must wait L's lease out
+	// before it serves (the takeover wait). The links heal once L's lease
+	// has surely run out. Not in allFaults: the takeover-wait-off control
+	// and its clean twin run it.
+	fTransferUnrelinquished faultKind = "transfer-unrelinquished"
 )
 
 // faultProposalTimeout bounds a Raft proposal in the fault cluster (the
@@ -133,13 +148,94 @@ type faultRun struct {
 	dur     kahuna.Durability
 	history checker.History
 	report  checker.Report
-	faults  map[faultKind]int
+	faults  map[faultKind]int // scheduled
+	effects faultEffects      // what the scheduled faults did
 	reigns  int64
-	late    int // definite answers that took longer than a second
-	net     struct{ dropped, delayed, stalled, held int64 }
+	// begun counts the reigns that began during the run (not those going
+	// on when it started).
+	begun int64
+	late  int // definite answers that took longer than a second
+	net   struct{ dropped, delayed, stalled, held int64 }
 	// evictions counts the cache entries the nodes evicted over the run (those of nodes killed on the way included).
 	evictions uint64
 	handles   *handleStats // what the handle clients saw
+}
+
+// faultEffects is what a run's faults did, as seen from outside the nodes.
+type faultEffects struct {
+	reigns *reignCount
+	// Leader transfers (fTransfer, fSlowTransfer, fTransferUnrelinquished):
+	// asked of the leader, refused, accepted, and of those accepted the
+	// ones after which the partition had a new reign before the next fault
+	// began (or the cluster was found serving again at the end).
+	transfers, transfersRefused, transfersAccepted, transfersMoved int
+	pending                                                        func() // checks the last accepted transfer
+}
+
+// transferred counts a transfer of p asked of its leader, err its answer,
+// and, if accepted, arranges for the next check to see whether p had a new
+// reign since.
+func (e *faultEffects) transferred(p int, err error) {
+	e.settle()
+	e.transfers++
+	if err != nil {
+		e.transfersRefused++
+		return
+	}
+	e.transfersAccepted++
+	before := e.reigns.of[p].Load()
+	e.pending = func() {
+		if e.reigns.of[p].Load() > before {
+			e.transfersMoved++
+		}
+	}
+}
+
+// settle checks the last accepted transfer, if it was not yet.
+func (e *faultEffects) settle() {
+	if e.pending != nil {
+		e.pending()
+		e.pending = nil
+	}
+}
+
+func (e faultEffects) String() string {
+	return fmt.Sprintf("transfers asked %d, refused %d, accepted %d, followed by a new reign %d",
+		e.transfers, e.transfersRefused, e.transfersAccepted, e.transfersMoved)
+}
+
+// leaderFaults are the kinds of fault that move a hot partition's
+// leadership (most of the time: a pause may hit a follower).
+var leaderFaults = []faultKind{fKillLeader, fCrashLeader, fTransfer, fSlowTransfer, fTransferUnrelinquished, fIsolateLeader, fPause, fStallReplication}
+
+// netFaults are the kinds of fault that cut, drop or stall messages.
+var netFaults = []faultKind{fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn, fLossy, fPause, fStallReplication, fTransferUnrelinquished}
+
+// faultsMissed says which of run's scheduled faults took no effect: no
+// transfer accepted or followed by a new reign, no reign begun at all
+// though faults that move leaders were scheduled, no message cut or held
+// though faults that cut links were. Empty: the faults happened.
+func faultsMissed(run faultRun) []string {
+	var why []string
+	n := func(kinds ...faultKind) (sum int) {
+		for _, k := range kinds {
+			sum += run.faults[k]
+		}
+		return sum
+	}
+	if k := n(fTransfer, fSlowTransfer, fTransferUnrelinquished); k > 0 && (run.effects.transfersAccepted == 0 || run.effects.transfersMoved == 0) {
+		why = append(why, fmt.Sprintf("%d transfers scheduled, but %s", k, run.effects))
+	}
+	if k := n(leaderFaults...); k > 0 && run.begun == 0 {
+		why = append(why, fmt.Sprintf("%d faults that move leaders scheduled, but no reign began", k))
+	}
+	if k := n(netFaults...); k > 0 && run.net.dropped+run.net.stalled+run.net.held == 0 {
+		why = append(why, fmt.Sprintf("%d faults that cut links scheduled, but no message was dropped, stalled or held", k))
+	}
+	if k := n(fStallReplication, fStallHandOff); k > 0 && run.net.held == 0 {
+		why = append(why, fmt.Sprintf("%d stalled replications scheduled, but no Replicate message was held", k))
+	}
+	return why
 }
 
 // runOpts is what a run varies besides its seed.
@@ -202,6 +298,14 @@ func stallHandOffRun(d time.Duration) runOpts {
 		clients: []clientMode{handle, handle, handle, handle, handle, handle, handle, handle, handle, handle, direct}}
 }
 
+// transferUnrelinquishedRun is a run of the transfer-unrelinquished
+// schedule on persistent locks: every client on the three resources of one
+// partition, which moves every 100–300 ms between faults.
+func transferUnrelinquishedRun(d time.Duration) runOpts {
+	return runOpts{d: d, dur: kahuna.Persistent, kinds: []faultKind{fTransferUnrelinquished},
+		gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond, onePartition: true, perPartition: 3}
+}
+
 // requireHandOffsUnknown fails a stall-handoff run in which no waiter was
 // answered Errored: its stalls never left a hand-off's outcome unknown,
 // and it tested nothing.
@@ -242,7 +346,7 @@ func durabilityOf(seed uint64) kahuna.Durability {
 //
 // unsure is told the partition of an Unlock a handle client saw answered
 // Errored (fStallHandOff waits for one).
-func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand, o runOpts, hot []int, counts map[faultKind]int, start time.Time, unsure <-chan int) {
+func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand, o runOpts, hot []int, counts map[faultKind]int, eff *faultEffects, start time.Time, unsure <-chan int) {
 	logf := func(format string, args ...any) {
 		t.Logf("%7.3fs nemesis: %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
@@ -277,6 +381,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		return
 	}
 	for ctx.Err() == nil {
+		eff.settle() // the last transfer had the gap to take effect
 		k := o.kinds[rng.IntN(len(o.kinds))]
 		counts[k]++
 		switch k {
@@ -296,9 +401,19 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fTransfer:
 			p := hot[rng.IntN(len(hot))]
 			to := randomNode()
-			if n := c.node(c.leaderNow(p)); n != nil {
+			l := c.leaderNow(p)
+			if l == to {
+				// Not to the leader itself, which moves nothing: the next
+				// node (no draw of its own, so a seed's schedule stays).
+				to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)]
+			}
+			if n := c.node(l); n != nil {
 				logf("transfer partition %d to node %d", p, to)
-				_ = n.TransferLeadership(p, to) // may be refused mid-election
+				err := n.TransferLeadership(p, to) // may be refused mid-election
+				eff.transferred(p, err)
+				if err != nil {
+					logf("transfer refused: %v", err)
+				}
 			}
 		case fSlowTransfer:
 			p := hot[rng.IntN(len(hot))]
@@ -315,8 +430,32 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 				c.net.Set(o, id, l)
 			}
 			hold(100*time.Millisecond, 300*time.Millisecond)
-			_ = n.TransferLeadership(p, to)
+			err := n.TransferLeadership(p, to)
+			eff.transferred(p, err)
+			if err != nil {
+				logf("transfer refused: %v", err)
+			}
 			hold(200*time.Millisecond, 800*time.Millisecond)
+			logf("heal")
+			c.net.Heal()
+		case fTransferUnrelinquished:
+			p := hot[rng.IntN(len(hot))]
+			id := c.leaderNow(p)
+			n := c.node(id)
+			if n == nil {
+				break
+			}
+			to := c.others(id)[rng.IntN(len(c.ids)-1)]
+			logf("%s: node %d's inbound links cut, partition %d to node %d with its lease kept", k, id, p, to)
+			c.net.Isolate(id, c.others(id), false, true)
+			err := TransferUnrelinquished(n, p, to)
+			eff.transferred(p, err)
+			if err != nil {
+				logf("transfer refused: %v", err)
+			}
+			// Cut off, L cannot renew its lease: past it, L stepped down.
+			lease := LeaderLease(n)
+			hold(lease+100*time.Millisecond, lease+400*time.Millisecond)
 			logf("heal")
 			c.net.Heal()
 		case fStallReplication:
@@ -803,16 +942,25 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		wg.Add(1)
 		go func() { defer wg.Done(); work(stopClients, hot) }()
 	}
+	run.effects.reigns = reigns
 	ctx, cancel := context.WithTimeout(context.Background(), o.d)
-	nemesis(ctx, t, c, rand.New(rand.NewPCG(seed, 1)), o, hotParts, run.faults, start, unsure)
+	nemesis(ctx, t, c, rand.New(rand.NewPCG(seed, 1)), o, hotParts, run.faults, &run.effects, start, unsure)
 	cancel()
-	// A healthy tail: the cluster must serve again after the faults.
-	time.Sleep(500 * time.Millisecond)
+	// The cluster must serve again after the faults: a fresh lock on
+	// every partition, while the workload goes on for a healthy tail of at
+	// least faultTail.
+	tail := time.Now().Add(faultTail)
+	if err := c.servesAgain(o.dur, servesAgainWithin); err != nil {
+		t.Errorf("seed %d: the cluster does not serve again after the faults: %v", seed, err)
+	}
+	run.effects.settle()
+	time.Sleep(time.Until(tail)) // the workload's length, not a wait for an event
 	close(stopClients)
 	wg.Wait()
 	close(stopWatch)
 	<-watched
-	run.reigns = reigns.Load()
+	run.reigns = reigns.total.Load()
+	run.begun = reigns.begun()
 	run.evictions = c.evictions()
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
 	c.close() // the checkers get the CPU
@@ -844,9 +992,9 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		opts.VisualizePath = filepath.Join(dump, base+".html") // a control is drawn only when asked
 	}
 	run.report = checker.Check(run.history, opts)
-	t.Logf("seed %d: %d ops (%d ok, %d fail, %d indeterminate, %d definite answers after more than 1s), %d reigns, %d hold windows, faults %v, raft batches dropped %d, delayed %d, forwarded chunks stalled %d, replicate messages held %d; linearizability %s in %v; violations %s",
+	t.Logf("seed %d: %d ops (%d ok, %d fail, %d indeterminate, %d definite answers after more than 1s), %d reigns (%d begun in the run), %d hold windows, faults %v (%s), raft batches dropped %d, delayed %d, forwarded chunks stalled %d, replicate messages held %d; linearizability %s in %v; violations %s",
 		seed, run.report.Stats.Ops, run.report.Stats.OK, run.report.Stats.Fail, run.report.Stats.Indeterminate, run.late,
-		run.reigns, run.report.HoldWindows, fmtCounts(run.faults), run.net.dropped, run.net.delayed, run.net.stalled, run.net.held,
+		run.reigns, run.begun, run.report.HoldWindows, fmtCounts(run.faults), run.effects, run.net.dropped, run.net.delayed, run.net.stalled, run.net.held,
 		run.report.Linearizable.Result, run.report.Linearizable.Elapsed.Round(time.Millisecond), fmtViolations(run.report))
 	if slices.Contains(modes, handle) {
 		t.Logf("seed %d: handle clients: %s; %d holds recorded", seed, run.handles, run.report.Stats.Holds)
@@ -918,7 +1066,8 @@ func reportViolations(t *testing.T, run faultRun) {
 	t.Error(b.String())
 }
 
-// requireClean fails the test on any violation and on an empty run.
+// requireClean fails the test on any violation, on an empty run, and on
+// a run whose faults did not happen.
 func requireClean(t *testing.T, run faultRun) {
 	t.Helper()
 	if run.report.Violations() > 0 {
@@ -926,6 +1075,9 @@ func requireClean(t *testing.T, run faultRun) {
 	}
 	if run.report.HoldWindows < 20 {
 		t.Errorf("seed %d: only %d definite grants: an empty test is not a pass", run.seed, run.report.HoldWindows)
+	}
+	for _, why := range faultsMissed(run) {
+		t.Errorf("seed %d: the faults did not happen: %s", run.seed, why)
 	}
 }
 
@@ -966,6 +1118,13 @@ func TestFaults(t *testing.T) {
 	if *faultsSeed == 0 {
 		t.Run("seed=5/grace", func(t *testing.T) {
 			requireClean(t, runFaults(t, 5, runOpts{d: faultsRunLength(), dur: kahuna.Ephemeral, kinds: scheduleKinds(t), grace: true, name: "TestFaults/seed=5/grace"}))
+		})
+		// The schedule of the takeover-wait-off control, with the wait
+		// on: leaders that hand over with their lease kept, cut off.
+		t.Run("seed=13/transfer-unrelinquished", func(t *testing.T) {
+			o := transferUnrelinquishedRun(runLength(5 * time.Second))
+			o.name = "TestFaults/seed=13/transfer-unrelinquished"
+			requireClean(t, runFaults(t, 13, o))
 		})
 		t.Run("seed=11/cache-pressure", func(t *testing.T) {
 			run := runFaults(t, 11, runOpts{d: faultsRunLength(), dur: kahuna.Ephemeral, kinds: scheduleKinds(t), cachePressure: true, name: "TestFaults/seed=11/cache-pressure"})

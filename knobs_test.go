@@ -92,6 +92,25 @@ func WithoutEvictionFloor(cfg kahuna.Config) kahuna.Config {
 	return cfg
 }
 
+// WithTokenRepeat returns cfg with the token rule broken: a grant to a
+// new owner of a name with a record or a cached entry takes the last
+// grant's token again instead of one more. A negative control: the
+// fencing checker must report a token granted to two owners.
+func WithTokenRepeat(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeTokenRepeat = true
+	return cfg
+}
+
+// WithoutSweepFloor returns cfg with free records removed by the sweep
+// without raising the partition's token floor: a name swept away is
+// granted tokens from the old floor again (from 0), below its removed
+// record's. A negative control: the fencing checker must report tokens
+// going backwards.
+func WithoutSweepFloor(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoSweepFloor = true
+	return cfg
+}
+
 // WithoutHandedOverLeases returns cfg with a new leader that drops the
 // ephemeral leases handed over to it, though it waits none of them out: a
 // planned move loses the locks while their holders still hold them. A

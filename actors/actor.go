@@ -416,7 +416,7 @@ func (a *lockActor) forget(c *call, s *slot, cached bool, term uint64, now time.
 func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	req := &c.req
 	s.lastUsed = now
-	d := lease.Decide(s.Entry, req.Op, req.Owner, req.TTL, now)
+	d := a.decideLease(s.Entry, req.Op, req.Owner, req.TTL, now)
 	if d.Status == lease.Busy && c.waits() {
 		if len(s.waiters) >= lease.MaxWaiters {
 			c.reply <- Response{Status: a.notGranted(c, lease.Busy)}
@@ -472,7 +472,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 			h.waited = now.Sub(h.queuedAt)
 		}
 		h.granted = true
-		h.decision = lease.Decide(d.Next, lease.TryLock, h.req.Owner, h.req.TTL, now)
+		h.decision = a.decideLease(d.Next, lease.TryLock, h.req.Owner, h.req.TTL, now)
 		h.decision.Next.Owner = append([]byte(nil), h.req.Owner...)
 		c.handoff = h
 		write = h.decision.Next
@@ -491,6 +491,17 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	c.self, c.root = a.self, a.root
 	s.inflight = c
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
+}
+
+// decideLease is lease.Decide, with the token rule broken under
+// Config.UnsafeTokenRepeat: a grant to a new owner takes the entry's last
+// token again instead of one more.
+func (a *lockActor) decideLease(e lease.Entry, op lease.Op, owner []byte, ttl time.Duration, now time.Time) lease.Decision {
+	d := lease.Decide(e, op, owner, ttl, now)
+	if a.cfg.UnsafeTokenRepeat && op == lease.TryLock && d.Write && e.State != lease.Absent && d.Token > e.Token {
+		d.Token, d.Next.Token = e.Token, e.Token
+	}
+	return d
 }
 
 // windowRoom reports whether an ephemeral grant (of token), extension of

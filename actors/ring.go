@@ -84,6 +84,11 @@ type Config struct {
 	// the name's next grant may repeat it: a negative control for the
 	// fault tests, never for production.
 	UnsafeNoEvictionFloor bool
+	// UnsafeTokenRepeat breaks the token rule: a grant to a new owner of
+	// a name that has a record or entry takes the last grant's token again
+	// instead of one more. A negative control for the fault tests, never
+	// for production.
+	UnsafeTokenRepeat bool
 	// UnsafeDropHandedOver makes Install keep nothing: the leases handed
 	// over are lost, though the new leader waits none of them out. A
 	// negative control for the fault tests, never for production.

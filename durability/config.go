@@ -142,6 +142,11 @@ type RaftConfig struct {
 	// pending writes it covers (pending.go), so a crash loses applied
 	// records. Only for the crash tests' negative controls.
 	UnsafeAppliedFirst bool
+	// UnsafeNoSweepFloor removes free records without raising the
+	// partition's token floor, so a name swept away starts its tokens
+	// below its removed record's again. Only for the fault tests'
+	// negative controls.
+	UnsafeNoSweepFloor bool
 
 	// inFlight and batchRecords override the group-commit constants in
 	// benchmarks.

@@ -106,6 +106,7 @@ func openRaft(cfg RaftConfig) (*Raft, error) {
 	create := func(shard, _ uint64) sm.IOnDiskStateMachine {
 		m := newStateMachine(db, shard, log, cfg.UnsafeNoFence)
 		m.pend.hold, m.pend.crash, m.pend.appliedFirst = cfg.holdPending, cfg.crash, cfg.UnsafeAppliedFirst
+		m.unsafeNoFloor = cfg.UnsafeNoSweepFloor
 		m.startFlusher()
 		if p := int(shard) - 1; p >= 0 && p < len(r.machines) {
 			r.machines[p].Store(m)

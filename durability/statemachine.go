@@ -60,6 +60,10 @@ type stateMachine struct {
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
+	// unsafeNoFloor removes records without raising the token floor: a
+	// name's next first grant may take a token below its removed
+	// record's. A negative control for the fault tests.
+	unsafeNoFloor bool
 	pend          *pending
 	applied       atomic.Uint64 // the last index Update applied (Status)
 
@@ -557,6 +561,9 @@ func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (
 func (a *applier) remove(key, res []byte, token int64) error {
 	a.s.pend.del(key)
 	a.s.orders.forget(res)
+	if a.s.unsafeNoFloor {
+		return nil
+	}
 	floor := token
 	if floor < math.MaxInt64 {
 		floor++

@@ -104,6 +104,8 @@ type TestingKnobs struct {
 	UnsafeNoLeaseCheck     bool // answer on the Raft leader flag alone, without the leader lease
 	UnsafeTokensFromZero   bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
 	UnsafeNoEvictFloor     bool // an evicted ephemeral entry's token is forgotten
+	UnsafeTokenRepeat      bool // a grant to a new owner takes the last grant's token again instead of one more
+	UnsafeNoSweepFloor     bool // a swept free record's token does not raise the partition's token floor
 	UnsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry
 	UnsafeDropHandedOver   bool // a new leader drops the ephemeral leases handed over to it
 	UnsafeNoTakeoverWait   bool // a new leader serves at once, while an earlier leader's lease may live
