@@ -71,11 +71,14 @@ type Leadership struct {
 // opts are Acquire's: WithTTL (default 30 s: how long a crashed leader
 // keeps the election), WithDurability (default Persistent), WithWait
 // (default WaitForever: until ctx ends), WithSafetyMargin,
-// WithRetryNotice. WithOwner is ignored: each campaign is a fresh
-// candidate. Campaign returns ErrBusy if the wait ended with another
-// leader, ctx.Err() if ctx ended first (a grant that raced the end is
-// released), and a *StatusError with InvalidInput, with no request made,
-// for an empty name, a name over the limit, or a value over
+// WithRetryNotice, WithSession (the session's lease is the leadership's,
+// and its renewals keep it; the candidate is the session's ID). WithOwner
+// is ignored: each campaign outside a session is a fresh candidate.
+// Campaign returns ErrBusy if the wait ended with another leader,
+// ctx.Err() if ctx ended first (a grant that raced the end is released,
+// or, in a session, left to lapse), ErrSessionLost or ErrSessionClosed if
+// its session ended first, and a *StatusError with InvalidInput, with no
+// request made, for an empty name, a name over the limit, or a value over
 // MaxElectionValue.
 func Campaign(ctx context.Context, l Locker, name string, value []byte, opts ...AcquireOption) (*Leadership, error) {
 	if reason := checkElection(name, value); reason != "" {
