@@ -130,3 +130,45 @@ func ExampleObserve() {
 	// vacant
 	// elected a, epoch 0
 }
+
+// A session holds several locks under one lease: one renewal loop, one
+// Context for all, one Close to release them; a restarted process takes
+// it back by ID and gets its names back with the same tokens.
+func ExampleNewSession() {
+	ctx := context.Background()
+	node, err := kahuna.Open(kahuna.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+
+	s, err := kahuna.NewSession(ctx, node, kahuna.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	from, _ := kahuna.Acquire(ctx, node, "accounts/17", kahuna.WithSession(s))
+	to, _ := kahuna.Acquire(ctx, node, "accounts/42", kahuna.WithSession(s))
+	fmt.Println("tokens", from.FencingToken(), to.FencingToken())
+
+	// The process stops renewing (as if it restarted) and takes the
+	// session back by its ID.
+	s.Orphan()
+	again, err := kahuna.ResumeSession(ctx, node, s.ID(), kahuna.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	back, _ := kahuna.Acquire(ctx, node, "accounts/17", kahuna.WithSession(again))
+	fmt.Println("taken back with token", back.FencingToken())
+	if err := again.Close(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("closed:", errors.Is(context.Cause(back.Context()), kahuna.ErrSessionClosed))
+	// Output:
+	// tokens 0 0
+	// taken back with token 0
+	// closed: true
+}
