@@ -189,14 +189,13 @@ type LeaderInfo struct {
 }
 
 // Leader reads the election's live leader from the partition's leader
-// (a linearizable Get), or returns ErrNoLeader. d names the durability
-// the election was campaigned with (one name is one lock, so either
-// finds it; it picks nothing else).
-func Leader(ctx context.Context, l Locker, name string, d Durability) (LeaderInfo, error) {
+// (a linearizable Get), or returns ErrNoLeader, whichever durability the
+// election was campaigned with (one name is one lock).
+func Leader(ctx context.Context, l Locker, name string) (LeaderInfo, error) {
 	if reason := checkElection(name, nil); reason != "" {
 		return LeaderInfo{}, &StatusError{Op: "leader", Resource: name, Status: InvalidInput, Reason: reason}
 	}
-	info, r, err := l.Get(ctx, ElectionPrefix+name, d)
+	info, r, err := l.Get(ctx, ElectionPrefix+name, Persistent)
 	if err != nil {
 		return LeaderInfo{}, err
 	}

@@ -98,7 +98,7 @@ func TestElectionResignHandsOver(t *testing.T) {
 
 			b := campaignAsync(ctx, n, "jobs", "b", kahuna.WithDurability(d))
 			waitQueued(t, n, 1)
-			if info, err := kahuna.Leader(ctx, n, "jobs", d); err != nil || string(info.Value) != "a" || info.Epoch != a.Epoch() {
+			if info, err := kahuna.Leader(ctx, n, "jobs"); err != nil || string(info.Value) != "a" || info.Epoch != a.Epoch() {
 				t.Fatalf("Leader = %+v, %v; want a at epoch %d", info, err, a.Epoch())
 			}
 			if err := a.Resign(ctx); err != nil {
@@ -117,7 +117,7 @@ func TestElectionResignHandsOver(t *testing.T) {
 			if r.ld.Epoch() <= a.Epoch() {
 				t.Fatalf("epoch %d after %d", r.ld.Epoch(), a.Epoch())
 			}
-			if info, err := kahuna.Leader(ctx, n, "jobs", d); err != nil || string(info.Value) != "b" || info.Epoch != r.ld.Epoch() {
+			if info, err := kahuna.Leader(ctx, n, "jobs"); err != nil || string(info.Value) != "b" || info.Epoch != r.ld.Epoch() {
 				t.Fatalf("Leader = %+v, %v; want b at epoch %d", info, err, r.ld.Epoch())
 			}
 			if err := a.Resign(ctx); err != nil {
@@ -126,7 +126,7 @@ func TestElectionResignHandsOver(t *testing.T) {
 			if err := r.ld.Resign(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := kahuna.Leader(ctx, n, "jobs", d); !errors.Is(err, kahuna.ErrNoLeader) {
+			if _, err := kahuna.Leader(ctx, n, "jobs"); !errors.Is(err, kahuna.ErrNoLeader) {
 				t.Fatalf("Leader after every resign: %v, want ErrNoLeader", err)
 			}
 		})
@@ -173,7 +173,7 @@ func TestElectionFailoverContextEndsFirst(t *testing.T) {
 	if !errors.Is(err, kahuna.ErrLockLost) || !strings.Contains(err.Error(), "lost") {
 		t.Fatalf("Resign of a lost leadership: %v, want an error matching ErrLockLost", err)
 	}
-	if info, err := kahuna.Leader(ctx, n, "jobs", kahuna.Persistent); err != nil || string(info.Value) != "b" {
+	if info, err := kahuna.Leader(ctx, n, "jobs"); err != nil || string(info.Value) != "b" {
 		t.Fatalf("Leader after the old leader's Resign = %+v, %v; want b", info, err)
 	}
 	// b renews in the background: still the leader after several TTLs.
@@ -286,13 +286,13 @@ func TestElectionBadInput(t *testing.T) {
 				t.Fatalf("error %q does not say it was the campaign", err)
 			}
 			if tc.election != "" && len(tc.election) < 100 {
-				if _, err := kahuna.Leader(ctx, n, tc.election, kahuna.Persistent); !errors.Is(err, kahuna.ErrNoLeader) {
+				if _, err := kahuna.Leader(ctx, n, tc.election); !errors.Is(err, kahuna.ErrNoLeader) {
 					t.Fatalf("Leader after a refused campaign: %v, want ErrNoLeader", err)
 				}
 			}
 		})
 	}
-	if _, err := kahuna.Leader(ctx, n, "", kahuna.Persistent); err == nil || !strings.Contains(err.Error(), "election name is empty") {
+	if _, err := kahuna.Leader(ctx, n, ""); err == nil || !strings.Contains(err.Error(), "election name is empty") {
 		t.Fatalf("Leader of an empty name: %v", err)
 	}
 
@@ -311,7 +311,7 @@ func TestElectionBadInput(t *testing.T) {
 	if err := a.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := kahuna.Leader(ctx, n, "jobs", kahuna.Persistent); !errors.Is(err, kahuna.ErrNoLeader) {
+	if info, err := kahuna.Leader(ctx, n, "jobs"); !errors.Is(err, kahuna.ErrNoLeader) {
 		t.Fatalf("after the leader resigned, with the other campaign cancelled: %+v, %v; want ErrNoLeader", info, err)
 	}
 }

@@ -177,7 +177,7 @@ func TestSessionResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := kahuna.Leader(ctx, n, "jobs", kahuna.Persistent); err != nil || string(info.Value) != "v1" {
+	if info, err := kahuna.Leader(ctx, n, "jobs"); err != nil || string(info.Value) != "v1" {
 		t.Fatalf("Leader of a campaign in a session: %+v, %v", info, err)
 	}
 	s.Orphan()
@@ -232,7 +232,7 @@ func TestSessionResume(t *testing.T) {
 	if _, err := kahuna.ResumeSession(ctx, n, s.ID()); !errors.Is(err, kahuna.ErrNoSession) {
 		t.Fatalf("resume of a closed session: %v, want ErrNoSession", err)
 	}
-	if _, err := kahuna.Leader(ctx, n, "jobs", kahuna.Persistent); !errors.Is(err, kahuna.ErrNoLeader) {
+	if _, err := kahuna.Leader(ctx, n, "jobs"); !errors.Is(err, kahuna.ErrNoLeader) {
 		t.Fatalf("Leader after the session closed: %v, want ErrNoLeader", err)
 	}
 }

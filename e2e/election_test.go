@@ -122,7 +122,7 @@ func electionPauseRun(t *testing.T, bin, cand binaries) electionPauseResult {
 	leading := func() int { // the candidate that leads now, or -1
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		info, err := kahuna.Leader(ctx, client, name, kahuna.Persistent)
+		info, err := kahuna.Leader(ctx, client, name)
 		if err != nil {
 			return -1
 		}
