@@ -361,9 +361,9 @@ func releaseUnseen(ctx context.Context, l Locker, resource string, o acquireOpti
 func newLock(l Locker, resource string, token int64, o acquireOptions, granted time.Time) *Lock {
 	inner, cancel := context.WithCancelCause(context.Background())
 	lk := &Lock{locker: l, resource: resource, owner: o.owner, token: token, durability: o.durability,
-		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap, noDeadline: o.noDeadline,
-		session: o.session,
-		cancel: cancel, lost: make(chan struct{}), endDone: make(chan struct{}), unsureTTL: lease.MaxTTL}
+		ttl: o.ttl, clock: o.clock, margin: o.margin, marginSet: o.marginSet, noExtendCap: o.noExtendCap,
+		noDeadline: o.noDeadline, session: o.session, cancel: cancel, lost: make(chan struct{}),
+		endDone: make(chan struct{}), unsureTTL: lease.MaxTTL}
 	lk.ctx = &lockContext{Context: inner, l: lk}
 	lk.mu.Lock()
 	lk.setDeadline(granted, o.ttl)

@@ -136,7 +136,7 @@ type options struct {
 	partitionsView bool
 	value          string   // elect's VALUE
 	more           []string // lock A B ... -- CMD: the RESOURCEs after the first
-	listen         bool   // elect --listen
+	listen         bool     // elect --listen
 }
 
 // A command is one of kahunactl's commands.

@@ -60,7 +60,7 @@ type Node struct {
 	// change (tests only: SetConfigChangeHook).
 	ccHook atomic.Pointer[func(p int, phase string)]
 
-	unlockDir func() // releases the data dir's lock (layout.go)
+	unlockDir func()      // releases the data dir's lock (layout.go)
 	ready     atomic.Bool // WaitReady has returned nil
 
 	inflight atomic.Int64
