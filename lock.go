@@ -117,11 +117,11 @@ func (c *lockContext) Deadline() (time.Time, bool) { return c.l.Expires(), true 
 // the deadline.
 func (c *lockContext) Err() error {
 	l := c.l
-	l.lapse()
 	l.mu.Lock()
-	ending := l.state != held
+	ending := l.state != held || l.pastDeadline()
 	l.mu.Unlock()
 	if ending {
+		l.end(lost, errLapsed) // does nothing if the lock has ended, or another goroutine is ending it
 		<-l.endDone
 	}
 	return c.Context.Err()
@@ -408,12 +408,16 @@ func (l *Lock) extendUnknown(sent time.Time, ttl time.Duration) {
 // Extend moved the deadline meanwhile.
 func (l *Lock) lapse() {
 	l.mu.Lock()
-	if l.state != held || l.noDeadline || l.clock.Now().Before(l.expires) {
-		l.mu.Unlock()
-		return
-	}
+	due := l.state == held && l.pastDeadline()
 	l.mu.Unlock()
-	l.end(lost, errLapsed)
+	if due {
+		l.end(lost, errLapsed)
+	}
+}
+
+// pastDeadline reports whether the deadline has passed. l.mu is held.
+func (l *Lock) pastDeadline() bool {
+	return !l.noDeadline && !l.clock.Now().Before(l.expires)
 }
 
 // end moves a held lock to state (lost or released) with cause; it does
