@@ -106,21 +106,22 @@ func lead(name string, value []byte, lk *Lock) *Leadership {
 	inner, cancel := context.WithCancelCause(lk.Context())
 	alive, stopAlive := context.WithCancel(context.Background())
 	ld := &Leadership{name: name, value: append([]byte(nil), value...), lock: lk,
-		ctx: &leaderContext{Context: inner, lock: lk}, cancel: cancel, stopAlive: stopAlive}
+		ctx: &lockChildContext{Context: inner, lock: lk}, cancel: cancel, stopAlive: stopAlive}
 	if lk.session == nil { // else the session renews it
 		lk.KeepAlive(alive, 0)
 	}
 	return ld
 }
 
-// leaderContext is a Leadership's Context: it ends with the lock's, and
-// its Err, like the lock's, sees a deadline passed before the timer does.
-type leaderContext struct {
+// lockChildContext is a context that ends with a lock's (a Leadership's,
+// a Session's), and whose Err, like the lock's, sees a deadline passed
+// before the timer does.
+type lockChildContext struct {
 	context.Context
 	lock *Lock
 }
 
-func (c *leaderContext) Err() error {
+func (c *lockChildContext) Err() error {
 	_ = c.lock.ctx.Err() // ends the lock, and so this context, if its deadline passed
 	return c.Context.Err()
 }

@@ -178,10 +178,7 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // took so long that this deadline has already passed, the returned Lock
 // is already lost (Unlock it).
 func Acquire(ctx context.Context, l Locker, resource string, opts ...AcquireOption) (*Lock, error) {
-	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}, noDeadline: unsafeNoDeadline}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := acquireOptionsOf(opts)
 	if reason := lease.CheckWait(o.wait); reason != "" {
 		return nil, &StatusError{Op: "lock", Resource: resource, Status: InvalidInput, Reason: reason}
 	}

@@ -32,6 +32,15 @@ type acquireOptions struct {
 	suffix []byte
 }
 
+// acquireOptionsOf is the defaults with opts applied.
+func acquireOptionsOf(opts []AcquireOption) acquireOptions {
+	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}, noDeadline: unsafeNoDeadline}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
 // AcquireOption tunes Acquire.
 type AcquireOption func(*acquireOptions)
 

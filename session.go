@@ -59,10 +59,9 @@ func (sessionLostError) Unwrap() error { return ErrLockLost }
 // Session is one lease kept alive for many locks and election candidacies
 // (WithSession). Methods are safe for concurrent use.
 type Session struct {
-	locker Locker
-	id     string
-	o      acquireOptions // ttl, durability, margin, clock
-	lease  *Lock          // the session's own lease
+	id    string
+	o     acquireOptions // ttl, durability, margin, clock
+	lease *Lock          // the session's own lease
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -117,10 +116,7 @@ func checkSessionID(id string) string {
 }
 
 func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption, resume bool) (*Session, error) {
-	o := acquireOptions{ttl: defaultTTL, durability: Persistent, clock: systemClock{}, noDeadline: unsafeNoDeadline}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := acquireOptionsOf(opts)
 	o.wait, o.session, o.suffix = 0, nil, nil
 	o.owner, o.ownOwner = []byte(id), !resume
 	name := SessionPrefix + id
@@ -156,9 +152,9 @@ func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption
 	}
 	inner, cancel := context.WithCancelCause(lk.Context())
 	renewCtx, stopRenew := context.WithCancel(context.Background())
-	s := &Session{locker: l, id: id, o: o, lease: lk, cancel: cancel, stopRenew: stopRenew,
+	s := &Session{id: id, o: o, lease: lk, cancel: cancel, stopRenew: stopRenew,
 		renewing: make(chan struct{}), locks: map[string]*Lock{}}
-	s.ctx = &leaderContext{Context: inner, lock: lk}
+	s.ctx = &lockChildContext{Context: inner, lock: lk}
 	lk.mu.Lock()
 	lk.leaseOf = s
 	lk.mu.Unlock()
