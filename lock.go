@@ -455,14 +455,6 @@ func (l *Lock) ended() error {
 	return l.cause
 }
 
-// grantedAt is the send time of the request that granted or last
-// extended the lease.
-func (l *Lock) grantedAt() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.granted
-}
-
 // Resource is the locked resource.
 func (l *Lock) Resource() string { return l.resource }
 
@@ -651,10 +643,14 @@ func (l *Lock) KeepAlive(ctx context.Context, every time.Duration) {
 	}
 	l.alive = true
 	l.mu.Unlock()
-	go l.keepAlive(ctx, every)
+	go l.keepAlive(ctx, every, func(ctx context.Context) error { return l.Extend(ctx, l.ttl) })
 }
 
-func (l *Lock) keepAlive(ctx context.Context, every time.Duration) {
+// keepAlive calls extend every interval from the send time of the
+// request that granted or last extended the lease (retrying sooner after
+// a failure), until ctx ends or the lock does. extend extends the lease,
+// and may do more with it (a session's renews its locks too).
+func (l *Lock) keepAlive(ctx context.Context, every time.Duration, extend func(context.Context) error) {
 	defer func() {
 		l.mu.Lock()
 		l.alive = false
@@ -686,7 +682,7 @@ func (l *Lock) keepAlive(ctx context.Context, every time.Duration) {
 			retryAt = l.clock.Now().Add(every / 4)
 			continue
 		}
-		err := l.Extend(ctx, l.ttl)
+		err := extend(ctx)
 		switch {
 		case err == nil:
 			retryAt = time.Time{}

@@ -158,7 +158,12 @@ func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption
 	lk.mu.Lock()
 	lk.leaseOf = s
 	lk.mu.Unlock()
-	go s.renew(renewCtx)
+	go func() {
+		defer close(s.renewing)
+		// Every third of the TTL, until Close or Orphan (renewCtx) or the
+		// session's loss (its lease's end).
+		lk.keepAlive(renewCtx, o.ttl/3, s.renewAll)
+	}()
 	return s, nil
 }
 
@@ -248,51 +253,21 @@ func (s *Session) held() []*Lock {
 	return out
 }
 
-// renew extends the session's lease and its locks' together, every third
-// of the TTL from the send time of the last round the session's own
-// extend succeeded in, until ctx ends or the session does; a lost
-// session takes its locks with it.
-func (s *Session) renew(ctx context.Context) {
-	defer close(s.renewing)
-	every := s.o.ttl / 3
-	var retryAt time.Time
-	for {
-		next := s.lease.grantedAt().Add(every)
-		if next.Before(retryAt) {
-			next = retryAt
-		}
-		wake := make(chan struct{})
-		t := s.o.clock.AfterFunc(next.Sub(s.o.clock.Now()), func() { close(wake) })
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-s.ctx.Done(): // lost (Close stops this loop before it ends the Context)
-			t.Stop()
-			return
-		case <-wake:
-		}
-		var wg sync.WaitGroup
-		for _, lk := range s.held() {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = lk.Extend(ctx, s.o.ttl) // a lock found gone is lost: its own Context says so
-			}()
-		}
-		err := s.lease.Extend(ctx, s.o.ttl)
-		wg.Wait()
-		switch {
-		case err == nil:
-			retryAt = time.Time{}
-		case ctx.Err() != nil:
-			return
-		case s.ctx.Err() != nil: // lost
-			return
-		default: // outcome unknown after the retries: try again soon, until the deadline
-			retryAt = s.o.clock.Now().Add(every / 4)
-		}
+// renewAll extends the session's lease and its locks' together: the
+// session's KeepAlive. Its error is the lease's; a lock found gone is
+// lost, and its own Context says so.
+func (s *Session) renewAll(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, lk := range s.held() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = lk.Extend(ctx, s.o.ttl)
+		}()
 	}
+	err := s.lease.Extend(ctx, s.o.ttl)
+	wg.Wait()
+	return err
 }
 
 // endLocks ends the session and its locks when its lease is lost (with
