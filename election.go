@@ -23,15 +23,15 @@ import (
 
 // ElectionPrefix is what an election's name is prefixed with to name its
 // lock: `kahunactl get election:NAME` shows an election's leader.
-const ElectionPrefix = "election:"
+const ElectionPrefix = lease.ElectionPrefix
 
 // candidateIDLen is the length of the candidate ID at the head of an
-// election lock's owner (a NewOwner).
-const candidateIDLen = 32
+// election lock's owner (a NewOwner, or a session's ID).
+const candidateIDLen = lease.CandidateIDBytes
 
 // MaxElectionValue is the longest value a candidate may campaign with:
 // what an owner can carry after the candidate ID.
-const MaxElectionValue = MaxOwnerBytes - candidateIDLen
+const MaxElectionValue = lease.MaxElectionValue
 
 var (
 	// ErrNoLeader: the election has no live leader (never had one, or the
@@ -81,7 +81,7 @@ type Leadership struct {
 // request made, for an empty name, a name over the limit, or a value over
 // MaxElectionValue.
 func Campaign(ctx context.Context, l Locker, name string, value []byte, opts ...AcquireOption) (*Leadership, error) {
-	if reason := checkElection(name, value); reason != "" {
+	if reason := lease.CheckElection(name, value); reason != "" {
 		return nil, &StatusError{Op: "campaign", Resource: name, Status: InvalidInput, Reason: reason}
 	}
 	opts = append([]AcquireOption{WithWaitForever()}, opts...)
@@ -124,21 +124,6 @@ type lockChildContext struct {
 func (c *lockChildContext) Err() error {
 	_ = c.lock.ctx.Err() // ends the lock, and so this context, if its deadline passed
 	return c.Context.Err()
-}
-
-// checkElection says why an election request is not well formed, or "".
-func checkElection(name string, value []byte) string {
-	switch {
-	case name == "":
-		return "election name is empty"
-	case len(ElectionPrefix)+len(name) > MaxResourceBytes:
-		return "election name is " + strconv.Itoa(len(name)) + " bytes, over the limit of " +
-			strconv.Itoa(MaxResourceBytes-len(ElectionPrefix))
-	case len(value) > MaxElectionValue:
-		return "value is " + strconv.Itoa(len(value)) + " bytes, over the limit of " +
-			strconv.Itoa(MaxElectionValue)
-	}
-	return ""
 }
 
 // Name is the election's name.
@@ -193,7 +178,7 @@ type LeaderInfo struct {
 // (a linearizable Get), or returns ErrNoLeader, whichever durability the
 // election was campaigned with (one name is one lock).
 func Leader(ctx context.Context, l Locker, name string) (LeaderInfo, error) {
-	if reason := checkElection(name, nil); reason != "" {
+	if reason := lease.CheckElection(name, nil); reason != "" {
 		return LeaderInfo{}, &StatusError{Op: "leader", Resource: name, Status: InvalidInput, Reason: reason}
 	}
 	info, r, err := l.Get(ctx, ElectionPrefix+name, Persistent)
@@ -258,7 +243,7 @@ type ElectionEvent struct {
 // terms were missed. It ends when ctx ends or with an error (yielded).
 func Observe(ctx context.Context, w Watcher, name string, opts ...WatchOption) iter.Seq2[ElectionEvent, error] {
 	return func(yield func(ElectionEvent, error) bool) {
-		if reason := checkElection(name, nil); reason != "" {
+		if reason := lease.CheckElection(name, nil); reason != "" {
 			yield(ElectionEvent{}, &StatusError{Op: "observe", Resource: name, Status: InvalidInput, Reason: reason})
 			return
 		}

@@ -147,16 +147,15 @@ func listen(ctx context.Context, w kahuna.Watcher, name string, out printer, std
 // invalidElection says why elect's NAME or VALUE would be refused, or "":
 // kahunactl refuses it as a usage error before any call.
 func invalidElection(name string, o options) string {
-	switch {
-	case len(kahuna.ElectionPrefix)+len(name) > kahuna.MaxResourceBytes:
-		return "election name is " + strconv.Itoa(len(name)) + " bytes, over the limit of " +
-			strconv.Itoa(kahuna.MaxResourceBytes-len(kahuna.ElectionPrefix))
-	case len(o.value) > kahuna.MaxElectionValue:
-		return "value is " + strconv.Itoa(len(o.value)) + " bytes, over the limit of " + strconv.Itoa(kahuna.MaxElectionValue)
-	case !utf8.ValidString(name):
+	if reason := lease.CheckElection(name, []byte(o.value)); reason != "" {
+		return reason
+	}
+	owner := make([]byte, lease.CandidateIDBytes+len(o.value)) // what Campaign will send
+	if reason := lease.Check(lease.TryLock, lease.ElectionPrefix+name, owner, o.ttl, o.durability); reason != "" {
+		return reason
+	}
+	if !utf8.ValidString(name) {
 		return "election name is not valid UTF-8" // the wire carries it as a string
-	case o.ttl > kahuna.MaxTTL:
-		return "ttl " + o.ttl.String() + " is over the limit of " + kahuna.MaxTTL.String()
 	}
 	return ""
 }
