@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,6 +314,19 @@ type reignCount struct {
 	total   atomic.Int64
 	of      []atomic.Int64 // by partition
 	initial int64          // total after the first sweep
+
+	mu sync.Mutex
+	// twoLeaders are the reigns begun while another node still served
+	// the partition (its leader lease live by its own clock): two leaders
+	// at once, which the takeover wait exists to prevent.
+	twoLeaders []checker.Violation
+}
+
+// overlaps returns the two-leaders findings so far.
+func (r *reignCount) overlaps() []checker.Violation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.twoLeaders)
 }
 
 // begun counts the reigns that began after the first sweep.
@@ -356,7 +370,16 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 	sink := func(node uint64, p int, term uint64, serve func()) {
 		from := rec.Now()
 		serve()
-		record(p, node, term, from, rec.Now())
+		at := rec.Now()
+		record(p, node, term, from, at)
+		for _, o := range c.ids {
+			if n := c.node(o); o != node && n != nil && ServingNow(n, p) {
+				reigns.mu.Lock()
+				reigns.twoLeaders = append(reigns.twoLeaders, checker.Violation{Checker: "reigns", Kind: "two-leaders-serving",
+					Text: fmt.Sprintf("node %d began serving partition %d in term %d at %v while node %d still served it (its leader lease live)", node, p, term, at, o)})
+				reigns.mu.Unlock()
+			}
+		}
 	}
 	c.reignSink.Store(&sink)
 	for _, id := range c.ids {

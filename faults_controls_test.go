@@ -144,17 +144,17 @@ var negativeControls = []negativeControl{
 		// leader that hands over without dropping its lease, cut off from
 		// its peers' answers (fTransferUnrelinquished), still serves from
 		// its cache until its lease runs out, while the target serves at
-		// once. On persistent locks, whose new leader waits no grace:
-		// caught by the stale-leader checker, an answer of the old leader
-		// after the target's reign began.
-		// The stale answers fall in the short span between the target's
-		// first serving and the end of the old leader's lease, so every
-		// client works on the one partition that moves, and the moves
-		// come often (transferUnrelinquishedRun).
-		name: "takeover-wait-off", seed: 108, by: "stale-leader/answer-from-deposed-leader",
+		// once. On persistent locks, whose new leader waits no grace.
+		// Caught where it happens: a target that began serving while the
+		// old leader still served (its lease live by its own clock), seen
+		// by the serve hook. The stale answers the clients may see fall in
+		// the short span between the two, which a loaded machine can leave
+		// without a call in it.
+		name: "takeover-wait-off", seed: 108, by: "reigns/two-leaders-serving",
 		opts: func() runOpts {
 			o := transferUnrelinquishedRun(5 * time.Second)
-			o.mod = WithoutTakeoverWait
+			tick := o.mod
+			o.mod = func(cfg kahuna.Config) kahuna.Config { return WithoutTakeoverWait(tick(cfg)) }
 			o.linTimeout = 20 * time.Second
 			return o
 		}(),

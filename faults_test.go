@@ -111,7 +111,7 @@ const (
 	fStallHandOff faultKind = "stall-handoff"
 	// fTransferUnrelinquished moves a hot partition's leadership away
 	// from its leader L without L dropping its lease first
-	// (TransferUnrelinquished), L's inbound links cut, so that it goes on
+	// (TransferUnrelinquished), L's inbound links cut as its TimeoutNow leaves, so that it goes on
 	// believing it leads and hears nothing of the election: what a
 	// transfer forwarded to a leader with a live lease, or a paused
 	// target's late TimeoutNow, does. The target must wait L's lease out
@@ -212,7 +212,7 @@ var leaderFaults = []faultKind{fKillLeader, fCrashLeader, fTransfer, fSlowTransf
 var netFaults = []faultKind{fIsolate, fIsolateLeader, fOneWayOut, fOneWayIn, fLossy, fPause, fStallReplication, fTransferUnrelinquished}
 
 // faultsMissed says which of run's scheduled faults took no effect: no
-// transfer accepted or followed by a new reign, no reign begun at all
+// transfer accepted, or none of several followed by a new reign, no reign begun at all
 // though faults that move leaders were scheduled, no message cut or held
 // though faults that cut links were. Empty: the faults happened.
 func faultsMissed(run faultRun) []string {
@@ -223,7 +223,12 @@ func faultsMissed(run faultRun) []string {
 		}
 		return sum
 	}
-	if k := n(fTransfer, fSlowTransfer, fTransferUnrelinquished); k > 0 && (run.effects.transfersAccepted == 0 || run.effects.transfersMoved == 0) {
+	// A Raft leader transfer is best effort: one whose target lags is
+	// aborted after an election timeout, so a lone accepted transfer may
+	// move nothing (the reign check below still asks that something
+	// moved); of two or more, one must have.
+	e := run.effects
+	if k := n(fTransfer, fSlowTransfer, fTransferUnrelinquished); k > 0 && (e.transfersAccepted == 0 || e.transfersAccepted >= 2 && e.transfersMoved == 0) {
 		why = append(why, fmt.Sprintf("%d transfers scheduled, but %s", k, run.effects))
 	}
 	if k := n(leaderFaults...); k > 0 && run.begun == 0 {
@@ -301,9 +306,24 @@ func stallHandOffRun(d time.Duration) runOpts {
 // transferUnrelinquishedRun is a run of the transfer-unrelinquished
 // schedule on persistent locks: every client on the three resources of one
 // partition, which moves every 100–300 ms between faults.
+//
+// The Raft tick is 30 ms (a 208 ms lease) rather than the default 10 ms
+// (69 ms): a target that serves at once (the takeover wait off) begins
+// while the old leader still serves only if its election takes less than
+// what is left of the old lease, and on a loaded machine it can take
+// most of 69 ms.
 func transferUnrelinquishedRun(d time.Duration) runOpts {
 	return runOpts{d: d, dur: kahuna.Persistent, kinds: []faultKind{fTransferUnrelinquished},
-		gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond, onePartition: true, perPartition: 3}
+		gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond, onePartition: true, perPartition: 3,
+		mod: withRaftRTT(30 * time.Millisecond)}
+}
+
+// withRaftRTT returns a Config change setting the Raft tick to rtt.
+func withRaftRTT(rtt time.Duration) func(kahuna.Config) kahuna.Config {
+	return func(cfg kahuna.Config) kahuna.Config {
+		cfg.RaftRTT = rtt
+		return cfg
+	}
 }
 
 // requireHandOffsUnknown fails a stall-handoff run in which no waiter was
@@ -446,8 +466,11 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 				break
 			}
 			to := c.others(id)[rng.IntN(len(c.ids)-1)]
-			logf("%s: node %d's inbound links cut, partition %d to node %d with its lease kept", k, id, p, to)
-			c.net.Isolate(id, c.others(id), false, true)
+			logf("%s: partition %d to node %d with its lease kept, node %d's inbound links cut as it sends TimeoutNow", k, p, to, id)
+			// Cut when the TimeoutNow leaves, not before: a leader cut
+			// off first never hears its target catch up, and Raft sends
+			// no TimeoutNow to a target behind it.
+			c.net.CutInboundOnTimeoutNow(id, c.others(id))
 			err := TransferUnrelinquished(n, p, to)
 			eff.transferred(p, err)
 			if err != nil {
@@ -992,6 +1015,9 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		opts.VisualizePath = filepath.Join(dump, base+".html") // a control is drawn only when asked
 	}
 	run.report = checker.Check(run.history, opts)
+	// Seen at the servers rather than in the history: a reign begun while
+	// an earlier leader still served (a stale-leader finding).
+	run.report.StaleLeader = append(run.report.StaleLeader, reigns.overlaps()...)
 	t.Logf("seed %d: %d ops (%d ok, %d fail, %d indeterminate, %d definite answers after more than 1s), %d reigns (%d begun in the run), %d hold windows, faults %v (%s), raft batches dropped %d, delayed %d, forwarded chunks stalled %d, replicate messages held %d; linearizability %s in %v; violations %s",
 		seed, run.report.Stats.Ops, run.report.Stats.OK, run.report.Stats.Fail, run.report.Stats.Indeterminate, run.late,
 		run.reigns, run.begun, run.report.HoldWindows, fmtCounts(run.faults), run.effects, run.net.dropped, run.net.delayed, run.net.stalled, run.net.held,

@@ -225,3 +225,45 @@ func TestProxyStallsWhileCut(t *testing.T) {
 		t.Fatal("connection survived a reset")
 	}
 }
+
+func TestCutInboundOnTimeoutNow(t *testing.T) {
+	n := NewNetwork(1)
+	n.AddNode(1, "a:1")
+	n.AddNode(2, "b:1")
+	ft := &fakeTransport{sent: make(chan pb.MessageBatch, 10)}
+	tr := n.Factory(fakeFactory{ft}).Create(config.NodeHostConfig{RaftAddress: "a:1"}, nil, nil)
+	c, err := tr.GetConnection(context.Background(), "b:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.CutInboundOnTimeoutNow(1, []uint64{1, 2, 3})
+	if err := c.SendMessageBatch(pb.MessageBatch{Requests: []pb.Message{{Type: pb.Replicate}}}); err != nil {
+		t.Fatal(err)
+	}
+	if l := n.Link(2, 1); l.Cut {
+		t.Fatal("inbound cut before any TimeoutNow")
+	}
+	if err := c.SendMessageBatch(pb.MessageBatch{Requests: []pb.Message{{Type: pb.Heartbeat}, {Type: pb.TimeoutNow}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ft.sent) != 2 {
+		t.Fatalf("%d batches delivered, want 2 (the TimeoutNow leaves: only inbound links are cut)", len(ft.sent))
+	}
+	for _, from := range []uint64{2, 3} {
+		if !n.Link(from, 1).Cut {
+			t.Errorf("link %d → 1 not cut after node 1's TimeoutNow", from)
+		}
+	}
+	if n.Link(1, 2).Cut || n.Link(1, 1).Cut {
+		t.Error("an outbound or self link was cut")
+	}
+	n.Heal()
+	n.CutInboundOnTimeoutNow(1, []uint64{2})
+	n.Heal()
+	if err := c.SendMessageBatch(pb.MessageBatch{Requests: []pb.Message{{Type: pb.TimeoutNow}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n.Link(2, 1).Cut {
+		t.Error("Heal did not disarm the cut")
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -74,6 +75,9 @@ type Network struct {
 	proxies map[*Proxy]struct{}
 	stalls  map[replication]struct{}
 	onHeld  func(node, shard uint64, e pb.Entry)
+	// cutOnTimeoutNow: nodes whose inbound links are cut when they next
+	// send a TimeoutNow (see CutInboundOnTimeoutNow), with their peers.
+	cutOnTimeoutNow map[uint64][]uint64
 
 	Dropped atomic.Int64 // Raft batches and chunks dropped
 	Delayed atomic.Int64 // Raft batches and forwarded chunks delayed
@@ -91,6 +95,8 @@ func NewNetwork(seed uint64) *Network {
 		changed: make(chan struct{}),
 		proxies: map[*Proxy]struct{}{},
 		stalls:  map[replication]struct{}{},
+
+		cutOnTimeoutNow: map[uint64][]uint64{},
 	}
 }
 
@@ -141,12 +147,44 @@ func (n *Network) Isolate(id uint64, others []uint64, outbound, inbound bool) {
 	}
 }
 
-// Heal makes every link healthy and resumes every stalled replication.
+// Heal makes every link healthy, resumes every stalled replication and
+// disarms every CutInboundOnTimeoutNow.
 func (n *Network) Heal() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.links)
 	clear(n.stalls)
+	clear(n.cutOnTimeoutNow)
+	n.notifyLocked()
+}
+
+// CutInboundOnTimeoutNow cuts node's inbound links from others at the
+// instant it sends its next TimeoutNow (a leader handing over), before
+// that message leaves: the leader's transfer goes ahead (it heard its
+// target catch up), and it hears nothing of the election that follows,
+// so it goes on believing it leads until its lease runs out. Heal
+// disarms it.
+func (n *Network) CutInboundOnTimeoutNow(node uint64, others []uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cutOnTimeoutNow[node] = slices.Clone(others)
+}
+
+// cutIfTimeoutNow applies an armed CutInboundOnTimeoutNow of node from if
+// b carries a TimeoutNow.
+func (n *Network) cutIfTimeoutNow(from uint64, b pb.MessageBatch) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	others, armed := n.cutOnTimeoutNow[from]
+	if !armed || !slices.ContainsFunc(b.Requests, func(m pb.Message) bool { return m.Type == pb.TimeoutNow }) {
+		return
+	}
+	delete(n.cutOnTimeoutNow, from)
+	for _, o := range others {
+		if o != from {
+			n.links[edge{o, from}] = Link{Cut: true}
+		}
+	}
 	n.notifyLocked()
 }
 
@@ -341,6 +379,7 @@ type conn struct {
 // the Replicate messages of a stalled replication. A dropped batch is
 // reported sent: the network lost it.
 func (c *conn) SendMessageBatch(b pb.MessageBatch) error {
+	c.net.cutIfTimeoutNow(c.from, b)
 	if !c.net.holdStalled(c.from, &b) {
 		return nil
 	}
