@@ -225,13 +225,15 @@ func faultsMissed(run faultRun) []string {
 	}
 	// A Raft leader transfer is best effort: one whose target lags is
 	// aborted after an election timeout, so a lone accepted transfer may
-	// move nothing (the reign check below still asks that something
-	// moved); of two or more, one must have.
+	// move nothing; of two or more, one must have.
 	e := run.effects
 	if k := n(fTransfer, fSlowTransfer, fTransferUnrelinquished); k > 0 && (e.transfersAccepted == 0 || e.transfersAccepted >= 2 && e.transfersMoved == 0) {
 		why = append(why, fmt.Sprintf("%d transfers scheduled, but %s", k, run.effects))
 	}
-	if k := n(leaderFaults...); k > 0 && run.begun == 0 {
+	// A transfer that moved nothing (aborted) is not a fault that moved
+	// leaders.
+	unmoved := e.transfersAccepted - e.transfersMoved
+	if k := n(leaderFaults...) - unmoved; k > 0 && run.begun == 0 {
 		why = append(why, fmt.Sprintf("%d faults that move leaders scheduled, but no reign began", k))
 	}
 	if k := n(netFaults...); k > 0 && run.net.dropped+run.net.stalled+run.net.held == 0 {

@@ -495,12 +495,8 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	setupOp(t, l.Local(), "A locks r", opTryLock(r, ownerA, fenceTTL, kahuna.Persistent), kahuna.Locked, 0)
 	logf("A holds %s (ttl %v) through leader %d of partition %d", r, fenceTTL, lid, p)
 
-	type result struct {
-		a          probeAnswer
-		call, back time.Time
-	}
-	send := func(op lockOp) <-chan result {
-		ch := make(chan result, 1)
+	send := func(op lockOp) <-chan timedAnswer {
+		ch := make(chan timedAnswer, 1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), safetyCall)
 			defer cancel()
@@ -508,7 +504,7 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 			a := op(ctx, l.Local())
 			back := time.Now()
 			a.took = back.Sub(call)
-			ch <- result{a, call, back}
+			ch <- timedAnswer{a, call, back}
 		}()
 		return ch
 	}
@@ -518,23 +514,14 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	// it went through the lane, A's Extend's.
 	settledBefore := l.Stats().RaftProposals
 	c.net.StallReplication(lid, RaftShard(p))
-	var fillers []<-chan result
+	var fillers []<-chan timedAnswer
 	for i := 1; i <= 4; i++ {
 		w := fmt.Sprintf("fence/w%d", i)
-		seen := gate.seen(w)
-		f := send(opTryLock(w, "filler", longTTL, kahuna.Persistent))
-		fillers = append(fillers, f)
-		select {
-		case <-seen: // proposed: the next record starts a new entry
-		case x := <-f:
-			// Answered without a replicated entry: node lid did not
-			// propose it (it lost the partition before the stall began).
-			leader, serving := l.Leader(p)
-			return nil, fmt.Errorf("the write of %s was answered %v by node %d without being proposed (it sees leader %d, serving %v)", w, x.a, lid, leader, serving)
-		case <-time.After(safetyWait):
-			leader, serving := l.Leader(p)
-			return nil, fmt.Errorf("the write of %s was not proposed by node %d in %v (it sees leader %d, serving %v)", w, lid, safetyWait, leader, serving)
+		f, err := proposeFiller(l, lid, p, w, gate.seen(w), send, logf)
+		if err != nil {
+			return nil, err
 		}
+		fillers = append(fillers, f)
 	}
 	extSeen := gate.seen(r)
 	ext := send(opExtend(r, ownerA, longTTL, kahuna.Persistent))
@@ -610,6 +597,52 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	info, gr, err := m.Get(ctx, r, kahuna.Persistent)
 	logf("Get through node %d: %v owner %q token %d err %v", mid, gr.Status, info.Owner, info.FencingToken, err)
 	return violations, nil
+}
+
+// timedAnswer is a probe's answer and when it was sent and came back.
+type timedAnswer struct {
+	a          probeAnswer
+	call, back time.Time
+}
+
+// proposeFiller sends the filler write w to leader l (node lid) of p and
+// returns its answer's channel once the write was proposed (seen closed).
+// A MustRetry while l still leads is its lease lapsed for a moment (a
+// loaded machine's late heartbeat answers): nothing was done, so once l
+// serves again the write is sent again. Any other answer before the
+// proposal means l lost the partition before the stall began.
+func proposeFiller(l *kahuna.Node, lid uint64, p int, w string, seen <-chan struct{}, send func(lockOp) <-chan timedAnswer, logf func(string, ...any)) (<-chan timedAnswer, error) {
+	for {
+		f := send(opTryLock(w, "filler", longTTL, kahuna.Persistent))
+		select {
+		case <-seen: // proposed: the next record starts a new entry
+			return f, nil
+		case x := <-f:
+			leader, serving := l.Leader(p)
+			if x.a.is(kahuna.MustRetry) && leader == lid && leadsAgain(l, lid, p, safetyWait) {
+				logf("the write of %s was answered MustRetry by node %d (its lease lapsed); again", w, lid)
+				continue
+			}
+			return nil, fmt.Errorf("the write of %s was answered %v by node %d without being proposed (it sees leader %d, serving %v)", w, x.a, lid, leader, serving)
+		case <-time.After(safetyWait):
+			leader, serving := l.Leader(p)
+			return nil, fmt.Errorf("the write of %s was not proposed by node %d in %v (it sees leader %d, serving %v)", w, lid, safetyWait, leader, serving)
+		}
+	}
+}
+
+// leadsAgain waits up to within for node id (n) to serve p as its
+// leader, and reports whether it did. A renewed lease sends no signal, so
+// it looks every few milliseconds.
+func leadsAgain(n *kahuna.Node, id uint64, p int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if leader, serving := n.Leader(p); serving && leader == id {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
 }
 
 // queuedWriteAttempts bounds the scenario's runs when its setup does not
