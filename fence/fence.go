@@ -98,14 +98,23 @@ func (t Token) String() string {
 var ErrStale = errors.New("fence: stale token")
 
 // StaleError says a write was rejected because a later holder has already
-// written: Token is the rejected one, Current the mark that beat it.
+// written, or (from a Checked store) holds the lock now, or Token's lease
+// ended: Token is the rejected one, Current the mark or the live holder's
+// token that beat it.
 type StaleError struct {
 	Resource string
 	Token    Token
 	Current  uint64
+	// Lapsed: the lock service said no one holds the lock under Token any
+	// more (its lease ended) and no later holder has it (see Checked);
+	// Current is then 0.
+	Lapsed bool
 }
 
 func (e *StaleError) Error() string {
+	if e.Lapsed {
+		return fmt.Sprintf("fence: stale token: %s is not the live holder's (its lease ended), writing resource %q", e.Token, e.Resource)
+	}
 	return fmt.Sprintf("fence: stale token: %s is below %d, the mark of resource %q", e.Token, e.Current, e.Resource)
 }
 

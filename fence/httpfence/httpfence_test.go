@@ -264,3 +264,32 @@ func concurrentClients(t *testing.T, store fence.Store, write func(r *http.Reque
 	})
 	fencetest.Check(t, history(), out)
 }
+
+// TestMiddlewareCheckedStore: behind a fence.Checked store, a token whose
+// lease ended is refused with 409 before anyone newer wrote, and a live
+// one writes.
+func TestMiddlewareCheckedStore(t *testing.T) {
+	live := int64(5)
+	check := func(_ context.Context, tok fence.Token) (bool, int64, error) {
+		return live >= 0 && uint64(live) == tok.Value, live, nil
+	}
+	svc := &valueService{}
+	h := httpfence.Handler(fence.Checked(fence.NewMemoryStore(), check), svc)
+	if a := put(t, h, hdr("orders/42", 5), "five"); a.status != 200 || svc.value != "five" {
+		t.Fatalf("live token 5: %+v", a)
+	}
+	live = -1 // token 5's lease ended; no one holds the lock
+	a := put(t, h, hdr("orders/42", 5), "late")
+	if a.status != http.StatusConflict || a.body["error"] != "fencing token's lease ended" || a.body["token"] != 5.0 ||
+		a.header.Get(httpfence.CurrentHeader) != "" {
+		t.Fatalf("lapsed token 5: %+v", a)
+	}
+	live = 6 // a later holder, which has not written yet
+	a = put(t, h, hdr("orders/42", 5), "late")
+	if a.status != http.StatusConflict || a.header.Get(httpfence.CurrentHeader) != "6" || a.body["error"] != "stale fencing token" {
+		t.Fatalf("superseded token 5: %+v", a)
+	}
+	if svc.value != "five" || svc.calls.Load() != 1 {
+		t.Fatalf("a refused write reached the handler: value %q, %d calls", svc.value, svc.calls.Load())
+	}
+}
