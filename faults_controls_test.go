@@ -167,7 +167,7 @@ var negativeControls = []negativeControl{
 		// the longer Extend said. The servers did nothing wrong: only the
 		// holder's belief (a Hold to its deadline) overlaps the next
 		// owner's grant, so the exclusion checker alone can see it.
-		name: "late-extend-cap-off", seed: 105, by: "exclusion",
+		name: "late-extend-cap-off", seed: 105, by: "exclusion", arose: lateExtendsApplied,
 		opts: func() runOpts {
 			o := handleRun(4*time.Second, kahuna.Persistent, []faultKind{fTransfer})
 			o.handles.acquire = []kahuna.AcquireOption{kahuna.WithoutLateExtendCap()}
@@ -184,7 +184,7 @@ var negativeControls = []negativeControl{
 		// the committed hand-off; its handle counts the lease from that
 		// attempt, a second or more after the server began it, and holds it
 		// while the next waiter is granted. Caught by the exclusion checker.
-		name: "unsure-handoff-not-granted", seed: 106, by: "exclusion",
+		name: "unsure-handoff-not-granted", seed: 106, by: "exclusion", arose: handOffsUnknown,
 		opts: func() runOpts {
 			o := stallHandOffRun(5 * time.Second)
 			o.mod = WithoutUnsureHandOff
@@ -205,6 +205,13 @@ type negativeControl struct {
 	// ("fencing/token-not-increased"). Findings of other kinds are logged
 	// and do not catch it.
 	by string
+	// arose, if set, says why a run's scenario did not arise ("" when it
+	// did): a measured precondition that the faults alone do not make
+	// certain on a loaded machine (a stall that left no hand-off's
+	// outcome unknown). Such a run could not catch the control either
+	// way, so it is run again with the next seed (at most three runs);
+	// a run whose scenario arose and was not caught fails at once.
+	arose func(faultRun) string
 	// residual: caught only by a committed write of a deposed node, or by
 	// findings that answers given by deposed nodes do not explain (see
 	// withoutDeposedAnswers), so that on an engine that also lacks the
@@ -274,13 +281,25 @@ func definite(r checker.Report) int {
 }
 
 // missed runs the control once with seed and says why it was not caught
-// ("" when it was).
-func (nc negativeControl) missed(t *testing.T, seed uint64) string {
+// ("" when it was), and whether that is because its scenario did not
+// arise (see negativeControl.arose).
+func (nc negativeControl) missed(t *testing.T, seed uint64) (why string, untested bool) {
 	o := nc.opts
 	o.d = min(o.d, faultsRunLength())
 	o.name = "TestFaultsNegativeControl/" + nc.name
 	o.tag = nc.name
 	run := runFaults(t, seed, o)
+	why = nc.judge(t, run)
+	if why != "" && nc.arose != nil {
+		if cause := nc.arose(run); cause != "" {
+			return why + "; the scenario did not arise: " + cause, true
+		}
+	}
+	return why, false
+}
+
+// judge says why run did not catch the control ("" when it did).
+func (nc negativeControl) judge(t *testing.T, run faultRun) string {
 	if run.report.HoldWindows < 20 {
 		return fmt.Sprintf("weak control run: only %d definite grants", run.report.HoldWindows)
 	}
@@ -367,10 +386,23 @@ func missedFaults(run faultRun) string {
 	return ""
 }
 
-// run runs the control once with seed and fails t unless it is caught.
+// run runs the control with seed and fails t unless it is caught (again
+// with the next seeds, +1000 each, only while its scenario did not arise).
 func (nc negativeControl) run(t *testing.T, seed uint64) {
-	if why := nc.missed(t, seed); why != "" {
-		t.Errorf("negative control %s not caught: %s", nc.name, why)
+	for try := 1; ; try++ {
+		why, untested := nc.missed(t, seed)
+		switch {
+		case why == "":
+			return
+		case !untested:
+			t.Errorf("negative control %s not caught: %s", nc.name, why)
+			return
+		case try == 3:
+			t.Errorf("negative control %s untested in %d runs: %s", nc.name, try, why)
+			return
+		}
+		t.Logf("negative control %s, seed %d: %s; again with seed %d", nc.name, seed, why, seed+1000)
+		seed += 1000
 	}
 }
 
@@ -419,27 +451,33 @@ func TestFaultsControlRates(t *testing.T) {
 		if !only.MatchString(nc.name) {
 			continue
 		}
-		caught := 0
+		caught, untested := 0, 0
 		var missed []string
 		for i := range uint64(*controlSeeds) {
 			seed := nc.seed + 1000*i
 			t.Run(fmt.Sprintf("%s/seed=%d", nc.name, seed), func(t *testing.T) {
-				if why := nc.missed(t, seed); why != "" {
+				why, unarisen := nc.missed(t, seed)
+				switch {
+				case why == "":
+					caught++
+				case unarisen:
+					untested++
+					t.Logf("untested: %s", why)
+				default:
 					missed = append(missed, fmt.Sprintf("seed %d: %s", seed, why))
 					t.Logf("not caught: %s", why)
-					return
 				}
-				caught++
 			})
 		}
-		row := fmt.Sprintf("| %s | %d | %d | %.0f%% |", nc.name, *controlSeeds, caught, 100*float64(caught)/float64(*controlSeeds))
+		tested := *controlSeeds - untested
+		row := fmt.Sprintf("| %s | %d | %d | %d | %.0f%% |", nc.name, *controlSeeds, untested, caught, 100*float64(caught)/float64(max(tested, 1)))
 		table = append(table, row)
 		fmt.Println("control rate " + row)
 		for _, m := range missed {
 			fmt.Printf("control missed %s %s\n", nc.name, m)
 		}
 	}
-	summary := "| control | seeds | caught | single-attempt rate |\n|---|---|---|---|\n" + strings.Join(table, "\n")
+	summary := "| control | seeds | scenario did not arise | caught | single-attempt rate where it arose |\n|---|---|---|---|---|\n" + strings.Join(table, "\n")
 	t.Log("\n" + summary)
 	fmt.Println(summary)
 }

@@ -333,18 +333,36 @@ func withRaftRTT(rtt time.Duration) func(kahuna.Config) kahuna.Config {
 // and it tested nothing.
 func requireHandOffsUnknown(t *testing.T, run faultRun) {
 	t.Helper()
-	if run.handles.waitsErrored.Load() == 0 {
-		t.Errorf("seed %d: no waiter was answered Errored (%s): no hand-off of unknown outcome, the run did not test what it is for", run.seed, run.handles)
+	if why := handOffsUnknown(run); why != "" {
+		t.Errorf("seed %d: %s: the run did not test what it is for", run.seed, why)
 	}
+}
+
+// handOffsUnknown says why run left no hand-off's outcome unknown ("" if
+// it did: a waiter was answered Errored).
+func handOffsUnknown(run faultRun) string {
+	if run.handles.waitsErrored.Load() == 0 {
+		return fmt.Sprintf("no waiter was answered Errored (%s): no hand-off of unknown outcome", run.handles)
+	}
+	return ""
 }
 
 // requireLateExtends fails a handle run in which no late Extend shortened
 // a live lease.
 func requireLateExtends(t *testing.T, run faultRun) {
 	t.Helper()
-	if run.handles.lateApplied.Load() == 0 {
-		t.Errorf("seed %d: no late short Extend was applied (%s): the run did not test what it is for", run.seed, run.handles)
+	if why := lateExtendsApplied(run); why != "" {
+		t.Errorf("seed %d: %s: the run did not test what it is for", run.seed, why)
 	}
+}
+
+// lateExtendsApplied says why no late short Extend shortened a live lease
+// in run ("" if one did).
+func lateExtendsApplied(run faultRun) string {
+	if run.handles.lateApplied.Load() == 0 {
+		return fmt.Sprintf("no late short Extend was applied (%s)", run.handles)
+	}
+	return ""
 }
 
 // durabilityOf is the durability of a seed's run.
