@@ -74,6 +74,23 @@ func buildUnsafe(t *testing.T, knobs string) binaries {
 	return b
 }
 
+// builds are the binaries built so far, by tags and packages: each is
+// built once per test binary run (a -race link takes 15-30 s here), into
+// a directory TestMain removes.
+var builds struct {
+	sync.Mutex
+	dir  string
+	done map[string]binaries
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
+	}
+	os.Exit(code)
+}
+
 func buildTagged(t *testing.T, tags string, pkgs ...string) binaries {
 	t.Helper()
 	if testing.Short() {
@@ -84,7 +101,22 @@ func buildTagged(t *testing.T, tags string, pkgs ...string) binaries {
 		t.Skipf("no go command to build the binaries: %v", err)
 	}
 	root := moduleRoot(t)
-	dir := t.TempDir()
+	key := tags + "|" + strings.Join(pkgs, " ")
+	builds.Lock()
+	defer builds.Unlock()
+	if b, ok := builds.done[key]; ok {
+		return b
+	}
+	if builds.dir == "" {
+		if builds.dir, err = os.MkdirTemp("", "kahuna-e2e-bin-"); err != nil {
+			t.Fatal(err)
+		}
+		builds.done = map[string]binaries{}
+	}
+	dir := filepath.Join(builds.dir, strconv.Itoa(len(builds.done)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -102,7 +134,9 @@ func buildTagged(t *testing.T, tags string, pkgs ...string) binaries {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("built %s (race=%v, tags %q) in %v", strings.Join(pkgs, " "), raceEnabled, tags, time.Since(start).Round(time.Millisecond))
-	return binaries{root: root, kahuna: filepath.Join(dir, "kahuna"), kahunactl: filepath.Join(dir, "kahunactl")}
+	b := binaries{root: root, kahuna: filepath.Join(dir, "kahuna"), kahunactl: filepath.Join(dir, "kahunactl")}
+	builds.done[key] = b
+	return b
 }
 
 // procEnv is the environment of the processes the tests start. A binary
