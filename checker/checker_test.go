@@ -341,7 +341,7 @@ var illegal = map[string]struct {
 		return b.h
 	}},
 	"late-extend-overwritten": {true, true, false, func() History {
-		// Issue 10, scenario 2: a's Extend is decided by the old leader,
+		// A late Extend overwritten: a's Extend is decided by the old leader,
 		// queued, and committed through the new one, whose stale cache
 		// lets a's first lease lapse and grants b; a is told Extended
 		// after b is told Locked.
