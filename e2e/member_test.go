@@ -16,10 +16,11 @@ import (
 type membersJSON struct {
 	Node    uint64 `json:"node"`
 	Members []struct {
-		ID         uint64 `json:"id"`
-		Endpoint   string `json:"endpoint"`
-		Joined     bool   `json:"joined"`
-		Partitions []int  `json:"partitions"`
+		ID          uint64 `json:"id"`
+		RaftAddress string `json:"raftAddress"`
+		Endpoint    string `json:"endpoint"`
+		Joined      bool   `json:"joined"`
+		Partitions  []int  `json:"partitions"`
 	} `json:"members"`
 	Removed []uint64 `json:"removed"`
 }
@@ -130,7 +131,7 @@ func TestMemberReplace(t *testing.T) {
 		t.Fatalf("member list: %+v", ml)
 	}
 	for _, m := range ml.Members {
-		if !m.Joined || len(m.Partitions) != clusterPartitions {
+		if !m.Joined || len(m.Partitions) != clusterPartitions || m.RaftAddress == "" {
 			t.Fatalf("member list: %+v", ml)
 		}
 	}

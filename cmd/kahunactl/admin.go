@@ -191,7 +191,7 @@ func member(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		if out.json {
-			_ = json.NewEncoder(out.w).Encode(v)
+			_ = json.NewEncoder(out.w).Encode(membersJSON(v))
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
@@ -415,4 +415,31 @@ func uints(xs []uint64) string {
 		s[i] = strconv.FormatUint(x, 10)
 	}
 	return strings.Join(s, ",")
+}
+
+// memberJSON and membersJSON are member list's JSON output: camelCase, as
+// every other command's JSON is. The admin API between members keeps its
+// own spelling (raft_address), which members of another version read.
+type memberJSON struct {
+	ID          uint64 `json:"id"`
+	RaftAddress string `json:"raftAddress"`
+	Endpoint    string `json:"endpoint"`
+	Joined      bool   `json:"joined"`
+	Partitions  []int  `json:"partitions"`
+}
+
+type membersView struct {
+	Node         uint64       `json:"node"`
+	DeploymentID uint64       `json:"deploymentId"`
+	TokenHash    string       `json:"tokenHash"`
+	Members      []memberJSON `json:"members"`
+	Removed      []uint64     `json:"removed,omitempty"`
+}
+
+func membersJSON(v admin.MembersView) membersView {
+	out := membersView{Node: v.Node, DeploymentID: v.DeploymentID, TokenHash: v.TokenHash, Removed: v.Removed, Members: []memberJSON{}}
+	for _, m := range v.Members {
+		out.Members = append(out.Members, memberJSON(m))
+	}
+	return out
 }
