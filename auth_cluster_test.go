@@ -17,6 +17,7 @@ import (
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/internal/testcert"
+	"github.com/kahunago/kahuna/internal/testcluster"
 	"github.com/kahunago/kahuna/transport"
 )
 
@@ -39,7 +40,7 @@ func openMembers(t *testing.T, members map[uint64]kahuna.Member, dirs map[uint64
 				InitialClusterState: kahuna.ClusterStateNew,
 			}
 			mutate(id, &cfg)
-			n, err := kahuna.Open(withListeners(cfg))
+			n, err := kahuna.Open(testcluster.WithListeners(cfg))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -61,7 +62,7 @@ func openMembers(t *testing.T, members map[uint64]kahuna.Member, dirs map[uint64
 func newMembers(t *testing.T) (map[uint64]kahuna.Member, map[uint64]string) {
 	members, dirs := map[uint64]kahuna.Member{}, map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {
-		members[id] = newMember(t)
+		members[id] = testcluster.NewMember(t)
 		dirs[id] = t.TempDir()
 	}
 	return members, dirs
@@ -115,7 +116,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 	defer c.Close()
 	for _, d := range []kahuna.Durability{kahuna.Persistent, kahuna.Ephemeral} {
 		for p, r := range resources {
-			res := settled(t, func() (kahuna.Result, error) { return c.TryLock(ctx, r, []byte("o"), time.Minute, d) })
+			res := testcluster.Settled(t, func() (kahuna.Result, error) { return c.TryLock(ctx, r, []byte("o"), time.Minute, d) })
 			if res.Status != kahuna.Locked {
 				t.Errorf("%v lock of %s (partition %d) with the token: %v", d, r, p, res.Status)
 			}
@@ -163,7 +164,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 	if code := transfer("client-token", admin.TransferRequest{Partition: p, To: target}, one); code != http.StatusAccepted {
 		t.Fatalf("admin transfer of partition %d (led by %d) asked of node 1 with the token: HTTP %d, want 202", p, leader, code)
 	}
-	eventually(t, "the transfer asked through node 1", func() bool { _, serving := nodes[1].Leader(p); return serving })
+	testcluster.Eventually(t, "the transfer asked through node 1", func() bool { _, serving := nodes[1].Leader(p); return serving })
 }
 
 // TestRaftMutualTLS: members with certificates from the cluster's CA form
@@ -221,7 +222,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	defer cancel()
 	p := nodes[1].Partition("over-tls")
 	// Node 2 leads the partition, so node 1 forwards over the peer port.
-	eventually(t, "node 2 to lead the partition", func() bool {
+	testcluster.Eventually(t, "node 2 to lead the partition", func() bool {
 		leader, _ := nodes[1].Leader(p)
 		if _, serving := nodes[2].Leader(p); serving && leader == 2 {
 			return true
@@ -232,7 +233,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // give the requested transfer a moment before asking again
 		return false
 	})
-	res := settled(t, func() (kahuna.Result, error) {
+	res := testcluster.Settled(t, func() (kahuna.Result, error) {
 		return nodes[1].TryLock(ctx, "over-tls", []byte("o"), time.Minute, kahuna.Persistent)
 	})
 	if res.Status != kahuna.Locked {
@@ -254,7 +255,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		t.Fatalf("node 3 with the cluster's certificate: %v", errs[3])
 	}
 	// It replicates: moved to node 3, the partition answers with the lock.
-	eventually(t, "the partition to move to node 3", func() bool {
+	testcluster.Eventually(t, "the partition to move to node 3", func() bool {
 		if _, serving := joined[3].Leader(p); serving {
 			return true
 		}

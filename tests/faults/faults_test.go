@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/faults"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // The fault tests run a workload on an in-process 3-node cluster while a
@@ -386,7 +387,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 	// hold keeps a fault for [min, max] even if ctx ends, so its effect on
 	// the history is seen; it is healed right after.
 	hold := func(min, max time.Duration) { time.Sleep(between(min, max)) }
-	randomNode := func() uint64 { return c.ids[rng.IntN(len(c.ids))] }
+	randomNode := func() uint64 { return c.IDs()[rng.IntN(len(c.IDs()))] }
 	hotLeader := func() uint64 {
 		if l := c.leaderNow(hot[rng.IntN(len(hot))]); l != 0 {
 			return l
@@ -416,7 +417,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			c.kill(id, k == fCrashLeader)
 			hold(200*time.Millisecond, 1500*time.Millisecond)
 			logf("restart node %d", id)
-			if err := c.start(id); err != nil {
+			if err := c.StartNode(id); err != nil {
 				t.Errorf("restart node %d: %v", id, err)
 				return
 			}
@@ -427,9 +428,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			if l == to {
 				// Not to the leader itself, which moves nothing: the next
 				// node (no draw of its own, so a seed's schedule stays).
-				to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)]
+				to = c.IDs()[(slices.Index(c.IDs(), to)+1)%len(c.IDs())]
 			}
-			if n := c.node(l); n != nil {
+			if n := c.Node(l); n != nil {
 				logf("transfer partition %d to node %d", p, to)
 				err := n.TransferLeadership(p, to) // may be refused mid-election
 				eff.transferred(p, err)
@@ -440,14 +441,14 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fSlowTransfer:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
 			l := faults.Link{Delay: between(time.Millisecond, 8*time.Millisecond)}
-			to := c.others(id)[rng.IntN(len(c.ids)-1)]
+			to := c.Others(id)[rng.IntN(len(c.IDs())-1)]
 			logf("%s: links of node %d %s, then partition %d to node %d", k, id, l, p, to)
-			for _, o := range c.others(id) {
+			for _, o := range c.Others(id) {
 				c.net.Set(id, o, l)
 				c.net.Set(o, id, l)
 			}
@@ -463,34 +464,34 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fTransferUnrelinquished:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
-			to := c.others(id)[rng.IntN(len(c.ids)-1)]
+			to := c.Others(id)[rng.IntN(len(c.IDs())-1)]
 			logf("%s: partition %d to node %d with its lease kept, node %d's inbound links cut as it sends TimeoutNow", k, p, to, id)
 			// Cut when the TimeoutNow leaves, not before: a leader cut
 			// off first never hears its target catch up, and Raft sends
 			// no TimeoutNow to a target behind it.
-			c.net.CutInboundOnTimeoutNow(id, c.others(id))
-			err := TransferUnrelinquished(n, p, to)
+			c.net.CutInboundOnTimeoutNow(id, c.Others(id))
+			err := testknobs.TransferUnrelinquished(n, p, to)
 			eff.transferred(p, err)
 			if err != nil {
 				logf("transfer refused: %v", err)
 			}
 			// Cut off, L cannot renew its lease: past it, L stepped down.
-			lease := LeaderLease(n)
+			lease := testknobs.LeaderLease(n)
 			hold(lease+100*time.Millisecond, lease+400*time.Millisecond)
 			logf("heal")
 			c.net.Heal()
 		case fStallReplication:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
-			shard := RaftShard(p)
+			shard := testknobs.RaftShard(p)
 			logf("%s: node %d's replication of partition %d stalled, its lane filled", k, id, p)
 			c.net.StallReplication(id, shard)
 			// One filler at a time, so each takes an entry (a slot) of its
@@ -509,7 +510,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			// The workload's writes to the partition queue behind them.
 			hold(100*time.Millisecond, 300*time.Millisecond)
 			logf("cut node %d off", id)
-			c.net.Isolate(id, c.others(id), true, true)
+			c.net.Isolate(id, c.Others(id), true, true)
 			// Past its lease, its step-down and an election (≈100–300 ms),
 			// and short of its proposals' timeout.
 			hold(350*time.Millisecond, 500*time.Millisecond)
@@ -521,10 +522,10 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fStallHandOff:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			if c.node(id) == nil {
+			if c.Node(id) == nil {
 				break
 			}
-			shard := RaftShard(p)
+			shard := testknobs.RaftShard(p)
 			for len(unsure) > 0 {
 				<-unsure // before the stall
 			}
@@ -560,7 +561,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			if rng.IntN(5) > 0 {
 				id = hotLeader()
 			}
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
@@ -572,8 +573,8 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			}
 			d := between(400*time.Millisecond, maxPause)
 			logf("pause node %d for %v", id, d.Round(time.Millisecond))
-			PauseNode(n)
-			c.net.Isolate(id, c.others(id), true, true)
+			testknobs.PauseNode(n)
+			c.net.Isolate(id, c.Others(id), true, true)
 			time.Sleep(d)
 			// It wakes: held calls are answered at once by a node that still
 			// believes it leads, until its view catches up (within an
@@ -589,9 +590,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 				c.net.Heal()
 				time.Sleep(between(20*time.Millisecond, 60*time.Millisecond))
 			}
-			ResumeCalls(n)
+			testknobs.ResumeCalls(n)
 			time.Sleep(stepDown)
-			ResumeView(n)
+			testknobs.ResumeView(n)
 			if !healFirst {
 				hold(0, 100*time.Millisecond)
 				if rng.IntN(2) == 0 {
@@ -607,7 +608,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			}
 			out, in := k != fOneWayIn, k != fOneWayOut
 			logf("%s: node %d (out=%v in=%v)", k, id, out, in)
-			c.net.Isolate(id, c.others(id), out, in)
+			c.net.Isolate(id, c.Others(id), out, in)
 			hold(300*time.Millisecond, 2500*time.Millisecond)
 			if rng.IntN(2) == 0 {
 				c.net.ResetProxies(id) // broken connections rather than stalled ones
@@ -617,7 +618,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fLossy:
 			l := faults.Link{Drop: 0.05 + rng.Float64()*0.25, Delay: time.Duration(rng.IntN(20)) * time.Millisecond}
 			logf("lossy links: %s", l)
-			c.net.SetAll(c.ids, l)
+			c.net.SetAll(c.IDs(), l)
 			hold(500*time.Millisecond, 2500*time.Millisecond)
 			logf("heal")
 			c.net.Heal()
@@ -627,9 +628,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		}
 	}
 	c.net.Heal()
-	for _, id := range c.ids {
-		if c.node(id) == nil {
-			if err := c.start(id); err != nil {
+	for _, id := range c.IDs() {
+		if c.Node(id) == nil {
+			if err := c.StartNode(id); err != nil {
 				t.Errorf("final restart of node %d: %v", id, err)
 			}
 		}
@@ -690,14 +691,14 @@ type target struct {
 // pick chooses whom to call for res on the given attempt (0 the first);
 // node 0 if none is up.
 func (cl *lockClient) pick(res string, attempt int) target {
-	up := cl.c.up()
+	up := cl.c.Up()
 	if len(up) == 0 {
 		return target{}
 	}
 	if cl.mode == pool {
 		return target{node: up[cl.rng.IntN(len(up))], local: cl.rng.IntN(10) < 7}
 	}
-	n := cl.c.node(up[0])
+	n := cl.c.Node(up[0])
 	if n == nil {
 		return target{}
 	}
@@ -717,7 +718,7 @@ func (cl *lockClient) pick(res string, attempt int) target {
 
 // call runs one recorded operation on to.
 func (cl *lockClient) call(to target, kind checker.Kind, res, owner string, ttl time.Duration) checker.Op {
-	n := cl.c.node(to.node)
+	n := cl.c.Node(to.node)
 	if n == nil {
 		time.Sleep(10 * time.Millisecond)
 		return checker.Op{Outcome: checker.Fail, Status: kahuna.MustRetry} // nothing sent
@@ -927,7 +928,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		t.Fatal("handle clients on ephemeral locks need the grace (runOpts.grace)")
 	}
 	c := startFaultCluster(t, seed, partitions, mod)
-	first := c.node(c.up()[0])
+	first := c.Node(c.Up()[0])
 	byPartition := map[int][]string{}
 	var hot []string
 	per := o.perPartition
@@ -988,7 +989,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	run.begun = reigns.begun()
 	run.evictions = c.evictions()
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
-	c.close() // the checkers get the CPU
+	c.Close() // the checkers get the CPU
 
 	run.history = rec.History()
 	for _, op := range run.history {
