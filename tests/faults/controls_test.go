@@ -18,8 +18,8 @@ import (
 // switched off, each of which must be reported. A control that is not
 // caught fails: the suite could not see that class of bug.
 //
-//	go test -run 'FaultsNegativeControl' -v .
-//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v .
+//	go test -run 'FaultsNegativeControl' -v ./tests/faults
+//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v ./tests/faults
 var negativeControls = []negativeControl{
 	{
 		// A node answers from its cache whenever its own (late) view says
@@ -406,7 +406,7 @@ var (
 // -faults.controlseeds seeds (its own seed, then +1000, +2000, …), and
 // a table of controls, seeds, catches and rates is printed.
 //
-//	go test -run TestFaultsControlRates -faults.controlseeds=20 -timeout=0 .
+//	go test -run TestFaultsControlRates -faults.controlseeds=20 -timeout=0 ./tests/faults
 func TestFaultsControlRates(t *testing.T) {
 	if *controlSeeds == 0 {
 		t.Skip("set -faults.controlseeds (e.g. 20) to measure the controls' catch rates")

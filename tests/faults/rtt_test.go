@@ -29,7 +29,7 @@ import (
 // a node beginning to serve a partition while another still serves it is
 // two leaders at once.
 //
-//	go test -run 'TestRaftRTT' -count=3 .
+//	go test -run 'TestRaftRTT' -count=3 ./tests/faults
 
 const rttPartition = 0 // the clusters have one partition
 

@@ -22,7 +22,7 @@ import (
 // wants nothing, its negative control (the protection switched off) wants
 // every violation seen, so it proves the scenario can see the bug.
 //
-//	go test -run 'TestStaleLeader|TestDeposedLeader' -count=10 .
+//	go test -run 'TestStaleLeader|TestDeposedLeader' -count=10 ./tests/faults
 
 const (
 	safetyCall = 30 * time.Second // a probe's deadline: late answers are observed, not excused

@@ -28,7 +28,7 @@ import (
 // lock an ephemeral lock through the target while A, its holder, re-locks
 // it through the old leader.
 //
-//	go test -run 'TestTransferTarget' -count=10 .
+//	go test -run 'TestTransferTarget' -count=10 ./tests/faults
 
 // handOverSeen is what the scenario saw on one partition.
 type handOverSeen struct {
