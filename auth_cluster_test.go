@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,51 +20,23 @@ import (
 	"github.com/kahunago/kahuna/transport"
 )
 
-// openMembers opens the given members of a three-member cluster at once,
-// each with the Config mutate leaves, and closes them at the end.
-func openMembers(t *testing.T, members map[uint64]kahuna.Member, dirs map[uint64]string, ids []uint64, mutate func(id uint64, c *kahuna.Config)) (map[uint64]*kahuna.Node, map[uint64]error) {
-	t.Helper()
-	var mu sync.Mutex
-	nodes, errs := map[uint64]*kahuna.Node{}, map[uint64]error{}
-	var wg sync.WaitGroup
+// openMembers starts the given members of c at once, each with the Config
+// mutate leaves, and returns those that started and the others' errors.
+func openMembers(c *testcluster.Cluster, ids []uint64, mutate func(id uint64, cfg *kahuna.Config)) (map[uint64]*kahuna.Node, map[uint64]error) {
+	errs := c.StartNodes(ids, mutate)
+	nodes := map[uint64]*kahuna.Node{}
 	for _, id := range ids {
-		wg.Go(func() {
-			cfg := kahuna.Config{
-				NodeID:              id,
-				DataDir:             dirs[id],
-				Members:             members,
-				ListenAddress:       strings.TrimPrefix(members[id].Endpoint, "http://"),
-				Partitions:          3,
-				LockActors:          2,
-				InitialClusterState: kahuna.ClusterStateNew,
-			}
-			mutate(id, &cfg)
-			n, err := kahuna.Open(testcluster.WithListeners(cfg))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs[id] = err
-				return
-			}
-			nodes[id] = n
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Close()
+		if errs[id] == nil {
+			nodes[id] = c.Node(id)
 		}
-	})
+	}
 	return nodes, errs
 }
 
-func newMembers(t *testing.T) (map[uint64]kahuna.Member, map[uint64]string) {
-	members, dirs := map[uint64]kahuna.Member{}, map[uint64]string{}
-	for id := uint64(1); id <= 3; id++ {
-		members[id] = testcluster.NewMember(t)
-		dirs[id] = t.TempDir()
-	}
-	return members, dirs
+// newMembers lays out a three-member cluster of three partitions.
+func newMembers(t *testing.T) (*testcluster.Cluster, map[uint64]kahuna.Member) {
+	c := testcluster.New(t, testcluster.Options{Partitions: 3})
+	return c, c.Members()
 }
 
 // TestAuthClusterForwarding: with tokens on every member and a separate
@@ -74,8 +45,8 @@ func newMembers(t *testing.T) (map[uint64]kahuna.Member, map[uint64]string) {
 // client without one is refused, and an admin transfer asked of a node
 // that does not lead the partition is passed on with the caller's token.
 func TestAuthClusterForwarding(t *testing.T) {
-	members, dirs := newMembers(t)
-	nodes, errs := openMembers(t, members, dirs, []uint64{1, 2, 3}, func(_ uint64, c *kahuna.Config) {
+	cl, members := newMembers(t)
+	nodes, errs := openMembers(cl, []uint64{1, 2, 3}, func(_ uint64, c *kahuna.Config) {
 		var err error
 		if c.AuthTokens, err = transport.NewTokens("client-token"); err != nil {
 			t.Error(err)
@@ -172,7 +143,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 // another CA signed cannot join (its Open finds no leader), and the same
 // member given a certificate of the cluster's CA then joins.
 func TestRaftMutualTLS(t *testing.T) {
-	members, dirs := newMembers(t)
+	cl, members := newMembers(t)
 	certDir := t.TempDir()
 	ca, stray := testcert.NewCA(t, certDir, "cluster"), testcert.NewCA(t, certDir, "stray")
 	pairs := map[uint64]testcert.Pair{}
@@ -198,6 +169,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	}
 	secret, _ := transport.NewTokens("cluster-secret")
 	mutate := func(id uint64, c *kahuna.Config) {
+		c.Members = members // with the peer endpoints
 		withCA(ca, pairs[id])(id, c)
 		c.PeerTokens = secret
 	}
@@ -211,7 +183,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		go func() { defer close(done); _ = srv.ServeGRPCTLS(peerLis[id], tc) }()
 		t.Cleanup(func() { srv.Close(); <-done })
 	}
-	nodes, errs := openMembers(t, members, dirs, []uint64{1, 2}, mutate)
+	nodes, errs := openMembers(cl, []uint64{1, 2}, mutate)
 	for id, err := range errs {
 		t.Fatalf("node %d over mutual TLS: %v", id, err)
 	}
@@ -240,7 +212,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		t.Fatalf("persistent lock forwarded over mutual TLS: %v", res.Status)
 	}
 	strayPair := stray.Issue(t, certDir, "node3", "127.0.0.1")
-	_, errs = openMembers(t, members, dirs, []uint64{3}, func(id uint64, c *kahuna.Config) {
+	_, errs = openMembers(cl, []uint64{3}, func(id uint64, c *kahuna.Config) {
 		mutate(id, c)
 		withCA(stray, strayPair)(id, c)
 		c.StartTimeout = 3 * time.Second
@@ -250,7 +222,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	}
 
 	// The positive control: the same member with the cluster's CA joins.
-	joined, errs := openMembers(t, members, dirs, []uint64{3}, mutate)
+	joined, errs := openMembers(cl, []uint64{3}, mutate)
 	if errs[3] != nil {
 		t.Fatalf("node 3 with the cluster's certificate: %v", errs[3])
 	}
@@ -277,7 +249,7 @@ func TestRaftMutualTLS(t *testing.T) {
 }
 
 func TestPeerTLSConfigRefused(t *testing.T) {
-	members, dirs := newMembers(t)
+	members, dirs := testcluster.New(t, testcluster.Options{}).Members(), map[uint64]string{1: t.TempDir()}
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "cluster")
 	p := ca.Issue(t, dir, "n", "127.0.0.1")

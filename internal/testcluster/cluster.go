@@ -255,6 +255,13 @@ func (c *Cluster) Member(id uint64) kahuna.Member {
 	return c.members[id]
 }
 
+// Members is every member as the others know it.
+func (c *Cluster) Members() map[uint64]kahuna.Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.members)
+}
+
 // NewDir gives node id an empty data dir, as a replaced disk would, and
 // returns it.
 func (c *Cluster) NewDir(id uint64) string {
