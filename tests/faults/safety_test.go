@@ -40,7 +40,7 @@ const (
 // Its nodes run ephemeral locks fencing-only: these scenarios check the
 // leader lease and the fence, which must hold without the ephemeral grace
 // too (with it, a new leader would answer MustRetry for the one-minute
-// ephemeral leases they take); grace_test.go and the strict fault run
+// ephemeral leases they take); the root's grace_test.go and the strict fault run
 // check the grace.
 func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Config) *faultCluster {
 	return startFaultCluster(t, seed, 3, func(cfg kahuna.Config) kahuna.Config {
