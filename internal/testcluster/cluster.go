@@ -426,23 +426,50 @@ func (c *Cluster) Transfer(p int, to uint64) {
 
 // Spread makes node p%n+1 lead partition p, as Open spreads leaders on a
 // best-effort basis (a loaded machine lets moves slip), and waits until
-// every running node sees it: tests then begin from a steady state.
+// every running node sees it, asking again where a move slipped: tests
+// then begin from a steady state.
 func (c *Cluster) Spread() {
 	c.tb.Helper()
 	want := func(p int) uint64 { return uint64(p%len(c.ids) + 1) }
 	for p := range c.opts.Partitions {
 		c.Transfer(p, want(p))
 	}
-	Eventually(c.tb, "every node seeing the leaders spread", func() bool {
+	// The partitions not yet seen at their node by every running node.
+	unspread := func() (ps []int) {
 		for p := range c.opts.Partitions {
 			for _, id := range c.Up() {
 				if n := c.Node(id); n != nil {
 					if l, _ := n.Leader(p); l != want(p) {
-						return false
+						ps = append(ps, p)
+						break
 					}
 				}
 			}
 		}
-		return true
-	})
+		return ps
+	}
+	deadline := time.After(c.opts.Wait)
+	ask := time.NewTicker(c.opts.TransferRetry)
+	defer ask.Stop()
+	recheck := time.NewTicker(10 * time.Millisecond) // a follower learning the leader gives no signal
+	defer recheck.Stop()
+	for {
+		ps := unspread()
+		if len(ps) == 0 {
+			return
+		}
+		select {
+		case <-ask.C:
+			for _, p := range ps {
+				if to := c.Node(want(p)); to != nil {
+					if l, _ := to.Leader(p); l != want(p) && c.Node(l) != nil {
+						_ = c.Node(l).TransferLeadership(p, want(p))
+					}
+				}
+			}
+		case <-recheck.C:
+		case <-deadline:
+			c.tb.Fatalf("partitions %v not seen led by node p%%%d+1 by every node after %v", ps, len(c.ids), c.opts.Wait)
+		}
+	}
 }
