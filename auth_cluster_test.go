@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,54 +16,27 @@ import (
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/internal/node"
 	"github.com/kahunago/kahuna/internal/testcert"
+	"github.com/kahunago/kahuna/internal/testcluster"
 	"github.com/kahunago/kahuna/transport"
 )
 
-// openMembers opens the given members of a three-member cluster at once,
-// each with the Config mutate leaves, and closes them at the end.
-func openMembers(t *testing.T, members map[uint64]kahuna.Member, dirs map[uint64]string, ids []uint64, mutate func(id uint64, c *kahuna.Config)) (map[uint64]*kahuna.Node, map[uint64]error) {
-	t.Helper()
-	var mu sync.Mutex
-	nodes, errs := map[uint64]*kahuna.Node{}, map[uint64]error{}
-	var wg sync.WaitGroup
+// openMembers starts the given members of c at once, each with the Config
+// mutate leaves, and returns those that started and the others' errors.
+func openMembers(c *testcluster.Cluster, ids []uint64, mutate func(id uint64, cfg *kahuna.Config)) (map[uint64]*kahuna.Node, map[uint64]error) {
+	errs := c.StartNodes(ids, mutate)
+	nodes := map[uint64]*kahuna.Node{}
 	for _, id := range ids {
-		wg.Go(func() {
-			cfg := kahuna.Config{
-				NodeID:              id,
-				DataDir:             dirs[id],
-				Members:             members,
-				ListenAddress:       strings.TrimPrefix(members[id].Endpoint, "http://"),
-				Partitions:          3,
-				LockActors:          2,
-				InitialClusterState: kahuna.ClusterStateNew,
-			}
-			mutate(id, &cfg)
-			n, err := kahuna.Open(withListeners(cfg))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs[id] = err
-				return
-			}
-			nodes[id] = n
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Close()
+		if errs[id] == nil {
+			nodes[id] = c.Node(id)
 		}
-	})
+	}
 	return nodes, errs
 }
 
-func newMembers(t *testing.T) (map[uint64]kahuna.Member, map[uint64]string) {
-	members, dirs := map[uint64]kahuna.Member{}, map[uint64]string{}
-	for id := uint64(1); id <= 3; id++ {
-		members[id] = newMember(t)
-		dirs[id] = t.TempDir()
-	}
-	return members, dirs
+// newMembers lays out a three-member cluster of three partitions.
+func newMembers(t *testing.T) (*testcluster.Cluster, map[uint64]kahuna.Member) {
+	c := testcluster.New(t, testcluster.Options{Partitions: 3})
+	return c, c.Members()
 }
 
 // TestAuthClusterForwarding: with tokens on every member and a separate
@@ -73,8 +45,8 @@ func newMembers(t *testing.T) (map[uint64]kahuna.Member, map[uint64]string) {
 // client without one is refused, and an admin transfer asked of a node
 // that does not lead the partition is passed on with the caller's token.
 func TestAuthClusterForwarding(t *testing.T) {
-	members, dirs := newMembers(t)
-	nodes, errs := openMembers(t, members, dirs, []uint64{1, 2, 3}, func(_ uint64, c *kahuna.Config) {
+	cl, members := newMembers(t)
+	nodes, errs := openMembers(cl, []uint64{1, 2, 3}, func(_ uint64, c *kahuna.Config) {
 		var err error
 		if c.AuthTokens, err = transport.NewTokens("client-token"); err != nil {
 			t.Error(err)
@@ -115,7 +87,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 	defer c.Close()
 	for _, d := range []kahuna.Durability{kahuna.Persistent, kahuna.Ephemeral} {
 		for p, r := range resources {
-			res := settled(t, func() (kahuna.Result, error) { return c.TryLock(ctx, r, []byte("o"), time.Minute, d) })
+			res := testcluster.Settled(t, func() (kahuna.Result, error) { return c.TryLock(ctx, r, []byte("o"), time.Minute, d) })
 			if res.Status != kahuna.Locked {
 				t.Errorf("%v lock of %s (partition %d) with the token: %v", d, r, p, res.Status)
 			}
@@ -163,7 +135,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 	if code := transfer("client-token", admin.TransferRequest{Partition: p, To: target}, one); code != http.StatusAccepted {
 		t.Fatalf("admin transfer of partition %d (led by %d) asked of node 1 with the token: HTTP %d, want 202", p, leader, code)
 	}
-	eventually(t, "the transfer asked through node 1", func() bool { _, serving := nodes[1].Leader(p); return serving })
+	testcluster.Eventually(t, "the transfer asked through node 1", func() bool { _, serving := nodes[1].Leader(p); return serving })
 }
 
 // TestRaftMutualTLS: members with certificates from the cluster's CA form
@@ -171,7 +143,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 // another CA signed cannot join (its Open finds no leader), and the same
 // member given a certificate of the cluster's CA then joins.
 func TestRaftMutualTLS(t *testing.T) {
-	members, dirs := newMembers(t)
+	cl, members := newMembers(t)
 	certDir := t.TempDir()
 	ca, stray := testcert.NewCA(t, certDir, "cluster"), testcert.NewCA(t, certDir, "stray")
 	pairs := map[uint64]testcert.Pair{}
@@ -197,6 +169,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	}
 	secret, _ := transport.NewTokens("cluster-secret")
 	mutate := func(id uint64, c *kahuna.Config) {
+		c.Members = members // with the peer endpoints
 		withCA(ca, pairs[id])(id, c)
 		c.PeerTokens = secret
 	}
@@ -210,7 +183,7 @@ func TestRaftMutualTLS(t *testing.T) {
 		go func() { defer close(done); _ = srv.ServeGRPCTLS(peerLis[id], tc) }()
 		t.Cleanup(func() { srv.Close(); <-done })
 	}
-	nodes, errs := openMembers(t, members, dirs, []uint64{1, 2}, mutate)
+	nodes, errs := openMembers(cl, []uint64{1, 2}, mutate)
 	for id, err := range errs {
 		t.Fatalf("node %d over mutual TLS: %v", id, err)
 	}
@@ -221,7 +194,7 @@ func TestRaftMutualTLS(t *testing.T) {
 	defer cancel()
 	p := nodes[1].Partition("over-tls")
 	// Node 2 leads the partition, so node 1 forwards over the peer port.
-	eventually(t, "node 2 to lead the partition", func() bool {
+	testcluster.Eventually(t, "node 2 to lead the partition", func() bool {
 		leader, _ := nodes[1].Leader(p)
 		if _, serving := nodes[2].Leader(p); serving && leader == 2 {
 			return true
@@ -232,14 +205,14 @@ func TestRaftMutualTLS(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // give the requested transfer a moment before asking again
 		return false
 	})
-	res := settled(t, func() (kahuna.Result, error) {
+	res := testcluster.Settled(t, func() (kahuna.Result, error) {
 		return nodes[1].TryLock(ctx, "over-tls", []byte("o"), time.Minute, kahuna.Persistent)
 	})
 	if res.Status != kahuna.Locked {
 		t.Fatalf("persistent lock forwarded over mutual TLS: %v", res.Status)
 	}
 	strayPair := stray.Issue(t, certDir, "node3", "127.0.0.1")
-	_, errs = openMembers(t, members, dirs, []uint64{3}, func(id uint64, c *kahuna.Config) {
+	_, errs = openMembers(cl, []uint64{3}, func(id uint64, c *kahuna.Config) {
 		mutate(id, c)
 		withCA(stray, strayPair)(id, c)
 		c.StartTimeout = 3 * time.Second
@@ -249,12 +222,12 @@ func TestRaftMutualTLS(t *testing.T) {
 	}
 
 	// The positive control: the same member with the cluster's CA joins.
-	joined, errs := openMembers(t, members, dirs, []uint64{3}, mutate)
+	joined, errs := openMembers(cl, []uint64{3}, mutate)
 	if errs[3] != nil {
 		t.Fatalf("node 3 with the cluster's certificate: %v", errs[3])
 	}
 	// It replicates: moved to node 3, the partition answers with the lock.
-	eventually(t, "the partition to move to node 3", func() bool {
+	testcluster.Eventually(t, "the partition to move to node 3", func() bool {
 		if _, serving := joined[3].Leader(p); serving {
 			return true
 		}
@@ -276,7 +249,7 @@ func TestRaftMutualTLS(t *testing.T) {
 }
 
 func TestPeerTLSConfigRefused(t *testing.T) {
-	members, dirs := newMembers(t)
+	members, dirs := testcluster.New(t, testcluster.Options{}).Members(), map[uint64]string{1: t.TempDir()}
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "cluster")
 	p := ca.Issue(t, dir, "n", "127.0.0.1")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
 // moveLog records the balancing moves every node logs ("leader balancing:
@@ -72,10 +73,10 @@ func (h *moveHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 // leadsBy counts the partitions each node leads, as node via sees it.
-func (c *cluster) leadsBy(via uint64, partitions int) map[uint64]int {
+func leadsBy(c *testcluster.Cluster, via uint64, partitions int) map[uint64]int {
 	leads := map[uint64]int{}
 	for p := range partitions {
-		id, _ := c.node(via).Leader(p)
+		id, _ := c.Node(via).Leader(p)
 		leads[id]++
 	}
 	return leads
@@ -83,21 +84,21 @@ func (c *cluster) leadsBy(via uint64, partitions int) map[uint64]int {
 
 // spreadEvenly waits until every node serves at least one of the 3
 // partitions, as every node sees it.
-func (c *cluster) spreadEvenly(what string, partitions int) {
-	c.t.Helper()
-	eventually(c.t, what, func() bool {
+func spreadEvenly(t *testing.T, c *testcluster.Cluster, what string, partitions int) {
+	t.Helper()
+	testcluster.Eventually(t, what, func() bool {
 		for id := uint64(1); id <= 3; id++ {
-			if n := c.node(id); n == nil {
+			if n := c.Node(id); n == nil {
 				return false
 			}
-			leads := c.leadsBy(id, partitions)
+			leads := leadsBy(c, id, partitions)
 			if leads[1] != 1 || leads[2] != 1 || leads[3] != 1 {
 				return false
 			}
 		}
 		for p := range partitions {
-			leader, _ := c.node(1).Leader(p)
-			if _, serving := c.node(leader).Leader(p); !serving {
+			leader, _ := c.Node(1).Leader(p)
+			if _, serving := c.Node(leader).Leader(p); !serving {
 				return false
 			}
 		}
@@ -124,7 +125,7 @@ type hold struct {
 	token      int64
 }
 
-func (x *exclusive) run(c *cluster, workers int) {
+func (x *exclusive) run(c *testcluster.Cluster, workers int) {
 	x.holds = map[string][]hold{}
 	for w := range workers {
 		x.wg.Add(1)
@@ -133,7 +134,7 @@ func (x *exclusive) run(c *cluster, workers int) {
 			ctx := context.Background()
 			via := uint64(w%3 + 1)
 			for i := 0; !x.stop.Load(); i++ {
-				n := c.node(via)
+				n := c.Node(via)
 				if n == nil {
 					time.Sleep(10 * time.Millisecond)
 					continue
@@ -193,7 +194,7 @@ func TestLeaderBalance(t *testing.T) {
 	const partitions = 3
 	const cooldown = 3 * time.Second
 	var moves moveLog
-	c := startClusterWith(t, partitions, func(id uint64, cfg *kahuna.Config) {
+	c := startCluster(t, partitions, func(id uint64, cfg *kahuna.Config) {
 		cfg.LeaderBalanceCooldown = cooldown
 		// A slower tick than the default keeps elections out of a -race
 		// run on a small machine: the spreading must be the balancer's.
@@ -207,17 +208,17 @@ func TestLeaderBalance(t *testing.T) {
 	// move again within the cooldown).
 	changed := map[int]time.Time{}
 	for p := range partitions {
-		if leader, _ := c.node(1).Leader(p); leader == 1 {
-			c.transfer(p, 2)
+		if leader, _ := c.Node(1).Leader(p); leader == 1 {
+			c.Transfer(p, 2)
 		}
 		changed[p] = time.Now() // the leader changes after this instant
-		c.transfer(p, 1)
+		c.Transfer(p, 1)
 	}
-	if leads := c.leadsBy(1, partitions); leads[1] != partitions {
+	if leads := leadsBy(c, 1, partitions); leads[1] != partitions {
 		t.Fatalf("node 1 leads %d of %d partitions after the transfers (moved back within the cooldown?)", leads[1], partitions)
 	}
 	before := len(moves.all())
-	c.spreadEvenly("partitions spread from node 1", partitions)
+	spreadEvenly(t, c, "partitions spread from node 1", partitions)
 	if n := len(moves.all()) - before; n < 2 {
 		t.Errorf("%d balancing moves spread 3 partitions off node 1, want at least 2", n)
 	}
@@ -235,23 +236,23 @@ func TestLeaderBalance(t *testing.T) {
 	// as it returns).
 	gone := -1
 	for p := range partitions {
-		if leader, _ := c.node(2).Leader(p); leader == 2 {
+		if leader, _ := c.Node(2).Leader(p); leader == 2 {
 			gone = p
 		}
 	}
-	c.stop(2)
-	eventually(t, fmt.Sprintf("partition %d led by a survivor", gone), func() bool {
-		leader, _ := c.node(1).Leader(gone)
+	stopNode(t, c, 2)
+	testcluster.Eventually(t, fmt.Sprintf("partition %d led by a survivor", gone), func() bool {
+		leader, _ := c.Node(1).Leader(gone)
 		if leader != 1 && leader != 3 {
 			return false
 		}
-		_, serving := c.node(leader).Leader(gone)
+		_, serving := c.Node(leader).Leader(gone)
 		return serving
 	})
-	if err := c.start(2, partitions, ""); err != nil {
+	if err := c.StartNode(2, restarted); err != nil {
 		t.Fatal(err)
 	}
-	c.spreadEvenly("partitions spread again after node 2 returned", partitions)
+	spreadEvenly(t, c, "partitions spread again after node 2 returned", partitions)
 
 	// Nothing moved twice within the cooldown.
 	all := moves.all()
@@ -264,7 +265,7 @@ func TestLeaderBalance(t *testing.T) {
 	}
 	var sum uint64
 	for id := uint64(1); id <= 3; id++ {
-		sum += c.node(id).Stats().LeaderMoves
+		sum += c.Node(id).Stats().LeaderMoves
 	}
 	if sum == 0 {
 		t.Error("no node counts a balancing move in Stats().LeaderMoves")

@@ -2,7 +2,6 @@ package kahuna_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
 // BenchmarkClusterLockOp is BenchmarkLockOp's lock op (TryLock + Unlock of
@@ -35,26 +35,29 @@ import (
 //	go test -run '^$' -bench ClusterLockOp -benchtime 5s .
 func BenchmarkClusterLockOp(b *testing.B) {
 	const partitions = 8
-	c := startBenchCluster(b, partitions)
+	// Every node on disk with the default lock actors, the leaders spread
+	// (partition p led by node p%3+1) as every node sees it.
+	c := testcluster.Start(b, testcluster.Options{Partitions: partitions, Mod: func(_ uint64, cfg *kahuna.Config) { cfg.LockActors = 0 }})
+	c.Spread()
 	const keys = 10_000
 	names := make([]string, keys)
 	for i := range names {
 		names[i] = "bench:" + strconv.Itoa(i)
 	}
 	for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
-		b.Run(d.String(), func(b *testing.B) { benchClusterLockOp(b, c, d, names) })
+		b.Run(d.String(), func(b *testing.B) { benchClusterLockOp(b, c, partitions, d, names) })
 	}
 }
 
-func benchClusterLockOp(b *testing.B, c *benchCluster, d kahuna.Durability, names []string) {
+func benchClusterLockOp(b *testing.B, c *testcluster.Cluster, partitions int, d kahuna.Durability, names []string) {
 	const callers = 64
-	nodes := []*kahuna.Node{c.nodes[1], c.nodes[2], c.nodes[3]}
+	nodes := []*kahuna.Node{c.Node(1), c.Node(2), c.Node(3)}
 	// Where each key's partition is led as the run begins.
 	leader := make([]uint64, len(names))
 	for i, name := range names {
 		leader[i], _ = nodes[0].Leader(nodes[0].Partition(name))
 	}
-	leadersAtStart := c.leaders()
+	leadersAtStart := leaders(c, partitions)
 	b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
 	var (
 		mu                  sync.Mutex
@@ -165,7 +168,7 @@ func benchClusterLockOp(b *testing.B, c *benchCluster, d kahuna.Durability, name
 	b.ReportMetric(float64(erroredOps.Load()), "errored")
 	b.ReportMetric(float64(lostOps.Load()), "lost")
 	moved := 0
-	for p, l := range c.leaders() {
+	for p, l := range leaders(c, partitions) {
 		if l != leadersAtStart[p] {
 			moved++
 		}
@@ -173,98 +176,11 @@ func benchClusterLockOp(b *testing.B, c *benchCluster, d kahuna.Durability, name
 	b.ReportMetric(float64(moved), "leaders-moved")
 }
 
-// benchCluster is cluster_test.go's three-node cluster for any testing.TB
-// (copied rather than shared, so that file stays as it is): TCP Raft and
-// the wire API on loopback, data in tb.TempDir().
-type benchCluster struct {
-	partitions int
-	nodes      map[uint64]*kahuna.Node
-}
-
-// startBenchCluster opens three nodes at once (each Open waits for a
-// quorum) and returns when every node sees the start-up spread of leaders
-// (partition p led by node p%3+1).
-func startBenchCluster(tb testing.TB, partitions int) *benchCluster {
-	tb.Helper()
-	members := map[uint64]kahuna.Member{}
-	for id := uint64(1); id <= 3; id++ {
-		members[id] = newMember(tb)
-	}
-	c := &benchCluster{partitions: partitions, nodes: map[uint64]*kahuna.Node{}}
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-	)
-	for id, m := range members {
-		dir := tb.TempDir()
-		wg.Go(func() {
-			n, err := kahuna.Open(withListeners(kahuna.Config{
-				NodeID:        id,
-				DataDir:       dir,
-				Members:       members,
-				ListenAddress: m.Endpoint[len("http://"):],
-				Partitions:    partitions,
-				// A new cluster on fresh dirs.
-				InitialClusterState: kahuna.ClusterStateNew,
-			}))
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("node %d: %w", id, err))
-				return
-			}
-			c.nodes[id] = n
-		})
-	}
-	wg.Wait()
-	tb.Cleanup(func() {
-		for _, n := range c.nodes {
-			n.Close()
-		}
-	})
-	for _, err := range errs {
-		tb.Fatal(err)
-	}
-	// Open's spreading is best effort (a target still catching up ignores
-	// a transfer): ask the leader again, once a second, where it did not
-	// happen.
-	deadline := time.Now().Add(20 * time.Second)
-	nextAsk := time.Now().Add(time.Second)
-	for !c.spread(partitions) {
-		if time.Now().After(deadline) {
-			tb.Fatal("leaders not spread over the 3 nodes after 20s")
-		}
-		if time.Now().After(nextAsk) {
-			for p := 0; p < partitions; p++ {
-				want := uint64(p%3 + 1)
-				if leader, _ := c.nodes[want].Leader(p); leader != want && c.nodes[leader] != nil {
-					_ = c.nodes[leader].TransferLeadership(p, want)
-				}
-			}
-			nextAsk = time.Now().Add(time.Second)
-		}
-		time.Sleep(10 * time.Millisecond) // polling Raft state, which has no signal
-	}
-	return c
-}
-
 // leaders is each partition's leader as node 1 sees it.
-func (c *benchCluster) leaders() []uint64 {
-	ls := make([]uint64, c.partitions)
+func leaders(c *testcluster.Cluster, partitions int) []uint64 {
+	ls := make([]uint64, partitions)
 	for p := range ls {
-		ls[p], _ = c.nodes[1].Leader(p)
+		ls[p], _ = c.Node(1).Leader(p)
 	}
 	return ls
-}
-
-func (c *benchCluster) spread(partitions int) bool {
-	for p := 0; p < partitions; p++ {
-		for _, n := range c.nodes {
-			if leader, _ := n.Leader(p); leader != uint64(p%3+1) {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -10,170 +10,38 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
-// cluster is three nodes in this process, on loopback: TCP Raft and the
-// wire API for forwarding.
-type cluster struct {
-	t       *testing.T
-	members map[uint64]kahuna.Member
-	dirs    map[uint64]string
-	mu      sync.Mutex
-	nodes   map[uint64]*kahuna.Node
-	mod     func(id uint64, cfg *kahuna.Config) // if set, changes each node's config
-}
-
-func startCluster(t *testing.T, partitions int) *cluster {
+// startCluster starts three nodes in this process on loopback (TCP Raft,
+// the wire API for forwarding), each with partitions partitions and mod
+// (if not nil) changing its config, and spreads the partitions' leaders
+// (partition p to node p%3+1), so tests begin from a steady state.
+func startCluster(t *testing.T, partitions int, mod func(id uint64, cfg *kahuna.Config)) *testcluster.Cluster {
 	t.Helper()
-	return startClusterWith(t, partitions, nil)
-}
-
-// startClusterWith is startCluster with mod changing each node's config.
-func startClusterWith(t *testing.T, partitions int, mod func(id uint64, cfg *kahuna.Config)) *cluster {
-	t.Helper()
-	c := &cluster{t: t, members: map[uint64]kahuna.Member{}, dirs: map[uint64]string{}, nodes: map[uint64]*kahuna.Node{}, mod: mod}
-	for id := uint64(1); id <= 3; id++ {
-		c.members[id] = newMember(t)
-		c.dirs[id] = t.TempDir()
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for id := range c.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.start(id, partitions, kahuna.ClusterStateNew); err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, n := range c.nodes {
-			n.Close()
-		}
-	})
-	// Start-up spreads leaders (partition p to node p%3+1) on a best-effort
-	// basis; make sure it happened, re-requesting moves a loaded machine
-	// let slip, so tests begin from a steady state.
-	for p := 0; p < partitions; p++ {
-		c.transfer(p, uint64(p%3+1))
-	}
+	c := testcluster.Start(t, testcluster.Options{Partitions: partitions, Mod: mod})
+	c.Spread()
 	return c
 }
 
-// transfer moves partition p's leadership to node to and waits until it
-// serves p there. Only the leader may start a transfer, and a transfer can
-// be ignored (another in progress, target catching up), so it is
-// re-requested of whoever leads until it happens.
-func (c *cluster) transfer(p int, to uint64) {
-	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		leader, _ := c.node(to).Leader(p)
-		if n := c.node(leader); n != nil {
-			if err := n.TransferLeadership(p, to); err != nil {
-				c.t.Logf("transfer of partition %d from %d to %d: %v (retrying)", p, leader, to, err)
-			}
-		}
-		retry := time.Now().Add(time.Second)
-		for time.Now().Before(retry) {
-			if _, serving := c.node(to).Leader(p); serving {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	c.t.Fatalf("partition %d not led by node %d after 30s", p, to)
-}
-
-// start opens node id on its data dir; state is "" on a restart, as an
-// operator would leave it, and kahuna.ClusterStateNew on the first start.
-func (c *cluster) start(id uint64, partitions int, state kahuna.ClusterState) error {
-	cfg := kahuna.Config{
-		NodeID:              id,
-		DataDir:             c.dirs[id],
-		Members:             c.members,
-		ListenAddress:       c.members[id].Endpoint[len("http://"):],
-		Partitions:          partitions,
-		LockActors:          2,
-		InitialClusterState: state,
-	}
-	if c.mod != nil {
-		c.mod(id, &cfg)
-	}
-	n, err := kahuna.Open(withListeners(cfg))
-	if err != nil {
-		return fmt.Errorf("node %d: %w", id, err)
-	}
-	c.mu.Lock()
-	c.nodes[id] = n
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *cluster) node(id uint64) *kahuna.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[id]
-}
-
-func (c *cluster) stop(id uint64) {
-	c.mu.Lock()
-	n := c.nodes[id]
-	delete(c.nodes, id)
-	c.mu.Unlock()
-	if err := n.Close(); err != nil {
-		c.t.Fatalf("close node %d: %v", id, err)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes; for states
-// reached asynchronously inside Raft (elections, transfers) that offer no
-// signal to wait on.
-func eventually(t *testing.T, what string, cond func() bool) {
+// stopNode closes node id of c, failing the test if its Close fails.
+func stopNode(t *testing.T, c *testcluster.Cluster, id uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := c.Stop(id); err != nil {
+		t.Fatalf("close node %d: %v", id, err)
 	}
 }
 
-// settled retries an operation while the cluster answers MustRetry (an
-// election or transfer in progress), like every client does.
-func settled(t *testing.T, op func() (kahuna.Result, error)) kahuna.Result {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r, err := op()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status != kahuna.MustRetry {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still MustRetry after 20s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// restarted is how an operator restarts a member: with no
+// InitialClusterState.
+func restarted(cfg *kahuna.Config) { cfg.InitialClusterState = "" }
 
 func TestClusterLeadersSpread(t *testing.T) {
-	c := startCluster(t, 6)
-	eventually(t, "leaders on all three nodes", func() bool {
+	c := startCluster(t, 6, nil)
+	testcluster.Eventually(t, "leaders on all three nodes", func() bool {
 		seen := map[uint64]bool{}
 		for p := 0; p < 6; p++ {
-			id, _ := c.node(1).Leader(p)
+			id, _ := c.Node(1).Leader(p)
 			seen[id] = true
 		}
 		return len(seen) == 3 && !seen[0]
@@ -182,30 +50,30 @@ func TestClusterLeadersSpread(t *testing.T) {
 
 // TestClusterCrossNode is Kahuna's scenario: any node serves any request.
 func TestClusterCrossNode(t *testing.T) {
-	c := startCluster(t, 4)
+	c := startCluster(t, 4, nil)
 	ctx := context.Background()
 	for _, d := range durabilities {
 		t.Run(d.String(), func(t *testing.T) {
 			res := "cross/" + d.String()
 			a, b := []byte("owner-a"), []byte("owner-b")
-			n1, n2, n3 := c.node(1), c.node(2), c.node(3)
-			if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, a, time.Minute, d) }); r.Status != kahuna.Locked || r.FencingToken != 0 {
+			n1, n2, n3 := c.Node(1), c.Node(2), c.Node(3)
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, a, time.Minute, d) }); r.Status != kahuna.Locked || r.FencingToken != 0 {
 				t.Fatalf("lock via node 1: %+v", r)
 			}
-			if r := settled(t, func() (kahuna.Result, error) { return n2.TryLock(ctx, res, b, time.Minute, d) }); r.Status != kahuna.Busy {
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n2.TryLock(ctx, res, b, time.Minute, d) }); r.Status != kahuna.Busy {
 				t.Fatalf("lock via node 2: %+v", r)
 			}
-			if r := settled(t, func() (kahuna.Result, error) { return n3.Extend(ctx, res, a, time.Minute, d) }); r.Status != kahuna.Extended || r.FencingToken != 0 {
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n3.Extend(ctx, res, a, time.Minute, d) }); r.Status != kahuna.Extended || r.FencingToken != 0 {
 				t.Fatalf("extend via node 3: %+v", r)
 			}
-			if r := settled(t, func() (kahuna.Result, error) { return n2.Unlock(ctx, res, a, d) }); r.Status != kahuna.Unlocked {
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n2.Unlock(ctx, res, a, d) }); r.Status != kahuna.Unlocked {
 				t.Fatalf("unlock via node 2: %+v", r)
 			}
-			if r := settled(t, func() (kahuna.Result, error) { return n3.TryLock(ctx, res, b, time.Minute, d) }); r.Status != kahuna.Locked || r.FencingToken != 1 {
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n3.TryLock(ctx, res, b, time.Minute, d) }); r.Status != kahuna.Locked || r.FencingToken != 1 {
 				t.Fatalf("lock via node 3: %+v", r)
 			}
 			var info kahuna.LockInfo
-			r := settled(t, func() (kahuna.Result, error) {
+			r := testcluster.Settled(t, func() (kahuna.Result, error) {
 				var r kahuna.Result
 				var err error
 				info, r, err = n1.Get(ctx, res, d)
@@ -219,7 +87,7 @@ func TestClusterCrossNode(t *testing.T) {
 }
 
 func TestClusterRacingOwners(t *testing.T) {
-	c := startCluster(t, 4)
+	c := startCluster(t, 4, nil)
 	for round := 0; round < 5; round++ {
 		for _, d := range durabilities {
 			res := fmt.Sprintf("race/%d/%s", round, d)
@@ -229,8 +97,8 @@ func TestClusterRacingOwners(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					n := c.node(id)
-					results <- settled(t, func() (kahuna.Result, error) {
+					n := c.Node(id)
+					results <- testcluster.Settled(t, func() (kahuna.Result, error) {
 						return n.TryLock(context.Background(), res, []byte(fmt.Sprint("owner-", id)), time.Minute, d)
 					})
 				}()
@@ -258,9 +126,9 @@ func TestClusterRacingOwners(t *testing.T) {
 // across four rounds of leadership transfer of every partition.
 func TestClusterTokensAcrossTransfers(t *testing.T) {
 	const partitions = 4
-	c := startCluster(t, partitions)
+	c := startCluster(t, partitions, nil)
 	ctx := context.Background()
-	n1 := c.node(1)
+	n1 := c.Node(1)
 	// One resource per partition.
 	resources := map[int]string{}
 	for i := 0; len(resources) < partitions; i++ {
@@ -273,7 +141,7 @@ func TestClusterTokensAcrossTransfers(t *testing.T) {
 	for round := 0; round < 4; round++ {
 		for p, res := range resources {
 			owner := []byte(fmt.Sprintf("owner-%d", round))
-			r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, kahuna.Persistent) })
+			r := testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, kahuna.Persistent) })
 			if r.Status != kahuna.Locked {
 				t.Fatalf("round %d %s: %+v", round, res, r)
 			}
@@ -281,11 +149,11 @@ func TestClusterTokensAcrossTransfers(t *testing.T) {
 				t.Fatalf("round %d %s: token %d after %d", round, res, r.FencingToken, prev)
 			}
 			last[res] = r.FencingToken
-			if r := settled(t, func() (kahuna.Result, error) { return c.node(2).Unlock(ctx, res, owner, kahuna.Persistent) }); r.Status != kahuna.Unlocked {
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return c.Node(2).Unlock(ctx, res, owner, kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 				t.Fatalf("round %d unlock %s: %+v", round, res, r)
 			}
 			leader, _ := n1.Leader(p)
-			c.transfer(p, leader%3+1)
+			c.Transfer(p, leader%3+1)
 		}
 	}
 	for res, tok := range last {
@@ -299,12 +167,12 @@ func TestClusterTokensAcrossTransfers(t *testing.T) {
 // of a persistent load: the survivors keep serving, no acknowledged grant
 // is lost, tokens never go backwards, and the restarted node catches up.
 func TestClusterLeaderLoss(t *testing.T) {
-	c := startCluster(t, 2)
+	c := startCluster(t, 2, nil)
 	ctx := context.Background()
 	res := "loss/r"
-	p := c.node(1).Partition(res)
+	p := c.Node(1).Partition(res)
 	leader := uint64(0)
-	eventually(t, "a leader", func() bool { leader, _ = c.node(1).Leader(p); return leader != 0 })
+	testcluster.Eventually(t, "a leader", func() bool { leader, _ = c.Node(1).Leader(p); return leader != 0 })
 	survivor := leader%3 + 1
 
 	// Acknowledged grants, each with its owner and token.
@@ -314,24 +182,24 @@ func TestClusterLeaderLoss(t *testing.T) {
 	}
 	var granted []grant
 	held := "long/" + res
-	if r := settled(t, func() (kahuna.Result, error) {
-		return c.node(survivor).TryLock(ctx, held, []byte("holder"), time.Hour, kahuna.Persistent)
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
+		return c.Node(survivor).TryLock(ctx, held, []byte("holder"), time.Hour, kahuna.Persistent)
 	}); r.Status != kahuna.Locked {
 		t.Fatalf("long lease: %+v", r)
 	}
 	for i := 0; i < 40; i++ {
 		if i == 20 {
-			c.stop(leader)
+			stopNode(t, c, leader)
 		}
 		owner := fmt.Sprintf("o-%d", i)
-		r := settled(t, func() (kahuna.Result, error) {
-			return c.node(survivor).TryLock(ctx, res, []byte(owner), time.Minute, kahuna.Persistent)
+		r := testcluster.Settled(t, func() (kahuna.Result, error) {
+			return c.Node(survivor).TryLock(ctx, res, []byte(owner), time.Minute, kahuna.Persistent)
 		})
 		if r.Status == kahuna.Errored {
 			// Outcome unknown: not counted as acknowledged; release it in
 			// case it did commit.
-			settled(t, func() (kahuna.Result, error) {
-				return c.node(survivor).Unlock(ctx, res, []byte(owner), kahuna.Persistent)
+			testcluster.Settled(t, func() (kahuna.Result, error) {
+				return c.Node(survivor).Unlock(ctx, res, []byte(owner), kahuna.Persistent)
 			})
 			continue
 		}
@@ -342,27 +210,27 @@ func TestClusterLeaderLoss(t *testing.T) {
 			t.Fatalf("grant %d: token %d after %d", i, r.FencingToken, granted[n-1].token)
 		}
 		granted = append(granted, grant{owner, r.FencingToken})
-		if r := settled(t, func() (kahuna.Result, error) {
-			return c.node(survivor).Unlock(ctx, res, []byte(owner), kahuna.Persistent)
+		if r := testcluster.Settled(t, func() (kahuna.Result, error) {
+			return c.Node(survivor).Unlock(ctx, res, []byte(owner), kahuna.Persistent)
 		}); r.Status != kahuna.Unlocked {
 			t.Fatalf("unlock %d: %+v", i, r)
 		}
 	}
 	// The lock held with a long lease stayed held across the leader change.
-	if r := settled(t, func() (kahuna.Result, error) {
-		return c.node(survivor).TryLock(ctx, held, []byte("intruder"), time.Hour, kahuna.Persistent)
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
+		return c.Node(survivor).TryLock(ctx, held, []byte("intruder"), time.Hour, kahuna.Persistent)
 	}); r.Status != kahuna.Busy {
 		t.Fatalf("long lease after leader loss: %+v (double grant)", r)
 	}
-	if err := c.start(leader, 2, ""); err != nil {
+	if err := c.StartNode(leader, restarted); err != nil {
 		t.Fatal(err)
 	}
 	// The restarted node serves the latest state, through forwarding or as
 	// leader once it catches up.
 	last := granted[len(granted)-1]
-	c.transfer(p, leader)
-	r := settled(t, func() (kahuna.Result, error) {
-		return c.node(leader).TryLock(ctx, res, []byte("after"), time.Minute, kahuna.Persistent)
+	c.Transfer(p, leader)
+	r := testcluster.Settled(t, func() (kahuna.Result, error) {
+		return c.Node(leader).TryLock(ctx, res, []byte("after"), time.Minute, kahuna.Persistent)
 	})
 	if r.Status != kahuna.Locked || r.FencingToken <= last.token {
 		t.Fatalf("after restart: %+v, last acknowledged token %d", r, last.token)
@@ -370,10 +238,10 @@ func TestClusterLeaderLoss(t *testing.T) {
 	// held may sit in the other partition, whose leadership can still be
 	// settling after the restart: MustRetry there is an answer to retry.
 	var info kahuna.LockInfo
-	gr := settled(t, func() (kahuna.Result, error) {
+	gr := testcluster.Settled(t, func() (kahuna.Result, error) {
 		var r kahuna.Result
 		var err error
-		info, r, err = c.node(leader).Get(ctx, held, kahuna.Persistent)
+		info, r, err = c.Node(leader).Get(ctx, held, kahuna.Persistent)
 		return r, err
 	})
 	if gr.Status != kahuna.Got || string(info.Owner) != "holder" {
@@ -385,27 +253,27 @@ func TestClusterLeaderLoss(t *testing.T) {
 // a message saying what happened and what to do (not founded again, which
 // would forget its votes and log), and the others go on serving.
 func TestClusterMemberWithLostDataDirRefused(t *testing.T) {
-	c := startCluster(t, 1)
+	c := startCluster(t, 1, nil)
 	ctx := context.Background()
-	if r := settled(t, func() (kahuna.Result, error) {
-		return c.node(1).TryLock(ctx, "lost/r", []byte("a"), time.Minute, kahuna.Persistent)
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
+		return c.Node(1).TryLock(ctx, "lost/r", []byte("a"), time.Minute, kahuna.Persistent)
 	}); r.Status != kahuna.Locked {
 		t.Fatalf("lock: %+v", r)
 	}
-	c.stop(3)
-	c.dirs[3] = t.TempDir() // the disk was replaced
+	stopNode(t, c, 3)
+	dir := c.NewDir(3) // the disk was replaced
 	for _, state := range []kahuna.ClusterState{"", kahuna.ClusterStateExisting} {
-		err := c.start(3, 1, state)
+		err := c.StartNode(3, func(cfg *kahuna.Config) { cfg.InitialClusterState = state })
 		if err == nil {
 			t.Fatalf("state %q: node 3 started on an empty data dir", state)
 		}
-		if msg := err.Error(); !errors.Is(err, kahuna.ErrNoRaftState) || !strings.Contains(msg, c.dirs[3]) ||
+		if msg := err.Error(); !errors.Is(err, kahuna.ErrNoRaftState) || !strings.Contains(msg, dir) ||
 			!strings.Contains(msg, "new ID") || !strings.Contains(msg, "--initial-cluster-state new") {
 			t.Fatalf("state %q: %v", state, err)
 		}
 	}
-	if r := settled(t, func() (kahuna.Result, error) {
-		return c.node(2).TryLock(ctx, "lost/r", []byte("b"), time.Minute, kahuna.Persistent)
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
+		return c.Node(2).TryLock(ctx, "lost/r", []byte("b"), time.Minute, kahuna.Persistent)
 	}); r.Status != kahuna.Busy {
 		t.Fatalf("lock held through the two others: %+v", r)
 	}

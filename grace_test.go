@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // Ephemeral locks live in their leader's memory, so a new leader (or a
@@ -117,29 +119,29 @@ func TestEphemeralGraceAfterCleanClose(t *testing.T) {
 // lease has ended. (A planned move hands the lease over: handover_test.go.)
 func TestClusterEphemeralGraceAcrossTransfer(t *testing.T) {
 	const ttl = 2 * time.Second
-	c := startCluster(t, 1)
-	n1 := c.node(1)
+	c := startCluster(t, 1, nil)
+	n1 := c.Node(1)
 	leader, _ := n1.Leader(0)
 	sent := time.Now()
-	a := settled(t, func() (kahuna.Result, error) {
-		return c.node(leader).TryLock(context.Background(), "grace-transfer", []byte("a"), ttl, kahuna.Ephemeral)
+	a := testcluster.Settled(t, func() (kahuna.Result, error) {
+		return c.Node(leader).TryLock(context.Background(), "grace-transfer", []byte("a"), ttl, kahuna.Ephemeral)
 	})
 	if a.Status != kahuna.Locked {
 		t.Fatalf("a: %+v", a)
 	}
 	to := leader%3 + 1
 	asked := time.Time{}
-	eventually(t, "the transfer", func() bool {
-		l, _ := c.node(to).Leader(0)
+	testcluster.Eventually(t, "the transfer", func() bool {
+		l, _ := c.Node(to).Leader(0)
 		if l != to && time.Since(asked) > time.Second { // Raft may drop a request (its target lagging)
 			asked = time.Now()
-			if err := TransferUnrelinquished(c.node(leader), 0, to); err != nil {
+			if err := testknobs.TransferUnrelinquished(c.Node(leader), 0, to); err != nil {
 				t.Logf("transfer: %v", err)
 			}
 		}
 		return l == to
 	})
-	b, at := graceProbe(t, c.node(to), "grace-transfer", 3*ttl)
+	b, at := graceProbe(t, c.Node(to), "grace-transfer", 3*ttl)
 	if aEnds := sent.Add(ttl); at.Before(aEnds) {
 		t.Fatalf("b granted token %d through node %d %v before a's lease (token %d) ends: two holders", b.FencingToken, to, aEnds.Sub(at), a.FencingToken)
 	}

@@ -20,10 +20,10 @@ type acquireOptions struct {
 	marginSet  bool
 	clock      handleClock
 	// noExtendCap: an Extend of unknown outcome does not cap the deadline
-	// (a negative control of the fault tests, export_test.go).
+	// (a negative control of the fault tests, testhooks.go).
 	noExtendCap bool
 	// noDeadline: the Lock ignores its deadline (a negative control,
-	// export_test.go).
+	// testhooks.go).
 	noDeadline bool
 	notice     func(error) // WithRetryNotice
 	session    *Session    // WithSession

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
 // A waiting Lock on a node that does not lead the partition waits in the
@@ -16,9 +17,9 @@ import (
 // from its last revision after a move.
 func TestClusterNativeForwardAndWatch(t *testing.T) {
 	// Fencing-only: the transfers below need not wait out ephemeral leases.
-	c := startClusterWith(t, 3, func(_ uint64, cfg *kahuna.Config) { cfg.EphemeralFencingOnly = true })
+	c := startCluster(t, 3, func(_ uint64, cfg *kahuna.Config) { cfg.EphemeralFencingOnly = true })
 	ctx := context.Background()
-	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
+	n1, n2, n3 := c.Node(1), c.Node(2), c.Node(3)
 	res := ""
 	for i := 0; res == ""; i++ {
 		if name := fmt.Sprintf("nf%d/r", i); n1.Partition(name)%3 == 0 { // led by node 1
@@ -26,14 +27,14 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 		}
 	}
 	p := n1.Partition(res)
-	if r := settled(t, func() (kahuna.Result, error) {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
 		return n1.TryLock(ctx, res, []byte("a"), time.Minute, kahuna.Persistent)
 	}); r.Status != kahuna.Locked {
 		t.Fatalf("holder: %+v", r)
 	}
 
 	// A watcher through node 2.
-	cl := dial(t, c.members[2].Endpoint)
+	cl := dial(t, c.Member(2).Endpoint)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	next, stop := pull(cl.Watch(wctx, res))
@@ -55,7 +56,7 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 		}
 	}()
 	waiters(t, n1, 1)
-	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock: %+v", r)
 	}
 	if a := <-remote; a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 1 {
@@ -67,9 +68,9 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 	if got.Durability != kahuna.Ephemeral {
 		t.Fatalf("b's grant %+v, want ephemeral (lockOn)", got)
 	}
-	settled(t, func() (kahuna.Result, error) { return n1.Unlock(ctx, res, []byte("b"), kahuna.Ephemeral) })
+	testcluster.Settled(t, func() (kahuna.Result, error) { return n1.Unlock(ctx, res, []byte("b"), kahuna.Ephemeral) })
 	wantEvent(t, nextEvent(t, next), kahuna.EventReleased, "")
-	if r := settled(t, func() (kahuna.Result, error) {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
 		return n1.TryLock(ctx, res, []byte("c"), time.Minute, kahuna.Persistent)
 	}); r.Status != kahuna.Locked {
 		t.Fatalf("c: %+v", r)
@@ -80,14 +81,14 @@ func TestClusterNativeForwardAndWatch(t *testing.T) {
 	// A forwarded waiter is told MustRetry when the partition moves.
 	moved := lockOn(ctx, n2, res, "d", kahuna.WaitForever)
 	waiters(t, n1, 1)
-	c.transfer(p, 3)
+	c.Transfer(p, 3)
 	if a := <-moved; a.err != nil || a.r.Status != kahuna.MustRetry {
 		t.Fatalf("forwarded waiter after the move: %+v %v, want MustRetry", a.r, a.err)
 	}
 
 	// The watch resumed on node 3 from c's revision: the next event is the
 	// release, not c's grant again.
-	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("c"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("c"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock c after the move: %+v", r)
 	}
 	rel := nextEvent(t, next)

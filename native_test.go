@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
+	"github.com/kahunago/kahuna/internal/testknobs"
 	"github.com/kahunago/kahuna/internal/testrun"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
@@ -112,7 +114,7 @@ func TestNativeLockOverTheWire(t *testing.T) {
 	}
 }
 
-func transportNative(c *kahuna.Client) (bool, bool) { return kahuna.ClientNative(c) }
+func transportNative(c *kahuna.Client) (bool, bool) { return testknobs.ClientNative(c) }
 
 // Bad input answers InvalidInput with a reason on the native service.
 func TestNativeLockInvalidInputReason(t *testing.T) {
@@ -229,7 +231,7 @@ func TestClientFallsBackWithoutNativeService(t *testing.T) {
 		}
 		got <- err
 	}()
-	eventually(t, "polling TryLocks", func() bool { return tries.Load() >= 3 })
+	testcluster.Eventually(t, "polling TryLocks", func() bool { return tries.Load() >= 3 })
 	if r, _ := n.Unlock(ctx, "fb/r", []byte("holder"), kahuna.Persistent); r.Status != kahuna.Unlocked {
 		t.Fatal(r)
 	}

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
 // waiters waits until n waiting Lock calls are queued on node (the queue
 // reports its length through Stats; there is no other signal).
 func waiters(t *testing.T, node *kahuna.Node, n int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d waiters", n), func() bool { return node.Stats().Waiters == n })
+	testcluster.Eventually(t, fmt.Sprintf("%d waiters", n), func() bool { return node.Stats().Waiters == n })
 }
 
 type lockAnswer struct {
@@ -318,12 +319,12 @@ func TestAcquireWaitForeverEndsWithCtx(t *testing.T) {
 func TestClusterWaitingLock(t *testing.T) {
 	// Leadership moves only where the test moves it.
 	// Fencing-only: the move need not wait out the ephemeral lease.
-	c := startClusterWith(t, 4, func(_ uint64, cfg *kahuna.Config) {
+	c := startCluster(t, 4, func(_ uint64, cfg *kahuna.Config) {
 		cfg.LeaderBalanceCooldown = -1
 		cfg.EphemeralFencingOnly = true
 	})
 	ctx := context.Background()
-	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
+	n1, n2, n3 := c.Node(1), c.Node(2), c.Node(3)
 	res := ""
 	for i := 0; res == ""; i++ {
 		if name := fmt.Sprintf("cq%d/r", i); n1.Partition(name)%3 == 0 { // led by node 1
@@ -331,11 +332,11 @@ func TestClusterWaitingLock(t *testing.T) {
 		}
 	}
 	p := n1.Partition(res)
-	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("a"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("a"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked {
 		t.Fatalf("holder: %+v", r)
 	}
 	// One lock across kinds and nodes.
-	if r := settled(t, func() (kahuna.Result, error) {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
 		return n2.TryLock(ctx, res, []byte("b"), time.Minute, kahuna.Persistent)
 	}); r.Status != kahuna.Busy {
 		t.Fatalf("persistent TryLock via node 2 on an ephemeral holder: %+v", r)
@@ -353,7 +354,7 @@ func TestClusterWaitingLock(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("a"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock via node 3: %+v", r)
 	}
 	if a := <-remote; a.err != nil || a.r.Status != kahuna.Locked || a.r.FencingToken != 1 {
@@ -363,14 +364,14 @@ func TestClusterWaitingLock(t *testing.T) {
 	// moves. (Under a loaded test run an election may have moved p since
 	// the start, or move it before the wait arrives: the wait then queues
 	// on the leader it was forwarded to, which is the one to move from.)
-	c.transfer(p, 1)
+	c.Transfer(p, 1)
 	// A wait that meets an election before it queues is answered
 	// MustRetry (nothing applied): it asks again, as every client does.
 	var (
 		local <-chan lockAnswer
 		queue uint64
 	)
-	eventually(t, "a waiter on some node", func() bool {
+	testcluster.Eventually(t, "a waiter on some node", func() bool {
 		if local == nil {
 			local = lockAsync(ctx, n1, res, "c", kahuna.WaitForever, kahuna.Persistent)
 		}
@@ -384,7 +385,7 @@ func TestClusterWaitingLock(t *testing.T) {
 		default:
 		}
 		for id := uint64(1); id <= 3; id++ {
-			if c.node(id).Stats().Waiters == 1 {
+			if c.Node(id).Stats().Waiters == 1 {
 				queue = id
 				return true
 			}
@@ -398,16 +399,16 @@ func TestClusterWaitingLock(t *testing.T) {
 	if queue == to {
 		to = 3
 	}
-	c.transfer(p, to)
+	c.Transfer(p, to)
 	if a := <-local; a.err != nil || a.r.Status != kahuna.MustRetry {
 		t.Fatalf("waiter after the move: %+v %v, want MustRetry", a.r, a.err)
 	}
-	waiters(t, c.node(queue), 0)
+	waiters(t, c.Node(queue), 0)
 	// The persistent holder moved with the partition; its token is the floor.
-	if r := settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("b"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n3.Unlock(ctx, res, []byte("b"), kahuna.Persistent) }); r.Status != kahuna.Unlocked {
 		t.Fatalf("unlock after the move: %+v", r)
 	}
-	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("d"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked || r.FencingToken < 2 {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, []byte("d"), time.Minute, kahuna.Ephemeral) }); r.Status != kahuna.Locked || r.FencingToken < 2 {
 		t.Fatalf("grant after the move: %+v, want a token above b's 1", r)
 	}
 }

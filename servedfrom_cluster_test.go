@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
 // TestClusterServedFrom: ServedFrom is what Kahuna sends: "" when the node
@@ -16,20 +17,20 @@ import (
 // the request was forwarded, on the Node, over REST and over gRPC (where
 // the Go client names the endpoint it called for a "").
 func TestClusterServedFrom(t *testing.T) {
-	c := startCluster(t, 1) // partition 0 led by node 1
+	c := startCluster(t, 1, nil) // partition 0 led by node 1
 	ctx := context.Background()
-	leader := c.members[1].Endpoint
-	n1, n2, n3 := c.node(1), c.node(2), c.node(3)
+	leader := c.Member(1).Endpoint
+	n1, n2, n3 := c.Node(1), c.Node(2), c.Node(3)
 	const res = "served/from"
 	owner := []byte("a")
 
-	if r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, kahuna.Persistent) }); r.Status != kahuna.Locked || r.ServedFrom != "" {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, kahuna.Persistent) }); r.Status != kahuna.Locked || r.ServedFrom != "" {
 		t.Fatalf("lock on the leader: %+v, want Locked served from \"\"", r)
 	}
-	if r := settled(t, func() (kahuna.Result, error) { return n2.Extend(ctx, res, owner, time.Minute, kahuna.Persistent) }); r.Status != kahuna.Extended || r.ServedFrom != leader {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) { return n2.Extend(ctx, res, owner, time.Minute, kahuna.Persistent) }); r.Status != kahuna.Extended || r.ServedFrom != leader {
 		t.Fatalf("extend via node 2: %+v, want Extended served from %s", r, leader)
 	}
-	if r := settled(t, func() (kahuna.Result, error) {
+	if r := testcluster.Settled(t, func() (kahuna.Result, error) {
 		return n3.Lock(ctx, res, owner, time.Minute, time.Second, kahuna.Persistent)
 	}); r.Status != kahuna.Locked || r.ServedFrom != leader {
 		t.Fatalf("waiting lock via node 3: %+v, want Locked served from %s", r, leader)
@@ -40,8 +41,8 @@ func TestClusterServedFrom(t *testing.T) {
 	// Go client retries it.
 	for id, want := range map[uint64]string{1: "", 2: leader} {
 		var m map[string]any
-		settled(t, func() (kahuna.Result, error) {
-			m = restGetInfo(t, c.members[id].Endpoint, res)
+		testcluster.Settled(t, func() (kahuna.Result, error) {
+			m = restGetInfo(t, c.Member(id).Endpoint, res)
 			status, _ := m["type"].(float64)
 			return kahuna.Result{Status: kahuna.Status(status)}, nil
 		})
@@ -56,8 +57,8 @@ func TestClusterServedFrom(t *testing.T) {
 	missing := res + "-missing"
 	for id, want := range map[uint64]string{1: "", 2: leader} {
 		var m map[string]any
-		settled(t, func() (kahuna.Result, error) {
-			m = restGetInfo(t, c.members[id].Endpoint, missing)
+		testcluster.Settled(t, func() (kahuna.Result, error) {
+			m = restGetInfo(t, c.Member(id).Endpoint, missing)
 			status, _ := m["type"].(float64)
 			return kahuna.Result{Status: kahuna.Status(status)}, nil
 		})
@@ -70,12 +71,12 @@ func TestClusterServedFrom(t *testing.T) {
 	for id := range uint64(3) {
 		id++
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		kc, err := kahuna.Dial(dctx, []string{c.members[id].Endpoint})
+		kc, err := kahuna.Dial(dctx, []string{c.Member(id).Endpoint})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := settled(t, func() (kahuna.Result, error) {
+		r := testcluster.Settled(t, func() (kahuna.Result, error) {
 			_, r, err := kc.Get(ctx, res, kahuna.Persistent)
 			return r, err
 		})

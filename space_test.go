@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // Short of disk space, a node refuses new persistent grants with MustRetry
@@ -21,7 +22,7 @@ func TestSpaceGuardRefusesPersistentGrants(t *testing.T) {
 	free.Store(1 << 30)
 	statfs := func(string) (uint64, uint64, error) { return free.Load(), 4 << 30, nil }
 	dir := t.TempDir()
-	cfg := WithStatfs(kahuna.Config{DataDir: dir, DiskReserve: "256MiB"}, statfs)
+	cfg := testknobs.WithStatfs(kahuna.Config{DataDir: dir, DiskReserve: "256MiB"}, statfs)
 	n, err := kahuna.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestSpaceGuardRefusesPersistentGrants(t *testing.T) {
 	})
 
 	free.Store(100 << 20)
-	if err := CheckSpace(n); err != nil {
+	if err := testknobs.CheckSpace(n); err != nil {
 		t.Fatal(err)
 	}
 	r, err := n.TryLock(ctx, "new", []byte("b"), time.Minute, kahuna.Persistent)
@@ -50,7 +51,7 @@ func TestSpaceGuardRefusesPersistentGrants(t *testing.T) {
 	})
 
 	free.Store(1 << 30)
-	if err := CheckSpace(n); err != nil {
+	if err := testknobs.CheckSpace(n); err != nil {
 		t.Fatal(err)
 	}
 	mustStatus(t, n, kahuna.Locked, func() (kahuna.Result, error) {

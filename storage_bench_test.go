@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testknobs"
 	"github.com/kahunago/kahuna/space"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkUniqueNames(b *testing.B) {
 	}{{"retention=2s", 2 * time.Second}, {"retention=off", -1}} {
 		b.Run(bc.name, func(b *testing.B) {
 			dir := b.TempDir()
-			cfg := WithSweepEvery(kahuna.Config{DataDir: dir, ReleasedRetention: bc.retention}, 200*time.Millisecond)
+			cfg := testknobs.WithSweepEvery(kahuna.Config{DataDir: dir, ReleasedRetention: bc.retention}, 200*time.Millisecond)
 			n, err := kahuna.Open(cfg)
 			if err != nil {
 				b.Fatal(err)
@@ -37,7 +38,7 @@ func BenchmarkUniqueNames(b *testing.B) {
 			ctx := context.Background()
 			var next atomic.Int64
 			report := func(done int64) {
-				records, _ := StoredRecords(n)
+				records, _ := testknobs.StoredRecords(n)
 				var ms runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&ms)
@@ -86,7 +87,7 @@ func BenchmarkUniqueNames(b *testing.B) {
 			if bc.retention > 0 {
 				time.Sleep(bc.retention + time.Second)
 			}
-			records, _ := StoredRecords(n)
+			records, _ := testknobs.StoredRecords(n)
 			var ms runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&ms)

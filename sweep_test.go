@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // sweepNode opens a node on dir whose free records are removed retention
 // after their last change.
 func sweepNode(t *testing.T, dir string, retention time.Duration) *kahuna.Node {
 	t.Helper()
-	cfg := WithSweepEvery(kahuna.Config{DataDir: dir, Partitions: 4, LockActors: 2, ReleasedRetention: retention}, 20*time.Millisecond)
+	cfg := testknobs.WithSweepEvery(kahuna.Config{DataDir: dir, Partitions: 4, LockActors: 2, ReleasedRetention: retention}, 20*time.Millisecond)
 	n, err := kahuna.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +27,7 @@ func waitRecords(t *testing.T, n *kahuna.Node, want int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got, err := StoredRecords(n)
+		got, err := testknobs.StoredRecords(n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestSweepLevelsOffUniqueNames(t *testing.T) {
 		waitRecords(t, n, live)
 		t.Logf("round %d: records back down to the %d live ones", round, live)
 	}
-	if got, _ := StoredRecords(n); got != live {
+	if got, _ := testknobs.StoredRecords(n); got != live {
 		t.Fatalf("%d records stored, want the %d live ones kept", got, live)
 	}
 	if s := n.Stats(); s.RecordsSwept != 2000 {
@@ -126,31 +127,4 @@ func mustStatus(t *testing.T, n *kahuna.Node, want kahuna.Status, op func() (kah
 		}
 		return r
 	}
-}
-
-// On a cluster the removal and the floor are replicated: once the leader
-// removed a record, every member's store drops it, and a new leader (the
-// old one killed) still grants the name a larger token.
-func TestSweepClusterFloorSurvivesFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster run")
-	}
-	c := startFaultCluster(t, 40, 3, func(cfg kahuna.Config) kahuna.Config {
-		cfg.ReleasedRetention = 200 * time.Millisecond
-		return WithSweepEvery(cfg, 20*time.Millisecond)
-	})
-	const res = "swept"
-	p := c.node(c.ids[0]).Partition(res)
-	lid := waitServing(t, c, p, 0)
-	l := c.node(lid).Local()
-	for want := range int64(3) {
-		setupOp(t, l, "A locks", opTryLock(res, ownerA, time.Minute, kahuna.Persistent), kahuna.Locked, want)
-		setupOp(t, l, "A unlocks", opUnlock(res, ownerA, kahuna.Persistent), kahuna.Unlocked, 0)
-	}
-	for _, id := range c.ids {
-		waitRecords(t, c.node(id), 0)
-	}
-	c.kill(lid, false)
-	next := waitServing(t, c, p, lid)
-	setupOp(t, c.node(next).Local(), "B locks on the new leader", opTryLock(res, ownerB, time.Minute, kahuna.Persistent), kahuna.Locked, 3)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
 )
 
 // Fencing tokens of one name never go backwards, ephemeral ones included:
@@ -97,9 +98,9 @@ func TestClusterEphemeralTokensAcrossTransfers(t *testing.T) {
 	const partitions = 2
 	// Fencing-only, so the transfers need not wait out the ephemeral
 	// leases: tokens rise in both modes.
-	c := startClusterWith(t, partitions, func(_ uint64, cfg *kahuna.Config) { cfg.EphemeralFencingOnly = true })
+	c := startCluster(t, partitions, func(_ uint64, cfg *kahuna.Config) { cfg.EphemeralFencingOnly = true })
 	ctx := context.Background()
-	n1 := c.node(1)
+	n1 := c.Node(1)
 	resources := map[int]string{}
 	for i := 0; len(resources) < partitions; i++ {
 		r := fmt.Sprintf("eph-transfer-%d", i)
@@ -112,7 +113,7 @@ func TestClusterEphemeralTokensAcrossTransfers(t *testing.T) {
 	for round, d := range kinds {
 		for p, res := range resources {
 			owner := []byte(fmt.Sprintf("owner-%d", round))
-			r := settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, d) })
+			r := testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, res, owner, time.Minute, d) })
 			if r.Status != kahuna.Locked {
 				t.Fatalf("round %d %s: %+v", round, res, r)
 			}
@@ -123,11 +124,11 @@ func TestClusterEphemeralTokensAcrossTransfers(t *testing.T) {
 			if round == len(kinds)-1 {
 				continue // the last holder stays: the next check is a live one
 			}
-			if r := settled(t, func() (kahuna.Result, error) { return c.node(2).Unlock(ctx, res, owner, d) }); r.Status != kahuna.Unlocked {
+			if r := testcluster.Settled(t, func() (kahuna.Result, error) { return c.Node(2).Unlock(ctx, res, owner, d) }); r.Status != kahuna.Unlocked {
 				t.Fatalf("round %d unlock %s: %+v", round, res, r)
 			}
 			leader, _ := n1.Leader(p)
-			c.transfer(p, leader%3+1)
+			c.Transfer(p, leader%3+1)
 		}
 	}
 }

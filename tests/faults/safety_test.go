@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/faults"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // Deterministic regressions for the two ways a leader change broke the lock
@@ -21,7 +22,7 @@ import (
 // wants nothing, its negative control (the protection switched off) wants
 // every violation seen, so it proves the scenario can see the bug.
 //
-//	go test -run 'TestStaleLeader|TestDeposedLeader' -count=10 .
+//	go test -run 'TestStaleLeader|TestDeposedLeader' -count=10 ./tests/faults
 
 const (
 	safetyCall = 30 * time.Second // a probe's deadline: late answers are observed, not excused
@@ -39,70 +40,17 @@ const (
 // Its nodes run ephemeral locks fencing-only: these scenarios check the
 // leader lease and the fence, which must hold without the ephemeral grace
 // too (with it, a new leader would answer MustRetry for the one-minute
-// ephemeral leases they take); grace_test.go and the strict fault run
+// ephemeral leases they take); the root's grace_test.go and the strict fault run
 // check the grace.
 func safetyCluster(t *testing.T, seed uint64, tune func(kahuna.Config) kahuna.Config) *faultCluster {
 	return startFaultCluster(t, seed, 3, func(cfg kahuna.Config) kahuna.Config {
-		cfg = WithProposalTimeout(cfg, 0)
+		cfg = testknobs.WithProposalTimeout(cfg, 0)
 		cfg.EphemeralFencingOnly = true
 		if tune != nil {
 			cfg = tune(cfg)
 		}
 		return cfg
 	})
-}
-
-// waitServing waits until a node other than except serves partition p as
-// its leader, and returns it. A reign begins through the serve hook, which
-// signals it (reignBegins); a lapsed lease renewed within its term begins
-// none, so the nodes are also looked at again now and then.
-func waitServing(t *testing.T, c *faultCluster, p int, except uint64) uint64 {
-	t.Helper()
-	began, stop := reignBegins(c)
-	defer stop()
-	deadline := time.After(safetyWait)
-	recheck := time.NewTicker(50 * time.Millisecond)
-	defer recheck.Stop()
-	for {
-		for _, id := range c.up() {
-			if id == except {
-				continue
-			}
-			if n := c.node(id); n != nil {
-				if l, serving := n.Leader(p); l == id && serving {
-					return id
-				}
-			}
-		}
-		select {
-		case <-began:
-		case <-recheck.C:
-		case <-deadline:
-			t.Fatalf("no node but %d serves partition %d after %v", except, p, safetyWait)
-		}
-	}
-}
-
-// reignBegins makes c's serve hook also signal, on the returned channel,
-// each reign a node begins (after it began), until stop is called. The
-// sink set before (a scenario's own watch) is still called, first; the
-// caller must not set another meanwhile.
-func reignBegins(c *faultCluster) (began <-chan struct{}, stop func()) {
-	ch := make(chan struct{}, 1)
-	prev := c.reignSink.Load()
-	sink := func(node uint64, p int, term uint64, serve func()) {
-		if prev != nil {
-			(*prev)(node, p, term, serve)
-		} else {
-			serve()
-		}
-		select {
-		case ch <- struct{}{}:
-		default: // one signal pending is enough: the waiter looks at every node
-		}
-	}
-	c.reignSink.Store(&sink)
-	return ch, func() { c.reignSink.CompareAndSwap(&sink, prev) }
 }
 
 // probeAnswer is what a probe was told.
@@ -326,24 +274,24 @@ var staleCases = []staleCase{
 func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) map[string]string {
 	c := safetyCluster(t, 10, tune)
 	res := func(k staleCase) string { return "stale/" + k.name } // one partition: the part before '/' is hashed
-	p := c.node(c.ids[0]).Partition(res(staleCases[0]))
-	lid := waitServing(t, c, p, 0)
-	l := c.node(lid)
+	p := c.Node(c.IDs()[0]).Partition(res(staleCases[0]))
+	lid := c.WaitServing(p, 0)
+	l := c.Node(lid)
 	for _, k := range staleCases {
 		k.before(t, l.Local(), res(k))
 	}
 
-	PauseNode(l)
+	testknobs.PauseNode(l)
 	resumed := false
 	t.Cleanup(func() {
 		if !resumed {
-			ResumeNode(l)
+			testknobs.ResumeNode(l)
 		}
 	})
-	c.net.Isolate(lid, c.ids, true, true)
-	mid := waitServing(t, c, p, lid)
+	c.net.Isolate(lid, c.IDs(), true, true)
+	mid := c.WaitServing(p, lid)
 	t.Logf("partition %d: leader %d paused and cut off; node %d leads it now", p, lid, mid)
-	m := c.node(mid)
+	m := c.Node(mid)
 	for _, k := range staleCases {
 		k.after(t, m.Local(), res(k))
 	}
@@ -362,7 +310,7 @@ func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) ma
 			answers[i].took = time.Since(start)
 		}()
 	}
-	ResumeCalls(l)
+	testknobs.ResumeCalls(l)
 	preHeal := time.NewTimer(safetyPreHeal)
 	defer preHeal.Stop()
 	healed := false
@@ -380,7 +328,7 @@ func staleLeaderAnswers(t *testing.T, tune func(kahuna.Config) kahuna.Config) ma
 		<-done[i]
 	}
 	c.net.Heal()
-	ResumeNode(l)
+	testknobs.ResumeNode(l)
 	resumed = true
 
 	problems := map[string]string{}
@@ -416,7 +364,7 @@ func TestStaleLeaderNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	problems := staleLeaderAnswers(t, WithoutLeadershipProof)
+	problems := staleLeaderAnswers(t, testknobs.WithoutLeadershipProof)
 	for _, k := range staleCases {
 		if problems[k.name] == "" {
 			t.Errorf("%s: negative control not caught: without the leadership proof the deposed leader's stale probeAnswer was not seen", k.name)
@@ -484,9 +432,9 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	c := safetyCluster(t, 20, tune)
 	gate := watchHeld(c.net)
 	const r = "fence/r"
-	p := c.node(c.ids[0]).Partition(r)
-	lid := waitServing(t, c, p, 0)
-	l := c.node(lid)
+	p := c.Node(c.IDs()[0]).Partition(r)
+	lid := c.WaitServing(p, 0)
+	l := c.Node(lid)
 	began := time.Now()
 	logf := func(format string, args ...any) {
 		t.Logf("%6.3fs %s", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
@@ -513,7 +461,7 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	// traffic from here on is the scenario's): the four writes' and, once
 	// it went through the lane, A's Extend's.
 	settledBefore := l.Stats().RaftProposals
-	c.net.StallReplication(lid, RaftShard(p))
+	c.net.StallReplication(lid, testknobs.RaftShard(p))
 	var fillers []<-chan timedAnswer
 	for i := 1; i <= 4; i++ {
 		w := fmt.Sprintf("fence/w%d", i)
@@ -527,7 +475,7 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 	ext := send(opExtend(r, ownerA, longTTL, kahuna.Persistent))
 	logf("4 writes in flight on node %d, A's Extend (ttl %v) sent behind them", lid, longTTL)
 
-	c.net.Isolate(lid, c.ids, true, true)
+	c.net.Isolate(lid, c.IDs(), true, true)
 	// The scenario needs A's Extend decided by L and queued in its lane,
 	// neither answered nor proposed while L led.
 	select {
@@ -537,8 +485,8 @@ func deposedLeaderQueuedWrite(t *testing.T, tune func(kahuna.Config) kahuna.Conf
 		return nil, fmt.Errorf("A's Extend was answered %v before node %d was cut off: it did not queue behind the four writes", x.a, lid)
 	default:
 	}
-	mid := waitServing(t, c, p, lid)
-	m := c.node(mid)
+	mid := c.WaitServing(p, lid)
+	m := c.Node(mid)
 	logf("node %d cut off; node %d leads partition %d", lid, mid, p)
 	setupOp(t, m.Local(), "B's TryLock through the new leader (loads r)", opTryLock(r, ownerB, longTTL, kahuna.Persistent), kahuna.Busy, -1)
 	if time.Since(aCall) >= fenceTTL {
@@ -685,7 +633,7 @@ func TestDeposedLeaderQueuedWriteNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	if len(runDeposedLeaderQueuedWrite(t, WithoutFencing)) == 0 {
+	if len(runDeposedLeaderQueuedWrite(t, testknobs.WithoutFencing)) == 0 {
 		t.Error("negative control not caught: without the fence, the deposed leader's queued Extend was not seen committing behind the new leader's cache")
 	}
 }

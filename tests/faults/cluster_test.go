@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -14,24 +14,22 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/faults"
+	"github.com/kahunago/kahuna/internal/testcluster"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // faultCluster is three nodes in this process whose links go through a
-// faults.Network: Raft over dragonboat's channel transport wrapped by the
-// network, forwarding over one TCP proxy per directed pair of nodes. Nodes
-// can be killed (Close) and restarted (Open on the same data dir).
+// faults.Network (testcluster: Raft over dragonboat's channel transport
+// wrapped by the network, forwarding over one proxy per directed pair of
+// nodes), with what the fault runs add: the reigns a run records and the
+// evictions of nodes killed on the way.
 type faultCluster struct {
+	*testcluster.Cluster
 	t          *testing.T
-	ids        []uint64
 	net        *faults.Network
 	partitions int
-	cfgs       map[uint64]kahuna.Config
 
-	proxiesTo map[uint64][]*faults.Proxy // the forwarding links into each node
-	fillerSeq atomic.Int64               // fillers' resource names
-
-	mu    sync.Mutex
-	nodes map[uint64]*kahuna.Node
+	fillerSeq atomic.Int64 // fillers' resource names
 	// evicted counts the cache evictions of nodes killed since the start:
 	// a node restarted counts from zero again (evictions).
 	evicted atomic.Uint64
@@ -41,8 +39,8 @@ type faultCluster struct {
 	reignSink atomic.Pointer[func(node uint64, p int, term uint64, serve func())]
 }
 
-// serve starts a reign of node (WithServeHook), through the sink
-// if a run is recording.
+// serve starts a reign of node (the cluster's serve hook), through the
+// sink if a run is recording.
 func (c *faultCluster) serve(node uint64, p int, term uint64, serve func()) {
 	if sink := c.reignSink.Load(); sink != nil {
 		(*sink)(node, p, term, serve)
@@ -51,145 +49,42 @@ func (c *faultCluster) serve(node uint64, p int, term uint64, serve func()) {
 	serve()
 }
 
-var faultClusterSeq atomic.Uint64
-
 // startFaultCluster starts the cluster; mod, if not nil, changes each
 // node's config (the negative controls switch protections off with it).
 func startFaultCluster(t *testing.T, seed uint64, partitions int, mod func(kahuna.Config) kahuna.Config) *faultCluster {
 	t.Helper()
-	c := &faultCluster{
-		t: t, ids: []uint64{1, 2, 3}, net: faults.NewNetwork(seed), partitions: partitions,
-		cfgs: map[uint64]kahuna.Config{}, nodes: map[uint64]*kahuna.Node{}, proxiesTo: map[uint64][]*faults.Proxy{},
-	}
-	// Raft addresses only name the nodes on the channel transport; they are
-	// unique in the process, as its listener table is global. Each node's
-	// API listens on a port of its own choosing; its peers reach it through
-	// their proxies, pointed at it once it listens.
-	seq := faultClusterSeq.Add(1)
-	raft := map[uint64]string{}
-	for _, id := range c.ids {
-		raft[id] = fmt.Sprintf("faults-%d-%d:%d", seq, id, 2073)
-		c.net.AddNode(id, raft[id])
-	}
-	for _, id := range c.ids {
-		members := map[uint64]kahuna.Member{}
-		for _, peer := range c.ids {
-			m := kahuna.Member{RaftAddress: raft[peer], Endpoint: "http://127.0.0.1:1"} // own endpoint: unused
-			if peer != id {
-				p, err := c.net.Proxy(id, peer, "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { p.Close() })
-				c.proxiesTo[peer] = append(c.proxiesTo[peer], p)
-				m.Endpoint = "http://" + p.Addr()
-			}
-			members[peer] = m
-		}
-		c.cfgs[id] = WithRaftTransport(kahuna.Config{
-			NodeID:        id,
-			DataDir:       t.TempDir(),
-			Members:       members,
-			ListenAddress: "127.0.0.1:0",
-			Partitions:    partitions,
-			LockActors:    2,
+	c := &faultCluster{t: t, net: faults.NewNetwork(seed), partitions: partitions}
+	c.Cluster = testcluster.Start(t, testcluster.Options{
+		Partitions: partitions, Network: c.net, Channel: true, Proxies: true,
+		Wait: safetyWait, OnServe: c.serve,
+		Mod: func(_ uint64, cfg *kahuna.Config) {
 			// Founds the cluster on the first start; every restart finds
-			// its data (no test empties a node's dir).
-			InitialClusterState: kahuna.ClusterStateNew,
-			// Leadership moves only by the scenario or the nemesis: a
-			// balancing move would drop a lease a scripted step relies on.
-			LeaderBalanceCooldown: -1,
-		}, c.net.Factory(nil))
-		c.cfgs[id] = WithProposalTimeout(c.cfgs[id], faultProposalTimeout)
-		c.cfgs[id] = WithServeHook(c.cfgs[id], func(p int, term uint64, serve func()) { c.serve(id, p, term, serve) })
-		if mod != nil {
-			c.cfgs[id] = mod(c.cfgs[id])
-		}
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(c.ids))
-	for _, id := range c.ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.start(id); err != nil {
-				errs <- err
+			// its data (no test empties a node's dir). Leadership moves
+			// only by the scenario or the nemesis: a balancing move would
+			// drop a lease a scripted step relies on.
+			cfg.LeaderBalanceCooldown = -1
+			*cfg = testknobs.WithProposalTimeout(*cfg, faultProposalTimeout)
+			if mod != nil {
+				*cfg = mod(*cfg)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
+		},
+	})
 	return c
 }
 
-// close stops every node (in parallel).
-func (c *faultCluster) close() {
-	c.net.Heal()
-	c.mu.Lock()
-	nodes := c.nodes
-	c.nodes = map[uint64]*kahuna.Node{}
-	c.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() { defer wg.Done(); n.Close() }()
-	}
-	wg.Wait()
-}
-
-func (c *faultCluster) start(id uint64) error {
-	n, err := kahuna.Open(c.cfgs[id])
-	if err != nil {
-		return fmt.Errorf("open node %d: %w", id, err)
-	}
-	for _, p := range c.proxiesTo[id] {
-		p.SetTarget(n.ListenAddress())
-	}
-	c.mu.Lock()
-	c.nodes[id] = n
-	c.mu.Unlock()
-	return nil
-}
-
-// node returns node id, or nil while it is down.
-func (c *faultCluster) node(id uint64) *kahuna.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[id]
-}
-
-// up lists the running nodes.
-func (c *faultCluster) up() []uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []uint64
-	for _, id := range c.ids {
-		if c.nodes[id] != nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
-// kill closes node id (calls in flight on it end with ErrClosed).
+// kill closes node id (calls in flight on it end with ErrClosed), as a
+// crash would leave the cluster if crash.
 func (c *faultCluster) kill(id uint64, crash bool) {
-	c.mu.Lock()
-	n := c.nodes[id]
-	delete(c.nodes, id)
-	c.mu.Unlock()
+	n := c.Node(id)
 	if n == nil {
 		return
 	}
 	c.evicted.Add(n.Stats().Evictions)
-	closeNode := n.Close
+	stop := c.Stop
 	if crash {
-		closeNode = func() error { return Crash(n) }
+		stop = c.Crash
 	}
-	if err := closeNode(); err != nil {
+	if err := stop(id); err != nil {
 		c.t.Logf("close node %d: %v", id, err)
 	}
 }
@@ -198,33 +93,21 @@ func (c *faultCluster) kill(id uint64, crash bool) {
 // those of nodes killed on the way included.
 func (c *faultCluster) evictions() uint64 {
 	n := c.evicted.Load()
-	for _, id := range c.up() {
-		if nd := c.node(id); nd != nil {
+	for _, id := range c.Up() {
+		if nd := c.Node(id); nd != nil {
 			n += nd.Stats().Evictions
 		}
 	}
 	return n
 }
 
-// leaderOf is partition p's leader as the first running node sees it.
-func (c *faultCluster) leaderOf(p int) uint64 {
-	for _, id := range c.up() {
-		if n := c.node(id); n != nil {
-			if l, _ := n.Leader(p); l != 0 {
-				return l
-			}
-		}
-	}
-	return 0
-}
-
 // leaderNow is the node that serves partition p as the leader its Raft
 // replica knows it is, else p's leader as the first running node sees it.
 func (c *faultCluster) leaderNow(p int) uint64 {
 	var best, bestTerm uint64
-	for _, id := range c.up() {
-		if n := c.node(id); n != nil {
-			if serving, leads, term := ServingTerm(n, p); serving && leads && term > bestTerm {
+	for _, id := range c.Up() {
+		if n := c.Node(id); n != nil {
+			if serving, leads, term := testknobs.ServingTerm(n, p); serving && leads && term > bestTerm {
 				best, bestTerm = id, term
 			}
 		}
@@ -232,17 +115,17 @@ func (c *faultCluster) leaderNow(p int) uint64 {
 	if best != 0 {
 		return best
 	}
-	return c.leaderOf(p)
+	return c.Leader(p)
 }
 
 // servingOf is a node that says it serves partition p (at random if
 // several do: a deposed one that has not heard the news, and the new
 // leader), else p's leader as a random running node sees it.
 func (c *faultCluster) servingOf(p int, rng *rand.Rand) uint64 {
-	up := c.up()
+	up := c.Up()
 	var serving []uint64
 	for _, id := range up {
-		if n := c.node(id); n != nil {
+		if n := c.Node(id); n != nil {
 			if _, s := n.Leader(p); s {
 				serving = append(serving, id)
 			}
@@ -254,7 +137,7 @@ func (c *faultCluster) servingOf(p int, rng *rand.Rand) uint64 {
 	if len(up) == 0 {
 		return 0
 	}
-	if n := c.node(up[rng.IntN(len(up))]); n != nil {
+	if n := c.Node(up[rng.IntN(len(up))]); n != nil {
 		l, _ := n.Leader(p)
 		return l
 	}
@@ -264,7 +147,7 @@ func (c *faultCluster) servingOf(p int, rng *rand.Rand) uint64 {
 // resourcesOnPartitions returns per resource names on each partition,
 // partition by partition.
 func (c *faultCluster) resourcesOnPartitions(prefix string, per int) []string {
-	n := c.node(c.up()[0])
+	n := c.Node(c.Up()[0])
 	byP := map[int][]string{}
 	for i, full := 0, 0; full < c.partitions; i++ {
 		r := fmt.Sprintf("%s-%d", prefix, i) // no "/": the whole name is hashed
@@ -294,17 +177,6 @@ func (c *faultCluster) fillers(node *kahuna.Node, p, n int) []string {
 		}
 	}
 	return out
-}
-
-// others lists the nodes but id.
-func (c *faultCluster) others(id uint64) []uint64 {
-	var o []uint64
-	for _, x := range c.ids {
-		if x != id {
-			o = append(o, x)
-		}
-	}
-	return o
 }
 
 // reignCount counts the reigns a run recorded: in all, by partition, and
@@ -372,8 +244,8 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 		serve()
 		at := rec.Now()
 		record(p, node, term, from, at)
-		for _, o := range c.ids {
-			if n := c.node(o); o != node && n != nil && ServingNow(n, p) {
+		for _, o := range c.IDs() {
+			if n := c.Node(o); o != node && n != nil && testknobs.ServingNow(n, p) {
 				reigns.mu.Lock()
 				reigns.twoLeaders = append(reigns.twoLeaders, checker.Violation{Checker: "reigns", Kind: "two-leaders-serving",
 					Text: fmt.Sprintf("node %d began serving partition %d in term %d at %v while node %d still served it (its leader lease live)", node, p, term, at, o)})
@@ -382,14 +254,14 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 		}
 	}
 	c.reignSink.Store(&sink)
-	for _, id := range c.ids {
-		n := c.node(id)
+	for _, id := range c.IDs() {
+		n := c.Node(id)
 		if n == nil {
 			continue
 		}
 		for p := range byPartition {
 			from := rec.Now()
-			serving, leads, term := ServingTerm(n, p)
+			serving, leads, term := testknobs.ServingTerm(n, p)
 			switch {
 			case serving && leads:
 				record(p, id, term, 0, rec.Now())
@@ -428,9 +300,9 @@ func (c *faultCluster) servesAgain(d kahuna.Durability, within time.Duration) er
 	for p, res := range names {
 		wg.Go(func() {
 			for i := 0; ; i++ {
-				up := c.up()
+				up := c.Up()
 				if len(up) > 0 {
-					if n := c.node(up[i%len(up)]); n != nil {
+					if n := c.Node(up[i%len(up)]); n != nil {
 						ctx, cancel := context.WithTimeout(context.Background(), min(2*time.Second, time.Until(deadline)))
 						r, err := n.TryLock(ctx, res, []byte("serves-again"), time.Minute, d)
 						if err == nil && r.Status == kahuna.Locked {

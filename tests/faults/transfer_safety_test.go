@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // A leader transfer lets its target campaign past the voters' stickiness
@@ -27,7 +28,7 @@ import (
 // lock an ephemeral lock through the target while A, its holder, re-locks
 // it through the old leader.
 //
-//	go test -run 'TestTransferTarget' -count=10 .
+//	go test -run 'TestTransferTarget' -count=10 ./tests/faults
 
 // handOverSeen is what the scenario saw on one partition.
 type handOverSeen struct {
@@ -71,8 +72,8 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config, fast
 			r(node, p)
 		}
 		if ch, old := w(node, p); ch != nil {
-			n := c.node(old)
-			ch <- began{oldServes: n != nil && ServingNow(n, p), at: time.Now()}
+			n := c.Node(old)
+			ch <- began{oldServes: n != nil && testknobs.ServingNow(n, p), at: time.Now()}
 		}
 	}
 	c.reignSink.Store(&sink)
@@ -84,11 +85,11 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config, fast
 	// leader, hearing nothing, stepped down first), or with fastOnly the
 	// target by an ordinary election, so try again.
 	round := func(p int, res string) bool {
-		z := waitServing(t, c, p, 0)
-		_, _, zTerm := ServingTerm(c.node(z), p)
-		others := c.others(z)
+		z := c.WaitServing(p, 0)
+		_, _, zTerm := testknobs.ServingTerm(c.Node(z), p)
+		others := c.Others(z)
 		y := others[0]
-		setupOp(t, c.node(z).Local(), "A locks "+res, opTryLock(res, ownerA, time.Minute, kahuna.Ephemeral), kahuna.Locked, -1)
+		setupOp(t, c.Node(z).Local(), "A locks "+res, opTryLock(res, ownerA, time.Minute, kahuna.Ephemeral), kahuna.Locked, -1)
 
 		ch := make(chan began, 1)
 		other := make(chan struct{}, 1) // another node than the target began a reign of p
@@ -123,7 +124,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config, fast
 		// z keeps sending and hears nothing: it learns of no election.
 		c.net.Isolate(z, others, false, true)
 		cut = time.Now()
-		if err := TransferUnrelinquished(c.node(z), p, y); err != nil {
+		if err := testknobs.TransferUnrelinquished(c.Node(z), p, y); err != nil {
 			t.Fatalf("partition %d: transfer %d → %d: %v", p, z, y, err)
 		}
 		var b began
@@ -134,14 +135,14 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config, fast
 			case b = <-ch:
 				break wait
 			case <-other: // a reign begins through the serve hook
-				if serving, leads, term := ServingTerm(c.node(others[1]), p); serving && leads && term > zTerm {
+				if serving, leads, term := testknobs.ServingTerm(c.Node(others[1]), p); serving && leads && term > zTerm {
 					t.Logf("partition %d: node %d was elected in term %d instead of the target %d; again", p, others[1], term, y)
 					return false
 				}
 			case <-deadline:
 				var views []string
-				for _, id := range c.ids {
-					serving, leads, term := ServingTerm(c.node(id), p)
+				for _, id := range c.IDs() {
+					serving, leads, term := testknobs.ServingTerm(c.Node(id), p)
 					views = append(views, fmt.Sprintf("node %d: serving %v, leads %v, term %d", id, serving, leads, term))
 				}
 				t.Fatalf("partition %d: node %d did not begin to serve within %v of the transfer from %d; %v", p, y, safetyWait, z, views)
@@ -151,7 +152,7 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config, fast
 		// renewal confirmed within a round trip, so at the cut more than
 		// half of it is left: a target elected by the TimeoutNow, which
 		// begins within milliseconds, begins inside it.
-		if lease := LeaderLease(c.node(z)); fastOnly && b.at.Sub(cut) > lease/2 {
+		if lease := testknobs.LeaderLease(c.Node(z)); fastOnly && b.at.Sub(cut) > lease/2 {
 			t.Logf("partition %d: node %d began %v after the cut, past half the old leader's lease %v: not elected by the transfer's TimeoutNow; again", p, y, b.at.Sub(cut).Round(time.Millisecond), lease)
 			return false
 		}
@@ -161,11 +162,11 @@ func transferOverlaps(t *testing.T, tune func(kahuna.Config) kahuna.Config, fast
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			aOnZ = callWithin(c.node(z).Local(), opTryLock(res, ownerA, time.Minute, kahuna.Ephemeral))
+			aOnZ = callWithin(c.Node(z).Local(), opTryLock(res, ownerA, time.Minute, kahuna.Ephemeral))
 		}()
 		go func() {
 			defer wg.Done()
-			bOnY = callWithin(c.node(y).Local(), opTryLock(res, ownerB, time.Minute, kahuna.Ephemeral))
+			bOnY = callWithin(c.Node(y).Local(), opTryLock(res, ownerB, time.Minute, kahuna.Ephemeral))
 		}()
 		wg.Wait()
 
@@ -207,20 +208,20 @@ func callWithin(l kahuna.Locker, op lockOp) probeAnswer {
 // LeaderLease: wait until then at most, and if the reign still
 // serves after that, it is an error.
 func waitNotServing(c *faultCluster, id uint64, p int, term uint64, cut time.Time) error {
-	n := c.node(id)
+	n := c.Node(id)
 	if n == nil {
 		return nil
 	}
 	stale := func() bool {
 		// A reign of a later term (the node elected again) is not the one
 		// that was cut off.
-		serving, leads, now := ServingTerm(n, p)
+		serving, leads, now := testknobs.ServingTerm(n, p)
 		return serving && !(leads && now > term)
 	}
 	if !stale() {
 		return nil
 	}
-	lease := LeaderLease(n)
+	lease := testknobs.LeaderLease(n)
 	time.Sleep(time.Until(cut.Add(lease))) // the lease's end: the reign's last possible instant
 	if stale() {
 		return fmt.Errorf("node %d still serves partition %d (term %d) %v after it was cut off, past its leader lease %v", id, p, term, time.Since(cut).Round(time.Millisecond), lease)
@@ -250,7 +251,7 @@ func TestTransferTargetNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	for _, s := range transferOverlaps(t, WithoutTakeoverWait, true) {
+	for _, s := range transferOverlaps(t, testknobs.WithoutTakeoverWait, true) {
 		if !s.oldServes || !s.twoHolders {
 			t.Errorf("negative control not caught on partition %d: without the takeover wait, old leader served when the target began %v, two holders %v (%s)", s.p, s.oldServes, s.twoHolders, s.what)
 		}

@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/faults"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // The fault tests run a workload on an in-process 3-node cluster while a
@@ -25,9 +26,9 @@ import (
 // Seeds with seed%3 == 2 run on ephemeral locks, the others on persistent
 // ones.
 //
-//	go test -run Faults .                                  # the short run: a few seeds and the negative controls
-//	go test -run 'Faults$' -faults.seed=42 -v .            # replay one seed
-//	go test -run Faults -faults.duration=10m -timeout=0 .  # the long run: seeds until 10m, summary printed
+//	go test -run Faults ./tests/faults                                  # the short run: a few seeds and the negative controls
+//	go test -run 'Faults$' -faults.seed=42 -v ./tests/faults            # replay one seed
+//	go test -run Faults -faults.duration=10m -timeout=0 ./tests/faults  # the long run: seeds until 10m, summary printed
 var (
 	faultsSeed      = flag.Uint64("faults.seed", 0, "fault tests: run only this seed (0: the default seeds, or random ones in a long run)")
 	faultsDuration  = flag.Duration("faults.duration", 0, "fault tests: keep running seeded schedules for this long and print a summary (0: the short run)")
@@ -404,7 +405,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 	// hold keeps a fault for [min, max] even if ctx ends, so its effect on
 	// the history is seen; it is healed right after.
 	hold := func(min, max time.Duration) { time.Sleep(between(min, max)) }
-	randomNode := func() uint64 { return c.ids[rng.IntN(len(c.ids))] }
+	randomNode := func() uint64 { return c.IDs()[rng.IntN(len(c.IDs()))] }
 	hotLeader := func() uint64 {
 		if l := c.leaderNow(hot[rng.IntN(len(hot))]); l != 0 {
 			return l
@@ -434,7 +435,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			c.kill(id, k == fCrashLeader)
 			hold(200*time.Millisecond, 1500*time.Millisecond)
 			logf("restart node %d", id)
-			if err := c.start(id); err != nil {
+			if err := c.StartNode(id); err != nil {
 				t.Errorf("restart node %d: %v", id, err)
 				return
 			}
@@ -445,9 +446,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			if l == to {
 				// Not to the leader itself, which moves nothing: the next
 				// node (no draw of its own, so a seed's schedule stays).
-				to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)]
+				to = c.IDs()[(slices.Index(c.IDs(), to)+1)%len(c.IDs())]
 			}
-			if n := c.node(l); n != nil {
+			if n := c.Node(l); n != nil {
 				logf("transfer partition %d to node %d", p, to)
 				err := n.TransferLeadership(p, to) // may be refused mid-election
 				eff.transferred(p, err)
@@ -458,14 +459,14 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fSlowTransfer:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
 			l := faults.Link{Delay: between(time.Millisecond, 8*time.Millisecond)}
-			to := c.others(id)[rng.IntN(len(c.ids)-1)]
+			to := c.Others(id)[rng.IntN(len(c.IDs())-1)]
 			logf("%s: links of node %d %s, then partition %d to node %d", k, id, l, p, to)
-			for _, o := range c.others(id) {
+			for _, o := range c.Others(id) {
 				c.net.Set(id, o, l)
 				c.net.Set(o, id, l)
 			}
@@ -481,34 +482,34 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fTransferUnrelinquished:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
-			to := c.others(id)[rng.IntN(len(c.ids)-1)]
+			to := c.Others(id)[rng.IntN(len(c.IDs())-1)]
 			logf("%s: partition %d to node %d with its lease kept, node %d's inbound links cut as it sends TimeoutNow", k, p, to, id)
 			// Cut when the TimeoutNow leaves, not before: a leader cut
 			// off first never hears its target catch up, and Raft sends
 			// no TimeoutNow to a target behind it.
-			c.net.CutInboundOnTimeoutNow(id, c.others(id))
-			err := TransferUnrelinquished(n, p, to)
+			c.net.CutInboundOnTimeoutNow(id, c.Others(id))
+			err := testknobs.TransferUnrelinquished(n, p, to)
 			eff.transferred(p, err)
 			if err != nil {
 				logf("transfer refused: %v", err)
 			}
 			// Cut off, L cannot renew its lease: past it, L stepped down.
-			lease := LeaderLease(n)
+			lease := testknobs.LeaderLease(n)
 			hold(lease+100*time.Millisecond, lease+400*time.Millisecond)
 			logf("heal")
 			c.net.Heal()
 		case fStallReplication:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
-			shard := RaftShard(p)
+			shard := testknobs.RaftShard(p)
 			logf("%s: node %d's replication of partition %d stalled, its lane filled", k, id, p)
 			c.net.StallReplication(id, shard)
 			// One filler at a time, so each takes an entry (a slot) of its
@@ -527,7 +528,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			// The workload's writes to the partition queue behind them.
 			hold(100*time.Millisecond, 300*time.Millisecond)
 			logf("cut node %d off", id)
-			c.net.Isolate(id, c.others(id), true, true)
+			c.net.Isolate(id, c.Others(id), true, true)
 			// Past its lease, its step-down and an election (≈100–300 ms),
 			// and short of its proposals' timeout.
 			hold(350*time.Millisecond, 500*time.Millisecond)
@@ -539,10 +540,10 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fStallHandOff:
 			p := hot[rng.IntN(len(hot))]
 			id := c.leaderNow(p)
-			if c.node(id) == nil {
+			if c.Node(id) == nil {
 				break
 			}
-			shard := RaftShard(p)
+			shard := testknobs.RaftShard(p)
 			for len(unsure) > 0 {
 				<-unsure // before the stall
 			}
@@ -578,7 +579,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			if rng.IntN(5) > 0 {
 				id = hotLeader()
 			}
-			n := c.node(id)
+			n := c.Node(id)
 			if n == nil {
 				break
 			}
@@ -590,8 +591,8 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			}
 			d := between(400*time.Millisecond, maxPause)
 			logf("pause node %d for %v", id, d.Round(time.Millisecond))
-			PauseNode(n)
-			c.net.Isolate(id, c.others(id), true, true)
+			testknobs.PauseNode(n)
+			c.net.Isolate(id, c.Others(id), true, true)
 			time.Sleep(d)
 			// It wakes: held calls are answered at once by a node that still
 			// believes it leads, until its view catches up (within an
@@ -607,9 +608,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 				c.net.Heal()
 				time.Sleep(between(20*time.Millisecond, 60*time.Millisecond))
 			}
-			ResumeCalls(n)
+			testknobs.ResumeCalls(n)
 			time.Sleep(stepDown)
-			ResumeView(n)
+			testknobs.ResumeView(n)
 			if !healFirst {
 				hold(0, 100*time.Millisecond)
 				if rng.IntN(2) == 0 {
@@ -625,7 +626,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			}
 			out, in := k != fOneWayIn, k != fOneWayOut
 			logf("%s: node %d (out=%v in=%v)", k, id, out, in)
-			c.net.Isolate(id, c.others(id), out, in)
+			c.net.Isolate(id, c.Others(id), out, in)
 			hold(300*time.Millisecond, 2500*time.Millisecond)
 			if rng.IntN(2) == 0 {
 				c.net.ResetProxies(id) // broken connections rather than stalled ones
@@ -635,7 +636,7 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		case fLossy:
 			l := faults.Link{Drop: 0.05 + rng.Float64()*0.25, Delay: time.Duration(rng.IntN(20)) * time.Millisecond}
 			logf("lossy links: %s", l)
-			c.net.SetAll(c.ids, l)
+			c.net.SetAll(c.IDs(), l)
 			hold(500*time.Millisecond, 2500*time.Millisecond)
 			logf("heal")
 			c.net.Heal()
@@ -645,9 +646,9 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 		}
 	}
 	c.net.Heal()
-	for _, id := range c.ids {
-		if c.node(id) == nil {
-			if err := c.start(id); err != nil {
+	for _, id := range c.IDs() {
+		if c.Node(id) == nil {
+			if err := c.StartNode(id); err != nil {
 				t.Errorf("final restart of node %d: %v", id, err)
 			}
 		}
@@ -708,14 +709,14 @@ type target struct {
 // pick chooses whom to call for res on the given attempt (0 the first);
 // node 0 if none is up.
 func (cl *lockClient) pick(res string, attempt int) target {
-	up := cl.c.up()
+	up := cl.c.Up()
 	if len(up) == 0 {
 		return target{}
 	}
 	if cl.mode == pool {
 		return target{node: up[cl.rng.IntN(len(up))], local: cl.rng.IntN(10) < 7}
 	}
-	n := cl.c.node(up[0])
+	n := cl.c.Node(up[0])
 	if n == nil {
 		return target{}
 	}
@@ -735,7 +736,7 @@ func (cl *lockClient) pick(res string, attempt int) target {
 
 // call runs one recorded operation on to.
 func (cl *lockClient) call(to target, kind checker.Kind, res, owner string, ttl time.Duration) checker.Op {
-	n := cl.c.node(to.node)
+	n := cl.c.Node(to.node)
 	if n == nil {
 		time.Sleep(10 * time.Millisecond)
 		return checker.Op{Outcome: checker.Fail, Status: kahuna.MustRetry} // nothing sent
@@ -922,7 +923,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	if name == "" {
 		name = "TestFaults$"
 	}
-	t.Logf("seed %d, %s locks (replay: go test -run '%s' -faults.seed=%d -faults.run=%v -v .)", seed, o.dur, name, seed, o.d)
+	t.Logf("seed %d, %s locks (replay: go test -run '%s' -faults.seed=%d -faults.run=%v -v ./tests/faults)", seed, o.dur, name, seed, o.d)
 	const partitions = 3
 	mod := func(cfg kahuna.Config) kahuna.Config {
 		if o.dur == kahuna.Ephemeral && !o.grace {
@@ -945,7 +946,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		t.Fatal("handle clients on ephemeral locks need the grace (runOpts.grace)")
 	}
 	c := startFaultCluster(t, seed, partitions, mod)
-	first := c.node(c.up()[0])
+	first := c.Node(c.Up()[0])
 	byPartition := map[int][]string{}
 	var hot []string
 	per := o.perPartition
@@ -1006,7 +1007,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	run.begun = reigns.begun()
 	run.evictions = c.evictions()
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
-	c.close() // the checkers get the CPU
+	c.Close() // the checkers get the CPU
 
 	run.history = rec.History()
 	for _, op := range run.history {
@@ -1190,7 +1191,7 @@ func TestFaults(t *testing.T) {
 // in memory, its outcome always known). Each run must also show that its
 // fault happened.
 //
-//	go test -run 'TestFaultsHandles/stall-handoff' -faults.seed=25 -v .
+//	go test -run 'TestFaultsHandles/stall-handoff' -faults.seed=25 -v ./tests/faults
 func TestFaultsHandles(t *testing.T) {
 	if *faultsDuration > 0 {
 		t.Skip("long run: see TestFaultsLong")

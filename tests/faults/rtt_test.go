@@ -1,9 +1,11 @@
-package kahuna_test
+package faults_test
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
+	"github.com/kahunago/kahuna/internal/testcluster"
+	"github.com/kahunago/kahuna/internal/testknobs"
 	"github.com/kahunago/kahuna/partition"
 )
 
@@ -25,7 +29,7 @@ import (
 // a node beginning to serve a partition while another still serves it is
 // two leaders at once.
 //
-//	go test -run 'TestRaftRTT' -count=3 .
+//	go test -run 'TestRaftRTT' -count=3 ./tests/faults
 
 const rttPartition = 0 // the clusters have one partition
 
@@ -34,18 +38,13 @@ const rttPartition = 0 // the clusters have one partition
 // wraps the TCP transport and drops the batches of a cut link; lock calls
 // go straight to a node (Local).
 type rttCluster struct {
-	t       *testing.T
-	ids     []uint64
-	net     *faults.Network
-	members map[uint64]kahuna.Member
-	dirs    map[uint64]string
-	logs    map[uint64]*logWatch
-	tune    func(kahuna.Config) kahuna.Config
+	*testcluster.Cluster
+	t    *testing.T
+	net  *faults.Network
+	logs map[uint64]*logWatch
 
 	mu       sync.Mutex
-	nodes    map[uint64]*kahuna.Node
-	overlaps []string      // reigns begun while another node served
-	began    chan struct{} // closed and replaced when a reign begins
+	overlaps []string // reigns begun while another node served
 	reigns   []reignBegun
 }
 
@@ -57,50 +56,33 @@ type reignBegun struct {
 
 func newRTTCluster(t *testing.T, tune func(kahuna.Config) kahuna.Config) *rttCluster {
 	t.Helper()
-	c := &rttCluster{
-		t: t, ids: []uint64{1, 2, 3}, net: faults.NewNetwork(1), tune: tune,
-		members: map[uint64]kahuna.Member{}, dirs: map[uint64]string{}, logs: map[uint64]*logWatch{},
-		nodes: map[uint64]*kahuna.Node{}, began: make(chan struct{}),
-	}
-	for _, id := range c.ids {
-		// Nothing dials the endpoints: no forwarding, no balancing.
-		c.members[id] = unstartedMember(t) // reserved ports; each start binds them itself
-		c.net.AddNode(id, c.members[id].RaftAddress)
-		c.dirs[id] = t.TempDir()
+	c := &rttCluster{t: t, net: faults.NewNetwork(1), logs: map[uint64]*logWatch{}}
+	for id := uint64(1); id <= 3; id++ {
 		c.logs[id] = &logWatch{changed: make(chan struct{})}
 	}
+	c.Cluster = testcluster.New(t, testcluster.Options{
+		Partitions: 1, Network: c.net, OnServe: c.begin, Wait: safetyWait,
+		// The target serves after its takeover wait (a second at 100 ms).
+		TransferRetry: 3 * time.Second,
+		Mod: func(id uint64, cfg *kahuna.Config) {
+			cfg.ListenAddress = ""         // nothing dials the endpoints: no forwarding
+			cfg.LeaderBalanceCooldown = -1 // leadership moves only by the scenario
+			cfg.Logger = slog.New(slog.NewTextHandler(c.logs[id], &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if tune != nil {
+				*cfg = tune(*cfg)
+			}
+		},
+	})
 	t.Cleanup(c.close)
 	return c
-}
-
-func (c *rttCluster) config(id uint64, rtt, startTimeout time.Duration) kahuna.Config {
-	cfg := kahuna.Config{
-		NodeID:     id,
-		DataDir:    c.dirs[id],
-		Members:    c.members,
-		Partitions: 1,
-		LockActors: 2,
-		// Founds the cluster on the first start; restarts find their data.
-		InitialClusterState:   kahuna.ClusterStateNew,
-		LeaderBalanceCooldown: -1, // leadership moves only by the scenario
-		RaftRTT:               rtt,
-		StartTimeout:          startTimeout,
-		Logger:                slog.New(slog.NewTextHandler(c.logs[id], &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	cfg = WithRaftTransportWrap(cfg, c.net.Factory)
-	cfg = WithServeHook(cfg, func(p int, term uint64, serve func()) { c.begin(id, p, term, serve) })
-	if c.tune != nil {
-		cfg = c.tune(cfg)
-	}
-	return cfg
 }
 
 // begin starts a reign of node id and records any other node serving the
 // same partition at that instant.
 func (c *rttCluster) begin(id uint64, p int, term uint64, serve func()) {
 	serve()
-	for _, o := range c.ids {
-		if n := c.node(o); o != id && n != nil && ServingNow(n, p) {
+	for _, o := range c.IDs() {
+		if n := c.Node(o); o != id && n != nil && testknobs.ServingNow(n, p) {
 			c.mu.Lock()
 			c.overlaps = append(c.overlaps, fmt.Sprintf("node %d began serving partition %d in term %d while node %d served it: two leaders", id, p, term, o))
 			c.mu.Unlock()
@@ -108,65 +90,43 @@ func (c *rttCluster) begin(id uint64, p int, term uint64, serve func()) {
 	}
 	c.mu.Lock()
 	c.reigns = append(c.reigns, reignBegun{id, time.Now()})
-	close(c.began)
-	c.began = make(chan struct{})
 	c.mu.Unlock()
+}
+
+// at is a node's config at tick rtt, waiting up to startTimeout in Open
+// (founding the cluster on the first start; restarts find their data).
+func at(rtt, startTimeout time.Duration) func(*kahuna.Config) {
+	return func(cfg *kahuna.Config) { cfg.RaftRTT, cfg.StartTimeout = rtt, startTimeout }
 }
 
 // start opens node id at tick rtt.
 func (c *rttCluster) start(id uint64, rtt, startTimeout time.Duration) error {
-	n, err := kahuna.Open(c.config(id, rtt, startTimeout))
-	if err != nil {
-		return fmt.Errorf("node %d at --raft-rtt %v: %w", id, rtt, err)
+	if err := c.StartNode(id, at(rtt, startTimeout)); err != nil {
+		return fmt.Errorf("at --raft-rtt %v: %w", rtt, err)
 	}
-	c.mu.Lock()
-	c.nodes[id] = n
-	c.mu.Unlock()
 	return nil
 }
 
 // startAll opens the nodes at their ticks at once (each Open waits for
-// the others) and returns each one's error.
+// the others) and returns the errors of those that failed.
 func (c *rttCluster) startAll(rtts map[uint64]time.Duration, startTimeout map[uint64]time.Duration) map[uint64]error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	errs := map[uint64]error{}
-	for id, rtt := range rtts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := c.start(id, rtt, startTimeout[id])
-			mu.Lock()
-			errs[id] = err
-			mu.Unlock()
-		}()
+	errs := c.StartNodes(slices.Sorted(maps.Keys(rtts)), func(id uint64, cfg *kahuna.Config) { at(rtts[id], startTimeout[id])(cfg) })
+	for id, err := range errs {
+		errs[id] = fmt.Errorf("at --raft-rtt %v: %w", rtts[id], err)
 	}
-	wg.Wait()
 	return errs
-}
-
-func (c *rttCluster) node(id uint64) *kahuna.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nodes[id]
 }
 
 // stop closes node id.
 func (c *rttCluster) stop(id uint64) {
-	c.mu.Lock()
-	n := c.nodes[id]
-	delete(c.nodes, id)
-	c.mu.Unlock()
-	if n != nil {
-		if err := n.Close(); err != nil {
-			c.t.Errorf("close node %d: %v", id, err)
-		}
+	if err := c.Stop(id); err != nil {
+		c.t.Errorf("close node %d: %v", id, err)
 	}
 }
 
 func (c *rttCluster) close() {
 	c.net.Heal()
-	for _, id := range c.ids {
+	for _, id := range c.IDs() {
 		c.stop(id)
 	}
 }
@@ -191,68 +151,6 @@ func (c *rttCluster) problems() []string {
 	return append([]string(nil), c.overlaps...)
 }
 
-// waitServing waits until a node other than except serves p as its
-// leader, and returns it.
-func (c *rttCluster) waitServing(p int, except uint64) uint64 {
-	c.t.Helper()
-	deadline := time.After(safetyWait)
-	// A reign begins with a signal; a lapsed lease renewed does not, so
-	// look again now and then.
-	recheck := time.NewTicker(50 * time.Millisecond)
-	defer recheck.Stop()
-	for {
-		c.mu.Lock()
-		began := c.began
-		c.mu.Unlock()
-		for _, id := range c.ids {
-			if n := c.node(id); id != except && n != nil {
-				if l, serving := n.Leader(p); l == id && serving {
-					return id
-				}
-			}
-		}
-		select {
-		case <-began:
-		case <-recheck.C:
-		case <-deadline:
-			c.t.Fatalf("no node but %d serves partition %d after %v", except, p, safetyWait)
-		}
-	}
-}
-
-// transfer makes node to lead p, asking whoever leads until it serves.
-func (c *rttCluster) transfer(p int, to uint64) {
-	c.t.Helper()
-	deadline := time.Now().Add(safetyWait)
-	for time.Now().Before(deadline) {
-		if _, serving := c.node(to).Leader(p); serving {
-			return
-		}
-		if leader, _ := c.node(to).Leader(p); c.node(leader) != nil {
-			if err := c.node(leader).TransferLeadership(p, to); err != nil {
-				c.t.Logf("transfer of partition %d from %d to %d: %v (retrying)", p, leader, to, err)
-			}
-		}
-		// The target serves after its takeover wait (a second at 100 ms).
-		retry := time.After(3 * time.Second)
-	wait:
-		for {
-			c.mu.Lock()
-			began := c.began
-			c.mu.Unlock()
-			if _, serving := c.node(to).Leader(p); serving {
-				return
-			}
-			select {
-			case <-began:
-			case <-retry:
-				break wait
-			}
-		}
-	}
-	c.t.Fatalf("partition %d not led by node %d after %v", p, to, safetyWait)
-}
-
 // twoHolders has B lock res through node y and C through node z at once,
 // ephemeral (answered from the leader's memory), and says what is wrong.
 func twoHolders(c *rttCluster, res string, y, z uint64) string {
@@ -261,11 +159,11 @@ func twoHolders(c *rttCluster, res string, y, z uint64) string {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		onY = callWithin(c.node(y).Local(), opTryLock(res, ownerB, time.Minute, kahuna.Ephemeral))
+		onY = callWithin(c.Node(y).Local(), opTryLock(res, ownerB, time.Minute, kahuna.Ephemeral))
 	}()
 	go func() {
 		defer wg.Done()
-		onZ = callWithin(c.node(z).Local(), opTryLock(res, ownerC, time.Minute, kahuna.Ephemeral))
+		onZ = callWithin(c.Node(z).Local(), opTryLock(res, ownerC, time.Minute, kahuna.Ephemeral))
 	}()
 	wg.Wait()
 	c.t.Logf("%s: B through node %d: %v; C through node %d: %v", res, y, onY, z, onZ)
@@ -335,10 +233,10 @@ func mixedRTT(t *testing.T, tune func(kahuna.Config) kahuna.Config) (problems []
 	if errs[1] != nil {
 		return c.problems(), errs[1]
 	}
-	c.transfer(rttPartition, 1)
+	c.Transfer(rttPartition, 1)
 	// Node 1 keeps leading in Raft and hears of no election.
 	c.net.Isolate(1, []uint64{2, 3}, true, true)
-	y := c.waitServing(rttPartition, 1)
+	y := c.WaitServing(rttPartition, 1)
 	if what := twoHolders(c, "mixed-rtt", y, 1); what != "" {
 		problems = append(problems, what)
 	}
@@ -376,7 +274,7 @@ func TestRaftRTTMismatchNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster run")
 	}
-	problems, err := mixedRTT(t, WithoutRaftTimingCheck)
+	problems, err := mixedRTT(t, testknobs.WithoutRaftTimingCheck)
 	if err != nil {
 		t.Fatalf("node 1 refused with the check off: %v", err)
 	}
@@ -408,9 +306,9 @@ func rollingRTT(t *testing.T, tune func(kahuna.Config) kahuna.Config, from, to t
 			t.Fatalf("node %d: %v", id, err)
 		}
 	}
-	c.transfer(rttPartition, 1)
+	c.Transfer(rttPartition, 1)
 	const res = "rolling-rtt"
-	setupOp(t, c.node(1).Local(), "A locks", opTryLock(res, ownerA, longTTL, kahuna.Persistent), kahuna.Locked, 0)
+	setupOp(t, c.Node(1).Local(), "A locks", opTryLock(res, ownerA, longTTL, kahuna.Persistent), kahuna.Locked, 0)
 
 	opened := make(chan error, 3)
 	restart := func(id uint64) {
@@ -423,7 +321,7 @@ func rollingRTT(t *testing.T, tune func(kahuna.Config) kahuna.Config, from, to t
 	refusal := fmt.Sprintf("runs --raft-rtt %v, this member %v", from, to)
 	t.Logf("node 3: %s", c.logs[3].awaitLine(t, "Raft connection refused", refusal))
 	t.Logf("node 1: %s", c.logs[1].awaitLine(t, "Raft connection refused", fmt.Sprintf("runs --raft-rtt %v, this member %v", to, from)))
-	if n := c.waitServing(rttPartition, 0); n != 1 {
+	if n := c.WaitServing(rttPartition, 0); n != 1 {
 		t.Errorf("partition led by node %d while node 3 restarted, not node 1", n)
 	}
 	// Node 2 at the new tick: with node 3, a majority of it. Node 1, alone
@@ -442,9 +340,9 @@ func rollingRTT(t *testing.T, tune func(kahuna.Config) kahuna.Config, from, to t
 	if err := <-opened; err != nil {
 		t.Fatal(err)
 	}
-	leader := c.waitServing(rttPartition, 0)
-	setupOp(t, c.node(leader).Local(), "B tries", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Busy, -1)
-	setupOp(t, c.node(leader).Local(), "A's lock is read", opGet(res, kahuna.Persistent), kahuna.Got, 0)
+	leader := c.WaitServing(rttPartition, 0)
+	setupOp(t, c.Node(leader).Local(), "B tries", opTryLock(res, ownerB, longTTL, kahuna.Persistent), kahuna.Busy, -1)
+	setupOp(t, c.Node(leader).Local(), "A's lock is read", opGet(res, kahuna.Persistent), kahuna.Got, 0)
 	return c.problems(), c.firstReignSince(stopping2, 1).Sub(stopping2)
 }
 
@@ -488,7 +386,7 @@ func TestRaftRTTRollingChangeNegativeControl(t *testing.T) {
 	}
 	lease := partition.LeaseFor(rollFrom, durability.ElectionTicks)
 	for try := 1; ; try++ {
-		problems, takeover := rollingRTT(t, WithoutRaftTimingWait, rollFrom, rollTo)
+		problems, takeover := rollingRTT(t, testknobs.WithoutRaftTimingWait, rollFrom, rollTo)
 		for _, p := range problems {
 			t.Log(p)
 		}

@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -228,7 +228,7 @@ func (l *handleLocker) route(res string) (target, *kahuna.Node) {
 	id := c.servingOf(partition.Of(res, c.partitions), l.rng)
 	local := l.rng.IntN(4) != 0
 	l.mu.Unlock()
-	n := c.node(id)
+	n := c.Node(id)
 	if n == nil {
 		return target{}, nil
 	}
@@ -346,7 +346,7 @@ func (l *handleLocker) extendLate(ctx context.Context, res string, owner []byte,
 	p := l.begin(to, checker.Extend, res, owner, ttl)
 	owner = append([]byte(nil), owner...)
 	go l.deliver(l.park(string(owner)), func() {
-		if l.cl.c.node(to.node) != n {
+		if l.cl.c.Node(to.node) != n {
 			return
 		}
 		sctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)

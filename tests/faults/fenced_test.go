@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -147,8 +147,8 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 			rng := rand.New(rand.NewPCG(seed, uint64(h)))
 			for i := 0; time.Now().Before(stop); i++ {
 				id := h*1_000_000 + i
-				up := c.up()
-				n := c.node(up[rng.IntN(len(up))])
+				up := c.Up()
+				n := c.Node(up[rng.IntN(len(up))])
 				if n == nil {
 					continue
 				}
@@ -190,7 +190,7 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 	// Leader transfers of the lock's partition meanwhile, each counted
 	// with what it did: the reigns of the partition are counted as they
 	// begin (the serve hook).
-	p := c.node(c.up()[0]).Partition(res)
+	p := c.Node(c.Up()[0]).Partition(res)
 	eff := faultEffects{reigns: &reignCount{of: make([]atomic.Int64, c.partitions)}}
 	sink := func(_ uint64, q int, _ uint64, serve func()) {
 		serve()
@@ -201,12 +201,12 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 	rng := rand.New(rand.NewPCG(seed, 99))
 	for time.Now().Before(stop) {
 		time.Sleep(300 * time.Millisecond) // the schedule's pace
-		to := c.ids[rng.IntN(len(c.ids))]
-		l := c.leaderOf(p)
+		to := c.IDs()[rng.IntN(len(c.IDs()))]
+		l := c.Leader(p)
 		if l == to {
-			to = c.ids[(slices.Index(c.ids, to)+1)%len(c.ids)] // a move, not a no-op
+			to = c.IDs()[(slices.Index(c.IDs(), to)+1)%len(c.IDs())] // a move, not a no-op
 		}
-		if n := c.node(l); n != nil {
+		if n := c.Node(l); n != nil {
 			eff.transferred(p, n.TransferLeadership(p, to))
 		}
 	}

@@ -1,8 +1,9 @@
-package kahuna_test
-
-// Test knobs and hooks of the node under a kahuna.Node: each sets a field
-// of Config.TestingKnobs, or calls the node's test hooks through
-// kahuna.Inner.
+// Package testknobs is the module's tests' one way into a node: each
+// With… sets a field of kahuna.Config.TestingKnobs, and the functions over
+// a *kahuna.Node call the test hooks of the node machinery under it. The
+// root package's tests, internal/testcluster and the fault suite
+// (tests/faults) all use it; outside the module it cannot be imported.
+package testknobs
 
 import (
 	"time"
@@ -10,7 +11,37 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/internal/node"
+	"github.com/kahunago/kahuna/internal/testhooks"
 )
+
+// Inner is the node machinery under n, for tests that read its stats and
+// admin views or call its test hooks.
+func Inner(n *kahuna.Node) *node.Node {
+	return testhooks.Inner.(func(*kahuna.Node) *node.Node)(n)
+}
+
+// WithoutLateExtendCap is an AcquireOption that switches the handle's
+// cap for an Extend of unknown outcome off: the Lock's deadline ignores
+// such an Extend, which may be delivered late and shorten the lease (the
+// server's lease ends its ttl after it applies), as before the cap. A
+// negative control: the fault suite's handle clients must be found
+// holding past their lease.
+func WithoutLateExtendCap() kahuna.AcquireOption {
+	return testhooks.WithoutLateExtendCap.(func() kahuna.AcquireOption)()
+}
+
+// WithoutDeadline is an AcquireOption under which the Lock ignores its
+// deadline: it is lost only when an answer says the lease is gone, as
+// etcd's Campaign keeps a leader whose session lapsed until it hears of
+// it. A negative control: the election fault test must find two leaders.
+func WithoutDeadline() kahuna.AcquireOption {
+	return testhooks.WithoutDeadline.(func() kahuna.AcquireOption)()
+}
+
+// ClientNative reports whether c's server offers the native service.
+func ClientNative(c *kahuna.Client) (native, known bool) {
+	return testhooks.ClientNative.(func(*kahuna.Client) (bool, bool))(c)
+}
 
 // knobs gives cfg a copy of its testing knobs to change, so configs built
 // from one another do not share them.
@@ -138,12 +169,12 @@ func WithoutUnsureHandOff(cfg kahuna.Config) kahuna.Config {
 // are held back, so its own view of who leads stays as it was. Its clock
 // and dragonboat keep running; cut its links with faults.Network too. The
 // caller must ResumeNode it.
-func PauseNode(n *kahuna.Node) { kahuna.Inner(n).Pause() }
+func PauseNode(n *kahuna.Node) { Inner(n).Pause() }
 
 // ResumeNode lets the calls held by PauseNode in (they are answered as a
 // resumed process would answer them: late), then delivers the held leader
 // events.
-func ResumeNode(n *kahuna.Node) { kahuna.Inner(n).Resume() }
+func ResumeNode(n *kahuna.Node) { Inner(n).Resume() }
 
 // ResumeCalls lets the calls held by PauseNode in but keeps n's leader
 // events held back until ResumeNode: a resumed process serves the requests
@@ -151,7 +182,7 @@ func ResumeNode(n *kahuna.Node) { kahuna.Inner(n).Resume() }
 // news. (In process, dragonboat kept running through the pause, so the held
 // events are already there; ResumeNode delivers them at once, and a call
 // woken by it would race them.) ResumeNode must still be called.
-func ResumeCalls(n *kahuna.Node) { kahuna.Inner(n).ResumeCalls() }
+func ResumeCalls(n *kahuna.Node) { Inner(n).ResumeCalls() }
 
 // WithServeHook returns cfg with f starting every reign of the node: f must
 // call serve once (partition.Options.OnServe). The fault tests record the
@@ -164,7 +195,7 @@ func WithServeHook(cfg kahuna.Config, f func(p int, term uint64, serve func())) 
 // Crash closes n as a crash would leave the cluster: nothing handed over
 // or recorded for the next leader (its ephemeral leases are lost to it),
 // though the node's own storage closes cleanly.
-func Crash(n *kahuna.Node) error { return kahuna.Inner(n).Crash() }
+func Crash(n *kahuna.Node) error { return Inner(n).Crash() }
 
 // TransferUnrelinquished asks Raft to move p from n's replica to to without
 // dropping n's lease first: what happens when a transfer requested by a
@@ -172,12 +203,12 @@ func Crash(n *kahuna.Node) error { return kahuna.Inner(n).Crash() }
 // leader, or when a target paused with a TimeoutNow in its socket buffer
 // campaigns after the old leader's grace ran out and it renewed its lease.
 func TransferUnrelinquished(n *kahuna.Node, p int, to uint64) error {
-	return kahuna.Inner(n).TransferUnrelinquished(p, to)
+	return Inner(n).TransferUnrelinquished(p, to)
 }
 
 // ServingNow reports whether n serves p at this instant, without taking
 // any lock (safe inside a serve hook).
-func ServingNow(n *kahuna.Node, p int) bool { return kahuna.Inner(n).ServingNow(p) }
+func ServingNow(n *kahuna.Node, p int) bool { return Inner(n).ServingNow(p) }
 
 // WithoutTakeoverWait returns cfg with a new leader serving as soon as its
 // epoch is fenced, without waiting out the leases an earlier leader may
@@ -212,7 +243,7 @@ func WithSweepEvery(cfg kahuna.Config, d time.Duration) kahuna.Config {
 
 // StoredRecords counts the persistent records n stores, over every
 // partition.
-func StoredRecords(n *kahuna.Node) (int, error) { return kahuna.Inner(n).StoredRecords() }
+func StoredRecords(n *kahuna.Node) (int, error) { return Inner(n).StoredRecords() }
 
 // WithStatfs returns cfg with the space guard measuring free and total
 // bytes with f instead of the file system.
@@ -222,7 +253,7 @@ func WithStatfs(cfg kahuna.Config, f func(dir string) (free, total uint64, err e
 }
 
 // CheckSpace makes n's space guard measure now, as its next tick would.
-func CheckSpace(n *kahuna.Node) error { return kahuna.Inner(n).CheckSpace() }
+func CheckSpace(n *kahuna.Node) error { return Inner(n).CheckSpace() }
 
 // ServingTerm reports whether n serves partition p now (its own view, as
 // Leader reports it) and whether its Raft replica sees itself as p's
@@ -231,7 +262,7 @@ func CheckSpace(n *kahuna.Node) error { return kahuna.Inner(n).CheckSpace() }
 // or cut off) may serve with leads false. The fault tests sample it to
 // record when a partition's leadership really changed (checker.Reign).
 func ServingTerm(n *kahuna.Node, p int) (serving, leads bool, term uint64) {
-	return kahuna.Inner(n).ServingTerm(p)
+	return Inner(n).ServingTerm(p)
 }
 
 // ResumeView delivers the leader events held since PauseNode, after
@@ -242,7 +273,7 @@ func ServingTerm(n *kahuna.Node, p int) (serving, leads bool, term uint64) {
 // pause, so only the node's view can lag; with its links healed first, its
 // Raft already follows the new leader and forwards whatever the node
 // proposes meanwhile.)
-func ResumeView(n *kahuna.Node) { kahuna.Inner(n).ResumeView() }
+func ResumeView(n *kahuna.Node) { Inner(n).ResumeView() }
 
 // SetConfigChangeHook makes n call f(p, phase) when, as the leader of
 // partition p, it proposes a membership change of p: phase "proposing"
@@ -250,8 +281,8 @@ func ResumeView(n *kahuna.Node) { kahuna.Inner(n).ResumeView() }
 // the change applied (or failed), before it renews its lease. f runs on
 // the proposing goroutine: a slow f is a slow change.
 func SetConfigChangeHook(n *kahuna.Node, f func(p int, phase string)) {
-	kahuna.Inner(n).SetConfigChangeHook(f)
+	Inner(n).SetConfigChangeHook(f)
 }
 
 // LeaderLease is the leader lease of n (0: none).
-func LeaderLease(n *kahuna.Node) time.Duration { return kahuna.Inner(n).LeaderLease() }
+func LeaderLease(n *kahuna.Node) time.Duration { return Inner(n).LeaderLease() }

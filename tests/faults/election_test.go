@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // The election under faults: candidates campaign, lead for a while and
@@ -84,11 +85,11 @@ func (l *candidateLink) to(ctx context.Context) (*kahuna.Node, error) {
 	if err := l.waitThawed(ctx); err != nil {
 		return nil, err
 	}
-	if n := l.c.node(l.node); n != nil {
+	if n := l.c.Node(l.node); n != nil {
 		return n, nil
 	}
-	for _, id := range l.c.up() {
-		if n := l.c.node(id); n != nil {
+	for _, id := range l.c.Up() {
+		if n := l.c.Node(id); n != nil {
 			return n, nil
 		}
 	}
@@ -192,7 +193,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	c := startFaultCluster(t, seed, 2, o.mod)
 	rng := rand.New(rand.NewPCG(seed, 0xe1ec7))
 	name := fmt.Sprintf("jobs-%d", seed)
-	p := c.node(c.up()[0]).Partition(kahuna.ElectionPrefix + name)
+	p := c.Node(c.Up()[0]).Partition(kahuna.ElectionPrefix + name)
 	rec := checker.NewRecorder()
 	start := time.Now()
 
@@ -214,7 +215,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	var leading [4]atomic.Bool
 	var wg sync.WaitGroup
 	for i := range links {
-		links[i] = &candidateLink{c: c, node: c.ids[i%len(c.ids)]}
+		links[i] = &candidateLink{c: c, node: c.IDs()[i%len(c.IDs())]}
 		crng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Add(1)
 		go func() {
@@ -303,7 +304,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 
 	observers := make([][]checker.Observed, 2)
 	for i := range observers {
-		link := &candidateLink{c: c, node: c.ids[(i+1)%len(c.ids)]}
+		link := &candidateLink{c: c, node: c.IDs()[(i+1)%len(c.IDs())]}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -422,10 +423,10 @@ func TestFaultsElectionControls(t *testing.T) {
 		// The leader keeps acting until an answer says its lease is gone
 		// (etcd's Campaign with a lost session): a frozen leader, thawed,
 		// acts while its successor leads.
-		{"leadership-ignores-deadline", electionOpts{dur: kahuna.Persistent, opts: []kahuna.AcquireOption{kahuna.WithoutDeadline()}}, "two-leaders"},
+		{"leadership-ignores-deadline", electionOpts{dur: kahuna.Persistent, opts: []kahuna.AcquireOption{testknobs.WithoutDeadline()}}, "two-leaders"},
 		// Ephemeral tokens restart from the stored ones at each reign: a
 		// new partition leader elects epoch 0 again.
-		{"ephemeral-epochs-from-zero", electionOpts{dur: kahuna.Ephemeral, mod: WithEphemeralTokensFromZero}, "epoch-not-increasing"},
+		{"ephemeral-epochs-from-zero", electionOpts{dur: kahuna.Ephemeral, mod: testknobs.WithEphemeralTokensFromZero}, "epoch-not-increasing"},
 	} {
 		for _, seed := range electionSeeds(t, 3) {
 			t.Run(fmt.Sprintf("%s-seed-%d", ctl.name, seed), func(t *testing.T) {

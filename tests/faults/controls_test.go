@@ -1,4 +1,4 @@
-package kahuna_test
+package faults_test
 
 import (
 	"flag"
@@ -11,14 +11,15 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
+	"github.com/kahunago/kahuna/internal/testknobs"
 )
 
 // Negative controls: runs of the suite with one protection of the engine
 // switched off, each of which must be reported. A control that is not
 // caught fails: the suite could not see that class of bug.
 //
-//	go test -run 'FaultsNegativeControl' -v .
-//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v .
+//	go test -run 'FaultsNegativeControl' -v ./tests/faults
+//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v ./tests/faults
 var negativeControls = []negativeControl{
 	{
 		// A node answers from its cache whenever its own (late) view says
@@ -30,7 +31,7 @@ var negativeControls = []negativeControl{
 		name: "no-leadership-proof", seed: 11, by: "stale-leader/answer-from-deposed-leader",
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fPause, fPause, fIsolateLeader},
-			mod: WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+			mod: testknobs.WithoutLeadershipProof, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
 			pauseMax: 1500 * time.Millisecond, linTimeout: 5 * time.Second,
 		},
 	},
@@ -59,7 +60,7 @@ var negativeControls = []negativeControl{
 		name: "no-fencing", seed: 12, residual: true,
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fStallReplication},
-			mod: WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+			mod: testknobs.WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
 			linTimeout:   20 * time.Second,
 			onePartition: true, perPartition: 8, clients: []clientMode{direct, direct, direct, direct, direct, direct, direct, direct, pool, pool, pool, forwarding},
 		},
@@ -93,7 +94,7 @@ var negativeControls = []negativeControl{
 		// the grace promises, caught by the linearizability checker.
 		name: "handover-dropped", seed: 105, by: "linearizability",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, grace: true,
-			mod: WithoutHandedOverLeases, linTimeout: 20 * time.Second},
+			mod: testknobs.WithoutHandedOverLeases, linTimeout: 20 * time.Second},
 	},
 	{
 		// Under cache pressure, an evicted ephemeral entry's token is
@@ -102,7 +103,7 @@ var negativeControls = []negativeControl{
 		// owner granted the token an earlier grant had.
 		name: "ephemeral-eviction-floor-off", seed: 104, by: "fencing/token-not-increased",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer}, cachePressure: true,
-			mod: WithoutEvictionFloor, linTimeout: 20 * time.Second, gapMin: 50 * time.Millisecond, gapMax: 150 * time.Millisecond},
+			mod: testknobs.WithoutEvictionFloor, linTimeout: 20 * time.Second, gapMin: 50 * time.Millisecond, gapMax: 150 * time.Millisecond},
 	},
 	{
 		// Each new leader counts ephemeral tokens from the stored record
@@ -111,7 +112,7 @@ var negativeControls = []negativeControl{
 		// checker: a token gone backwards.
 		name: "ephemeral-tokens-from-zero", seed: 102, by: "fencing/token-went-backwards",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Ephemeral, kinds: []faultKind{fTransfer},
-			mod: WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
+			mod: testknobs.WithEphemeralTokensFromZero, linTimeout: 20 * time.Second},
 	},
 	{
 		// The token rule broken: a grant to a new owner takes the last
@@ -121,7 +122,7 @@ var negativeControls = []negativeControl{
 		// after the last one was answered, carries its token.
 		name: "token-repeat", seed: 107, by: "fencing/token-not-increased",
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fTransfer},
-			mod: WithTokenRepeat, linTimeout: 20 * time.Second},
+			mod: testknobs.WithTokenRepeat, linTimeout: 20 * time.Second},
 	},
 	{
 		// The token floor after a sweep broken: free records are swept
@@ -136,7 +137,7 @@ var negativeControls = []negativeControl{
 		opts: runOpts{d: 4 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fTransfer}, perPartition: 8,
 			mod: func(cfg kahuna.Config) kahuna.Config {
 				cfg.ReleasedRetention = 100 * time.Millisecond
-				return WithoutSweepFloor(WithSweepEvery(cfg, 20*time.Millisecond))
+				return testknobs.WithoutSweepFloor(testknobs.WithSweepEvery(cfg, 20*time.Millisecond))
 			}, linTimeout: 20 * time.Second},
 	},
 	{
@@ -154,7 +155,7 @@ var negativeControls = []negativeControl{
 		opts: func() runOpts {
 			o := transferUnrelinquishedRun(5 * time.Second)
 			tick := o.mod
-			o.mod = func(cfg kahuna.Config) kahuna.Config { return WithoutTakeoverWait(tick(cfg)) }
+			o.mod = func(cfg kahuna.Config) kahuna.Config { return testknobs.WithoutTakeoverWait(tick(cfg)) }
 			o.linTimeout = 20 * time.Second
 			return o
 		}(),
@@ -170,7 +171,7 @@ var negativeControls = []negativeControl{
 		name: "late-extend-cap-off", seed: 105, by: "exclusion", arose: lateExtendsApplied,
 		opts: func() runOpts {
 			o := handleRun(4*time.Second, kahuna.Persistent, []faultKind{fTransfer})
-			o.handles.acquire = []kahuna.AcquireOption{kahuna.WithoutLateExtendCap()}
+			o.handles.acquire = []kahuna.AcquireOption{testknobs.WithoutLateExtendCap()}
 			o.linTimeout = 20 * time.Second
 			return o
 		}(),
@@ -187,7 +188,7 @@ var negativeControls = []negativeControl{
 		name: "unsure-handoff-not-granted", seed: 106, by: "exclusion", arose: handOffsUnknown,
 		opts: func() runOpts {
 			o := stallHandOffRun(5 * time.Second)
-			o.mod = WithoutUnsureHandOff
+			o.mod = testknobs.WithoutUnsureHandOff
 			o.linTimeout = 20 * time.Second
 			return o
 		}(),
@@ -437,7 +438,7 @@ var (
 // -faults.controlseeds seeds (its own seed, then +1000, +2000, …), and
 // a table of controls, seeds, catches and rates is printed.
 //
-//	go test -run TestFaultsControlRates -faults.controlseeds=20 -timeout=0 .
+//	go test -run TestFaultsControlRates -faults.controlseeds=20 -timeout=0 ./tests/faults
 func TestFaultsControlRates(t *testing.T) {
 	if *controlSeeds == 0 {
 		t.Skip("set -faults.controlseeds (e.g. 20) to measure the controls' catch rates")
