@@ -27,6 +27,7 @@ func openElectionNode(t *testing.T, cfg kahuna.Config) *kahuna.Node {
 type cutLocker struct {
 	kahuna.WaitLocker
 	cut      atomic.Bool
+	cutOne   atomic.Pointer[string] // only this resource's Extends hang
 	onUnlock func()
 }
 
@@ -36,7 +37,7 @@ func (c *cutLocker) hang(ctx context.Context) error {
 }
 
 func (c *cutLocker) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d kahuna.Durability) (kahuna.Result, error) {
-	if c.cut.Load() {
+	if one := c.cutOne.Load(); c.cut.Load() || one != nil && *one == resource {
 		return kahuna.Result{}, c.hang(ctx)
 	}
 	return c.WaitLocker.Extend(ctx, resource, owner, ttl, d)

@@ -442,6 +442,13 @@ func (l *Lock) end(state lockState, cause error) {
 		if leaseOf != nil {
 			leaseOf.endLocks(cause) // before the session's Context ends
 		}
+		if l.session != nil && !errors.Is(cause, ErrSessionLost) {
+			// One of its locks lost on its own (its renewal's outcome
+			// unknown until its deadline, or the lease found gone): the
+			// session ends with it, before this Context does, so that a
+			// live session's Context means every lock in it is live.
+			l.session.lease.end(lost, fmt.Errorf("lock %s lost: %w", lease.Excerpt(l.resource), cause))
+		}
 	}
 	l.cancel(cause)
 	close(l.endDone)

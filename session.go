@@ -154,7 +154,7 @@ func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption
 	renewCtx, stopRenew := context.WithCancel(context.Background())
 	s := &Session{id: id, o: o, lease: lk, cancel: cancel, stopRenew: stopRenew,
 		renewing: make(chan struct{}), locks: map[string]*Lock{}}
-	s.ctx = &lockChildContext{Context: inner, lock: lk}
+	s.ctx = &sessionContext{lockChildContext{Context: inner, lock: lk}, s}
 	lk.mu.Lock()
 	lk.leaseOf = s
 	lk.mu.Unlock()
@@ -165,6 +165,22 @@ func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption
 		lk.keepAlive(renewCtx, o.ttl/3, s.renewAll)
 	}()
 	return s, nil
+}
+
+// sessionContext is a session's Context. Its Err also looks at the
+// deadlines of the locks the session holds, and so reports the session's
+// end as soon as any of them has passed, before that lock's timer fires
+// (a lock lost ends its session).
+type sessionContext struct {
+	lockChildContext
+	s *Session
+}
+
+func (c *sessionContext) Err() error {
+	for _, lk := range c.s.held() {
+		_ = lk.ctx.Err() // ends the lock, and so the session, if its deadline passed
+	}
+	return c.lockChildContext.Err()
 }
 
 // withOptions sets every acquire option to o's.
@@ -182,9 +198,11 @@ func (s *Session) TTL() time.Duration { return s.o.ttl }
 func (s *Session) Expires() time.Time { return s.lease.Expires() }
 
 // Context ends when the session does: lost (cause ErrSessionLost, which
-// matches ErrLockLost) at its deadline or when a renewal finds its lease
-// gone, or closed (ErrSessionClosed). Its Err, like a Lock's, sees a
-// deadline passed before the timer does.
+// matches ErrLockLost) at its deadline, when a renewal finds its lease
+// gone, or when any lock it holds is lost on its own; or closed
+// (ErrSessionClosed). So while it is live, every lock the session holds
+// is. Its Err, like a Lock's, sees a deadline passed (its own or a held
+// lock's) before the timer does.
 func (s *Session) Context() context.Context { return s.ctx }
 
 // WithSession makes Acquire or Campaign hold the lock in session s: its

@@ -154,6 +154,47 @@ func TestSessionLostTakesItsLocks(t *testing.T) {
 	}
 }
 
+// TestSessionEndsWithAnyOfItsLocks: a lock whose renewals stop getting
+// through while the session's own still do is lost at its deadline, and
+// the session ends with it, and its other locks: while the session's
+// Context is live, every lock it holds is.
+func TestSessionEndsWithAnyOfItsLocks(t *testing.T) {
+	ctx := context.Background()
+	n := openElectionNode(t, kahuna.Config{})
+	link := &cutLocker{WaitLocker: n}
+	s, err := kahuna.NewSession(ctx, link, kahuna.WithTTL(sessionTTL), kahuna.WithDurability(kahuna.Ephemeral))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := kahuna.Acquire(ctx, link, "a", kahuna.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kahuna.Acquire(ctx, link, "b", kahuna.WithSession(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := "b"
+	link.cutOne.Store(&one)
+	select {
+	case <-b.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("b outlived its renewals")
+	}
+	if err := s.Context().Err(); err == nil {
+		t.Fatalf("the session is live while its lock b was lost (%v)", context.Cause(b.Context()))
+	}
+	if cause := context.Cause(s.Context()); !errors.Is(cause, kahuna.ErrSessionLost) {
+		t.Fatalf("session's cause %v, want ErrSessionLost", cause)
+	}
+	if cause := context.Cause(a.Context()); !errors.Is(cause, kahuna.ErrLockLost) {
+		t.Fatalf("a's Context: %v after its session was lost", cause)
+	}
+	if _, err := kahuna.Acquire(ctx, link, "c", kahuna.WithSession(s)); !errors.Is(err, kahuna.ErrSessionLost) {
+		t.Fatalf("Acquire in the lost session: %v, want ErrSessionLost", err)
+	}
+}
+
 // TestSessionResume: a process that orphans its session (or restarts)
 // takes it back by ID and gets its locks back with the same tokens; a
 // name it does not take back frees itself; an ID with no live session,

@@ -1,8 +1,9 @@
 // Command sessionholder is a holder process of the e2e session test: it
 // opens a session, takes every lock of -locks in it (in the order given,
 // waiting for each), works on them in a loop, closes the session, and
-// again, until SIGTERM. Each act on a lock is read between two checks that
-// the lock's Context is live, on CLOCK_MONOTONIC, which every process of
+// again, until SIGTERM. Each act on the locks is read between two checks
+// that the session's Context is live (a live session means every lock it
+// holds is live), on CLOCK_MONOTONIC, which every process of
 // the machine shares, so the test can compare the holds of all holders.
 // Each hold is appended as it ends to -out's file for its lock
 // (OUT.LOCKINDEX), one line:
@@ -55,7 +56,6 @@ func now() int64 {
 type hold struct {
 	lock              *kahuna.Lock
 	first, last, acts int64
-	done              bool // its Context ended: no more acts
 }
 
 func run(endpoints, names []string, id int, ttl time.Duration, out string) error {
@@ -99,7 +99,7 @@ func run(endpoints, names []string, id int, ttl time.Duration, out string) error
 			holds = append(holds, &hold{lock: lk})
 		}
 		if len(holds) == len(names) {
-			work(ctx, holds, int64(200+rng.IntN(1800)), fmt.Sprintf("holder-%d-%d", id, round))
+			work(ctx, s.Context(), holds, int64(200+rng.IntN(1800)), fmt.Sprintf("holder-%d-%d", id, round))
 		}
 		for i, h := range holds {
 			if _, err := fmt.Fprintf(files[i], "%d holder-%d-%d %d %d %d %d\n", id, id, round, h.lock.FencingToken(), h.first, h.last, h.acts); err != nil {
@@ -113,37 +113,25 @@ func run(endpoints, names []string, id int, ttl time.Duration, out string) error
 	return nil
 }
 
-// work acts on every held lock in turn, a number of rounds (about 0.2 to
-// 2 s of them), so a pause does not use it up: a holder that wakes goes on
-// working. A lock whose Context has ended is not acted on again.
-func work(ctx context.Context, holds []*hold, rounds int64, name string) {
+// work acts on the held locks, a number of rounds (about 0.2 to 2 s of
+// them), so a pause does not use it up: a holder that wakes goes on
+// working. Every act is under the session's Context alone.
+func work(ctx, sctx context.Context, holds []*hold, rounds int64, name string) {
 	var last int64
 	for r := int64(0); r < rounds && ctx.Err() == nil; r++ {
-		live := 0
+		if sctx.Err() != nil {
+			return
+		}
+		at := now()
+		if sctx.Err() != nil {
+			return
+		}
 		for _, h := range holds {
-			if h.done {
-				continue
-			}
-			lctx := h.lock.Context()
-			if lctx.Err() != nil {
-				h.done = true
-				continue
-			}
-			at := now()
-			if lctx.Err() != nil {
-				h.done = true
-				continue
-			}
 			if h.acts == 0 {
 				h.first = at
 			}
 			h.last, h.acts = at, h.acts+1
-			live++
 		}
-		if live == 0 {
-			return
-		}
-		at := now()
 		if last > 0 && at-last > int64(100*time.Millisecond) {
 			fmt.Fprintf(os.Stderr, "%s: acted at %d after a gap of %v\n", name, at, time.Duration(at-last))
 		}
