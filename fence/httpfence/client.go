@@ -67,11 +67,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Stale returns the *fence.StaleError a 409 answer of the middleware
-// stands for (tok is the token the request carried, resource the
+// stands for (Lapsed set for a token whose lease ended) (tok is the token the request carried, resource the
 // resource's name if the caller knows it), or nil for any other answer.
 func Stale(resp *http.Response, resource string, tok fence.Token) *fence.StaleError {
 	if resp.StatusCode != http.StatusConflict {
 		return nil
+	}
+	if resp.Header.Get(LapsedHeader) == "true" {
+		return &fence.StaleError{Resource: resource, Token: tok, Lapsed: true}
 	}
 	cur, err := strconv.ParseUint(resp.Header.Get(CurrentHeader), 10, 64)
 	if err != nil {

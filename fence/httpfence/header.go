@@ -29,6 +29,11 @@ const Header = "Kahuna-Fence"
 // beat the request's.
 const CurrentHeader = "Kahuna-Fence-Current"
 
+// LapsedHeader, set to "true" on a 409 answer, says the request's token
+// was refused because its lease ended (a fence.Checked store), with no
+// later token to name.
+const LapsedHeader = "Kahuna-Fence-Lapsed"
+
 // ErrBadHeader is matched (errors.Is) by every error of ParseHeader.
 var ErrBadHeader = errors.New("httpfence: bad " + Header + " header")
 

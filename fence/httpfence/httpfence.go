@@ -10,7 +10,8 @@
 //     negative token or a name over fence.MaxNameLen;
 //   - 409 Conflict: a stale token; the current mark is in the
 //     Kahuna-Fence-Current header and the body's "current" field (with a
-//     fence.Checked store, also a token whose lease ended, without them);
+//     fence.Checked store, also a token whose lease ended: without them,
+//     with Kahuna-Fence-Lapsed: true);
 //   - 500 Internal Server Error: the store failed, before the handler or
 //     at the commit after it (the handler's answer is then dropped); the
 //     body does not say how, see WithErrorLog.
@@ -117,6 +118,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err == nil, errors.As(err, &failed):
 		rec.sendTo(w)
 	case errors.As(err, &stale) && stale.Lapsed:
+		w.Header().Set(LapsedHeader, "true")
 		answer(w, http.StatusConflict, body{Error: "fencing token's lease ended", Token: &tok.Value})
 	case errors.As(err, &stale):
 		w.Header().Set(CurrentHeader, fmt.Sprint(stale.Current))

@@ -281,7 +281,7 @@ func TestMiddlewareCheckedStore(t *testing.T) {
 	live = -1 // token 5's lease ended; no one holds the lock
 	a := put(t, h, hdr("orders/42", 5), "late")
 	if a.status != http.StatusConflict || a.body["error"] != "fencing token's lease ended" || a.body["token"] != 5.0 ||
-		a.header.Get(httpfence.CurrentHeader) != "" {
+		a.header.Get(httpfence.CurrentHeader) != "" || a.header.Get(httpfence.LapsedHeader) != "true" {
 		t.Fatalf("lapsed token 5: %+v", a)
 	}
 	live = 6 // a later holder, which has not written yet
@@ -291,5 +291,22 @@ func TestMiddlewareCheckedStore(t *testing.T) {
 	}
 	if svc.value != "five" || svc.calls.Load() != 1 {
 		t.Fatalf("a refused write reached the handler: value %q, %d calls", svc.value, svc.calls.Load())
+	}
+	// The client side reads both refusals back.
+	tok := fence.Token{Lock: "orders/42", Value: 5}
+	for _, tc := range []struct {
+		live    int64
+		lapsed  bool
+		current uint64
+	}{{-1, true, 0}, {6, false, 6}} {
+		live = tc.live
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPut, "/value", strings.NewReader("late"))
+		req.Header.Set(httpfence.Header, httpfence.FormatHeader(tok))
+		h.ServeHTTP(rec, req)
+		stale := httpfence.Stale(rec.Result(), "", tok)
+		if stale == nil || stale.Lapsed != tc.lapsed || stale.Current != tc.current {
+			t.Fatalf("live %d: Stale read %+v, want lapsed %v current %d", tc.live, stale, tc.lapsed, tc.current)
+		}
 	}
 }
