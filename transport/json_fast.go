@@ -9,8 +9,9 @@ import (
 
 // Lock requests and answers in the shape Kahuna's clients and ours send
 // them (a flat object of plain strings and integers, each key once and in
-// its exact spelling) are read and written here without reflection;
-// encoding/json cost about a tenth of a REST call's CPU on each side.
+// its exact spelling) are read and written here without reflection: about
+// 7x faster than encoding/json and with 2 allocations instead of 9, about
+// 1 µs of CPU saved per call on each side (json_fast_bench_test.go).
 // Anything else (escapes, other spellings, which encoding/json matches
 // case-insensitively, nulls, duplicates) goes to encoding/json, which
 // decides. FuzzFastJSON holds both directions to encoding/json's bytes
