@@ -552,15 +552,21 @@ func (n *Node) Leader(p int) (nodeID uint64, serving bool) {
 // Partition returns the partition of resource.
 func (n *Node) Partition(resource string) int { return partition.Of(resource, n.cfg.Partitions) }
 
+// Do implements lease.Doer: the wire server hands over a request it
+// checked where it entered, which runs at once (do).
+func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	return n.do(ctx, req, false)
+}
+
 // TryLock implements Locker.
 func (n *Node) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
+	_, r, err := n.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
 	return r, err
 }
 
 // Extend implements Locker.
 func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
+	_, r, err := n.call(ctx, lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
 	return r, err
 }
 
@@ -577,13 +583,13 @@ func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl ti
 // not lead the partition, the wait is forwarded to the leader and waits in
 // its queue (see waitRemote).
 func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, false)
+	_, r, err := n.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, false)
 	return r, err
 }
 
 // Unlock implements Locker.
 func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, false)
+	_, r, err := n.call(ctx, lease.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, false)
 	return r, err
 }
 
@@ -591,7 +597,7 @@ func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d leas
 // leader after its read barrier (and, in a cluster, a read index), so the
 // answer reflects every committed write.
 func (n *Node) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	return n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
+	return n.call(ctx, lease.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
 }
 
 // waitUnpaused holds a call while the node is paused (tests only).
