@@ -102,3 +102,35 @@ func (c Checked) NoWait() Checked {
 	c.r.Wait = 0
 	return c
 }
+
+// LockerFunc is a WaitLocker made of one function that takes each call as
+// a Request: its methods build the request and nothing else, so an
+// implementation checks and dispatches in that one function.
+type LockerFunc func(ctx context.Context, req Request) (LockInfo, Result, error)
+
+func (f LockerFunc) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	_, r, err := f(ctx, Request{Op: TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
+	return r, err
+}
+
+func (f LockerFunc) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability) (Result, error) {
+	_, r, err := f(ctx, Request{Op: Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
+	return r, err
+}
+
+func (f LockerFunc) Unlock(ctx context.Context, resource string, owner []byte, d Durability) (Result, error) {
+	_, r, err := f(ctx, Request{Op: Unlock, Resource: resource, Owner: owner, Durability: d})
+	return r, err
+}
+
+func (f LockerFunc) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
+	return f(ctx, Request{Op: Get, Resource: resource, Durability: d})
+}
+
+// Lock is a TryLock with a Wait.
+func (f LockerFunc) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
+	_, r, err := f(ctx, Request{Op: TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait})
+	return r, err
+}
+
+var _ WaitLocker = LockerFunc(nil)

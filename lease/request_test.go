@@ -169,3 +169,36 @@ func TestDoRefusesWhatItCannotSend(t *testing.T) {
 		t.Errorf("the zero Checked = %v, calls %v", err, rec.calls)
 	}
 }
+
+// TestLockerFunc: each method hands its call over as one Request.
+func TestLockerFunc(t *testing.T) {
+	var got []Request
+	f := LockerFunc(func(_ context.Context, req Request) (LockInfo, Result, error) {
+		got = append(got, req)
+		return LockInfo{}, Result{Status: Busy}, nil
+	})
+	ctx := context.Background()
+	o := []byte("o")
+	f.TryLock(ctx, "a", o, time.Second, Persistent)
+	f.Extend(ctx, "b", o, 2*time.Second, Ephemeral)
+	f.Unlock(ctx, "c", o, Persistent)
+	f.Get(ctx, "d", Ephemeral)
+	if _, err := f.Lock(ctx, "e", o, 3*time.Second, WaitForever, Persistent); err != nil {
+		t.Fatal(err)
+	}
+	want := []Request{
+		{Op: TryLock, Resource: "a", Owner: o, TTL: time.Second, Durability: Persistent},
+		{Op: Extend, Resource: "b", Owner: o, TTL: 2 * time.Second, Durability: Ephemeral},
+		{Op: Unlock, Resource: "c", Owner: o, Durability: Persistent},
+		{Op: Get, Resource: "d", Durability: Ephemeral},
+		{Op: TryLock, Resource: "e", Owner: o, TTL: 3 * time.Second, Durability: Persistent, Wait: WaitForever},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if !sameRequest(got[i], want[i]) {
+			t.Errorf("call %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

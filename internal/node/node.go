@@ -44,8 +44,14 @@ const (
 )
 
 // Node is a running lock node (kahuna.Node wraps one). It implements
-// lease.WaitLocker and transport.Watcher.
+// lease.WaitLocker, lease.Doer and transport.Watcher.
 type Node struct {
+	// LockerFunc gives the node its Locker methods: each call, as a
+	// lease.Request, is checked and run by call (a wait of 0 is TryLock;
+	// on a node that does not lead the partition a call, a wait included,
+	// is forwarded to the leader).
+	lease.LockerFunc
+
 	cfg        settings
 	backend    *durability.Raft
 	leadership *partition.Leadership
@@ -172,6 +178,9 @@ func open(c Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, unlockDir: unlockDir, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...),
 		admin: admin.NewClient(admin.WithHTTPClient(adminHTTP), admin.WithPeerSecret(cfg.peerSecret()), admin.WithTimeout(adminTimeout))}
+	n.LockerFunc = func(ctx context.Context, req lease.Request) (lease.LockInfo, lease.Result, error) {
+		return n.call(ctx, req, false)
+	}
 	n.peers.logger = cfg.Logger
 	n.life, n.endLife = context.WithCancel(context.Background())
 	if err := n.checkSpace(); err != nil {
@@ -389,7 +398,11 @@ func (n *Node) ListenAddress() string { return n.listenAddr }
 // Local is the Locker this node offers its peers on the node-to-node
 // forwarding stream: it serves the partitions this node leads and answers
 // MustRetry for the others, never forwarding a second time.
-func (n *Node) Local() lease.Locker { return local{n} }
+func (n *Node) Local() lease.Locker {
+	return local{LockerFunc: func(ctx context.Context, req lease.Request) (lease.LockInfo, lease.Result, error) {
+		return n.call(ctx, req, true)
+	}, n: n}
+}
 
 func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.members()) > 1 }
 
@@ -556,48 +569,6 @@ func (n *Node) Partition(resource string) int { return partition.Of(resource, n.
 // checked where it entered, which runs at once (do).
 func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
 	return n.do(ctx, req, false)
-}
-
-// TryLock implements Locker.
-func (n *Node) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
-	return r, err
-}
-
-// Extend implements Locker.
-func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.call(ctx, lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
-	return r, err
-}
-
-// Lock implements WaitLocker: a TryLock that, while another owner holds
-// the lock, waits for up to wait (WaitForever: until ctx ends) in the
-// resource's FIFO queue, kept by the lock actor of the partition's leader,
-// and is granted the lock (a new token, as any grant) in the same step
-// that frees it: the holder's Unlock, or its lease's end, which the actor
-// notices by a timer without any request. The queue is that leader's
-// memory only: when the partition moves, or the node stops serving it or
-// closes, its waiters are answered MustRetry (or ErrClosed) and may retry.
-// A wait of 0 is TryLock; a negative wait other than WaitForever, or one
-// over MaxWait, is InvalidInput and changes nothing. On a node that does
-// not lead the partition, the wait is forwarded to the leader and waits in
-// its queue (see waitRemote).
-func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, false)
-	return r, err
-}
-
-// Unlock implements Locker.
-func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.call(ctx, lease.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, false)
-	return r, err
-}
-
-// Get implements Locker. A persistent lock is read by the partition
-// leader after its read barrier (and, in a cluster, a read index), so the
-// answer reflects every committed write.
-func (n *Node) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	return n.call(ctx, lease.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
 }
 
 // waitUnpaused holds a call while the node is paused (tests only).

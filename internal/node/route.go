@@ -211,38 +211,16 @@ func (n *Node) pollRemote(ctx context.Context, req lease.Checked, p int) (lease.
 
 // local is the Locker a node offers its peers on the forwarding stream: it
 // serves only partitions this node leads and never forwards again. The
-// wire server checks what it serves and hands it over whole (Do).
-type local struct{ n *Node }
+// wire server checks what it serves and hands it over whole (Do); the
+// Locker methods check their calls (call).
+type local struct {
+	lease.LockerFunc
+	n *Node
+}
 
 // Do implements lease.Doer.
 func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
 	return l.n.do(ctx, req, true)
-}
-
-func (l local) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
-	return r, err
-}
-
-func (l local) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.call(ctx, lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
-	return r, err
-}
-
-func (l local) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.call(ctx, lease.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, true)
-	return r, err
-}
-
-func (l local) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	return l.n.call(ctx, lease.Request{Op: lease.Get, Resource: resource, Durability: d}, true)
-}
-
-// Lock is the forwarded form of Node.Lock: it waits only on a partition
-// this node leads (MustRetry otherwise).
-func (l local) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, true)
-	return r, err
 }
 
 // WatchLock is the forwarded form of Node.WatchLock: it watches only a
