@@ -6,8 +6,10 @@
 // (NewServer). The root package wraps a *Node in the public kahuna.Node
 // and converts kahuna.Config into Config.
 //
-// The path of a lock call:
+// The path of a lock call, one lease.Request checked once where it enters
+// (Request.Check) and carried as a lease.Checked from there:
 //
-//	Node.TryLock ─ do (route.go) ─┬─ this node serves the partition ─ actors.Ring ─ durability
-//	                              └─ another leads it ─ forward ─ peer's Local (never forwards again)
+//	Node.TryLock ─ call (check) ──────┐
+//	wire server (check) ─ Node.Do ────┴─ do (route.go) ─┬─ this node serves the partition ─ actors.Ring ─ durability
+//	                                                    └─ another leads it ─ hop ─ forward ─ peer's server (check) ─ Local.Do (never forwards again)
 package node

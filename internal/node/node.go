@@ -17,6 +17,7 @@ import (
 	"github.com/kahunago/kahuna/actors"
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/internal/cluster"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/space"
@@ -86,15 +87,12 @@ type Node struct {
 
 	partLog partitionLog // node_stats.go
 
-	// Leader balancing (balance.go): done when the balancer stopped (nil
-	// if it never ran), and the partitions it handed over.
-	balanceDone  chan struct{}
-	admin        *admin.Client  // admin requests to other members (peer_auth.go)
-	space        *space.Guard   // nil: no data dir, nothing to guard
-	sweeper      *sweep.Sweeper // nil: records are kept forever
-	sweepDone    chan struct{}
-	spaceDone    chan struct{}
-	balanceMoves atomic.Uint64
+	balancer  *cluster.Balancer // leader balancing (cluster.go); nil before Open starts it
+	admin     *admin.Client     // admin requests to other members (peer_auth.go)
+	space     *space.Guard      // nil: no data dir, nothing to guard
+	sweeper   *sweep.Sweeper    // nil: records are kept forever
+	sweepDone chan struct{}
+	spaceDone chan struct{}
 }
 
 var _ lease.WaitLocker = (*Node)(nil)
@@ -517,6 +515,13 @@ func (n *Node) transfer(p int, to uint64) error {
 		}
 		return &NotLeaderError{Partition: p, Leader: leader}
 	}
+	return n.moveLeader(p, term, to)
+}
+
+// moveLeader, once this node no longer decides for p in term (it
+// relinquished it), hands its live ephemeral leases of p over, then asks
+// Raft to move p to to.
+func (n *Node) moveLeader(p int, term, to uint64) error {
 	n.handOver(p, term, handOverTimeout)
 	return n.backend.TransferLeadership(p, to)
 }
@@ -617,7 +622,7 @@ func (n *Node) Close() error {
 			n.cfg.Logger.Warn("closing with calls still in flight", "calls", n.inflight.Load())
 		}
 		timer.Stop()
-		n.stopBalancer()
+		n.balancer.Wait()
 		if !n.crash.Load() {
 			n.retire()
 		}
@@ -727,7 +732,7 @@ func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
 	st := Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, Refused: s.Refused, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
 		RaftWait: b.Wait, RaftCommit: b.Commit,
-		LeaderMoves: n.balanceMoves.Load()}
+		LeaderMoves: n.balancer.Moves()}
 	if n.sweeper != nil {
 		st.RecordsSwept = n.sweeper.Removed()
 	}
