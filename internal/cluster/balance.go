@@ -142,9 +142,9 @@ type Node interface {
 	Endpoint(id uint64) string
 	// Leads says whether this node's Raft leads p in term.
 	Leads(p int, term uint64) bool
-	// Transfer hands p's live ephemeral leases of term over to the next
-	// leader, then asks Raft to move p to member to.
-	Transfer(p int, term, to uint64) error
+	// MoveLeader hands p's live ephemeral leases of term over to the
+	// next leader, then asks Raft to move p to member to.
+	MoveLeader(p int, term, to uint64) error
 }
 
 // Parts are the node's parts a Balancer works with.
@@ -305,7 +305,7 @@ func (b *Balancer) handOver(ctx context.Context, v balanceView, p int, to uint64
 	}
 	b.Logger.Info("leader balancing: handing partition over", "partition", p, "term", term, "to", to,
 		"leads_here", leads[b.Self], "leads_there", leads[to])
-	if err := b.Node.Transfer(p, term, to); err != nil {
+	if err := b.Node.MoveLeader(p, term, to); err != nil {
 		b.Logger.Warn("leader balancing: transfer not requested", "partition", p, "to", to, "err", err)
 		return
 	}

@@ -60,7 +60,8 @@ type Node struct {
 	peers      *peers
 	server     *transport.Server // nil unless Config.ListenAddress or Listener
 	listenAddr string
-	book       *book // members and their endpoints (member.go)
+	members    *cluster.Members // membership changes and joining (cluster.go)
+	book       *cluster.Book    // members and their endpoints: members.Book
 	timing     *raftTiming
 
 	// ccHook, if set, is called by the leader proposing a membership
@@ -184,7 +185,7 @@ func open(c Config) (*Node, error) {
 	if err := n.checkSpace(); err != nil {
 		return nil, err
 	}
-	if err := n.openBook(); err != nil {
+	if err := n.openMembers(); err != nil {
 		return nil, err
 	}
 	raftCfg := durability.RaftConfig{RTT: cfg.RaftRTT}
@@ -261,6 +262,7 @@ func open(c Config) (*Node, error) {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
 	n.leadership.Start(n.backend, n.ring)
+	n.members.Leadership, n.members.Raft = n.leadership, n.backend
 	if cfg.ListenAddress != "" || cfg.Listener != nil {
 		if err := n.serve(); err != nil {
 			_ = n.Close()
@@ -284,12 +286,12 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		waited := time.Since(started).Round(time.Millisecond)
 		waiting := n.waitingFor()
 		_ = n.Close()
-		if why := n.timing.refusals(n.book.members()); why != "" {
+		if why := n.timing.refusals(n.book.Members()); why != "" {
 			return fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", waited, err, ErrRaftTimingMismatch, why)
 		}
 		return fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%s): %w", waited, waiting, err)
 	}
-	n.finishBook()
+	n.members.FinishBook(n.join(), n.backend.DeploymentID())
 	if n.clustered() {
 		n.spreadLeaders()
 	}
@@ -358,7 +360,7 @@ func (n *Node) waitingFor() string {
 	var down []string
 	for _, p := range n.PeerStats() {
 		if !p.Reachable {
-			m, _ := n.book.get(p.ID)
+			m, _ := n.book.Get(p.ID)
 			down = append(down, fmt.Sprintf("%d at %s", p.ID, m.RaftAddress))
 		}
 	}
@@ -402,7 +404,7 @@ func (n *Node) Local() lease.Locker {
 	}, n: n}
 }
 
-func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.members()) > 1 }
+func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.Members()) > 1 }
 
 // leaderLease is how long a confirmation of leadership lets this node
 // answer from its cache (partition.LeaseFor). A single voter needs none:
@@ -439,7 +441,7 @@ func (n *Node) raftRTT() time.Duration {
 // leader (members in ID order, round robin), so leaders are spread over
 // the cluster after start instead of piling up on the first node up.
 func (n *Node) spreadLeaders() {
-	members := n.book.members()
+	members := n.book.Members()
 	ids := make([]uint64, 0, len(members))
 	for id := range members {
 		ids = append(ids, id)
@@ -470,17 +472,7 @@ func (n *Node) spreadLeaders() {
 
 // NotLeaderError is returned by TransferLeadership on a node that does not
 // serve the partition: only its leader may hand it over.
-type NotLeaderError struct {
-	Partition int
-	Leader    uint64 // 0 if none is known
-}
-
-func (e *NotLeaderError) Error() string {
-	if e.Leader == 0 {
-		return fmt.Sprintf("kahuna: partition %d has no serving leader here (electing?); retry", e.Partition)
-	}
-	return fmt.Sprintf("kahuna: this node does not serve partition %d; its leader is node %d", e.Partition, e.Leader)
-}
+type NotLeaderError = cluster.NotLeaderError
 
 // TransferLeadership hands partition p, which this node must lead, to node
 // to, e.g. before maintenance. It returns once requested; Leader reports
@@ -492,7 +484,7 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	if p < 0 || p >= n.cfg.Partitions {
 		return fmt.Errorf("kahuna: no partition %d (this node has %d)", p, n.cfg.Partitions)
 	}
-	if _, ok := n.book.get(to); !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
+	if _, ok := n.book.Get(to); !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
 		return fmt.Errorf("kahuna: node %d is not a member", to)
 	}
 	if n.closing.Load() {

@@ -154,7 +154,7 @@ func (n *Node) servedFrom(id uint64) string {
 	if n.book == nil {
 		return "" // a Node assembled by a test
 	}
-	m, _ := n.book.get(id)
+	m, _ := n.book.Get(id)
 	return m.Endpoint
 }
 
