@@ -124,9 +124,9 @@ func balanceEvery(cooldown time.Duration) time.Duration {
 	return min(max(cooldown/10, 100*time.Millisecond), time.Second)
 }
 
-// Node is what the balancer needs of the node it runs on, besides the
-// parts it is handed (Parts).
-type Node interface {
+// BalancerNode is what the balancer needs of the node it runs on,
+// besides the parts it is handed (Parts).
+type BalancerNode interface {
 	// Steady says whether a move may start now: the node is a member of a
 	// cluster of more than one, and not closing or paused.
 	Steady() bool
@@ -160,7 +160,7 @@ type Parts struct {
 	Logger     *slog.Logger
 	// WaitMove bounds the wait for a partition handed over to leave.
 	WaitMove time.Duration
-	Node     Node
+	Node     BalancerNode
 }
 
 // Balancer is one node's leader balancing (see the top of the file).

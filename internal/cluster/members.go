@@ -22,10 +22,11 @@ import (
 // Membership changes.
 //
 // Every member replicates every partition, so adding or removing a member
-// is one Raft membership change per partition. AddMember and RemoveMember
-// (Members.Add, Members.Remove) do them all, partition by partition, each proposed by that partition's
-// leader: on a node that does not lead a partition the change is passed to
-// its leader through the admin API, as leader transfers are. A partition
+// is one Raft membership change per partition. Members.Add and
+// Members.Remove do them all, partition by partition, each proposed by
+// that partition's leader: on a node that does not lead a partition the
+// change is passed to its leader through the admin API, as leader
+// transfers are. A partition
 // whose change already applied is skipped, so a call that stopped half way
 // (reported as an *admin.MembershipError naming what is done and what is
 // left) is finished by calling it again.
@@ -61,7 +62,7 @@ var ErrMemberRemoved = admin.ErrMemberRemoved
 // errNoLeaderYet: a partition with no known leader (electing): retried.
 var errNoLeaderYet = errors.New("no leader known (electing?)")
 
-// membershipTimeout bounds AddMember and RemoveMember when ctx has no
+// membershipTimeout bounds Members.Add and Members.Remove when ctx has no
 // deadline.
 const membershipTimeout = time.Minute
 

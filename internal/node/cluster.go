@@ -25,7 +25,8 @@ func (n *Node) startBalancer() {
 	})
 }
 
-// clusterNode is the node as internal/cluster sees it (cluster.Node).
+// clusterNode is the node as internal/cluster sees it (cluster.BalancerNode
+// and cluster.MemberNode).
 type clusterNode struct{ n *Node }
 
 func (c clusterNode) Steady() bool {
