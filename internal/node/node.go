@@ -47,12 +47,6 @@ const (
 // Node is a running lock node (kahuna.Node wraps one). It implements
 // lease.WaitLocker, lease.Doer and transport.Watcher.
 type Node struct {
-	// LockerFunc gives the node its Locker methods: each call, as a
-	// lease.Request, is checked and run by call (a wait of 0 is TryLock;
-	// on a node that does not lead the partition a call, a wait included,
-	// is forwarded to the leader).
-	lease.LockerFunc
-
 	cfg        settings
 	backend    *durability.Raft
 	leadership *partition.Leadership
@@ -177,9 +171,6 @@ func open(c Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, unlockDir: unlockDir, drained: make(chan struct{}), peers: newPeers(cfg.Members, cfg.NodeID, dial...),
 		admin: admin.NewClient(admin.WithHTTPClient(adminHTTP), admin.WithPeerSecret(cfg.peerSecret()), admin.WithTimeout(adminTimeout))}
-	n.LockerFunc = func(ctx context.Context, req lease.Request) (lease.LockInfo, lease.Result, error) {
-		return n.call(ctx, req, false)
-	}
 	n.peers.logger = cfg.Logger
 	n.life, n.endLife = context.WithCancel(context.Background())
 	if err := n.checkSpace(); err != nil {
@@ -566,6 +557,70 @@ func (n *Node) Partition(resource string) int { return partition.Of(resource, n.
 // checked where it entered, which runs at once (do).
 func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
 	return n.do(ctx, req, false)
+}
+
+// The Locker methods are the embedded edge: each checks its call and runs
+// it (check). They call check themselves, with no layer in between, as
+// the embedded hot path.
+
+// TryLock implements Locker.
+func (n *Node) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	req := lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
+	return r, err
+}
+
+// Extend implements Locker.
+func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
+	req := lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
+	return r, err
+}
+
+// Lock implements WaitLocker: a TryLock that, while another owner holds
+// the lock, waits for up to wait in the resource's queue, kept by the
+// lock actor of the partition's leader; a wait of 0 is TryLock. On a
+// node that does not lead the partition, the wait is forwarded to the
+// leader and waits in its queue (see waitRemote).
+func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
+	req := lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
+	return r, err
+}
+
+// Unlock implements Locker.
+func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
+	req := lease.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
+	return r, err
+}
+
+// Get implements Locker. A persistent lock is read by the partition
+// leader after its read barrier (and, in a cluster, a read index), so the
+// answer reflects every committed write.
+func (n *Node) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
+	req := lease.Request{Op: lease.Get, Resource: resource, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return lease.LockInfo{}, n.refuse(ctx, req, why, false), nil
+	}
+	return n.do(ctx, c, false)
 }
 
 // waitUnpaused holds a call while the node is paused (tests only).

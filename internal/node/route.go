@@ -12,19 +12,23 @@ import (
 	"github.com/kahunago/kahuna/transport"
 )
 
-// call is the embedded edge of a lock call (Node's and local's Locker
-// methods): it checks req (Request.Check) and runs it (do). An invalid
-// request is answered InvalidInput, changes nothing and is reported as
-// any other.
+// call is the embedded edge of a lock call on the forwarding Locker's
+// methods: it checks req (Request.Check) and runs it (do).
 func (n *Node) call(ctx context.Context, req lease.Request, forwarded bool) (lease.LockInfo, lease.Result, error) {
 	c, reason := req.Check()
-	if reason == "" {
-		return n.do(ctx, c, forwarded)
+	if reason != "" {
+		return lease.LockInfo{}, n.refuse(ctx, req, reason, forwarded), nil
 	}
+	return n.do(ctx, c, forwarded)
+}
+
+// refuse answers a request that failed Request.Check: InvalidInput with
+// the reason. It changes nothing and is reported as any other request.
+func (n *Node) refuse(ctx context.Context, req lease.Request, reason string, forwarded bool) lease.Result {
 	r := lease.Result{Status: lease.InvalidInput, Reason: reason}
 	t := n.startRequest(ctx, forwarded)
 	n.endRequest(ctx, &t, req, r, nil)
-	return lease.LockInfo{}, r, nil
+	return r
 }
 
 // do runs one checked request: here if this node serves the resource's
