@@ -264,12 +264,12 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 // callLock runs a checked Lock on wl: whole when wl is a lease.Doer, else
 // through wl.Lock, the method this call is named for, whatever its wait.
 func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, c lease.Checked) (res lease.Result, err error) {
-	r := c.Request()
-	defer s.recovered("Lock", r.Resource, &err)
+	defer s.recovered(&c, true, &err)
 	if _, ok := wl.(lease.Doer); ok {
 		_, res, err = lease.Do(ctx, wl, c)
 		return res, err
 	}
+	r := c.Request()
 	return wl.Lock(ctx, r.Resource, r.Owner, r.TTL, r.Wait, r.Durability)
 }
 

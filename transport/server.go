@@ -215,17 +215,21 @@ func failedStatus(err error) lease.Status {
 // call runs a checked request on l (lease.Do), turning a panic into an
 // error (recovered).
 func (s *Server) call(ctx context.Context, l lease.Locker, c lease.Checked) (info lease.LockInfo, res lease.Result, err error) {
-	r := c.Request()
-	defer s.recovered(r.Op.String(), r.Resource, &err)
+	defer s.recovered(&c, false, &err)
 	return lease.Do(ctx, l, c)
 }
 
-// recovered, deferred by a call into the Locker, turns its panic into
-// *err. The panic's value is formatted, never wrapped, so a panic is
-// never taken for a certain "not applied".
-func (s *Server) recovered(op, resource string, err *error) {
+// recovered, deferred by a call of c into the Locker (lock: a native
+// Lock), turns its panic into *err. The panic's value is formatted, never
+// wrapped, so a panic is never taken for a certain "not applied".
+func (s *Server) recovered(c *lease.Checked, lock bool, err *error) {
 	if p := recover(); p != nil {
-		s.log.Error("lock request panicked", "op", op, "resource", resource,
+		r := c.Request()
+		op := r.Op.String()
+		if lock {
+			op = "Lock"
+		}
+		s.log.Error("lock request panicked", "op", op, "resource", r.Resource,
 			"panic", p, "stack", string(debug.Stack()))
 		*err = fmt.Errorf("transport: %s panicked: %v", op, p)
 	}
