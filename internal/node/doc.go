@@ -10,7 +10,7 @@
 // The path of a lock call, one lease.Request checked once where it enters
 // (Request.Check) and carried as a lease.Checked from there:
 //
-//	Node.TryLock ─ call (check) ──────┐
+//	Node.TryLock (check) ─────────────┐
 //	wire server (check) ─ Node.Do ────┴─ do (route.go) ─┬─ this node serves the partition ─ actors.Ring ─ durability
 //	                                                    └─ another leads it ─ hop ─ forward ─ peer's server (check) ─ Local.Do (never forwards again)
 package node

@@ -390,9 +390,7 @@ func (n *Node) ListenAddress() string { return n.listenAddr }
 // forwarding stream: it serves the partitions this node leads and answers
 // MustRetry for the others, never forwarding a second time.
 func (n *Node) Local() lease.Locker {
-	return local{LockerFunc: func(ctx context.Context, req lease.Request) (lease.LockInfo, lease.Result, error) {
-		return n.call(ctx, req, true)
-	}, n: n}
+	return local{LockerFunc: n.localCall, n: n}
 }
 
 func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.Members()) > 1 }
@@ -559,8 +557,8 @@ func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 	return n.do(ctx, req, false)
 }
 
-// The Locker methods are the embedded edge: each checks its call and runs
-// it (check). They call check themselves, with no layer in between, as
+// The Locker methods are the embedded edge: each checks its call
+// (Request.Check) and runs it (do) itself, with no layer in between, as
 // the embedded hot path.
 
 // TryLock implements Locker.

@@ -12,14 +12,15 @@ import (
 	"github.com/kahunago/kahuna/transport"
 )
 
-// call is the embedded edge of a lock call on the forwarding Locker's
-// methods: it checks req (Request.Check) and runs it (do).
-func (n *Node) call(ctx context.Context, req lease.Request, forwarded bool) (lease.LockInfo, lease.Result, error) {
+// localCall is the edge of a call made on the forwarding Locker's
+// methods (local): it checks req (Request.Check) and runs it as a call
+// that already took its hop.
+func (n *Node) localCall(ctx context.Context, req lease.Request) (lease.LockInfo, lease.Result, error) {
 	c, reason := req.Check()
 	if reason != "" {
-		return lease.LockInfo{}, n.refuse(ctx, req, reason, forwarded), nil
+		return lease.LockInfo{}, n.refuse(ctx, req, reason, true), nil
 	}
-	return n.do(ctx, c, forwarded)
+	return n.do(ctx, c, true)
 }
 
 // refuse answers a request that failed Request.Check: InvalidInput with
@@ -216,7 +217,7 @@ func (n *Node) pollRemote(ctx context.Context, req lease.Checked, p int) (lease.
 // local is the Locker a node offers its peers on the forwarding stream: it
 // serves only partitions this node leads and never forwards again. The
 // wire server checks what it serves and hands it over whole (Do); the
-// Locker methods check their calls (call).
+// Locker methods check their calls (localCall).
 type local struct {
 	lease.LockerFunc
 	n *Node
