@@ -189,7 +189,7 @@ func (f *fixture) blockActor() {
 
 func (f *fixture) do(t *testing.T, op lease.Op, res, owner string, ttl time.Duration, d lease.Durability) Response {
 	t.Helper()
-	resp, err := f.ring.Do(context.Background(), Request{Op: op, Resource: res, Owner: []byte(owner), TTL: ttl, Durability: d, Partition: 1})
+	resp, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: op, Resource: res, Owner: []byte(owner), TTL: ttl, Durability: d}, Partition: 1})
 	if err != nil {
 		t.Fatalf("%v %s: %v", op, res, err)
 	}
@@ -199,7 +199,7 @@ func (f *fixture) do(t *testing.T, op lease.Op, res, owner string, ttl time.Dura
 func (f *fixture) async(op lease.Op, res, owner string, d lease.Durability) <-chan Response {
 	ch := make(chan Response, 1)
 	go func() {
-		resp, _ := f.ring.Do(context.Background(), Request{Op: op, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Partition: 1})
+		resp, _ := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: op, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d}, Partition: 1})
 		ch <- resp
 	}()
 	return ch
@@ -253,7 +253,7 @@ func TestReleasesJumpTheMailbox(t *testing.T) {
 	<-f.backend.proposeEntered // the only actor is busy: what follows queues in its mailbox
 	send := func(op lease.Op, owner string) chan Response {
 		c := f.ring.calls.Get().(*call)
-		c.req = Request{Op: op, Resource: "hot", Owner: []byte(owner), TTL: time.Hour, Durability: lease.Ephemeral, Partition: 1}
+		c.req = Request{Request: lease.Request{Op: op, Resource: "hot", Owner: []byte(owner), TTL: time.Hour, Durability: lease.Ephemeral}, Partition: 1}
 		f.ring.system.Root.Send(f.ring.route("hot"), c) // queued when Send returns
 		return c.reply
 	}
@@ -457,7 +457,7 @@ func TestCallsAfterCloseFail(t *testing.T) {
 	f.backend.setHold("r", true)
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.ring.Do(context.Background(), Request{Op: lease.TryLock, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent, Partition: 1})
+		_, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent}, Partition: 1})
 		done <- err
 	}()
 	<-f.backend.held
@@ -465,7 +465,7 @@ func TestCallsAfterCloseFail(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("in-flight call: %v, want ErrClosed", err)
 	}
-	if _, err := f.ring.Do(context.Background(), Request{Op: lease.Get, Resource: "x", Durability: lease.Ephemeral}); !errors.Is(err, ErrClosed) {
+	if _, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.Get, Resource: "x", Durability: lease.Ephemeral}}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 	f.ring.Close() // idempotent
@@ -474,12 +474,12 @@ func TestCallsAfterCloseFail(t *testing.T) {
 func TestContextEndsWait(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.backend.setHold("r", true)
-	go f.ring.Do(context.Background(), Request{Op: lease.TryLock, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent, Partition: 1})
+	go f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent}, Partition: 1})
 	p := <-f.backend.held
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := f.ring.Do(ctx, Request{Op: lease.TryLock, Resource: "r", Owner: []byte("b"), TTL: time.Minute, Durability: lease.Persistent, Partition: 1})
+		_, err := f.ring.Do(ctx, Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("b"), TTL: time.Minute, Durability: lease.Persistent}, Partition: 1})
 		errc <- err
 	}()
 	<-f.queued

@@ -54,7 +54,7 @@ func TestEntryCap(t *testing.T) {
 	if _, ok := f.backend.store["new"]; ok {
 		t.Fatal("a refused persistent TryLock was proposed")
 	}
-	if _, err := f.ring.Watch(context.Background(), Request{Resource: "new", Partition: 1}, 0); !errors.Is(err, ErrFull) {
+	if _, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "new"}, Partition: 1}, 0); !errors.Is(err, ErrFull) {
 		t.Fatalf("Watch at the cap: %v, want ErrFull", err)
 	}
 	// Reads are answered: of a name never locked, and of a stored record,
@@ -161,11 +161,11 @@ func TestMailboxCap(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	cancel() // Do returns as soon as it has sent: the calls stay in the mailbox
 	for i := range 3 {
-		if _, err := f.ring.Do(gone, Request{Op: lease.Get, Resource: fmt.Sprint("m-", i), Partition: 1}); err != context.Canceled {
+		if _, err := f.ring.Do(gone, Request{Request: lease.Request{Op: lease.Get, Resource: fmt.Sprint("m-", i)}, Partition: 1}); err != context.Canceled {
 			t.Fatalf("call %d: %v, want it sent and left", i, err)
 		}
 	}
-	if r, err := f.ring.Do(gone, Request{Op: lease.Get, Resource: "m-3", Partition: 1}); err != nil || r.Status != lease.MustRetry {
+	if r, err := f.ring.Do(gone, Request{Request: lease.Request{Op: lease.Get, Resource: "m-3"}, Partition: 1}); err != nil || r.Status != lease.MustRetry {
 		t.Fatalf("fourth call with 3 in the mailbox: %+v, %v, want MustRetry unsent", r, err)
 	}
 	close(f.backend.proposeRelease)
@@ -201,7 +201,7 @@ func TestMailboxCap(t *testing.T) {
 // while it lasts, and gives it back when it ends if nothing was locked.
 func TestEndedWatchOfNeverLockedNameLeavesNoEntry(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	w, err := f.ring.Watch(context.Background(), Request{Resource: "w", Partition: 1}, 0)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "w"}, Partition: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

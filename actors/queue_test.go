@@ -24,7 +24,7 @@ func (f *fixture) waitFor(t *testing.T, ctx context.Context, res, owner string, 
 func (f *fixture) startWait(ctx context.Context, res, owner string, wait time.Duration, d lease.Durability) <-chan Response {
 	ch := make(chan Response, 1)
 	go func() {
-		resp, err := f.ring.Do(ctx, Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Partition: 1, Wait: wait})
+		resp, err := f.ring.Do(ctx, Request{Request: lease.Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Wait: wait}, Partition: 1})
 		if err != nil {
 			resp = Response{Status: lease.Status(-1)} // a call error: no status
 		}

@@ -139,8 +139,8 @@ func (unbounded) TokenWindow(int, uint64) (lease.Window, bool) {
 func (unbounded) RaiseTokens(int, uint64, int64) <-chan struct{}      { return nil }
 func (unbounded) RaiseTTL(int, uint64, time.Duration) <-chan struct{} { return nil }
 
-// Request is one lock operation on one resource. Partition is the
-// resource's partition, computed by the caller.
+// Request is one lock request (lease.Request, checked by the caller:
+// Request.Check) with the resource's partition, computed by the caller.
 //
 // Wait, for a TryLock, is how long it may wait (lease.WaitForever: until
 // Do's ctx ends) when another owner holds the lock: it then joins the
@@ -151,16 +151,10 @@ func (unbounded) RaiseTTL(int, uint64, time.Duration) <-chan struct{} { return n
 // MustRetry when the partition is dropped or the node stops serving it.
 // The queue lives only in the actor's memory, which is the partition
 // leader's: nothing of it survives a leader change (its waiters are told
-// MustRetry and retry). Wait 0 is a plain TryLock. Callers validate Wait
-// (lease.ValidWait).
+// MustRetry and retry). Wait 0 is a plain TryLock.
 type Request struct {
-	Op         lease.Op
-	Resource   string
-	Owner      []byte
-	TTL        time.Duration
-	Durability lease.Durability
-	Partition  int
-	Wait       time.Duration
+	lease.Request
+	Partition int
 
 	// forget, set by Forget only, asks for the removal of the resource's
 	// stored record, if it is still the free one stored at forgetAt.
@@ -371,7 +365,7 @@ func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 // token above the removed one. It reports whether the record was removed;
 // false changes nothing (the next sweep looks again).
 func (r *Ring) Forget(ctx context.Context, p int, resource string, index uint64) (bool, error) {
-	resp, err := r.Do(ctx, Request{Resource: resource, Partition: p, forget: true, forgetAt: index})
+	resp, err := r.Do(ctx, Request{Request: lease.Request{Resource: resource}, Partition: p, forget: true, forgetAt: index})
 	return err == nil && resp.Status == lease.Unlocked, err
 }
 

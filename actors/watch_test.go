@@ -36,7 +36,7 @@ func TestWatchEventsInOrder(t *testing.T) {
 	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
 		t.Run(d.String(), func(t *testing.T) {
 			f := newFixture(t, 1, 100)
-			w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+			w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestWatchEventsInOrder(t *testing.T) {
 			expect(t, next(t, w), Expired, "b", 1, 4)
 			// A late watcher starts from the lapsed state; one that saw
 			// revision 4's grant is told of the expiry too.
-			w2, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 4)
+			w2, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func TestWatchEventsInOrder(t *testing.T) {
 func TestWatchSkipsSeenState(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
-	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 1)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestWatchSkipsSeenState(t *testing.T) {
 
 func TestWatchEndsOnDropPartition(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +116,14 @@ func TestWatchEndsOnDropPartition(t *testing.T) {
 		t.Fatalf("err %v, want ErrWatchMoved", w.Err())
 	}
 	f.serving[1].Store(false)
-	if _, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0); !errors.Is(err, ErrWatchMoved) {
+	if _, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0); !errors.Is(err, ErrWatchMoved) {
 		t.Fatalf("watch while not serving: %v", err)
 	}
 }
 
 func TestWatchSlowReaderEnds(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestWatchSlowReaderEnds(t *testing.T) {
 func TestWatchStopOnCancel(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := f.ring.Watch(ctx, Request{Resource: "r", Partition: 1}, 0)
+	w, err := f.ring.Watch(ctx, Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestWatchStopOnCancel(t *testing.T) {
 func TestWatchNoExpiryFromANodeNotServing(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-	w, err := f.ring.Watch(context.Background(), Request{Resource: "r", Partition: 1}, 0)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

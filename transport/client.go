@@ -300,46 +300,81 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	r, err := c.do(ctx, lease.TryLock, resource, owner, ttl, d)
+	r, err := c.call(ctx, lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
 	return r.res, err
 }
 
 func (c *Client) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	r, err := c.do(ctx, lease.Extend, resource, owner, ttl, d)
+	r, err := c.call(ctx, lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
 	return r.res, err
 }
 
 func (c *Client) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
-	r, err := c.do(ctx, lease.Unlock, resource, owner, 0, d)
+	r, err := c.call(ctx, lease.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d})
 	return r.res, err
 }
 
 func (c *Client) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	r, err := c.do(ctx, lease.Get, resource, nil, 0, d)
+	r, err := c.call(ctx, lease.Request{Op: lease.Get, Resource: resource, Durability: d})
 	return r.info, r.res, err
 }
 
-// do runs one lock call, retrying MustRetry answers and only those.
-func (c *Client) do(ctx context.Context, op lease.Op, resource string, owner []byte, ttl time.Duration, d lease.Durability) (reply, error) {
-	// Checked here as well as by the server: an oversized request would
-	// exceed the server's message limit, and a resource that is not UTF-8
-	// cannot be a proto3 string; either would end the whole stream and
-	// every call multiplexed on it.
-	if reason := lease.Check(op, resource, owner, ttl, d); reason != "" {
-		return reply{res: lease.Result{Status: lease.InvalidInput, Reason: reason}}, nil
+// Do implements lease.Doer: it sends a request checked where it entered
+// (a forwarding node's), checking only what the wire itself needs
+// (wireReason). A TryLock with a Wait is sent as Lock.
+func (c *Client) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	r := req.Request()
+	if why := wireReason(r); why != "" {
+		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput, Reason: why}, nil
 	}
-	if !utf8.ValidString(resource) {
-		return reply{res: lease.Result{Status: lease.InvalidInput, Reason: "resource is not valid UTF-8"}}, nil
+	if r.Wait != 0 {
+		res, err := c.wait(ctx, r)
+		return lease.LockInfo{}, res, err
 	}
+	rep, err := c.send(ctx, r)
+	return rep.info, rep.res, err
+}
+
+// checkSend says why r may not be sent ("" if it may): Request.Check,
+// the servers' own rule, then wireReason. It is checked here as well as
+// by the server: an oversized request would exceed the server's message
+// limit, and either would end the whole stream and every call
+// multiplexed on it.
+func checkSend(r lease.Request) string {
+	if _, why := r.Check(); why != "" {
+		return why
+	}
+	return wireReason(r)
+}
+
+// wireReason says why the wire cannot carry r ("" if it can): a resource
+// that is not UTF-8 cannot be a proto3 string.
+func wireReason(r lease.Request) string {
+	if !utf8.ValidString(r.Resource) {
+		return "resource is not valid UTF-8"
+	}
+	return ""
+}
+
+// call checks r (checkSend) and sends it.
+func (c *Client) call(ctx context.Context, r lease.Request) (reply, error) {
+	if why := checkSend(r); why != "" {
+		return reply{res: lease.Result{Status: lease.InvalidInput, Reason: why}}, nil
+	}
+	return c.send(ctx, r)
+}
+
+// send runs one checked lock call, retrying MustRetry answers and only those.
+func (c *Client) send(ctx context.Context, req lease.Request) (reply, error) {
 	if err := ctx.Err(); err != nil {
 		return reply{}, err
 	}
 	cl := c.calls.Get().(*call)
-	cl.encode(int32(c.ids.Add(1)), op, resource, owner, ttl, d)
+	cl.encode(int32(c.ids.Add(1)), req.Op, req.Resource, req.Owner, req.TTL, req.Durability)
 	deadline := time.Now().Add(c.budget)
 	var bo backoff
 	for {
-		r, err := c.roundTrip(ctx, cl, resource)
+		r, err := c.roundTrip(ctx, cl, req.Resource)
 		if err != nil {
 			// cl may still be referenced by a stream: leave it to the GC.
 			return reply{}, err

@@ -34,7 +34,7 @@ import (
 // the first attempt, so there even a dial error does not prove that no
 // attempt reached the server.)
 //
-// A request that lease.Check rejects is answered InvalidInput, with its
+// A request that Request.Check rejects is answered InvalidInput, with its
 // Result.Reason, without a round trip; an InvalidInput from the server
 // carries the server's "reason" field (kahuna's; Kahuna sends none).
 type RESTClient struct {
@@ -145,11 +145,11 @@ type restGetAnswer struct {
 	Reason       string `json:"reason"`
 }
 
-// invalidLocally answers a request lease.Check rejects without a round
+// invalidLocally answers a request Request.Check rejects without a round
 // trip (a ttl over the limit would not even fit expiresMs), with its
 // reason.
 func invalidLocally(op lease.Op, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, bool) {
-	reason := lease.Check(op, resource, owner, ttl, d)
+	_, reason := lease.Request{Op: op, Resource: resource, Owner: owner, TTL: ttl, Durability: d}.Check()
 	return lease.Result{Status: lease.InvalidInput, Reason: reason}, reason != ""
 }
 

@@ -7,15 +7,6 @@ import (
 	pb "github.com/kahunago/kahuna/transport/lockspb"
 )
 
-// request is one lock request, whatever the transport it came on.
-type request struct {
-	op       lease.Op
-	resource string
-	owner    []byte
-	ttl      time.Duration
-	d        lease.Durability
-}
-
 // msToTTL turns the wire's int32 milliseconds into a duration. Values <= 0
 // stay <= 0 so lease.Valid rejects them.
 func msToTTL(ms int32) time.Duration { return time.Duration(ms) * time.Millisecond }
@@ -27,23 +18,23 @@ func ttlToMs(ttl time.Duration) int32 {
 	return int32((ttl + time.Millisecond - 1) / time.Millisecond)
 }
 
-func tryLockRequest(p *pb.GrpcTryLockRequest) request {
-	return request{op: lease.TryLock, resource: p.GetResource(), owner: p.GetOwner(),
-		ttl: msToTTL(p.GetExpiresMs()), d: lease.Durability(p.GetDurability())}
+func tryLockRequest(p *pb.GrpcTryLockRequest) lease.Request {
+	return lease.Request{Op: lease.TryLock, Resource: p.GetResource(), Owner: p.GetOwner(),
+		TTL: msToTTL(p.GetExpiresMs()), Durability: lease.Durability(p.GetDurability())}
 }
 
-func extendRequest(p *pb.GrpcExtendLockRequest) request {
-	return request{op: lease.Extend, resource: p.GetResource(), owner: p.GetOwner(),
-		ttl: msToTTL(p.GetExpiresMs()), d: lease.Durability(p.GetDurability())}
+func extendRequest(p *pb.GrpcExtendLockRequest) lease.Request {
+	return lease.Request{Op: lease.Extend, Resource: p.GetResource(), Owner: p.GetOwner(),
+		TTL: msToTTL(p.GetExpiresMs()), Durability: lease.Durability(p.GetDurability())}
 }
 
-func unlockRequest(p *pb.GrpcUnlockRequest) request {
-	return request{op: lease.Unlock, resource: p.GetResource(), owner: p.GetOwner(),
-		d: lease.Durability(p.GetDurability())}
+func unlockRequest(p *pb.GrpcUnlockRequest) lease.Request {
+	return lease.Request{Op: lease.Unlock, Resource: p.GetResource(), Owner: p.GetOwner(),
+		Durability: lease.Durability(p.GetDurability())}
 }
 
-func getRequest(p *pb.GrpcGetLockRequest) request {
-	return request{op: lease.Get, resource: p.GetResource(), d: lease.Durability(p.GetDurability())}
+func getRequest(p *pb.GrpcGetLockRequest) lease.Request {
+	return lease.Request{Op: lease.Get, Resource: p.GetResource(), Durability: lease.Durability(p.GetDurability())}
 }
 
 // servedFrom is field 1 (see servedFrom in server_grpc.go); a shared

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 	"unicode/utf8"
 
@@ -109,18 +108,6 @@ func ValidWatch(resource string) string {
 		return "resource name is not UTF-8"
 	}
 	return ""
-}
-
-// lockReason says what is wrong with a waiting lock request ("" if
-// nothing): lease's reasons, and a name that is not UTF-8.
-func lockReason(resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) string {
-	if why := lease.Check(lease.TryLock, resource, owner, ttl, d); why != "" {
-		return why
-	}
-	if !utf8.ValidString(resource) {
-		return "resource is not valid UTF-8"
-	}
-	return lease.CheckWait(wait)
 }
 
 // nativeService implements kahuna.v1.Kahuna on a Server.
@@ -233,25 +220,32 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	case ms < -1:
 		wait = -2 // invalid
 	}
-	d := lease.Durability(req.GetDurability())
+	r := lease.Request{Op: lease.TryLock, Resource: req.GetResource(), Owner: req.GetOwner(), TTL: ttl,
+		Durability: lease.Durability(req.GetDurability()), Wait: wait}
+	if !lease.ValidWait(wait) {
+		r.Wait = 0 // said below, in the wire's unit
+	}
 	resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
 	var res lease.Result
-	why := lockReason(req.GetResource(), req.GetOwner(), ttl, 0, d)
-	if why == "" && !lease.ValidWait(wait) { // said in the wire's unit
+	c, why := r.Check()
+	if why == "" && !utf8.ValidString(r.Resource) {
+		why = "resource is not valid UTF-8"
+	}
+	if why == "" && !lease.ValidWait(wait) {
 		why = fmt.Sprintf("wait_ms %d is out of range (-1: until the call's deadline, or 0 to %d)", req.GetWaitMs(), lease.MaxWait.Milliseconds())
 	}
 	if why != "" {
 		res.Status, resp.Reason = lease.InvalidInput, why
 	} else {
 		var err error
-		res, err = s.callLock(wctx, wl, req.GetResource(), req.GetOwner(), ttl, wait, d)
+		res, err = s.callLock(wctx, wl, c)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
 			res = lease.Result{Status: failedStatus(err)}
 			if wctx.Err() == nil {
-				s.log.Warn("lock request failed", "op", "Lock", "resource", req.GetResource(), "status", res.Status, "err", err)
+				s.log.Warn("lock request failed", "op", "Lock", "resource", r.Resource, "status", res.Status, "err", err)
 			}
 		}
 		if res.Status == lease.InvalidInput {
@@ -267,16 +261,16 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	return resp, nil
 }
 
-// callLock calls wl.Lock, turning a panic into an error that is never
-// taken for "not applied".
-func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (res lease.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("lock request panicked", "op", "Lock", "resource", resource, "panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("transport: Lock panicked: %v", p)
-		}
-	}()
-	return wl.Lock(ctx, resource, owner, ttl, wait, d)
+// callLock runs a checked Lock on wl: whole when wl is a lease.Doer, else
+// through wl.Lock, the method this call is named for, whatever its wait.
+func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, c lease.Checked) (res lease.Result, err error) {
+	defer s.recovered(&c, true, &err)
+	if _, ok := wl.(lease.Doer); ok {
+		_, res, err = lease.Do(ctx, wl, c)
+		return res, err
+	}
+	r := c.Request()
+	return wl.Lock(ctx, r.Resource, r.Owner, r.TTL, r.Wait, r.Durability)
 }
 
 // watch serves one Watch stream on l.

@@ -71,9 +71,16 @@ func (c *Client) noNative(err error) bool {
 // plain Kahuna server it returns ErrNoNative. An error other than ctx's
 // or ErrNoNative leaves the outcome unknown.
 func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	if why := lockReason(resource, owner, ttl, wait, d); why != "" {
+	r := lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}
+	if why := checkSend(r); why != "" {
 		return lease.Result{Status: lease.InvalidInput, Reason: why}, nil
 	}
+	return c.wait(ctx, r)
+}
+
+// wait sends the waiting lock r (checked: see Lock).
+func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error) {
+	resource, owner, ttl, wait, d := r.Resource, r.Owner, r.TTL, r.Wait, r.Durability
 	if c.native.Load() == nativeNo {
 		return lease.Result{}, ErrNoNative
 	}

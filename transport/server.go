@@ -160,22 +160,24 @@ func (s *Server) newGRPCServer() *grpc.Server {
 	return g
 }
 
-// serve runs one lock request against l and reports it to Observe. Lock
-// outcomes, including InvalidInput (with its Reason), are in the Result. A failed call is
+// serve checks one lock request (Request.Check: this is the edge it
+// enters, even when a peer forwarded it, since a peer may run another
+// version), runs it on l and reports it to Observe. Lock outcomes,
+// including InvalidInput (with its Reason), are in the Result. A failed call is
 // answered by what its error proves (see failedStatus): MustRetry only when
 // the Locker says the request was certainly not applied, Errored (outcome
 // unknown) otherwise, a panicking Locker included, rather than taking the
 // server down. The error is non-nil only when ctx has ended: the asker is
 // gone and no answer is due.
-func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.LockInfo, lease.Result, error) {
+func (s *Server) serve(ctx context.Context, l lease.Locker, r lease.Request) (lease.LockInfo, lease.Result, error) {
 	start := time.Now()
 	var (
 		info lease.LockInfo
 		res  lease.Result
 		err  error
 	)
-	if reason := lease.Check(r.op, r.resource, r.owner, r.ttl, r.d); reason == "" {
-		info, res, err = s.call(ctx, l, r)
+	if c, reason := r.Check(); reason == "" {
+		info, res, err = s.call(ctx, l, c)
 	} else {
 		res = lease.Result{Status: lease.InvalidInput, Reason: reason}
 	}
@@ -184,12 +186,12 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r request) (lease.Lo
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		} else {
-			s.log.Warn("lock request failed", "op", r.op, "resource", r.resource, "status", res.Status, "err", err)
+			s.log.Warn("lock request failed", "op", r.Op, "resource", r.Resource, "status", res.Status, "err", err)
 			err = nil
 		}
 	}
 	if s.opts.Observe != nil {
-		s.opts.Observe(r.op, res.Status, time.Since(start))
+		s.opts.Observe(r.Op, res.Status, time.Since(start))
 	}
 	return info, res, err
 }
@@ -210,28 +212,27 @@ func failedStatus(err error) lease.Status {
 	return lease.Errored
 }
 
-// call invokes the Locker for a valid request, turning a panic into an
-// error. The panic's value is formatted, never wrapped, so a panic is
-// never taken for a certain "not applied".
-func (s *Server) call(ctx context.Context, l lease.Locker, r request) (info lease.LockInfo, res lease.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("lock request panicked", "op", r.op, "resource", r.resource,
-				"panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("transport: %v panicked: %v", r.op, p)
+// call runs a checked request on l (lease.Do), turning a panic into an
+// error (recovered).
+func (s *Server) call(ctx context.Context, l lease.Locker, c lease.Checked) (info lease.LockInfo, res lease.Result, err error) {
+	defer s.recovered(&c, false, &err)
+	return lease.Do(ctx, l, c)
+}
+
+// recovered, deferred by a call of c into the Locker (lock: a native
+// Lock), turns its panic into *err. The panic's value is formatted, never
+// wrapped, so a panic is never taken for a certain "not applied".
+func (s *Server) recovered(c *lease.Checked, lock bool, err *error) {
+	if p := recover(); p != nil {
+		r := c.Request()
+		op := r.Op.String()
+		if lock {
+			op = "Lock"
 		}
-	}()
-	switch r.op {
-	case lease.TryLock:
-		res, err = l.TryLock(ctx, r.resource, r.owner, r.ttl, r.d)
-	case lease.Extend:
-		res, err = l.Extend(ctx, r.resource, r.owner, r.ttl, r.d)
-	case lease.Unlock:
-		res, err = l.Unlock(ctx, r.resource, r.owner, r.d)
-	case lease.Get:
-		info, res, err = l.Get(ctx, r.resource, r.d)
+		s.log.Error("lock request panicked", "op", op, "resource", r.Resource,
+			"panic", p, "stack", string(debug.Stack()))
+		*err = fmt.Errorf("transport: %s panicked: %v", op, p)
 	}
-	return info, res, err
 }
 
 // Shutdown stops every listener gracefully: no new connections or calls

@@ -239,7 +239,7 @@ func (s *Server) answer(ctx context.Context, l lease.Locker, m *batchMsg) bool {
 	if err != nil {
 		return false
 	}
-	m.op, m.res, m.info, m.servedFrom = r.op, res, info, res.ServedFrom
+	m.op, m.res, m.info, m.servedFrom = r.Op, res, info, res.ServedFrom
 	return true
 }
 

@@ -111,7 +111,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 				return badBody(dst, why)
 			}
 		}
-		info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
+		info, res, _ := s.serve(ctx, s.locker, lease.Request{Op: lease.Get, Resource: b.Resource, Durability: lease.Durability(b.Durability)})
 		if res.Status != lease.Got {
 			return http.StatusOK, append(dst, mustMarshal(statusReply{ServedFrom: res.ServedFrom, Type: res.Status, Reason: res.Reason})...)
 		}
@@ -126,9 +126,9 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 		}
 	}
 	op := route.op()
-	req := request{op: op, resource: b.Resource, owner: b.Owner, d: lease.Durability(b.Durability)}
+	req := lease.Request{Op: op, Resource: b.Resource, Owner: b.Owner, Durability: lease.Durability(b.Durability)}
 	if op != lease.Unlock {
-		req.ttl = msToTTL(b.ExpiresMs)
+		req.TTL = msToTTL(b.ExpiresMs)
 	}
 	// A failed call is answered MustRetry or Errored (see serve), and
 	// the error only says the asker is gone, so it is not looked at.
@@ -169,7 +169,7 @@ func (s *Server) checkToken(ctx context.Context, dst []byte, body []byte) (int, 
 	if b.FencingToken < 0 {
 		return badBody(dst, "fencingToken must not be negative")
 	}
-	info, res, _ := s.serve(ctx, s.locker, request{op: lease.Get, resource: b.Resource, d: lease.Durability(b.Durability)})
+	info, res, _ := s.serve(ctx, s.locker, lease.Request{Op: lease.Get, Resource: b.Resource, Durability: lease.Durability(b.Durability)})
 	reply := checkTokenReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: -1, Reason: res.Reason}
 	if res.Status == lease.Got {
 		reply.Valid = info.FencingToken == b.FencingToken

@@ -242,11 +242,11 @@ func durabilityField(payload protowire.Number) protowire.Number {
 // whose op is the one named by the Type, else by the payload, else
 // TryLock; ok is false then. (Kahuna logs and drops such a message, which
 // leaves its sender waiting forever.)
-func (m *batchMsg) request() (_ request, ok bool) {
+func (m *batchMsg) request() (_ lease.Request, ok bool) {
 	op, known := batchOp(m.typ)
 	if known {
 		if m.payload != payloadField(op) {
-			return request{op: op}, false
+			return lease.Request{Op: op}, false
 		}
 	} else {
 		switch m.payload {
@@ -257,14 +257,14 @@ func (m *batchMsg) request() (_ request, ok bool) {
 		case fieldGet:
 			op = lease.Get
 		}
-		return request{op: op}, false
+		return lease.Request{Op: op}, false
 	}
-	r := request{op: op, resource: m.resource, d: lease.Durability(m.durability)}
+	r := lease.Request{Op: op, Resource: m.resource, Durability: lease.Durability(m.durability)}
 	switch op {
 	case lease.TryLock, lease.Extend:
-		r.owner, r.ttl = m.owner, msToTTL(m.expiresMs)
+		r.Owner, r.TTL = m.owner, msToTTL(m.expiresMs)
 	case lease.Unlock:
-		r.owner = m.owner
+		r.Owner = m.owner
 	}
 	return r, true
 }

@@ -29,7 +29,7 @@ type refEnvelope interface {
 
 // refRequest reads a request out of a generated batch message, as the
 // server did before the hand-written codec.
-func refRequest(typ int32, m refEnvelope) (request, bool) {
+func refRequest(typ int32, m refEnvelope) (lease.Request, bool) {
 	op, known := batchOp(typ)
 	if known {
 		switch op {
@@ -60,7 +60,7 @@ func refRequest(typ int32, m refEnvelope) (request, bool) {
 			op = lease.Get
 		}
 	}
-	return request{op: op}, false
+	return lease.Request{Op: op}, false
 }
 
 // refResponse builds the generated answer, as the server did.
@@ -283,8 +283,8 @@ func checkRequestDecode(t *testing.T, b []byte) {
 		env     refEnvelope
 	}{{int32(gc.GetType()), gc.GetRequestId(), &gc}, {int32(gs.GetType()), gs.GetRequestId(), &gs}} {
 		w, wok := refRequest(want.typ, want.env)
-		if m.typ != want.typ || m.id != want.id || gok != wok || got.op != w.op || got.resource != w.resource ||
-			!bytes.Equal(got.owner, w.owner) || (got.owner == nil) != (w.owner == nil) || got.ttl != w.ttl || got.d != w.d {
+		if m.typ != want.typ || m.id != want.id || gok != wok || got.Op != w.Op || got.Resource != w.Resource ||
+			!bytes.Equal(got.Owner, w.Owner) || (got.Owner == nil) != (w.Owner == nil) || got.TTL != w.TTL || got.Durability != w.Durability {
 			t.Fatalf("%x: hand-written %d/%d %+v %v, generated %d/%d %+v %v", b, m.typ, m.id, got, gok, want.typ, want.id, w, wok)
 		}
 	}
@@ -336,8 +336,8 @@ func TestWireCodecMatchesGenerated(t *testing.T) {
 		other, _ := det.Marshal(rPayload(r))
 		checkRequestDecode(t, mutate(r, want, other))
 		if op, ok := batchOp(int32(env.GetType())); ok {
-			if req, rok := refRequest(int32(env.GetType()), env); rok && lease.Valid(req.op, req.resource, req.owner, req.ttl, req.d) && op == req.op {
-				got := appendRequest(nil, env.GetRequestId(), req.op, req.resource, req.owner, req.ttl, req.d)
+			if req, rok := refRequest(int32(env.GetType()), env); rok && lease.Valid(req.Op, req.Resource, req.Owner, req.TTL, req.Durability) && op == req.Op {
+				got := appendRequest(nil, env.GetRequestId(), req.Op, req.Resource, req.Owner, req.TTL, req.Durability)
 				if !bytes.Equal(got, want) {
 					t.Fatalf("request %v: hand-written %x, generated %x", env, got, want)
 				}

@@ -593,8 +593,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 }
 
 // invalidInput says why a lock command's request would be InvalidInput
-// (lease.Check, the node's own rule), or "": kahunactl refuses it as a
-// usage error before any call.
+// (lease.Request.Check, the node's own rule), or "": kahunactl refuses it
+// as a usage error before any call.
 func invalidInput(cmd, resource string, o options) string {
 	if cmd == "elect" {
 		return invalidElection(resource, o)
@@ -616,14 +616,15 @@ func invalidInput(cmd, resource string, o options) string {
 	if cmd == "lock" && o.owner == "" {
 		owner = kahuna.NewOwner() // what Acquire will send
 	}
-	if reason := lease.Check(which, resource, owner, o.ttl, o.durability); reason != "" {
+	req := lease.Request{Op: which, Resource: resource, Owner: owner, TTL: o.ttl, Durability: o.durability}
+	if cmd == "lock" {
+		req.Wait = o.wait
+	}
+	if _, reason := req.Check(); reason != "" {
 		return reason
 	}
 	if !utf8.ValidString(resource) {
 		return "resource is not valid UTF-8" // the wire carries it as a string
-	}
-	if cmd == "lock" {
-		return lease.CheckWait(o.wait)
 	}
 	return ""
 }

@@ -62,7 +62,7 @@ func (a adminNode) Status() admin.NodeStatus { return a.n.Status() }
 // the voters Raft has here (a voter it has no endpoint for included).
 func (a adminNode) Members() admin.MembersView {
 	n := a.n
-	b := n.book.snapshot()
+	b := n.book.Snapshot()
 	v := admin.MembersView{Node: n.cfg.NodeID, DeploymentID: n.backend.DeploymentID(), TokenHash: durability.TokenHash(n.cfg.InitialClusterToken), Removed: b.Removed}
 	voterIn := map[uint64][]int{}
 	for _, s := range n.backend.Status() {
@@ -109,50 +109,11 @@ func (e notLeader) Error() string   { return e.err.Error() }
 func (e notLeader) Unwrap() []error { return []error{e.err, admin.ErrNotLeader} }
 
 func (a adminNode) Endpoint(id uint64) string {
-	m, _ := a.n.book.get(id)
+	m, _ := a.n.book.Get(id)
 	return m.Endpoint
 }
 
-// PeerChange serves another member's request: a member it tells of, or
-// a change of partitions this node leads (changeMembers on that member
-// sent them here).
+// PeerChange serves another member's request (cluster.Members.Serve).
 func (a adminNode) PeerChange(ctx context.Context, req admin.MemberRequest) (admin.MemberChangeResult, error) {
-	n := a.n
-	m := admin.Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
-	switch req.Op {
-	case "learn", "joined":
-		if !n.book.removed(req.ID) {
-			n.learn(req.ID, m, req.Op == "joined")
-		}
-		return admin.MemberChangeResult{}, nil
-	case "forget":
-		n.unlearn(req.ID)
-		return admin.MemberChangeResult{}, nil
-	}
-	if err := n.canChangeMembers(); err != nil {
-		return admin.MemberChangeResult{}, err
-	}
-	if req.Op == "add" {
-		if n.book.removed(req.ID) {
-			return admin.MemberChangeResult{}, ErrMemberRemoved
-		}
-		n.learn(req.ID, m, false)
-	}
-	ch := memberChange{op: req.Op, id: req.ID, member: m}
-	res := admin.MemberChangeResult{Op: req.Op, ID: req.ID, Done: []int{}, Left: map[int]string{}}
-	for _, p := range req.Partitions {
-		if p < 0 || p >= n.cfg.Partitions {
-			res.Left[p] = "no such partition"
-			continue
-		}
-		if err := n.changeHere(ctx, p, ch); err != nil {
-			res.Left[p] = err.Error()
-			if errors.Is(err, ErrMemberRemoved) {
-				res.Removed = true
-			}
-			continue
-		}
-		res.Done = append(res.Done, p)
-	}
-	return res, nil
+	return a.n.members.Serve(ctx, req)
 }

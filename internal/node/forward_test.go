@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kahunago/kahuna/actors"
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
@@ -88,8 +87,13 @@ func forwardCtx(t *testing.T) context.Context {
 
 var fwdOps = []lease.Op{lease.TryLock, lease.Extend, lease.Unlock, lease.Get}
 
-func fwdRequest(op lease.Op, resource string) actors.Request {
-	return actors.Request{Op: op, Resource: resource, Owner: []byte("A"), TTL: time.Second, Durability: lease.Persistent}
+// fwdRequest is a checked request of op; forward sends it as partition 0's.
+func fwdRequest(t *testing.T, op lease.Op, resource string) lease.Checked {
+	c, why := lease.Request{Op: op, Resource: resource, Owner: []byte("A"), TTL: time.Second, Durability: lease.Persistent}.Check()
+	if why != "" {
+		t.Fatal(why)
+	}
+	return c
 }
 
 // TestForwardPassesAnswersThrough: the leader's answers, MustRetry and
@@ -102,7 +106,7 @@ func TestForwardPassesAnswersThrough(t *testing.T) {
 	n := forwarder(t, "http://"+addr)
 	for res, want := range statuses {
 		for _, op := range fwdOps {
-			_, r, err := n.forward(forwardCtx(t), fwdRequest(op, res))
+			_, r, err := n.forward(forwardCtx(t), fwdRequest(t, op, res), 0, false)
 			if err != nil || r.Status != want {
 				t.Errorf("forward %v %s = %+v, %v, want %v", op, res, r, err, want)
 			}
@@ -116,7 +120,7 @@ func TestForwardNeverSentIsMustRetry(t *testing.T) {
 	t.Run("leader unreachable", func(t *testing.T) {
 		n := forwarder(t, "http://"+testport.Addr(t)) // reserved: nothing listens
 		for _, op := range fwdOps {
-			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != lease.MustRetry {
+			if _, r, err := n.forward(forwardCtx(t), fwdRequest(t, op, "r"), 0, false); err != nil || r.Status != lease.MustRetry {
 				t.Errorf("forward %v to a closed port = %+v, %v, want lease.MustRetry", op, r, err)
 			}
 		}
@@ -128,7 +132,7 @@ func TestForwardNeverSentIsMustRetry(t *testing.T) {
 			return lease.Result{Status: lease.Locked}, nil
 		}})
 		n := forwarder(t, "http://"+addr)
-		if _, r, err := n.forward(forwardCtx(t), fwdRequest(lease.TryLock, "r")); err != nil || r.Status != lease.Locked {
+		if _, r, err := n.forward(forwardCtx(t), fwdRequest(t, lease.TryLock, "r"), 0, false); err != nil || r.Status != lease.Locked {
 			t.Fatalf("forward = %+v, %v", r, err)
 		}
 		// The leader ends its streams cleanly and stops listening: the
@@ -137,7 +141,7 @@ func TestForwardNeverSentIsMustRetry(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, op := range fwdOps {
-			if _, r, err := n.forward(forwardCtx(t), fwdRequest(op, "r")); err != nil || r.Status != lease.MustRetry {
+			if _, r, err := n.forward(forwardCtx(t), fwdRequest(t, op, "r"), 0, false); err != nil || r.Status != lease.MustRetry {
 				t.Errorf("forward %v to a leader that shut down = %+v, %v, want lease.MustRetry", op, r, err)
 			}
 		}
@@ -176,7 +180,7 @@ func TestForwardBrokenAfterSendIsErrored(t *testing.T) {
 			}
 			done := make(chan answer, 1)
 			go func() {
-				_, r, err := n.forward(forwardCtx(t), fwdRequest(op, "held"))
+				_, r, err := n.forward(forwardCtx(t), fwdRequest(t, op, "held"), 0, false)
 				done <- answer{r, err}
 			}()
 			<-arrived // the request reached the leader
@@ -203,7 +207,7 @@ func TestForwardContextEnded(t *testing.T) {
 	ctx, cancel := context.WithCancel(forwardCtx(t))
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := n.forward(ctx, fwdRequest(lease.TryLock, "r"))
+		_, _, err := n.forward(ctx, fwdRequest(t, lease.TryLock, "r"), 0, false)
 		done <- err
 	}()
 	<-arrived

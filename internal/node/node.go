@@ -17,6 +17,7 @@ import (
 	"github.com/kahunago/kahuna/actors"
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/internal/cluster"
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/partition"
 	"github.com/kahunago/kahuna/space"
@@ -44,7 +45,7 @@ const (
 )
 
 // Node is a running lock node (kahuna.Node wraps one). It implements
-// lease.WaitLocker and transport.Watcher.
+// lease.WaitLocker, lease.Doer and transport.Watcher.
 type Node struct {
 	cfg        settings
 	backend    *durability.Raft
@@ -53,7 +54,8 @@ type Node struct {
 	peers      *peers
 	server     *transport.Server // nil unless Config.ListenAddress or Listener
 	listenAddr string
-	book       *book // members and their endpoints (member.go)
+	members    *cluster.Members // membership changes and joining (cluster.go)
+	book       *cluster.Book    // members and their endpoints: members.Book
 	timing     *raftTiming
 
 	// ccHook, if set, is called by the leader proposing a membership
@@ -80,15 +82,12 @@ type Node struct {
 
 	partLog partitionLog // node_stats.go
 
-	// Leader balancing (balance.go): done when the balancer stopped (nil
-	// if it never ran), and the partitions it handed over.
-	balanceDone  chan struct{}
-	admin        *admin.Client  // admin requests to other members (peer_auth.go)
-	space        *space.Guard   // nil: no data dir, nothing to guard
-	sweeper      *sweep.Sweeper // nil: records are kept forever
-	sweepDone    chan struct{}
-	spaceDone    chan struct{}
-	balanceMoves atomic.Uint64
+	balancer  *cluster.Balancer // leader balancing (cluster.go); nil before Open starts it
+	admin     *admin.Client     // admin requests to other members (peer_auth.go)
+	space     *space.Guard      // nil: no data dir, nothing to guard
+	sweeper   *sweep.Sweeper    // nil: records are kept forever
+	sweepDone chan struct{}
+	spaceDone chan struct{}
 }
 
 var _ lease.WaitLocker = (*Node)(nil)
@@ -177,7 +176,7 @@ func open(c Config) (*Node, error) {
 	if err := n.checkSpace(); err != nil {
 		return nil, err
 	}
-	if err := n.openBook(); err != nil {
+	if err := n.openMembers(); err != nil {
 		return nil, err
 	}
 	raftCfg := durability.RaftConfig{RTT: cfg.RaftRTT}
@@ -254,6 +253,7 @@ func open(c Config) (*Node, error) {
 		return nil, fmt.Errorf("kahuna: open: %w", err)
 	}
 	n.leadership.Start(n.backend, n.ring)
+	n.members.Leadership, n.members.Raft = n.leadership, n.backend
 	if cfg.ListenAddress != "" || cfg.Listener != nil {
 		if err := n.serve(); err != nil {
 			_ = n.Close()
@@ -277,12 +277,12 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		waited := time.Since(started).Round(time.Millisecond)
 		waiting := n.waitingFor()
 		_ = n.Close()
-		if why := n.timing.refusals(n.book.members()); why != "" {
+		if why := n.timing.refusals(n.book.Members()); why != "" {
 			return fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%w): %w: %s", waited, err, ErrRaftTimingMismatch, why)
 		}
 		return fmt.Errorf("kahuna: open: partitions without a serving leader after %v (%s): %w", waited, waiting, err)
 	}
-	n.finishBook()
+	n.members.FinishBook(n.join(), n.backend.DeploymentID())
 	if n.clustered() {
 		n.spreadLeaders()
 	}
@@ -351,7 +351,7 @@ func (n *Node) waitingFor() string {
 	var down []string
 	for _, p := range n.PeerStats() {
 		if !p.Reachable {
-			m, _ := n.book.get(p.ID)
+			m, _ := n.book.Get(p.ID)
 			down = append(down, fmt.Sprintf("%d at %s", p.ID, m.RaftAddress))
 		}
 	}
@@ -389,9 +389,11 @@ func (n *Node) ListenAddress() string { return n.listenAddr }
 // Local is the Locker this node offers its peers on the node-to-node
 // forwarding stream: it serves the partitions this node leads and answers
 // MustRetry for the others, never forwarding a second time.
-func (n *Node) Local() lease.Locker { return local{n} }
+func (n *Node) Local() lease.Locker {
+	return local{LockerFunc: n.localCall, n: n}
+}
 
-func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.members()) > 1 }
+func (n *Node) clustered() bool { return len(n.cfg.Members) > 1 || len(n.book.Members()) > 1 }
 
 // leaderLease is how long a confirmation of leadership lets this node
 // answer from its cache (partition.LeaseFor). A single voter needs none:
@@ -428,7 +430,7 @@ func (n *Node) raftRTT() time.Duration {
 // leader (members in ID order, round robin), so leaders are spread over
 // the cluster after start instead of piling up on the first node up.
 func (n *Node) spreadLeaders() {
-	members := n.book.members()
+	members := n.book.Members()
 	ids := make([]uint64, 0, len(members))
 	for id := range members {
 		ids = append(ids, id)
@@ -459,17 +461,7 @@ func (n *Node) spreadLeaders() {
 
 // NotLeaderError is returned by TransferLeadership on a node that does not
 // serve the partition: only its leader may hand it over.
-type NotLeaderError struct {
-	Partition int
-	Leader    uint64 // 0 if none is known
-}
-
-func (e *NotLeaderError) Error() string {
-	if e.Leader == 0 {
-		return fmt.Sprintf("kahuna: partition %d has no serving leader here (electing?); retry", e.Partition)
-	}
-	return fmt.Sprintf("kahuna: this node does not serve partition %d; its leader is node %d", e.Partition, e.Leader)
-}
+type NotLeaderError = cluster.NotLeaderError
 
 // TransferLeadership hands partition p, which this node must lead, to node
 // to, e.g. before maintenance. It returns once requested; Leader reports
@@ -481,7 +473,7 @@ func (n *Node) TransferLeadership(p int, to uint64) error {
 	if p < 0 || p >= n.cfg.Partitions {
 		return fmt.Errorf("kahuna: no partition %d (this node has %d)", p, n.cfg.Partitions)
 	}
-	if _, ok := n.book.get(to); !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
+	if _, ok := n.book.Get(to); !ok && !(len(n.cfg.Members) == 0 && to == n.cfg.NodeID) {
 		return fmt.Errorf("kahuna: node %d is not a member", to)
 	}
 	if n.closing.Load() {
@@ -504,6 +496,13 @@ func (n *Node) transfer(p int, to uint64) error {
 		}
 		return &NotLeaderError{Partition: p, Leader: leader}
 	}
+	return n.moveLeader(p, term, to)
+}
+
+// moveLeader, once this node no longer decides for p in term (it
+// relinquished it), hands its live ephemeral leases of p over, then asks
+// Raft to move p to to.
+func (n *Node) moveLeader(p int, term, to uint64) error {
 	n.handOver(p, term, handOverTimeout)
 	return n.backend.TransferLeadership(p, to)
 }
@@ -552,38 +551,61 @@ func (n *Node) Leader(p int) (nodeID uint64, serving bool) {
 // Partition returns the partition of resource.
 func (n *Node) Partition(resource string) int { return partition.Of(resource, n.cfg.Partitions) }
 
+// Do implements lease.Doer: the wire server hands over a request it
+// checked where it entered, which runs at once (do).
+func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	return n.do(ctx, req, false)
+}
+
+// The Locker methods are the embedded edge: each checks its call
+// (Request.Check) and runs it (do) itself, with no layer in between, as
+// the embedded hot path.
+
 // TryLock implements Locker.
 func (n *Node) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
+	req := lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
 // Extend implements Locker.
 func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, false)
+	req := lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
 // Lock implements WaitLocker: a TryLock that, while another owner holds
-// the lock, waits for up to wait (WaitForever: until ctx ends) in the
-// resource's FIFO queue, kept by the lock actor of the partition's leader,
-// and is granted the lock (a new token, as any grant) in the same step
-// that frees it: the holder's Unlock, or its lease's end, which the actor
-// notices by a timer without any request. The queue is that leader's
-// memory only: when the partition moves, or the node stops serving it or
-// closes, its waiters are answered MustRetry (or ErrClosed) and may retry.
-// A wait of 0 is TryLock; a negative wait other than WaitForever, or one
-// over MaxWait, is InvalidInput and changes nothing. On a node that does
-// not lead the partition, the wait is forwarded to the leader and waits in
-// its queue (see waitRemote).
+// the lock, waits for up to wait in the resource's queue, kept by the
+// lock actor of the partition's leader; a wait of 0 is TryLock. On a
+// node that does not lead the partition, the wait is forwarded to the
+// leader and waits in its queue (see waitRemote).
 func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, false)
+	req := lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
 // Unlock implements Locker.
 func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
-	_, r, err := n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, false)
+	req := lease.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return n.refuse(ctx, req, why, false), nil
+	}
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
@@ -591,7 +613,12 @@ func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d leas
 // leader after its read barrier (and, in a cluster, a read index), so the
 // answer reflects every committed write.
 func (n *Node) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	return n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, false)
+	req := lease.Request{Op: lease.Get, Resource: resource, Durability: d}
+	c, why := req.Check()
+	if why != "" {
+		return lease.LockInfo{}, n.refuse(ctx, req, why, false), nil
+	}
+	return n.do(ctx, c, false)
 }
 
 // waitUnpaused holds a call while the node is paused (tests only).
@@ -640,7 +667,7 @@ func (n *Node) Close() error {
 			n.cfg.Logger.Warn("closing with calls still in flight", "calls", n.inflight.Load())
 		}
 		timer.Stop()
-		n.stopBalancer()
+		n.balancer.Wait()
 		if !n.crash.Load() {
 			n.retire()
 		}
@@ -750,7 +777,7 @@ func (n *Node) Stats() Stats {
 	s, b := n.ring.Stats(), n.backend.Stats()
 	st := Stats{CachedEntries: s.Entries, Waiters: s.Waiters, Evictions: s.Evictions, Refused: s.Refused, RaftProposals: b.Proposals, RaftRecords: b.Records, RaftFailures: b.Failures,
 		RaftWait: b.Wait, RaftCommit: b.Commit,
-		LeaderMoves: n.balanceMoves.Load()}
+		LeaderMoves: n.balancer.Moves()}
 	if n.sweeper != nil {
 		st.RecordsSwept = n.sweeper.Removed()
 	}

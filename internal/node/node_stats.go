@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kahunago/kahuna/actors"
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
@@ -36,7 +35,7 @@ const maxLoggedResource = 128
 
 // endRequest reports the answer r (or the failure err) to req to
 // Config.Observe and, at debug, to the Logger.
-func (n *Node) endRequest(ctx context.Context, t *requestTrace, req actors.Request, r lease.Result, err error) {
+func (n *Node) endRequest(ctx context.Context, t *requestTrace, req lease.Request, r lease.Result, err error) {
 	if t.start.IsZero() {
 		return
 	}

@@ -118,9 +118,9 @@ func (ps *peers) close() {
 	clear(ps.clients)
 }
 
-// learn sets the forwarding endpoint of member id (a member added, or
+// Learn sets the forwarding endpoint of member id (a member added, or
 // one whose endpoint changed), dropping a client dialled to the old one.
-func (ps *peers) learn(id uint64, endpoint string) {
+func (ps *peers) Learn(id uint64, endpoint string) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.endpoints[id] == endpoint {
@@ -133,8 +133,8 @@ func (ps *peers) learn(id uint64, endpoint string) {
 	}
 }
 
-// forget drops member id (removed from the cluster).
-func (ps *peers) forget(id uint64) {
+// Forget drops member id (removed from the cluster).
+func (ps *peers) Forget(id uint64) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	delete(ps.endpoints, id)

@@ -12,16 +12,33 @@ import (
 	"github.com/kahunago/kahuna/transport"
 )
 
-// do runs one request: here if this node serves the resource's partition,
-// else forwarded once to the partition's leader. forwarded marks a request
-// that already took its hop: it is never forwarded again (MustRetry
-// instead), so two nodes with different views cannot bounce it.
-func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ lease.LockInfo, r lease.Result, err error) {
+// localCall is the edge of a call made on the forwarding Locker's
+// methods (local): it checks req (Request.Check) and runs it as a call
+// that already took its hop.
+func (n *Node) localCall(ctx context.Context, req lease.Request) (lease.LockInfo, lease.Result, error) {
+	c, reason := req.Check()
+	if reason != "" {
+		return lease.LockInfo{}, n.refuse(ctx, req, reason, true), nil
+	}
+	return n.do(ctx, c, true)
+}
+
+// refuse answers a request that failed Request.Check: InvalidInput with
+// the reason. It changes nothing and is reported as any other request.
+func (n *Node) refuse(ctx context.Context, req lease.Request, reason string, forwarded bool) lease.Result {
+	r := lease.Result{Status: lease.InvalidInput, Reason: reason}
+	t := n.startRequest(ctx, forwarded)
+	n.endRequest(ctx, &t, req, r, nil)
+	return r
+}
+
+// do runs one checked request: here if this node serves the resource's
+// partition, else forwarded to the partition's leader, at most once (hop).
+// forwarded marks a request that already took its hop.
+func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease.LockInfo, r lease.Result, err error) {
+	req := c.Request()
 	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
 	defer func() { n.endRequest(ctx, &t, req, r, err) }()
-	if reason := invalid(req); reason != "" {
-		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput, Reason: reason}, nil
-	}
 	if err := n.waitUnpaused(ctx); err != nil {
 		return lease.LockInfo{}, lease.Result{}, err
 	}
@@ -29,17 +46,16 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ le
 		return lease.LockInfo{}, lease.Result{}, errClosedNotApplied
 	}
 	defer n.exit()
-	req.Partition = partition.Of(req.Resource, n.cfg.Partitions)
-	if _, ok := n.leadership.Serving(req.Partition); !ok {
-		if forwarded {
-			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
+	p := partition.Of(req.Resource, n.cfg.Partitions)
+	if _, ok := n.leadership.Serving(p); !ok {
+		if !forwarded {
+			t.to, _ = n.leadership.LeaderOf(p) // for the trace only
 		}
-		t.to, _ = n.leadership.LeaderOf(req.Partition) // for the trace only
 		if req.Wait != 0 {
-			r, err = n.waitRemote(ctx, req)
+			r, err = n.waitRemote(ctx, c, p, forwarded)
 			return lease.LockInfo{}, r, err
 		}
-		return n.forward(ctx, req)
+		return n.forward(ctx, c, p, forwarded)
 	}
 	if req.Op == lease.TryLock && req.Durability == lease.Persistent {
 		// Holders may still extend and release; no new grant may grow a
@@ -48,13 +64,14 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ le
 			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry, Reason: why}, nil
 		}
 	}
+	areq := actors.Request{Request: req, Partition: p}
 	if req.Wait != 0 {
 		// A waiter stops waiting when the node closes, so Close is not
 		// held up by it.
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(n.life, cancel)()
-		resp, err := n.ring.Do(wctx, req)
+		resp, err := n.ring.Do(wctx, areq)
 		switch {
 		case errors.Is(err, actors.ErrClosed), err != nil && ctx.Err() == nil:
 			return lease.LockInfo{}, lease.Result{}, ErrClosed // it may have been granted as it left
@@ -65,7 +82,7 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ le
 	}
 	// The actor checks again when it decides: every answer, reads
 	// included, is given only under a live leader lease (partition.Leadership).
-	resp, err := n.ring.Do(ctx, req)
+	resp, err := n.ring.Do(ctx, areq)
 	if errors.Is(err, actors.ErrClosed) {
 		return lease.LockInfo{}, lease.Result{}, ErrClosed // in flight: it may have applied
 	}
@@ -80,61 +97,54 @@ func (n *Node) do(ctx context.Context, req actors.Request, forwarded bool) (_ le
 	return info, lease.Result{Status: lease.Got, FencingToken: resp.Token}, nil
 }
 
-// invalid says why req is not well formed (lease.Check, lease.CheckWait),
-// or "".
-func invalid(req actors.Request) string {
-	if reason := lease.Check(req.Op, req.Resource, req.Owner, req.TTL, req.Durability); reason != "" || req.Wait == 0 {
-		return reason
+// hop is the one rule of forwarding, for lock calls, waits and watches:
+// a request this node does not serve goes to partition p's leader, once.
+// It returns the leader's forwarding client (peers.get: it speaks the
+// node-to-node stream, whose server never forwards again), or why there
+// is none: the request already took its hop (two nodes with different
+// views must not bounce it), no leader is known (an election, or this
+// node taking over), or no client to it. Nothing was sent then: the
+// caller answers MustRetry.
+func (n *Node) hop(ctx context.Context, p int, forwarded bool) (peer lease.Locker, leader uint64, why string) {
+	if forwarded {
+		return nil, 0, "not the partition leader"
 	}
-	if req.Op != lease.TryLock {
-		return "wait is only for a lock, not " + req.Op.String()
-	}
-	return lease.CheckWait(req.Wait)
-}
-
-// forward sends req to the leader of its partition. A hop that certainly
-// never delivered the request (no leader known, no client to the leader,
-// or a transport error that wraps lease.ErrNotApplied: not connected, the
-// stream not open, the request never written) is MustRetry: nothing was
-// applied, and the caller retries when the leader is known or reachable.
-// A hop that broke after the request may have left (the connection lost
-// while waiting for the answer) has an unknown outcome, since the leader
-// may apply it anyway: Errored. A context that ended is
-// returned as it is: the caller is gone.
-func (n *Node) forward(ctx context.Context, req actors.Request) (lease.LockInfo, lease.Result, error) {
-	leader, self := n.leadership.LeaderOf(req.Partition)
+	leader, self := n.leadership.LeaderOf(p)
 	if leader == 0 || self {
-		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil // electing, or taking over
+		return nil, leader, "no partition leader yet"
 	}
 	peer, err := n.peers.get(ctx, leader)
 	if err != nil {
-		// No client, so nothing was sent.
-		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
+		n.cfg.Logger.Debug("cannot forward", "partition", p, "leader", leader, "err", err)
+		return nil, leader, "partition leader not reachable"
+	}
+	return peer, leader, ""
+}
+
+// forward sends req, of partition p, to the partition's leader (hop). A
+// hop that certainly never delivered the request (no hop, or a transport
+// error that wraps lease.ErrNotApplied: not connected, the stream not
+// open, the request never written) is MustRetry: nothing was applied, and
+// the caller retries when the leader is known or reachable. A hop that
+// broke after the request may have left (the connection lost while
+// waiting for the answer) has an unknown outcome, since the leader may
+// apply it anyway: Errored. A context that ended is returned as it is:
+// the caller is gone.
+func (n *Node) forward(ctx context.Context, req lease.Checked, p int, forwarded bool) (lease.LockInfo, lease.Result, error) {
+	peer, leader, why := n.hop(ctx, p, forwarded)
+	if why != "" {
 		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
 	}
-	var (
-		info lease.LockInfo
-		r    lease.Result
-	)
-	switch req.Op {
-	case lease.TryLock:
-		r, err = peer.TryLock(ctx, req.Resource, req.Owner, req.TTL, req.Durability)
-	case lease.Extend:
-		r, err = peer.Extend(ctx, req.Resource, req.Owner, req.TTL, req.Durability)
-	case lease.Unlock:
-		r, err = peer.Unlock(ctx, req.Resource, req.Owner, req.Durability)
-	case lease.Get:
-		info, r, err = peer.Get(ctx, req.Resource, req.Durability)
-	}
+	info, r, err := lease.Do(ctx, peer, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return lease.LockInfo{}, lease.Result{}, ctx.Err()
 		}
 		if errors.Is(err, lease.ErrNotApplied) {
-			n.logForwardRefused(req.Partition, leader, err)
+			n.logForwardRefused(p, leader, err)
 			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
 		}
-		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
+		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", p, "leader", leader, "err", err)
 		return lease.LockInfo{}, lease.Result{Status: lease.Errored}, nil
 	}
 	r.ServedFrom = n.servedFrom(leader)
@@ -149,51 +159,44 @@ func (n *Node) servedFrom(id uint64) string {
 	if n.book == nil {
 		return "" // a Node assembled by a test
 	}
-	m, _ := n.book.get(id)
+	m, _ := n.book.Get(id)
 	return m.Endpoint
 }
 
-// waitRemote runs a waiting lock (req.Wait != 0) whose partition another
-// node leads: one native ForwardLock to the leader, which waits in the
-// resource's queue there (transport.Client.Lock, on the peer client with
-// the cluster secret and peer TLS). Its answer is the leader's: Locked
+// waitRemote runs a waiting lock (Wait != 0) of partition p, which
+// another node leads: one native ForwardLock to the leader (hop), which
+// waits in the resource's queue there. Its answer is the leader's: Locked
 // with Waited, Busy when the wait ended, MustRetry when the partition
 // moved while it waited (the leader flushes its queue; the caller retries
 // and finds the new leader). Its errors are classified as forward's
 // (MustRetry when the request certainly never reached the leader, Errored
 // when the hop broke after it was sent). A leader that does not offer the
 // native service (an older member) is polled with TryLocks instead.
-func (n *Node) waitRemote(ctx context.Context, req actors.Request) (lease.Result, error) {
-	leader, self := n.leadership.LeaderOf(req.Partition)
-	if leader == 0 || self {
+func (n *Node) waitRemote(ctx context.Context, req lease.Checked, p int, forwarded bool) (lease.Result, error) {
+	peer, leader, why := n.hop(ctx, p, forwarded)
+	if why != "" {
 		return lease.Result{Status: lease.MustRetry}, nil
 	}
-	peer, err := n.peers.get(ctx, leader)
-	if err != nil {
-		n.cfg.Logger.Debug("cannot forward", "partition", req.Partition, "leader", leader, "err", err)
-		return lease.Result{Status: lease.MustRetry}, nil
-	}
-	wl, ok := peer.(lease.WaitLocker)
-	if !ok {
-		return n.pollRemote(ctx, req)
+	if _, ok := peer.(lease.WaitLocker); !ok {
+		return n.pollRemote(ctx, req, p)
 	}
 	// A forwarded waiter stops waiting when this node closes.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(n.life, cancel)()
-	r, err := wl.Lock(wctx, req.Resource, req.Owner, req.TTL, req.Wait, req.Durability)
+	_, r, err := lease.Do(wctx, peer, req)
 	switch {
 	case errors.Is(err, transport.ErrNoNative):
-		return n.pollRemote(ctx, req)
+		return n.pollRemote(ctx, req, p)
 	case err != nil && ctx.Err() != nil:
 		return lease.Result{}, ctx.Err()
 	case err != nil && n.life.Err() != nil:
 		return lease.Result{}, ErrClosed // it may have been granted as it left
 	case errors.Is(err, lease.ErrNotApplied):
-		n.logForwardRefused(req.Partition, leader, err)
+		n.logForwardRefused(p, leader, err)
 		return lease.Result{Status: lease.MustRetry}, nil
 	case err != nil:
-		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", req.Partition, "leader", leader, "err", err)
+		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", p, "leader", leader, "err", err)
 		return lease.Result{Status: lease.Errored}, nil
 	}
 	r.ServedFrom = n.servedFrom(leader)
@@ -203,43 +206,26 @@ func (n *Node) waitRemote(ctx context.Context, req actors.Request) (lease.Result
 // pollRemote is waitRemote against a leader without the native service:
 // it polls with TryLocks (backoff.PollLock) until one is granted, the wait (or ctx)
 // ends, or the leader answers anything but Busy.
-func (n *Node) pollRemote(ctx context.Context, req actors.Request) (lease.Result, error) {
-	try := req
-	try.Wait = 0
-	return backoff.PollLock(ctx, n.life, errClosedNotApplied, req.Wait, func(ctx context.Context) (lease.Result, error) {
-		_, r, err := n.forward(ctx, try)
+func (n *Node) pollRemote(ctx context.Context, req lease.Checked, p int) (lease.Result, error) {
+	try := req.NoWait()
+	return backoff.PollLock(ctx, n.life, errClosedNotApplied, req.Request().Wait, func(ctx context.Context) (lease.Result, error) {
+		_, r, err := n.forward(ctx, try, p, false)
 		return r, err
 	})
 }
 
 // local is the Locker a node offers its peers on the forwarding stream: it
-// serves only partitions this node leads and never forwards again.
-type local struct{ n *Node }
-
-func (l local) TryLock(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
-	return r, err
+// serves only partitions this node leads and never forwards again. The
+// wire server checks what it serves and hands it over whole (Do); the
+// Locker methods check their calls (localCall).
+type local struct {
+	lease.LockerFunc
+	n *Node
 }
 
-func (l local) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.do(ctx, actors.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d}, true)
-	return r, err
-}
-
-func (l local) Unlock(ctx context.Context, resource string, owner []byte, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.do(ctx, actors.Request{Op: lease.Unlock, Resource: resource, Owner: owner, Durability: d}, true)
-	return r, err
-}
-
-func (l local) Get(ctx context.Context, resource string, d lease.Durability) (lease.LockInfo, lease.Result, error) {
-	return l.n.do(ctx, actors.Request{Op: lease.Get, Resource: resource, Durability: d}, true)
-}
-
-// Lock is the forwarded form of Node.Lock: it waits only on a partition
-// this node leads (MustRetry otherwise).
-func (l local) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
-	_, r, err := l.n.do(ctx, actors.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d, Wait: wait}, true)
-	return r, err
+// Do implements lease.Doer.
+func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	return l.n.do(ctx, req, true)
 }
 
 // WatchLock is the forwarded form of Node.WatchLock: it watches only a

@@ -37,22 +37,15 @@ func (n *Node) watch(ctx context.Context, resource string, from uint64, send fun
 	moved := func(why string) error { return &transport.WatchError{Status: lease.MustRetry, Reason: why} }
 	p := partition.Of(resource, n.cfg.Partitions)
 	if _, ok := n.leadership.Serving(p); !ok {
-		if forwarded {
-			return moved("not the partition leader")
-		}
-		leader, self := n.leadership.LeaderOf(p)
-		if leader == 0 || self {
-			return moved("no partition leader yet")
-		}
-		peer, err := n.peers.get(wctx, leader)
-		if err != nil {
-			return moved("partition leader not reachable")
+		peer, _, why := n.hop(wctx, p, forwarded)
+		if why != "" {
+			return moved(why)
 		}
 		pw, ok := peer.(transport.Watcher)
 		if !ok {
 			return moved("partition leader cannot be watched")
 		}
-		err = pw.WatchLock(wctx, resource, from, send)
+		err := pw.WatchLock(wctx, resource, from, send)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -61,7 +54,7 @@ func (n *Node) watch(ctx context.Context, resource string, from uint64, send fun
 		}
 		return err
 	}
-	w, err := n.ring.Watch(wctx, actors.Request{Resource: resource, Partition: p}, from)
+	w, err := n.ring.Watch(wctx, actors.Request{Request: lease.Request{Resource: resource}, Partition: p}, from)
 	if err != nil {
 		return n.watchEnd(ctx, err)
 	}

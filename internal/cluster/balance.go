@@ -1,12 +1,15 @@
-package node
+package cluster
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/kahunago/kahuna/admin"
+	"github.com/kahunago/kahuna/partition"
 )
 
 // Leader balance.
@@ -23,7 +26,7 @@ import (
 //     stop when no member leads two more than another: every member then
 //     leads its fair share, ⌊P/N⌋ or ⌈P/N⌉ of P partitions over N members.
 //   - Not busy: a partition moves only if its leader (or term) has not
-//     changed for Config.LeaderBalanceCooldown as this node heard it, and
+//     changed for the cooldown (Config.LeaderBalanceCooldown) as this node heard it, and
 //     this node has not moved it within the cooldown. A new leader hears of
 //     its own election, so a partition moved by anyone stays put for the
 //     cooldown wherever it lands.
@@ -121,98 +124,153 @@ func balanceEvery(cooldown time.Duration) time.Duration {
 	return min(max(cooldown/10, 100*time.Millisecond), time.Second)
 }
 
-// startBalancer runs leader balancing until the node closes, unless
-// Config.LeaderBalanceCooldown turned it off.
-func (n *Node) startBalancer() {
-	if n.cfg.LeaderBalanceCooldown < 0 {
-		return
+// BalancerNode is what the balancer needs of the node it runs on,
+// besides the parts it is handed (Parts).
+type BalancerNode interface {
+	// Steady says whether a move may start now: the node is a member of a
+	// cluster of more than one, and not closing or paused.
+	Steady() bool
+	// Reachable is every other member's reachability over Raft.
+	Reachable() map[uint64]bool
+	// Status is this node's admin status: each partition's voters,
+	// leader, term and applied index as its Raft sees them.
+	Status() admin.NodeStatus
+	// LeaderSince is when p's leader or term last changed as this node
+	// heard it (zero: never).
+	LeaderSince(p int) time.Time
+	// Endpoint is member id's client URL ("" when unknown).
+	Endpoint(id uint64) string
+	// Leads says whether this node's Raft leads p in term.
+	Leads(p int, term uint64) bool
+	// MoveLeader hands p's live ephemeral leases of term over to the
+	// next leader, then asks Raft to move p to member to.
+	MoveLeader(p int, term, to uint64) error
+}
+
+// Parts are the node's parts a Balancer works with.
+type Parts struct {
+	Self       uint64
+	Partitions int
+	// Cooldown is how long a partition stays put after its leader
+	// changed, and between moves (Config.LeaderBalanceCooldown); < 0:
+	// no balancing.
+	Cooldown   time.Duration
+	Leadership *partition.Leadership
+	Admin      *admin.Client // the members' admin status, for the health check
+	Logger     *slog.Logger
+	// WaitMove bounds the wait for a partition handed over to leave.
+	WaitMove time.Duration
+	Node     BalancerNode
+}
+
+// Balancer is one node's leader balancing (see the top of the file).
+type Balancer struct {
+	Parts
+	moves atomic.Uint64
+	done  chan struct{} // closed when it stopped; nil if it never ran
+}
+
+// StartBalancer runs leader balancing until ctx ends, unless
+// p.Cooldown < 0.
+func StartBalancer(ctx context.Context, p Parts) *Balancer {
+	b := &Balancer{Parts: p}
+	if p.Cooldown < 0 {
+		return b
 	}
-	n.balanceDone = make(chan struct{})
+	b.done = make(chan struct{})
 	go func() {
-		defer close(n.balanceDone)
-		moved := make([]time.Time, n.cfg.Partitions) // when this node last moved each partition
-		tick := time.NewTicker(balanceEvery(n.cfg.LeaderBalanceCooldown))
+		defer close(b.done)
+		moved := make([]time.Time, p.Partitions) // when this node last moved each partition
+		tick := time.NewTicker(balanceEvery(p.Cooldown))
 		defer tick.Stop()
 		for {
 			select {
-			case <-n.life.Done():
+			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			n.balanceRound(n.life, moved)
+			b.round(ctx, moved)
 		}
 	}()
+	return b
 }
 
-// stopBalancer waits for the balancer to stop (Close ended n.life).
-func (n *Node) stopBalancer() {
-	if n.balanceDone != nil {
-		<-n.balanceDone
+// Wait waits for the balancer to stop (its context ended).
+func (b *Balancer) Wait() {
+	if b != nil && b.done != nil {
+		<-b.done
 	}
 }
 
-// balanceView gathers this node's view of the cluster for balanceMove,
-// with this node's Raft status of each partition.
-func (n *Node) balanceView(moved []time.Time) (balanceView, []admin.PartitionStatus) {
+// Moves is how many partitions the balancer handed over.
+func (b *Balancer) Moves() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.moves.Load()
+}
+
+// view gathers this node's view of the cluster for balanceMove, with
+// this node's Raft status of each partition.
+func (b *Balancer) view(moved []time.Time) (balanceView, []admin.PartitionStatus) {
 	now := time.Now()
-	cooldown := n.cfg.LeaderBalanceCooldown
 	v := balanceView{
-		self:    n.cfg.NodeID,
-		leaders: make([]uint64, n.cfg.Partitions),
-		voters:  make([][]uint64, n.cfg.Partitions),
-		live:    map[uint64]bool{n.cfg.NodeID: true},
-		movable: make([]bool, n.cfg.Partitions),
+		self:    b.Self,
+		leaders: make([]uint64, b.Partitions),
+		voters:  make([][]uint64, b.Partitions),
+		live:    map[uint64]bool{b.Self: true},
+		movable: make([]bool, b.Partitions),
 	}
-	for _, ps := range n.peers.stats() {
-		v.live[ps.ID] = ps.Reachable
+	for id, up := range b.Node.Reachable() {
+		v.live[id] = up
 	}
-	status := n.Status().Partitions
+	status := b.Node.Status().Partitions
 	for _, s := range status {
 		p := s.Partition
-		leader, self := n.leadership.LeaderOf(p)
+		leader, self := b.Leadership.LeaderOf(p)
 		v.leaders[p] = leader
 		v.voters[p] = s.Voters
-		since := n.leaderSince(p)
+		since := b.Node.LeaderSince(p)
 		v.movable[p] = self && s.Serving && s.Running && !since.IsZero() &&
-			now.Sub(since) >= cooldown && now.Sub(moved[p]) >= cooldown
+			now.Sub(since) >= b.Cooldown && now.Sub(moved[p]) >= b.Cooldown
 	}
 	return v, status
 }
 
-// balanceRound makes at most one balancing move: see the top of the file.
-func (n *Node) balanceRound(ctx context.Context, moved []time.Time) {
-	if !n.clustered() || n.closing.Load() || n.paused.Load() != nil {
+// round makes at most one balancing move: see the top of the file.
+func (b *Balancer) round(ctx context.Context, moved []time.Time) {
+	if !b.Node.Steady() {
 		return
 	}
-	v, status := n.balanceView(moved)
+	v, status := b.view(moved)
 	skip := map[uint64]bool{}
 	for range balanceTries {
 		p, to, ok := balanceMove(v, skip)
 		if !ok {
 			return
 		}
-		if err := n.balanceTarget(ctx, p, to, status[p]); err != nil {
-			n.cfg.Logger.Debug("leader balancing: target not ready", "partition", p, "to", to, "err", err)
+		if err := b.target(ctx, p, to, status[p]); err != nil {
+			b.Logger.Debug("leader balancing: target not ready", "partition", p, "to", to, "err", err)
 			skip[to] = true
 			continue
 		}
-		n.balanceHandOver(ctx, v, p, to, moved)
+		b.handOver(ctx, v, p, to, moved)
 		return
 	}
 }
 
-// balanceTarget checks that member to can take partition p now, given
-// this node's status of p: see the top of the file.
-func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine admin.PartitionStatus) error {
-	m, ok := n.book.get(to)
-	if !ok || m.Endpoint == "" {
+// target checks that member to can take partition p now, given this
+// node's status of p: see the top of the file.
+func (b *Balancer) target(ctx context.Context, p int, to uint64, mine admin.PartitionStatus) error {
+	endpoint := b.Node.Endpoint(to)
+	if endpoint == "" {
 		return fmt.Errorf("no endpoint known for node %d", to)
 	}
 	ctx, cancel := context.WithTimeout(ctx, balanceStatusTimeout)
 	defer cancel()
-	st, err := n.admin.Status(ctx, m.Endpoint)
+	st, err := b.Admin.Status(ctx, endpoint)
 	if err != nil {
-		return err
+		return fmt.Errorf("status of node %d: %w", to, err)
 	}
 	i := slices.IndexFunc(st.Partitions, func(s admin.PartitionStatus) bool { return s.Partition == p })
 	switch {
@@ -222,7 +280,7 @@ func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine admin.P
 		return fmt.Errorf("node %d refuses persistent locks: %s", to, st.NoSpace)
 	case i < 0 || !st.Partitions[i].Running:
 		return fmt.Errorf("node %d does not run partition %d", to, p)
-	case st.Partitions[i].Leader != n.cfg.NodeID || st.Partitions[i].Term != mine.Term:
+	case st.Partitions[i].Leader != b.Self || st.Partitions[i].Term != mine.Term:
 		return fmt.Errorf("node %d sees partition %d led by %d in term %d, not by this node in term %d", to, p, st.Partitions[i].Leader, st.Partitions[i].Term, mine.Term)
 	case st.Partitions[i].Applied+balanceMaxLag < mine.Applied:
 		return fmt.Errorf("node %d has applied partition %d to index %d, this node to %d", to, p, st.Partitions[i].Applied, mine.Applied)
@@ -230,36 +288,35 @@ func (n *Node) balanceTarget(ctx context.Context, p int, to uint64, mine admin.P
 	return nil
 }
 
-// balanceHandOver moves partition p to member to, as the leader: lease
-// dropped first, while no membership change of p is pending, then checked
-// to lead in that term still (a transfer asked of a follower is passed on
+// handOver moves partition p to member to, as the leader: lease dropped
+// first, while no membership change of p is pending, then checked to
+// lead in that term still (a transfer asked of a follower is passed on
 // to the leader, which would start it with its lease live).
-func (n *Node) balanceHandOver(ctx context.Context, v balanceView, p int, to uint64, moved []time.Time) {
-	term, ok := n.leadership.RelinquishSteady(p)
-	if !ok || !n.backend.Leads(p, term) {
+func (b *Balancer) handOver(ctx context.Context, v balanceView, p int, to uint64, moved []time.Time) {
+	term, ok := b.Leadership.RelinquishSteady(p)
+	if !ok || !b.Node.Leads(p, term) {
 		return // no longer steady here: another round decides again
 	}
 	moved[p] = time.Now()
-	n.balanceMoves.Add(1)
+	b.moves.Add(1)
 	leads := map[uint64]int{}
 	for _, id := range v.leaders {
 		leads[id]++
 	}
-	n.cfg.Logger.Info("leader balancing: handing partition over", "partition", p, "term", term, "to", to,
-		"leads_here", leads[n.cfg.NodeID], "leads_there", leads[to])
-	n.handOver(p, term, handOverTimeout)
-	if err := n.backend.TransferLeadership(p, to); err != nil {
-		n.cfg.Logger.Warn("leader balancing: transfer not requested", "partition", p, "to", to, "err", err)
+	b.Logger.Info("leader balancing: handing partition over", "partition", p, "term", term, "to", to,
+		"leads_here", leads[b.Self], "leads_there", leads[to])
+	if err := b.Node.MoveLeader(p, term, to); err != nil {
+		b.Logger.Warn("leader balancing: transfer not requested", "partition", p, "to", to, "err", err)
 		return
 	}
-	wctx, cancel := context.WithTimeout(ctx, spreadTimeout)
+	wctx, cancel := context.WithTimeout(ctx, b.WaitMove)
 	defer cancel()
-	if err := n.leadership.WaitNotSelf(wctx, p); err != nil {
+	if err := b.Leadership.WaitNotSelf(wctx, p); err != nil {
 		if ctx.Err() == nil {
-			n.cfg.Logger.Info("leader balancing: partition stayed on this node", "partition", p, "to", to)
+			b.Logger.Info("leader balancing: partition stayed on this node", "partition", p, "to", to)
 		}
 		return
 	}
-	leader, _ := n.leadership.LeaderOf(p)
-	n.cfg.Logger.Info("leader balancing: partition handed over", "partition", p, "leader", leader)
+	leader, _ := b.Leadership.LeaderOf(p)
+	b.Logger.Info("leader balancing: partition handed over", "partition", p, "leader", leader)
 }

@@ -1,9 +1,10 @@
-package node
+package cluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/url"
 	"slices"
@@ -15,15 +16,17 @@ import (
 
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
+	"github.com/kahunago/kahuna/partition"
 )
 
 // Membership changes.
 //
 // Every member replicates every partition, so adding or removing a member
-// is one Raft membership change per partition. AddMember and RemoveMember
-// do them all, partition by partition, each proposed by that partition's
-// leader: on a node that does not lead a partition the change is passed to
-// its leader through the admin API, as leader transfers are. A partition
+// is one Raft membership change per partition. Members.Add and
+// Members.Remove do them all, partition by partition, each proposed by
+// that partition's leader: on a node that does not lead a partition the
+// change is passed to its leader through the admin API, as leader
+// transfers are. A partition
 // whose change already applied is skipped, so a call that stopped half way
 // (reported as an *admin.MembershipError naming what is done and what is
 // left) is finished by calling it again.
@@ -48,8 +51,8 @@ import (
 // applies before the new leader serves, and the majorities of two
 // configurations one member apart intersect, so the acknowledging quorum
 // still meets every electing one. Assumption: membership is changed only
-// through Node (AddMember, RemoveMember, the admin API, kahunactl), never
-// with dragonboat's API directly.
+// through Members (the node's AddMember and RemoveMember, the admin API,
+// kahunactl), never with dragonboat's API directly.
 
 // ErrMemberRemoved: the ID was removed from the cluster; Raft never lets a
 // removed ID back (its log and votes are gone with it). Add the node under
@@ -59,7 +62,7 @@ var ErrMemberRemoved = admin.ErrMemberRemoved
 // errNoLeaderYet: a partition with no known leader (electing): retried.
 var errNoLeaderYet = errors.New("no leader known (electing?)")
 
-// membershipTimeout bounds AddMember and RemoveMember when ctx has no
+// membershipTimeout bounds Members.Add and Members.Remove when ctx has no
 // deadline.
 const membershipTimeout = time.Minute
 
@@ -70,7 +73,53 @@ type memberChange struct {
 	member admin.Member // add only
 }
 
-// AddMember adds node id, reachable at m, to every partition as a voter.
+// Raft is the node's Raft as membership changes use it (*durability.Raft).
+type Raft interface {
+	Membership(ctx context.Context, p int) (durability.Membership, error)
+	AddReplica(ctx context.Context, p int, id uint64, addr string, ccid uint64) error
+	DeleteReplica(ctx context.Context, p int, id uint64, ccid uint64) error
+	// Fence commits a fence entry of term in p: what was proposed before it
+	// has applied, or never will.
+	Fence(ctx context.Context, p int, term uint64) error
+	Leads(p int, term uint64) bool
+	TransferLeadership(p int, to uint64) error
+}
+
+// Peers are the node's forwarding clients, which follow the book.
+type Peers interface {
+	Learn(id uint64, endpoint string)
+	Forget(id uint64)
+}
+
+// MemberNode is what membership changes need of the node besides its
+// parts.
+type MemberNode interface {
+	// CanChangeMembers says why the node cannot change the membership now
+	// (closing, started as a single node, no Raft address), or nil.
+	CanChangeMembers() error
+	// Transfer hands partition p, which the node leads, to member to, its
+	// lease dropped first (a *NotLeaderError where it does not lead p).
+	Transfer(p int, to uint64) error
+	// ConfigChangeHook is called as a change of p is proposed and as it
+	// applied (tests).
+	ConfigChangeHook(p int, phase string)
+}
+
+// Members changes and keeps a node's cluster membership: see the top of
+// the file. It is handed the node's parts.
+type Members struct {
+	Self       uint64
+	Partitions int
+	Leadership *partition.Leadership
+	Raft       Raft
+	Admin      *admin.Client // to other members: changes passed on, members told
+	Book       *Book
+	Peers      Peers
+	Logger     *slog.Logger
+	Node       MemberNode
+}
+
+// Add adds node id, reachable at m, to every partition as a voter.
 // Then start the new node with InitialClusterState ClusterStateExisting
 // (kahuna --initial-cluster-state existing) and Members listing the
 // cluster, itself included: it joins and catches up from the others by
@@ -78,8 +127,8 @@ type memberChange struct {
 // Raft address does nothing; a removed ID is refused (ErrMemberRemoved).
 // Until the new node runs, it counts in every quorum without answering:
 // start it promptly, and add one node at a time.
-func (n *Node) AddMember(ctx context.Context, id uint64, m admin.Member) error {
-	if err := n.canChangeMembers(); err != nil {
+func (ms *Members) Add(ctx context.Context, id uint64, m admin.Member) error {
+	if err := ms.Node.CanChangeMembers(); err != nil {
 		return err
 	}
 	if id == 0 {
@@ -91,58 +140,58 @@ func (n *Node) AddMember(ctx context.Context, id uint64, m admin.Member) error {
 	if u, err := url.Parse(m.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("kahuna: member %d: Endpoint %q is not an http:// or https:// URL", id, m.Endpoint)
 	}
-	if n.book.removed(id) {
+	if ms.Book.Removed(id) {
 		return fmt.Errorf("%w (member %d)", ErrMemberRemoved, id)
 	}
-	if cur, ok := n.book.get(id); ok && cur.RaftAddress != m.RaftAddress {
+	if cur, ok := ms.Book.Get(id); ok && cur.RaftAddress != m.RaftAddress {
 		return fmt.Errorf("kahuna: member %d is already in the cluster at Raft address %s, not %s", id, cur.RaftAddress, m.RaftAddress)
 	}
-	n.learn(id, m, false)
-	err := n.changeMembers(ctx, memberChange{op: "add", id: id, member: m})
-	n.announce(memberChange{op: "add", id: id, member: m})
+	ms.Learn(id, m, false)
+	err := ms.change(ctx, memberChange{op: "add", id: id, member: m})
+	ms.announce(memberChange{op: "add", id: id, member: m})
 	return err
 }
 
-// RemoveMember removes node id from every partition. A live node that is
+// Remove removes node id from every partition. A live node that is
 // removed stops its replicas as it applies its removal: shut it down
 // afterwards. Removing an ID that was removed before does nothing; an ID
 // that is not a member and never was one is refused (admin.ErrNotMember),
 // since a removal bans the ID for good and a typo must not cost one. The
 // ID can never be added back. The remaining members must still form a
 // quorum of the new membership to serve.
-func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
-	if err := n.canChangeMembers(); err != nil {
+func (ms *Members) Remove(ctx context.Context, id uint64) error {
+	if err := ms.Node.CanChangeMembers(); err != nil {
 		return err
 	}
 	if id == 0 {
 		return errors.New("kahuna: member ID 0 is not allowed")
 	}
-	if n.book.removed(id) {
+	if ms.Book.Removed(id) {
 		return nil
 	}
-	if _, known := n.book.get(id); !known {
+	if _, known := ms.Book.Get(id); !known {
 		// Not in the address book: still a member if some partition has it
 		// as a voter (a book that lags a change made elsewhere).
-		voter, err := n.anyVoter(ctx, id)
+		voter, err := ms.anyVoter(ctx, id)
 		if err != nil {
 			return fmt.Errorf("kahuna: remove member %d: reading the membership: %w", id, err)
 		}
 		if !voter {
-			return fmt.Errorf("kahuna: member %d: %w (members: %s); nothing removed", id, admin.ErrNotMember, memberIDs(n.book.members()))
+			return fmt.Errorf("kahuna: member %d: %w (members: %s); nothing removed", id, admin.ErrNotMember, memberIDs(ms.Book.Members()))
 		}
 	}
-	err := n.changeMembers(ctx, memberChange{op: "remove", id: id})
+	err := ms.change(ctx, memberChange{op: "remove", id: id})
 	if err == nil {
-		n.unlearn(id)
-		n.announce(memberChange{op: "remove", id: id})
+		ms.Unlearn(id)
+		ms.announce(memberChange{op: "remove", id: id})
 	}
 	return err
 }
 
 // anyVoter reports whether id is a voter of any partition.
-func (n *Node) anyVoter(ctx context.Context, id uint64) (bool, error) {
-	for p := 0; p < n.cfg.Partitions; p++ {
-		m, err := n.backend.Membership(ctx, p)
+func (ms *Members) anyVoter(ctx context.Context, id uint64) (bool, error) {
+	for p := 0; p < ms.Partitions; p++ {
+		m, err := ms.Raft.Membership(ctx, p)
 		if err != nil {
 			return false, err
 		}
@@ -163,30 +212,10 @@ func memberIDs(ms map[uint64]admin.Member) string {
 	return strings.Join(s, ", ")
 }
 
-// Members returns the cluster's members as this node knows them (its
-// address book: Raft addresses and endpoints), this node included.
-func (n *Node) Members() map[uint64]admin.Member {
-	return n.book.members()
-}
-
-func (n *Node) canChangeMembers() error {
-	switch {
-	case n.closing.Load():
-		return ErrClosed
-	case n.leaderLease() == 0:
-		// Leadership was set up without a lease (no one else could be
-		// elected); a second voter would make that unsafe.
-		return errors.New("kahuna: a node started as a single node cannot take members: found a cluster (Members with every node) instead")
-	case n.cfg.RaftAddress == "":
-		return errors.New("kahuna: this node has no Raft address other nodes can reach")
-	}
-	return nil
-}
-
-// changeMembers applies ch to every partition: here where this node leads,
+// change applies ch to every partition: here where this node leads,
 // through the leader elsewhere, in rounds until all are done, a partition
 // refuses for good, or ctx ends.
-func (n *Node) changeMembers(ctx context.Context, ch memberChange) error {
+func (ms *Members) change(ctx context.Context, ch memberChange) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, membershipTimeout)
@@ -196,14 +225,14 @@ func (n *Node) changeMembers(ctx context.Context, ch memberChange) error {
 	for {
 		left := map[int]error{}
 		byLeader := map[uint64][]int{}
-		for p := 0; p < n.cfg.Partitions; p++ {
+		for p := 0; p < ms.Partitions; p++ {
 			if done[p] {
 				continue
 			}
-			leader, self := n.leadership.LeaderOf(p)
+			leader, self := ms.Leadership.LeaderOf(p)
 			switch {
 			case self:
-				if err := n.changeHere(ctx, p, ch); err != nil {
+				if err := ms.changeHere(ctx, p, ch); err != nil {
 					left[p] = err
 				} else {
 					done[p] = true
@@ -215,7 +244,7 @@ func (n *Node) changeMembers(ctx context.Context, ch memberChange) error {
 			}
 		}
 		for leader, ps := range byLeader {
-			res, err := n.forwardChange(ctx, leader, ch, ps)
+			res, err := ms.forwardChange(ctx, leader, ch, ps)
 			for _, p := range ps {
 				switch why, failed := res.Left[p]; {
 				case err != nil:
@@ -263,10 +292,10 @@ const configChangeTimeout = 10 * time.Second
 // changeHere applies ch to partition p, which this node must lead: the
 // safety argument is at the top of this file. It returns nil if the
 // change is applied (now or before).
-func (n *Node) changeHere(ctx context.Context, p int, ch memberChange) error {
+func (ms *Members) changeHere(ctx context.Context, p int, ch memberChange) error {
 	ctx, cancel := context.WithTimeout(ctx, configChangeTimeout)
 	defer cancel()
-	m, err := n.backend.Membership(ctx, p)
+	m, err := ms.Raft.Membership(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -279,12 +308,12 @@ func (n *Node) changeHere(ctx context.Context, p int, ch memberChange) error {
 		return fmt.Errorf("%w: %d is at %s", admin.ErrMemberConflict, ch.id, addr)
 	case ch.op == "remove" && !voter:
 		return nil // done before (or never a member)
-	case ch.op == "remove" && ch.id == n.cfg.NodeID:
+	case ch.op == "remove" && ch.id == ms.Self:
 		// A leader does not propose its own removal: hand p to another
 		// voter, which will (the caller retries).
 		for _, to := range slices.Sorted(maps.Keys(m.Voters)) {
 			if to != ch.id {
-				if err := n.transfer(p, to); err != nil {
+				if err := ms.Node.Transfer(p, to); err != nil {
 					return err
 				}
 				return fmt.Errorf("partition %d led by the member being removed: handing it to node %d first", p, to)
@@ -292,106 +321,161 @@ func (n *Node) changeHere(ctx context.Context, p int, ch memberChange) error {
 		}
 		return errors.New("cannot remove the only member")
 	}
-	term, ok := n.leadership.Suspend(p)
+	term, ok := ms.Leadership.Suspend(p)
 	if !ok {
-		leader, _ := n.leadership.LeaderOf(p)
+		leader, _ := ms.Leadership.LeaderOf(p)
 		return &NotLeaderError{Partition: p, Leader: leader}
 	}
 	resume := true
 	defer func() {
 		if resume {
-			n.leadership.Resume(p, term)
+			ms.Leadership.Resume(p, term)
 		}
 	}()
-	if !n.backend.Leads(p, term) {
+	if !ms.Raft.Leads(p, term) {
 		return &NotLeaderError{Partition: p}
 	}
-	n.configChangeHook(p, "proposing")
+	ms.Node.ConfigChangeHook(p, "proposing")
 	if ch.op == "add" {
-		err = n.backend.AddReplica(ctx, p, ch.id, ch.member.RaftAddress, m.ConfigChangeID)
+		err = ms.Raft.AddReplica(ctx, p, ch.id, ch.member.RaftAddress, m.ConfigChangeID)
 	} else {
-		err = n.backend.DeleteReplica(ctx, p, ch.id, m.ConfigChangeID)
+		err = ms.Raft.DeleteReplica(ctx, p, ch.id, m.ConfigChangeID)
 	}
 	if err != nil && !errors.Is(err, durability.ErrConfigChangeNotApplied) {
 		// The change may still apply: a fence entry of this term applies
 		// after it, if it is in the log at all. Until one does, no lease.
 		fctx, fcancel := context.WithTimeout(context.Background(), configChangeTimeout)
-		ferr := n.backend.Fence(fctx, p, term)
+		ferr := ms.Raft.Fence(fctx, p, term)
 		fcancel()
 		if ferr != nil {
 			resume = false // the lease stays off for the rest of this term
-			n.cfg.Logger.Warn("membership change of unknown outcome; partition unserved here until its next term", "partition", p, "err", err, "fence", ferr)
-			if to := n.otherVoter(m, ch); to != 0 {
-				_ = n.backend.TransferLeadership(p, to)
+			ms.Logger.Warn("membership change of unknown outcome; partition unserved here until its next term", "partition", p, "err", err, "fence", ferr)
+			if to := ms.otherVoter(m, ch); to != 0 {
+				_ = ms.Raft.TransferLeadership(p, to)
 			}
 		}
 	}
-	n.configChangeHook(p, "applied")
+	ms.Node.ConfigChangeHook(p, "applied")
 	if err != nil {
 		return err
 	}
-	n.cfg.Logger.Info("membership changed", "partition", p, "op", ch.op, "member", ch.id)
+	ms.Logger.Info("membership changed", "partition", p, "op", ch.op, "member", ch.id)
 	return nil
 }
 
 // otherVoter is a voter of m other than this node and ch's member.
-func (n *Node) otherVoter(m durability.Membership, ch memberChange) uint64 {
+func (ms *Members) otherVoter(m durability.Membership, ch memberChange) uint64 {
 	for _, id := range slices.Sorted(maps.Keys(m.Voters)) {
-		if id != n.cfg.NodeID && id != ch.id {
+		if id != ms.Self && id != ch.id {
 			return id
 		}
 	}
 	return 0
 }
 
-// configChangeHook calls the test hook, if any (SetConfigChangeHook).
-func (n *Node) configChangeHook(p int, phase string) {
-	if f := n.ccHook.Load(); f != nil {
-		(*f)(p, phase)
+// Learn records member id in the book and the forwarding peers; joined
+// marks a member that has run (a new member announcing itself).
+func (ms *Members) Learn(id uint64, m admin.Member, joined bool) {
+	if err := ms.Book.Set(id, m, joined); err != nil {
+		ms.Logger.Warn("cannot record member", "member", id, "err", err)
+	}
+	if id != ms.Self {
+		ms.Peers.Learn(id, m.Endpoint)
 	}
 }
 
-// learn records member id in the address book and the forwarding peers.
-func (n *Node) learn(id uint64, m admin.Member, joined bool) {
-	if err := n.book.set(id, m, joined); err != nil {
-		n.cfg.Logger.Warn("cannot record member", "member", id, "err", err)
+// Unlearn records the removal of member id.
+func (ms *Members) Unlearn(id uint64) {
+	if err := ms.Book.Remove(id); err != nil {
+		ms.Logger.Warn("cannot record member removal", "member", id, "err", err)
 	}
-	if id != n.cfg.NodeID {
-		n.peers.learn(id, m.Endpoint)
-	}
+	ms.Peers.Forget(id)
 }
 
-// unlearn records the removal of member id.
-func (n *Node) unlearn(id uint64) {
-	if err := n.book.remove(id); err != nil {
-		n.cfg.Logger.Warn("cannot record member removal", "member", id, "err", err)
+// Serve serves another member's request (admin.Node.PeerChange): a
+// member it tells of, or a change of partitions this node leads (a
+// change on that member sent them here).
+func (ms *Members) Serve(ctx context.Context, req admin.MemberRequest) (admin.MemberChangeResult, error) {
+	m := admin.Member{RaftAddress: req.RaftAddress, Endpoint: req.Endpoint}
+	switch req.Op {
+	case "learn", "joined":
+		if !ms.Book.Removed(req.ID) {
+			ms.Learn(req.ID, m, req.Op == "joined")
+		}
+		return admin.MemberChangeResult{}, nil
+	case "forget":
+		ms.Unlearn(req.ID)
+		return admin.MemberChangeResult{}, nil
 	}
-	n.peers.forget(id)
+	if err := ms.Node.CanChangeMembers(); err != nil {
+		return admin.MemberChangeResult{}, err
+	}
+	if req.Op == "add" {
+		if ms.Book.Removed(req.ID) {
+			return admin.MemberChangeResult{}, ErrMemberRemoved
+		}
+		ms.Learn(req.ID, m, false)
+	}
+	ch := memberChange{op: req.Op, id: req.ID, member: m}
+	res := admin.MemberChangeResult{Op: req.Op, ID: req.ID, Done: []int{}, Left: map[int]string{}}
+	for _, p := range req.Partitions {
+		if p < 0 || p >= ms.Partitions {
+			res.Left[p] = "no such partition"
+			continue
+		}
+		if err := ms.changeHere(ctx, p, ch); err != nil {
+			res.Left[p] = err.Error()
+			if errors.Is(err, ErrMemberRemoved) {
+				res.Removed = true
+			}
+			continue
+		}
+		res.Done = append(res.Done, p)
+	}
+	return res, nil
 }
 
-// book is a node's address book of members (durability.Book), kept in
+// NotLeaderError is returned by a transfer, or a membership change, on a
+// node that does not serve the partition: only its leader may hand it
+// over or change it.
+type NotLeaderError struct {
+	Partition int
+	Leader    uint64 // 0 if none is known
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return fmt.Sprintf("kahuna: partition %d has no serving leader here (electing?); retry", e.Partition)
+	}
+	return fmt.Sprintf("kahuna: this node does not serve partition %d; its leader is node %d", e.Partition, e.Leader)
+}
+
+// Book is a node's address book of members (durability.Book), kept in
 // DataDir/membership.json so a restart knows the members added since the
 // start, their endpoints, and the removed IDs.
-type book struct {
+type Book struct {
 	dir string
 	mu  sync.Mutex
 	b   durability.Book
 }
 
-func (b *book) get(id uint64) (admin.Member, bool) {
+// NewBook is the book b of data dir dir (not written until changed).
+func NewBook(dir string, b durability.Book) *Book { return &Book{dir: dir, b: b} }
+
+func (b *Book) Get(id uint64) (admin.Member, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.b.Members[id]
 	return admin.Member{RaftAddress: e.RaftAddress, Endpoint: e.Endpoint}, ok
 }
 
-func (b *book) removed(id uint64) bool {
+func (b *Book) Removed(id uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Contains(b.b.Removed, id)
 }
 
-func (b *book) members() map[uint64]admin.Member {
+func (b *Book) Members() map[uint64]admin.Member {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[uint64]admin.Member, len(b.b.Members))
@@ -401,7 +485,7 @@ func (b *book) members() map[uint64]admin.Member {
 	return out
 }
 
-func (b *book) snapshot() durability.Book {
+func (b *Book) Snapshot() durability.Book {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.b
@@ -410,7 +494,7 @@ func (b *book) snapshot() durability.Book {
 	return c
 }
 
-func (b *book) set(id uint64, m admin.Member, joined bool) error {
+func (b *Book) Set(id uint64, m admin.Member, joined bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e := b.b.Members[id]
@@ -422,7 +506,7 @@ func (b *book) set(id uint64, m admin.Member, joined bool) error {
 	return durability.WriteBook(b.dir, b.b)
 }
 
-func (b *book) remove(id uint64) error {
+func (b *Book) Remove(id uint64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	_, was := b.b.Members[id]
@@ -437,7 +521,7 @@ func (b *book) remove(id uint64) error {
 	return durability.WriteBook(b.dir, b.b)
 }
 
-func (b *book) update(f func(*durability.Book)) error {
+func (b *Book) Update(f func(*durability.Book)) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	f(&b.b)
