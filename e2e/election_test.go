@@ -4,12 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -37,82 +32,15 @@ const (
 )
 
 func TestElectionPauses(t *testing.T) {
-	bin := build(t)
-	t.Run("Nemesis", func(t *testing.T) {
-		cand := buildTagged(t, "", "./e2e/electioncandidate")
-		r := electionPauseRun(t, bin, cand)
-		t.Logf("%s", r)
-		if r.leaderPauses == 0 || r.acted < 5 {
-			t.Errorf("the run tested too little: %s", r)
-		}
-		for _, v := range r.violations {
-			t.Error(v)
-		}
-	})
-	// A candidate whose leadership ignores its deadline (ends only when an
-	// answer says the lease is gone) acts when it wakes, while its
-	// successor leads: the run must find two leaders.
-	t.Run("NegativeControl", func(t *testing.T) {
-		cand := buildTagged(t, "kahuna_unsafe", "./e2e/electioncandidate")
-		cand.env = []string{"KAHUNA_UNSAFE=no-deadline"}
-		r := electionPauseRun(t, bin, cand)
-		t.Logf("%s", r)
-		for _, v := range r.violations {
-			if v.Kind == "two-leaders" {
-				t.Logf("caught: %v", v)
-				return
-			}
-		}
-		t.Errorf("a leadership that ignores its deadline was not caught: %s", r)
-	})
+	pauseTest(t, "./e2e/electioncandidate", electionPauseRun)
 }
 
-type electionPauseResult struct {
-	terms, acted                          int
-	leaderPauses, otherPauses, nodePauses int
-	violations                            []checker.Violation
-}
-
-func (r electionPauseResult) String() string {
-	return fmt.Sprintf("%d terms (%d acted); paused the leading candidate %d times, a waiting one %d, the partition's leader node %d; %d violations",
-		r.terms, r.acted, r.leaderPauses, r.otherPauses, r.nodePauses, len(r.violations))
-}
-
-// candidateProc is one candidate process.
-type candidateProc struct {
-	id     int
-	cmd    *exec.Cmd
-	out    string
-	done   chan struct{}
-	stderr *syncBuffer
-}
-
-func electionPauseRun(t *testing.T, bin, cand binaries) electionPauseResult {
+func electionPauseRun(t *testing.T, bin, cand binaries) workerPauseResult {
 	c := startPauseCluster(t, bin)
 	name := "e2e-jobs"
 	p := partition.Of(kahuna.ElectionPrefix+name, clusterPartitions)
-	dir := t.TempDir()
-	cands := make([]*candidateProc, 3)
-	for i := range cands {
-		cp := &candidateProc{id: i, out: filepath.Join(dir, fmt.Sprintf("terms-%d", i)), done: make(chan struct{})}
-		cp.cmd = exec.Command(filepath.Join(filepath.Dir(cand.kahuna), "electioncandidate"),
-			"-endpoints", strings.Join(c.endpoints(), ","), "-name", name, "-id", strconv.Itoa(i),
-			"-ttl", e2eElectionTTL.String(), "-out", cp.out)
-		cp.cmd.Env = append(procEnv(), cand.env...)
-		stderr := newSyncBuffer("")
-		cp.stderr = stderr
-		cp.cmd.Stderr = stderr
-		if err := cp.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = cp.cmd.Wait(); close(cp.done) }()
-		t.Cleanup(func() {
-			_ = cp.cmd.Process.Signal(syscall.SIGCONT)
-			_ = cp.cmd.Process.Kill()
-			<-cp.done
-		})
-		cands[i] = cp
-	}
+	cands := startWorkers(t, cand, "electioncandidate", 3,
+		workerArgs(c, "-name", name, "-ttl", e2eElectionTTL.String()), t.TempDir(), nil)
 
 	client, err := kahuna.Dial(context.Background(), c.endpoints())
 	if err != nil {
@@ -132,52 +60,14 @@ func electionPauseRun(t *testing.T, bin, cand binaries) electionPauseResult {
 		}
 		return id
 	}
-
-	var r electionPauseResult
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0xe2e))
-	for end := time.Now().Add(e2eElectionRound); time.Now().Before(end); {
-		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
-		pause := e2eElectionTTL + time.Duration(rng.Int64N(int64(2*e2eElectionTTL)))
-		switch k := rng.IntN(10); {
-		case k < 7: // the leading candidate
-			id := leading()
-			if id < 0 {
-				continue
-			}
-			r.leaderPauses++
-			freeze(t, cands[id].cmd.Process, pause)
-		case k < 9:
-			r.otherPauses++
-			freeze(t, cands[rng.IntN(len(cands))].cmd.Process, pause)
-		default: // the node that leads the partition
-			id := c.servingLeader(p, c.ids)
-			if id == 0 {
-				continue
-			}
-			r.nodePauses++
-			c.stop(id)
-			time.Sleep(pause)
-			c.cont(id)
-		}
-	}
-	for _, cp := range cands {
-		_ = cp.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, cp := range cands {
-		select {
-		case <-cp.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("candidate %d did not exit after SIGTERM", cp.id)
-		}
-		if code := cp.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("candidate %d exited %d", cp.id, code)
-		}
-	}
+	r := workerPauseResult{what: "terms"}
+	r.pauses = pauseWorkers(t, c, cands, e2eElectionRound, e2eElectionTTL, leading, func() int { return p })
+	stopWorkers(t, cands)
 	var terms []checker.Term
 	for _, cp := range cands {
 		terms = append(terms, readTerms(t, cp.out)...)
 	}
-	r.terms = len(terms)
+	r.runs = len(terms)
 	var base int64 = -1
 	for _, term := range terms {
 		if term.Acts > 0 {
@@ -196,9 +86,8 @@ func electionPauseRun(t *testing.T, bin, cand binaries) electionPauseResult {
 	}
 	r.violations = checker.CheckElection(terms, nil)
 	if len(r.violations) > 0 {
-		for _, cp := range cands {
-			t.Logf("candidate %d stderr (instants from %d):\n%s", cp.id, base, cp.stderr.String())
-		}
+		t.Logf("instants from %d", base)
+		stderrs(t, cands)
 	}
 	return r
 }
