@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -370,8 +371,24 @@ func requireElectionTested(t *testing.T, seed uint64, r electionRunResult) {
 		}
 	}
 	movedNone := r.faults[fTransfer] > 0 && r.effects.transfersMoved == 0
-	if acted < 5 || inSession == 0 || r.reigns < 1 || movedNone || r.freezes == 0 || len(r.observed[0]) < 3 {
-		t.Errorf("seed %d tested too little: %s", seed, r)
+	var short []string
+	for _, c := range []struct {
+		failed bool
+		why    string
+	}{
+		{acted < 5, fmt.Sprintf("%d terms acted (want 5)", acted)},
+		{inSession == 0, "no term in a session acted"},
+		{r.reigns < 1, "no reign of the partition began"},
+		{movedNone, "no transfer moved the partition"},
+		{r.freezes == 0, "no candidate was frozen"},
+		{len(r.observed[0]) < 3, fmt.Sprintf("the first observer saw %d events (want 3)", len(r.observed[0]))},
+	} {
+		if c.failed {
+			short = append(short, c.why)
+		}
+	}
+	if len(short) > 0 {
+		t.Errorf("seed %d tested too little (%s): %s", seed, strings.Join(short, "; "), r)
 	}
 }
 
