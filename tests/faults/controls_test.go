@@ -19,7 +19,7 @@ import (
 // caught fails: the suite could not see that class of bug.
 //
 //	go test -run 'FaultsNegativeControl' -v ./tests/faults
-//	go test -run 'FaultsNegativeControl/no-fencing' -faults.seed=7 -v ./tests/faults
+//	go test -run 'FaultsNegativeControl/no-fencing' -v ./tests/faults -faults.seed=7
 var negativeControls = []negativeControl{
 	{
 		// A node answers from its cache whenever its own (late) view says
@@ -438,7 +438,7 @@ var (
 // -faults.controlseeds seeds (its own seed, then +1000, +2000, …), and
 // a table of controls, seeds, catches and rates is printed.
 //
-//	go test -run TestFaultsControlRates -faults.controlseeds=20 -timeout=0 ./tests/faults
+//	go test -run TestFaultsControlRates -timeout=0 ./tests/faults -faults.controlseeds=20
 func TestFaultsControlRates(t *testing.T) {
 	if *controlSeeds == 0 {
 		t.Skip("set -faults.controlseeds (e.g. 20) to measure the controls' catch rates")

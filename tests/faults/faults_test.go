@@ -27,8 +27,8 @@ import (
 // ones.
 //
 //	go test -run Faults ./tests/faults                                  # the short run: a few seeds and the negative controls
-//	go test -run 'Faults$' -faults.seed=42 -v ./tests/faults            # replay one seed
-//	go test -run Faults -faults.duration=10m -timeout=0 ./tests/faults  # the long run: seeds until 10m, summary printed
+//	go test -run 'Faults$' -v ./tests/faults -faults.seed=42            # replay one seed
+//	go test -run Faults -timeout=0 ./tests/faults -faults.duration=10m  # the long run: seeds until 10m, summary printed
 var (
 	faultsSeed      = flag.Uint64("faults.seed", 0, "fault tests: run only this seed (0: the default seeds, or random ones in a long run)")
 	faultsDuration  = flag.Duration("faults.duration", 0, "fault tests: keep running seeded schedules for this long and print a summary (0: the short run)")
@@ -923,7 +923,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	if name == "" {
 		name = "TestFaults$"
 	}
-	t.Logf("seed %d, %s locks (replay: go test -run '%s' -faults.seed=%d -faults.run=%v -v ./tests/faults)", seed, o.dur, name, seed, o.d)
+	t.Logf("seed %d, %s locks (replay: go test -run '%s' -v ./tests/faults -faults.seed=%d -faults.run=%v)", seed, o.dur, name, seed, o.d)
 	const partitions = 3
 	mod := func(cfg kahuna.Config) kahuna.Config {
 		if o.dur == kahuna.Ephemeral && !o.grace {
@@ -1191,7 +1191,7 @@ func TestFaults(t *testing.T) {
 // in memory, its outcome always known). Each run must also show that its
 // fault happened.
 //
-//	go test -run 'TestFaultsHandles/stall-handoff' -faults.seed=25 -v ./tests/faults
+//	go test -run 'TestFaultsHandles/stall-handoff' -v ./tests/faults -faults.seed=25
 func TestFaultsHandles(t *testing.T) {
 	if *faultsDuration > 0 {
 		t.Skip("long run: see TestFaultsLong")
