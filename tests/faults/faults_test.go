@@ -329,12 +329,11 @@ func withRaftRTT(rtt time.Duration) func(kahuna.Config) kahuna.Config {
 	}
 }
 
-// requireHandOffsUnknown fails a stall-handoff run in which no waiter was
-// answered Errored: its stalls never left a hand-off's outcome unknown,
-// and it tested nothing.
-func requireHandOffsUnknown(t *testing.T, run faultRun) {
+// requireArose fails a run whose scenario did not arise (arose, e.g.
+// handOffsUnknown, says why): it tested nothing of what it is for.
+func requireArose(t *testing.T, run faultRun, arose func(faultRun) string) {
 	t.Helper()
-	if why := handOffsUnknown(run); why != "" {
+	if why := arose(run); why != "" {
 		t.Errorf("seed %d: %s: the run did not test what it is for", run.seed, why)
 	}
 }
@@ -346,15 +345,6 @@ func handOffsUnknown(run faultRun) string {
 		return fmt.Sprintf("no waiter was answered Errored (%s): no hand-off of unknown outcome", run.handles)
 	}
 	return ""
-}
-
-// requireLateExtends fails a handle run in which no late Extend shortened
-// a live lease.
-func requireLateExtends(t *testing.T, run faultRun) {
-	t.Helper()
-	if why := lateExtendsApplied(run); why != "" {
-		t.Errorf("seed %d: %s: the run did not test what it is for", run.seed, why)
-	}
 }
 
 // lateExtendsApplied says why no late short Extend shortened a live lease
@@ -1206,21 +1196,21 @@ func TestFaultsHandles(t *testing.T) {
 		return s
 	}
 	for _, c := range []struct {
-		name string
-		seed uint64
-		opts runOpts
-		must func(*testing.T, faultRun)
+		name  string
+		seed  uint64
+		opts  runOpts
+		arose func(faultRun) string
 	}{
-		{"handles", 41, handleRun(runLength(4*time.Second), kahuna.Persistent, scheduleKinds(t)), requireLateExtends},
-		{"handles-grace", 37, handleRun(runLength(4*time.Second), kahuna.Ephemeral, scheduleKinds(t)), requireLateExtends},
-		{"stall-handoff", 25, stallHandOffRun(runLength(5 * time.Second)), requireHandOffsUnknown},
+		{"handles", 41, handleRun(runLength(4*time.Second), kahuna.Persistent, scheduleKinds(t)), lateExtendsApplied},
+		{"handles-grace", 37, handleRun(runLength(4*time.Second), kahuna.Ephemeral, scheduleKinds(t)), lateExtendsApplied},
+		{"stall-handoff", 25, stallHandOffRun(runLength(5 * time.Second)), handOffsUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := c.opts
 			o.name = "TestFaultsHandles/" + c.name + "$"
 			run := runFaults(t, seedOr(c.seed), o)
 			requireClean(t, run)
-			c.must(t, run)
+			requireArose(t, run, c.arose)
 		})
 	}
 }
@@ -1269,9 +1259,9 @@ func TestFaultsLong(t *testing.T) {
 			requireClean(t, run)
 			switch seed % 7 {
 			case 3:
-				requireLateExtends(t, run)
+				requireArose(t, run, lateExtendsApplied)
 			case 6:
-				requireHandOffsUnknown(t, run)
+				requireArose(t, run, handOffsUnknown)
 			}
 		})
 		runs++
