@@ -177,10 +177,27 @@ type sessionContext struct {
 }
 
 func (c *sessionContext) Err() error {
-	for _, lk := range c.s.held() {
-		_ = lk.ctx.Err() // ends the lock, and so the session, if its deadline passed
+	if lk := c.s.pastDeadline(); lk != nil {
+		_ = lk.ctx.Err() // ends the lock, and so the session
 	}
 	return c.lockChildContext.Err()
+}
+
+// pastDeadline returns a lock the session holds whose deadline has
+// passed, or nil. It allocates nothing: Err runs it on every check of the
+// session's Context. (s.mu is taken before a lock's mu, never after.)
+func (s *Session) pastDeadline() *Lock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, lk := range s.locks {
+		lk.mu.Lock()
+		due := lk.state == held && lk.pastDeadline()
+		lk.mu.Unlock()
+		if due {
+			return lk
+		}
+	}
+	return nil
 }
 
 // withOptions sets every acquire option to o's.
