@@ -416,7 +416,12 @@ func (a *lockActor) forget(c *call, s *slot, cached bool, term uint64, now time.
 func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	req := &c.req
 	s.lastUsed = now
-	d := a.decideLease(s.Entry, req.Op, req.Owner, req.TTL, now)
+	d := a.decideLease(s.Entry, &req.Request, now)
+	if d.Status == lease.Locked && d.Write && d.Next.IsSemaphore() && len(s.waiters) > 0 && c.queuedAt.IsZero() {
+		// First come, first served: free permits the head of the queue
+		// does not have enough of are not taken by a newcomer.
+		d = lease.Decision{Status: lease.Busy}
+	}
 	if d.Status == lease.Busy && c.waits() {
 		if len(s.waiters) >= lease.MaxWaiters {
 			c.reply <- Response{Status: a.notGranted(c, lease.Busy)}
@@ -434,7 +439,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.waited = now.Sub(c.queuedAt)
 	}
 	if !d.Write {
-		resp := Response{Status: d.Status, Token: d.Token}
+		resp := Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Reason: d.Reason}
 		if d.Status == lease.Got {
 			resp.Owner, resp.Expires = s.Owner, s.Expires
 		}
@@ -446,8 +451,10 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	}
 	kind := s.kind // Extend and Unlock write the way the lock was granted
 	if req.Op == lease.TryLock {
-		// Next.Owner aliases the caller's buffer, which it may reuse.
-		d.Next.Owner = append([]byte(nil), req.Owner...)
+		if !d.Next.IsSemaphore() { // a semaphore's slots have their own copy
+			// Next.Owner aliases the caller's buffer, which it may reuse.
+			d.Next.Owner = append([]byte(nil), req.Owner...)
+		}
 		kind = req.Durability
 	}
 	if kind == lease.Ephemeral {
@@ -463,7 +470,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.granted = true
 	}
 	write := d.Next
-	if req.Op == lease.Unlock && len(s.waiters) > 0 && s.waiters[0].req.Durability == lease.Persistent {
+	if req.Op == lease.Unlock && len(s.waiters) > 0 && s.waiters[0].req.Durability == lease.Persistent && !d.Next.IsSemaphore() {
 		// Hand-off in the same record: what is written is the head's
 		// grant, decided from the released entry; c is answered Unlocked
 		// when it commits.
@@ -472,7 +479,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 			h.waited = now.Sub(h.queuedAt)
 		}
 		h.granted = true
-		h.decision = a.decideLease(d.Next, lease.TryLock, h.req.Owner, h.req.TTL, now)
+		h.decision = a.decideLease(d.Next, &h.req.Request, now)
 		h.decision.Next.Owner = append([]byte(nil), h.req.Owner...)
 		c.handoff = h
 		write = h.decision.Next
@@ -485,6 +492,8 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		Revision:       write.Revision,
 		Locked:         write.State == lease.Held,
 		LastModifiedMs: now.UnixMilli(),
+		Limit:          write.Limit,
+		Slots:          slotsOf(&write),
 		Base:           s.index,
 		Term:           term,
 	}
@@ -493,12 +502,12 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// decideLease is lease.Decide, with the token rule broken under
-// Config.UnsafeTokenRepeat: a grant to a new owner takes the entry's last
-// token again instead of one more.
-func (a *lockActor) decideLease(e lease.Entry, op lease.Op, owner []byte, ttl time.Duration, now time.Time) lease.Decision {
-	d := lease.Decide(e, op, owner, ttl, now)
-	if a.cfg.UnsafeTokenRepeat && op == lease.TryLock && d.Write && e.State != lease.Absent && d.Token > e.Token {
+// decideLease is lease.DecideRequest, with a lock's token rule broken
+// under Config.UnsafeTokenRepeat: a grant to a new owner takes the entry's
+// last token again instead of one more.
+func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) lease.Decision {
+	d := lease.DecideRequest(e, r, now)
+	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && !d.Next.IsSemaphore() && e.State != lease.Absent && d.Token > e.Token {
 		d.Token, d.Next.Token = e.Token, e.Token
 	}
 	return d
@@ -565,7 +574,7 @@ func (a *lockActor) floor(p int) int64 {
 //     so the next request need not load it.
 func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 	req := &c.req
-	d := lease.Decide(s.Entry, req.Op, req.Owner, req.TTL, now)
+	d := lease.DecideRequest(s.Entry, &req.Request, now)
 	needed := d.Write || (d.Status == lease.Busy && c.waits())
 	switch {
 	case needed && !a.room(now):
@@ -588,7 +597,7 @@ func (a *lockActor) complete(c *call) {
 	s.inflight = nil
 	h := c.handoff
 	c.handoff = nil
-	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Waited: c.waited}
+	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Grants: c.decision.Grants, Waited: c.waited}
 	unknown := false // the record may have applied
 	switch {
 	case c.err == nil && c.req.forget:
@@ -688,7 +697,7 @@ func (a *lockActor) settle(s *slot) {
 func (a *lockActor) handOff(s *slot) {
 	for len(s.waiters) > 0 && s.inflight == nil {
 		now := a.cfg.Now()
-		if s.Live(now) {
+		if s.blocks(s.waiters[0], now) {
 			return
 		}
 		term, ok := a.cfg.Serving(s.partition)
@@ -698,6 +707,17 @@ func (a *lockActor) handOff(s *slot) {
 		}
 		a.decide(a.popWaiter(s), s, term, now)
 	}
+}
+
+// blocks reports whether s cannot be granted to the waiter w now: a lock
+// with a live holder, or a semaphore without w's permits free. The head
+// waits for what it asks, and nobody behind it is served first: a request
+// for several permits is never postponed by later smaller ones.
+func (s *slot) blocks(w *call, now time.Time) bool {
+	if s.IsSemaphore() {
+		return !s.PermitsFree(w.req.Permits, now)
+	}
+	return s.Live(now)
 }
 
 func (a *lockActor) popWaiter(s *slot) *call {
@@ -718,14 +738,19 @@ func (a *lockActor) arm(s *slot) {
 		a.stopTimer(s) // the write's completion settles s again
 		return
 	}
-	if s.timer != nil && s.timerAt.Equal(s.Expires) {
+	now := a.cfg.Now()
+	at := s.Expires
+	if lapse, ok := s.NextLapse(now); ok && len(s.waiters) > 0 {
+		at = lapse // a semaphore's waiter may be served when its first permit lapses
+	}
+	if s.timer != nil && s.timerAt.Equal(at) {
 		return
 	}
 	a.stopTimer(s)
 	s.timerGen++
-	s.timerAt = s.Expires
+	s.timerAt = at
 	// A lease is live up to and including its expiry: fire just after.
-	d := s.Expires.Sub(a.cfg.Now()) + time.Nanosecond
+	d := at.Sub(now) + time.Nanosecond
 	msg := &wake{s: s, gen: s.timerGen}
 	self, root := a.self, a.root
 	s.timer = a.cfg.afterFunc(d, func() { root.Send(self, msg) }) // sends only: state stays on the actor
@@ -776,7 +801,7 @@ func (a *lockActor) leave(m *leave) {
 		}
 		c.reply <- Response{Status: a.notGranted(c, st)}
 	}
-	a.arm(s)
+	a.settle(s) // a semaphore's next waiter may ask for fewer permits than the one that left
 }
 
 // notGranted is the answer st (Busy, MustRetry: certainly not granted) to

@@ -110,5 +110,24 @@ func entryOf(rec *durability.Record, now time.Time) lease.Entry {
 	if rec.Locked {
 		e.State, e.Owner = lease.Held, rec.Owner
 	}
+	if rec.Limit > 0 {
+		e.Owner, e.Limit, e.Slots = nil, rec.Limit, make([]lease.Slot, rec.Limit)
+		for i, s := range rec.Slots {
+			e.Slots[i] = lease.Slot{Owner: s.Owner, Token: s.Token,
+				Expires: now.Add(time.Duration(s.ExpiresMs-now.UnixMilli()) * time.Millisecond)}
+		}
+	}
 	return e
+}
+
+// slotsOf is the stored form of a semaphore's slots.
+func slotsOf(e *lease.Entry) []durability.Slot {
+	if e.Limit == 0 {
+		return nil
+	}
+	out := make([]durability.Slot, len(e.Slots))
+	for i, s := range e.Slots {
+		out[i] = durability.Slot{Owner: s.Owner, ExpiresMs: s.Expires.UnixMilli(), Token: s.Token}
+	}
+	return out
 }

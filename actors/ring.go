@@ -173,6 +173,10 @@ type Response struct {
 	// wait queue before the decision that granted it (on the actors'
 	// clock); the lease started then.
 	Waited time.Duration
+	// Grants, for a semaphore's TryLock or Extend, are the permits granted
+	// or extended; Reason, for InvalidInput, says why.
+	Grants []lease.Grant
+	Reason string
 
 	// raise, with Status MustRetry, says the call was not decided because
 	// its ephemeral grant needs a token past the partition's window: Do

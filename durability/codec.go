@@ -19,9 +19,10 @@ import (
 //	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
 //
 //	value  = flags:byte varint(Token) uvarint(Revision) varint(ExpiresMs)
-//	         varint(LastModifiedMs) uvarint(len) owner
-//	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner
-//	flags  = flagLocked | flagIndexed (stored only) | flagRemove
+//	         varint(LastModifiedMs) uvarint(len) owner [slots]
+//	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner [slots]
+//	flags  = flagLocked | flagIndexed (stored only) | flagRemove | flagSlots
+//	slots  = uvarint(limit) (uvarint(len) owner varint(expires ms) varint(token)){limit}
 //
 // A batch carries the epoch (leader term and replica) it was decided in,
 // and each record the Index of the stored record it was decided from
@@ -38,6 +39,8 @@ import (
 // flagRemove marks a record that deletes the stored one (Record.Remove).
 // Stored values never carry it, since applying it deletes the key, but
 // both forms decode it so that every flag combination round-trips.
+// flagSlots marks a semaphore's record: its slots follow the owner (which
+// is empty), one per permit up to its limit (at least 1).
 //
 // What badger stores under a record's key is its value with the Raft index
 // of the entry that wrote it (flagIndexed; records stored before the fence
@@ -61,6 +64,7 @@ const (
 	flagLocked       byte = 1 << 0
 	flagIndexed      byte = 1 << 1 // stored form only: a Raft index follows the flags
 	flagRemove       byte = 1 << 2 // delete the stored record (Record.Remove)
+	flagSlots        byte = 1 << 3 // a semaphore's slots follow (Record.Limit)
 	// maxRecordBytes caps one encoded record. The design limits resource and
 	// owner to about 1 KiB each; this keeps a batch far below badger's and
 	// dragonboat's size limits whatever a caller sends.
@@ -220,13 +224,30 @@ func appendValue(b []byte, rec *Record) []byte {
 	if rec.Remove {
 		flags |= flagRemove
 	}
+	if rec.Limit > 0 {
+		flags |= flagSlots
+	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, rec.Token)
 	b = binary.AppendUvarint(b, rec.Revision)
 	b = binary.AppendVarint(b, rec.ExpiresMs)
 	b = binary.AppendVarint(b, rec.LastModifiedMs)
 	b = binary.AppendUvarint(b, uint64(len(rec.Owner)))
-	return append(b, rec.Owner...)
+	b = append(b, rec.Owner...)
+	if rec.Limit > 0 {
+		b = binary.AppendUvarint(b, uint64(rec.Limit))
+		for i := range rec.Limit {
+			var s Slot
+			if i < len(rec.Slots) {
+				s = rec.Slots[i]
+			}
+			b = binary.AppendUvarint(b, uint64(len(s.Owner)))
+			b = append(b, s.Owner...)
+			b = binary.AppendVarint(b, s.ExpiresMs)
+			b = binary.AppendVarint(b, s.Token)
+		}
+	}
+	return b
 }
 
 // appendStored appends the stored form of a command-form value written by
@@ -241,7 +262,22 @@ func appendStored(b, value []byte, index uint64) []byte {
 func recordSize(rec *Record) int {
 	return uvarintLen(uint64(len(rec.Resource))) + len(rec.Resource) + uvarintLen(rec.Base) + 1 +
 		varintLen(rec.Token) + uvarintLen(rec.Revision) + varintLen(rec.ExpiresMs) +
-		varintLen(rec.LastModifiedMs) + uvarintLen(uint64(len(rec.Owner))) + len(rec.Owner)
+		varintLen(rec.LastModifiedMs) + uvarintLen(uint64(len(rec.Owner))) + len(rec.Owner) + slotsSize(rec)
+}
+
+func slotsSize(rec *Record) int {
+	if rec.Limit <= 0 {
+		return 0
+	}
+	n := uvarintLen(uint64(rec.Limit))
+	for i := range rec.Limit {
+		var s Slot
+		if i < len(rec.Slots) {
+			s = rec.Slots[i]
+		}
+		n += uvarintLen(uint64(len(s.Owner))) + len(s.Owner) + varintLen(s.ExpiresMs) + varintLen(s.Token)
+	}
+	return n
 }
 
 func uvarintLen(x uint64) int {
@@ -400,7 +436,7 @@ func storedOrder(v []byte) (order, error) {
 	d := decoder{b: v}
 	var o order
 	f := d.byte()
-	if f&^(flagLocked|flagIndexed|flagRemove) != 0 {
+	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots) != 0 {
 		d.fail()
 	}
 	if f&flagIndexed != 0 {
@@ -473,7 +509,7 @@ func (d *decoder) bytes(n uint64) []byte {
 // command form (which never does).
 func (d *decoder) value(rec *Record, stored bool) {
 	flags := d.byte()
-	known := flagLocked | flagRemove
+	known := flagLocked | flagRemove | flagSlots
 	if stored {
 		known |= flagIndexed
 	}
@@ -493,5 +529,27 @@ func (d *decoder) value(rec *Record, stored bool) {
 	rec.Owner = d.bytes(d.uvarint())
 	if len(rec.Owner) == 0 {
 		rec.Owner = nil
+	}
+	rec.Limit, rec.Slots = 0, nil
+	if flags&flagSlots == 0 {
+		return
+	}
+	limit := d.uvarint()
+	// Each slot takes at least 3 bytes: a limit the input cannot hold is
+	// refused before anything is allocated for it.
+	if limit == 0 || limit > uint64(len(d.b)/3) || rec.Owner != nil {
+		d.fail()
+		return
+	}
+	rec.Limit = int(limit)
+	rec.Slots = make([]Slot, limit)
+	for i := range rec.Slots {
+		s := &rec.Slots[i]
+		s.Owner = d.bytes(d.uvarint())
+		if len(s.Owner) == 0 {
+			s.Owner = nil
+		}
+		s.ExpiresMs = d.varint()
+		s.Token = d.varint()
 	}
 }

@@ -18,6 +18,9 @@ func sampleRecords() []Record {
 		{Resource: "ünïcødé/资源", Owner: bytes.Repeat([]byte{'o'}, 300), Token: -5, Revision: 0},
 		{Resource: "tenant/a/gone", Token: 12, Revision: 3, LastModifiedMs: 9, Remove: true},
 		{Resource: "tenant/a/held", Owner: []byte("o"), Token: 2, Revision: 1, Locked: true, Remove: true},
+		{Resource: "semaphore:pool", ExpiresMs: 1_700_000_000_500, Token: 9, Revision: 4, Locked: true, LastModifiedMs: 1_700_000_000_000,
+			Limit: 3, Slots: []Slot{{Owner: []byte("a"), ExpiresMs: 1_700_000_000_500, Token: 9}, {Token: 4, ExpiresMs: -3}, {}}},
+		{Resource: "semaphore:idle", Token: 2, Revision: 9, Limit: 1, Slots: []Slot{{Token: 2}}},
 	}
 }
 
@@ -97,7 +100,12 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 		"marker in batch":  append([]byte{kindEpoch}, valid[1:]...),
 		"trailing garbage": append(bytes.Clone(valid), 0x05),
 		"non-minimal len":  append(bytes.Clone(h), 0x80, 0x00, 0, 0, 0, 0, 0, 0, 0),
-		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x08, 0, 0, 0, 0, 0),
+		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x10, 0, 0, 0, 0, 0),
+		"slots, no limit":  append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0),
+		"slots, limit 0":   append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0, 0),
+		"slots truncated":  append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0, 2, 0, 0, 0),
+		"slots and owner":  append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 1, 'o', 1, 0, 0, 0),
+		"huge limit":       append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0),
 		"index in command": append(bytes.Clone(h), 0, 0, flagIndexed, 0, 0, 0, 0, 0, 0),
 		"huge length":      append(bytes.Clone(h), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
 		"varint overflow":  append(bytes.Clone(h), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
@@ -126,10 +134,10 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 	if err := decodeStored([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("value with trailing byte accepted: %v", err)
 	}
-	if err := decodeStored([]byte{0x08, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
+	if err := decodeStored([]byte{0x10, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("stored value with an unknown flag accepted: %v", err)
 	}
-	if _, err := storedOrder([]byte{0x08, 0, 0}); !errors.Is(err, errCorrupt) {
+	if _, err := storedOrder([]byte{0x10, 0, 0}); !errors.Is(err, errCorrupt) {
 		t.Errorf("storedOrder accepted an unknown flag: %v", err)
 	}
 }

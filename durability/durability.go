@@ -4,6 +4,7 @@
 package durability
 
 import (
+	"bytes"
 	"errors"
 )
 
@@ -26,6 +27,12 @@ type Record struct {
 	// floor (see Backend.Load). It applies under the same guard as a write,
 	// and only if a record is stored.
 	Remove bool
+	// Limit and Slots, for a semaphore, are its limit and its permits, one
+	// per slot (len(Slots) == Limit); Owner is then nil, Token the highest
+	// slot token, and Locked whether any slot has an owner. Limit is 0 for
+	// a lock.
+	Limit int
+	Slots []Slot
 
 	// Base, in a proposal, is the Index of the stored record the decision
 	// was made from (0: none stored). The state machine applies the record
@@ -38,6 +45,25 @@ type Record struct {
 	// Index, in a loaded record, is the Raft index of the entry that last
 	// wrote it (0 for records stored before the fence existed).
 	Index uint64
+}
+
+// Slot is one permit of a semaphore's record.
+type Slot struct {
+	Owner     []byte // nil: free
+	ExpiresMs int64
+	Token     int64 // the slot's generation: the token of its last grant
+}
+
+// cloneSlots copies slots and their owners out of a buffer they alias.
+func cloneSlots(slots []Slot) []Slot {
+	if slots == nil {
+		return nil
+	}
+	out := make([]Slot, len(slots))
+	for i, s := range slots {
+		out[i] = Slot{Owner: bytes.Clone(s.Owner), ExpiresMs: s.ExpiresMs, Token: s.Token}
+	}
+	return out
 }
 
 // Completion receives the outcome of one proposed record.

@@ -342,6 +342,7 @@ func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned
 				}
 				free = rec.Locked && rec.ExpiresMs <= cutoffMs || !rec.Locked && rec.LastModifiedMs <= cutoffMs
 				rec.Owner = bytes.Clone(rec.Owner) // v is only valid in here
+				rec.Slots = cloneSlots(rec.Slots)
 				return nil
 			})
 			switch {

@@ -165,6 +165,11 @@ type Entry struct {
 	Token int64
 	// Revision counts writes of the resource; it orders persistent records.
 	Revision uint64
+	// Limit and Slots, for a semaphore (semaphore.go), are its limit and
+	// its permits; Token is then the highest of their tokens, and State,
+	// Expires and Owner are derived from them. Limit is 0 for a lock.
+	Limit int
+	Slots []Slot
 	// Floor is the least token a grant to a new owner may take, whatever
 	// Token says: it carries tokens the entry does not know of (ephemeral
 	// grants of an earlier leader, or of an evicted entry). Every Next
@@ -199,6 +204,20 @@ type Decision struct {
 	// locks, be committed before the answer is given).
 	Write bool
 	Next  Entry
+	// Grants, for a semaphore's TryLock or Extend, are the permits granted
+	// or extended (Token is the first one's).
+	Grants []Grant
+	// Reason, for InvalidInput, says why.
+	Reason string
+}
+
+// DecideRequest is Decide for a request whole: a semaphore's goes to its
+// own rules (semaphore.go), every other one to Decide.
+func DecideRequest(e Entry, r *Request, now time.Time) Decision {
+	if IsSemaphore(r.Resource) {
+		return decidePermits(e, r, now)
+	}
+	return Decide(e, r.Op, r.Owner, r.TTL, now)
 }
 
 // Decide applies op to e at now. owner and ttl are ignored where the op

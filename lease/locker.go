@@ -25,6 +25,10 @@ type Result struct {
 	// where the answer came over a wire that does not carry it (Kahuna's
 	// gRPC messages).
 	Reason string
+	// Grants, for a semaphore's TryLock or Extend (semaphore.go), are the
+	// permits granted or extended, each with its slot and fencing token;
+	// FencingToken is then the first one's.
+	Grants []Grant
 }
 
 // LockInfo describes a live lock, as returned by Get.

@@ -20,6 +20,10 @@ type Request struct {
 	// queue (WaitLocker.Lock; WaitForever: until its context ends). 0 does
 	// not wait.
 	Wait time.Duration
+	// Permits and Limit, for a semaphore's TryLock (semaphore.go), are how
+	// many permits the owner takes and the limit it states. 0 elsewhere.
+	Permits int
+	Limit   int
 }
 
 // Check is the rule every edge applies to a lock call: it says why r is
@@ -28,6 +32,9 @@ type Request struct {
 // It allocates only for an invalid request.
 func (r Request) Check() (Checked, string) {
 	if reason := Check(r.Op, r.Resource, r.Owner, r.TTL, r.Durability); reason != "" {
+		return Checked{}, reason
+	}
+	if reason := r.checkSemaphore(); reason != "" {
 		return Checked{}, reason
 	}
 	if r.Wait != 0 {

@@ -1,0 +1,213 @@
+package lease
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func semReq(op Op, owner string, n, limit int) *Request {
+	return &Request{Op: op, Resource: SemaphorePrefix + "pool", Owner: []byte(owner), TTL: time.Second,
+		Durability: Persistent, Permits: n, Limit: limit}
+}
+
+// apply decides r on *e and, for a write, moves *e on, as the actor does.
+func apply(t *testing.T, e *Entry, r *Request, now time.Time) Decision {
+	t.Helper()
+	d := DecideRequest(*e, r, now)
+	if d.Write {
+		*e = d.Next
+	}
+	return d
+}
+
+func TestPermitsGrantSlotsWithTheirOwnGenerations(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	a := apply(t, &e, semReq(TryLock, "a", 2, 3), now)
+	if a.Status != Locked || len(a.Grants) != 2 || a.Grants[0] != (Grant{0, 1}) || a.Grants[1] != (Grant{1, 1}) {
+		t.Fatalf("first grant = %+v, want slots 0 and 1 with token 1", a)
+	}
+	if b := apply(t, &e, semReq(TryLock, "b", 2, 3), now); b.Status != Busy {
+		t.Fatalf("2 permits with 1 free = %v, want Busy", b.Status)
+	}
+	c := apply(t, &e, semReq(TryLock, "c", 1, 3), now)
+	if c.Status != Locked || c.Grants[0] != (Grant{2, 1}) {
+		t.Fatalf("last permit = %+v, want slot 2 token 1", c)
+	}
+	if u := apply(t, &e, semReq(Unlock, "a", 0, 0), now); u.Status != Unlocked {
+		t.Fatalf("unlock a = %v", u.Status)
+	}
+	// Slots 0 and 1 are granted again with their generation bumped.
+	b := apply(t, &e, semReq(TryLock, "b", 2, 3), now)
+	if b.Status != Locked || b.Grants[0] != (Grant{0, 2}) || b.Grants[1] != (Grant{1, 2}) {
+		t.Fatalf("regrant = %+v, want slots 0 and 1 with token 2", b)
+	}
+	if e.Token != 2 || e.State != Held || e.Limit != 3 {
+		t.Fatalf("entry = %+v, want token 2 (the highest), held, limit 3", e)
+	}
+}
+
+func TestPermitsOfALapsedHolderAreGrantedAgainAbove(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	apply(t, &e, semReq(TryLock, "a", 1, 1), now)
+	if d := apply(t, &e, semReq(TryLock, "b", 1, 1), now.Add(time.Second)); d.Status != Busy {
+		t.Fatalf("at its expiry instant the permit is live: %v, want Busy", d.Status)
+	}
+	later := now.Add(time.Second + time.Nanosecond)
+	if d := apply(t, &e, semReq(Extend, "a", 0, 0), later); d.Status != LockDoesNotExist {
+		t.Fatalf("extend of a lapsed permit = %v, want LockDoesNotExist", d.Status)
+	}
+	d := apply(t, &e, semReq(TryLock, "b", 1, 1), later)
+	if d.Status != Locked || d.Token != 2 {
+		t.Fatalf("grant after lapse = %+v, want token 2", d)
+	}
+	if d := apply(t, &e, semReq(Unlock, "a", 0, 0), later); d.Status != LockDoesNotExist {
+		t.Fatalf("unlock by the lapsed holder after a regrant = %v, want LockDoesNotExist", d.Status)
+	}
+}
+
+func TestPermitsSameOwnerGetsItsGrantBack(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	first := apply(t, &e, semReq(TryLock, "a", 2, 4), now)
+	again := apply(t, &e, semReq(TryLock, "a", 2, 4), now.Add(time.Millisecond))
+	if again.Status != Locked || again.Write || len(again.Grants) != 2 || again.Grants[1] != first.Grants[1] {
+		t.Fatalf("retry = %+v, want the same grants, nothing written", again)
+	}
+	if d := apply(t, &e, semReq(TryLock, "a", 3, 4), now); d.Status != InvalidInput || !strings.Contains(d.Reason, "holds 2") {
+		t.Fatalf("another count by the holder = %+v, want InvalidInput naming what it holds", d)
+	}
+}
+
+func TestPermitsLimitIsTheServers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	apply(t, &e, semReq(TryLock, "a", 1, 3), now)
+	before := e
+	d := apply(t, &e, semReq(TryLock, "b", 1, 5), now)
+	if d.Status != InvalidInput || d.Write || !strings.Contains(d.Reason, "limit is 3") || !strings.Contains(d.Reason, "states 5") {
+		t.Fatalf("other limit = %+v, want InvalidInput naming both", d)
+	}
+	if e.Revision != before.Revision {
+		t.Fatal("a refused request changed the entry")
+	}
+}
+
+func TestPermitsExtendAndUnlockEveryPermitOfTheOwner(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	apply(t, &e, semReq(TryLock, "a", 2, 3), now)
+	apply(t, &e, semReq(TryLock, "b", 1, 3), now)
+	r := semReq(Extend, "a", 0, 0)
+	r.TTL = time.Hour
+	d := apply(t, &e, r, now.Add(time.Millisecond))
+	if d.Status != Extended || len(d.Grants) != 2 || !e.Slots[0].Expires.Equal(now.Add(time.Millisecond+time.Hour)) ||
+		!e.Slots[1].Expires.Equal(e.Slots[0].Expires) || e.Slots[2].Expires.After(now.Add(time.Second)) {
+		t.Fatalf("extend = %+v, slots %+v", d, e.Slots)
+	}
+	if !e.Expires.Equal(e.Slots[0].Expires) {
+		t.Fatalf("entry expires %v, want the latest permit's %v", e.Expires, e.Slots[0].Expires)
+	}
+	if at, ok := e.NextLapse(now); !ok || !at.Equal(now.Add(time.Second)) {
+		t.Fatalf("next lapse = %v %v, want b's expiry", at, ok)
+	}
+	if d := apply(t, &e, semReq(Unlock, "a", 0, 0), now); d.Status != Unlocked || e.Slots[0].Owner != nil || e.Slots[1].Owner != nil || e.State != Held {
+		t.Fatalf("unlock a = %v, entry %+v: want a's two slots free, b's held", d.Status, e)
+	}
+	apply(t, &e, semReq(Unlock, "b", 0, 0), now)
+	if e.State != Released || e.Token != 1 {
+		t.Fatalf("all released: entry %+v, want Released keeping token 1", e)
+	}
+}
+
+func TestPermitsStartAboveTheFloor(t *testing.T) {
+	now := time.Unix(1000, 0)
+	e := Entry{Token: 40} // Absent: the partition's token floor
+	d := apply(t, &e, semReq(TryLock, "a", 1, 2), now)
+	if d.Token != 40 {
+		t.Fatalf("first permit token = %d, want the floor 40", d.Token)
+	}
+	e.Floor = 90 // ephemeral grants this entry does not know of
+	d = apply(t, &e, semReq(TryLock, "b", 1, 2), now)
+	if d.Token != 90 {
+		t.Fatalf("token with a floor of 90 = %d", d.Token)
+	}
+}
+
+func TestPermitsDecisionLeavesTheCachedSlotsAlone(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	apply(t, &e, semReq(TryLock, "a", 1, 2), now)
+	snapshot := append([]Slot(nil), e.Slots...)
+	DecideRequest(e, semReq(TryLock, "b", 1, 2), now) // not applied (a write in flight)
+	DecideRequest(e, semReq(Unlock, "a", 0, 0), now)  // nor this
+	DecideRequest(e, semReq(Extend, "a", 0, 0), now.Add(time.Millisecond))
+	for i := range snapshot {
+		if string(e.Slots[i].Owner) != string(snapshot[i].Owner) || e.Slots[i].Expires != snapshot[i].Expires {
+			t.Fatalf("slot %d changed by an unapplied decision: %+v", i, e.Slots[i])
+		}
+	}
+}
+
+func TestPermitsALiveLockOfTheNameIsBusy(t *testing.T) {
+	now := time.Unix(1000, 0)
+	e := Entry{State: Held, Owner: []byte("old"), Expires: now.Add(time.Second), Token: 7}
+	if d := DecideRequest(e, semReq(TryLock, "a", 1, 2), now); d.Status != Busy {
+		t.Fatalf("permit on a live lock's entry = %v, want Busy", d.Status)
+	}
+}
+
+func TestCheckSemaphoreRequests(t *testing.T) {
+	ok := *semReq(TryLock, "a", 1, 3)
+	cases := []struct {
+		name string
+		edit func(*Request)
+		want string // "" = valid
+	}{
+		{"valid", func(*Request) {}, ""},
+		{"ephemeral", func(r *Request) { r.Durability = Ephemeral }, "persistent"},
+		{"no limit", func(r *Request) { r.Limit = 0 }, "limit 0 is outside 1..256"},
+		{"limit too big", func(r *Request) { r.Limit = MaxPermits + 1 }, "limit 257"},
+		{"no permits", func(r *Request) { r.Permits = 0 }, "permits 0 is outside 1..3"},
+		{"more permits than the limit", func(r *Request) { r.Permits = 4 }, "permits 4"},
+		{"get", func(r *Request) { r.Op, r.Permits, r.Limit = Get, 0, 0 }, "no single holder"},
+		{"extend with permits", func(r *Request) { r.Op = Extend }, "not Extend"},
+		{"extend", func(r *Request) { r.Op, r.Permits, r.Limit = Extend, 0, 0 }, ""},
+		{"unlock", func(r *Request) { r.Op, r.Permits, r.Limit, r.TTL = Unlock, 0, 0, 0 }, ""},
+		{"empty name", func(r *Request) { r.Resource = SemaphorePrefix }, "semaphore name is empty"},
+		{"lock with permits", func(r *Request) { r.Resource = "plain" }, "permits and limit are for semaphores"},
+		{"kahuna lock call on a semaphore", func(r *Request) { r.Permits, r.Limit = 0, 0 }, "limit 0"},
+	}
+	for _, c := range cases {
+		r := ok
+		c.edit(&r)
+		_, reason := r.Check()
+		if (c.want == "") != (reason == "") || !strings.Contains(reason, c.want) {
+			t.Errorf("%s: reason %q, want %q", c.name, reason, c.want)
+		}
+	}
+}
+
+func TestPermitsOfOwnersTooLongForTheRecordAreRefused(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	owner := strings.Repeat("o", MaxOwnerBytes)
+	for i := range 100 {
+		r := semReq(TryLock, owner[:MaxOwnerBytes-i], 1, 100)
+		rev := e.Revision
+		d := apply(t, &e, r, now)
+		if d.Status == InvalidInput {
+			// 100 slots take 2,400 bytes; each 1 KiB owner about 1 KiB more.
+			if i < 40 || !strings.Contains(d.Reason, "over the limit of 49152") || e.Revision != rev {
+				t.Fatalf("grant %d refused with %q (revision %d, was %d)", i, d.Reason, e.Revision, rev)
+			}
+			return
+		}
+		if d.Status != Locked {
+			t.Fatalf("grant %d = %v", i, d.Status)
+		}
+	}
+	t.Fatal("100 permits of 1 KiB owners were granted: the record would not fit")
+}
