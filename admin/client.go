@@ -255,3 +255,11 @@ func (c *Client) RemoveMember(ctx context.Context, endpoint string, id uint64) (
 func (c *Client) Transfer(ctx context.Context, endpoint string, req TransferRequest) error {
 	return c.call(ctx, endpoint, http.MethodPost, TransferPath, req, nil, false)
 }
+
+// ListLocks asks the node at endpoint for its share of a listing: the
+// live locks of req.Partitions it serves (LocksPath).
+func (c *Client) ListLocks(ctx context.Context, endpoint string, req LocksRequest) (LocksView, error) {
+	var v LocksView
+	err := c.call(ctx, endpoint, http.MethodGet, LocksPath+"?"+req.Query().Encode(), nil, &v, false)
+	return v, err
+}

@@ -106,3 +106,13 @@ func MergePages(limit int, pages ...LockPage) LockPage {
 	}
 	return out
 }
+
+// ListError refuses a list: InvalidInput (Reason says why; nothing was
+// read) or MustRetry (some partitions had no leader that answered, being
+// elected or moving; Reason names them: list again).
+type ListError struct {
+	Status Status
+	Reason string
+}
+
+func (e *ListError) Error() string { return "list: " + e.Status.Describe() + ": " + e.Reason }
