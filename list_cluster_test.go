@@ -88,7 +88,9 @@ func TestClusterListAcrossLeaders(t *testing.T) {
 			t.Fatalf("unlock %s: %+v", res, r)
 		}
 	}
-	testcluster.Settled(t, func() (kahuna.Result, error) { return n1.TryLock(ctx, "listx/y", []byte("o"), time.Hour, kahuna.Ephemeral) })
+	testcluster.Settled(t, func() (kahuna.Result, error) {
+		return n1.TryLock(ctx, "listx/y", []byte("o"), time.Hour, kahuna.Ephemeral)
+	})
 
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range wanted {
