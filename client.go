@@ -30,8 +30,11 @@ import (
 // Lock always polls.
 type Client struct {
 	locker Locker
-	grpc   *transport.Client // nil over REST
-	close  func() error
+	grpc   *transport.Client     // nil over REST
+	rest   *transport.RESTClient // List's, and the locker over REST
+	// restErr is why rest is nil: DialREST refused the endpoints.
+	restErr error
+	close   func() error
 }
 
 var (
@@ -153,13 +156,21 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 		if err != nil {
 			return nil, err
 		}
-		return &Client{locker: c, close: c.Close}, nil
+		return &Client{locker: c, rest: c, close: c.Close}, nil
 	}
 	c, err := transport.Dial(ctx, endpoints, o.transport...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{locker: c, grpc: c, close: c.Close}, nil
+	// It connects on its first List only. Endpoints it cannot take fail
+	// List, not the lock calls.
+	rc, restErr := transport.DialREST(endpoints, o.transport...)
+	return &Client{locker: c, grpc: c, rest: rc, restErr: restErr, close: func() error {
+		if rc != nil {
+			rc.Close()
+		}
+		return c.Close()
+	}}, nil
 }
 
 // WithToken makes the client present token ("authorization: Bearer

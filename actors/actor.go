@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -108,6 +110,16 @@ type countHeld struct {
 type liveLeases struct {
 	partition int
 	reply     chan<- []durability.HandedLease
+}
+
+// listLive asks an actor for the live leases, of either durability, of
+// a partition whose names req wants (lease.ListRequest.Wants): its first
+// limit of them in name order.
+type listLive struct {
+	partition int
+	req       lease.ListRequest
+	limit     int
+	reply     chan<- []lease.ListedLock
 }
 
 // install gives an actor the slots of leases handed over to this node
@@ -247,6 +259,9 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		}
 		m.reply <- leases
 		return
+	case *listLive:
+		m.reply <- a.listLive(m)
+		return
 	case *install:
 		now := a.cfg.Now()
 		for _, h := range m.leases {
@@ -284,6 +299,29 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		a.collect()
 	}
 	a.publish()
+}
+
+// listLive answers m from the cache. Eviction never drops a live entry
+// (evict.go), so the cache holds every live ephemeral lease of the
+// partitions this node serves; a persistent one is here if cached, with
+// its lease measured on this node's monotonic clock.
+func (a *lockActor) listLive(m *listLive) []lease.ListedLock {
+	now := a.cfg.Now()
+	var out []lease.ListedLock
+	for _, s := range a.entries {
+		if s.partition != m.partition || !s.Live(now) || !m.req.Wants(s.resource) {
+			continue
+		}
+		out = append(out, lease.ListedLock{
+			Resource: s.resource, Owner: bytes.Clone(s.Owner), FencingToken: s.Token, Durability: s.kind,
+			Expires: s.Expires.Round(0), // the wall reading: the caller may be another process
+		})
+	}
+	slices.SortFunc(out, func(x, y lease.ListedLock) int { return strings.Compare(x.Resource, y.Resource) })
+	if len(out) > m.limit {
+		out = out[:m.limit:m.limit]
+	}
+	return out
 }
 
 // publish makes the actor's sizes visible to Stats.

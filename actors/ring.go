@@ -30,6 +30,8 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -450,6 +452,39 @@ func (r *Ring) EphemeralLeases(ctx context.Context, p int) ([]durability.HandedL
 		}
 	}
 	return leases, nil
+}
+
+// Live returns the live leases of partition p, ephemeral and persistent,
+// that the actors cache and req wants (lease.ListRequest.Wants): the
+// first limit of them in name order. Every live ephemeral lease of a
+// partition this node serves is cached; a persistent one may not be (its
+// record is the store's). Each actor answers from its own state when it
+// takes the message, so the whole is no snapshot of the partition.
+func (r *Ring) Live(ctx context.Context, p int, req lease.ListRequest, limit int) ([]lease.ListedLock, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	replies := make(chan []lease.ListedLock, len(r.pids))
+	for _, pid := range r.pids {
+		r.system.Root.Send(pid, &listLive{partition: p, req: req, limit: limit, reply: replies})
+	}
+	var all []lease.ListedLock
+	for range r.pids {
+		select {
+		case l := <-replies:
+			all = append(all, l...)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.done:
+			return nil, ErrClosed
+		}
+	}
+	// Each actor's first limit: the first limit of their union are among them.
+	slices.SortFunc(all, func(x, y lease.ListedLock) int { return strings.Compare(x.Resource, y.Resource) })
+	if len(all) > limit {
+		all = all[:limit:limit]
+	}
+	return all, nil
 }
 
 // Install caches leases, handed over by p's previous leader, as live

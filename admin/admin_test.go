@@ -69,6 +69,12 @@ func (f *fakeNode) TransferLeadership(int, uint64) (uint64, error) {
 	return f.transfer()
 }
 func (f *fakeNode) Endpoint(id uint64) string { return f.peers[id] }
+func (f *fakeNode) ListLocks(_ context.Context, req LocksRequest) (LocksView, error) {
+	if req.Limit < 0 {
+		return LocksView{}, fmt.Errorf("%w: limit is negative", ErrInvalidList)
+	}
+	return LocksView{Node: f.id, Locks: []Lock{{Resource: req.Prefix + "a", Owner: []byte("o"), FencingToken: 1, ExpiresMs: 2, Durability: 1}}, NotServed: req.Partitions}, nil
+}
 func (f *fakeNode) PeerChange(_ context.Context, req MemberRequest) (MemberChangeResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -109,6 +115,42 @@ func TestClientReads(t *testing.T) {
 	}
 	if v, err := c.Members(ctx, ep); err != nil || len(v.Members) != 1 || v.Members[0].ID != 7 {
 		t.Fatalf("members: %+v %v", v, err)
+	}
+}
+
+// A member's share of a listing goes over the query and back: prefix,
+// after, limit and partitions as asked (an empty prefix and the empty
+// partition list included), a malformed query or a refused request 400.
+func TestClientListLocks(t *testing.T) {
+	ctx := context.Background()
+	ep := serve(t, &fakeNode{id: 7}, NewClient(), nil)
+	c := NewClient()
+	v, err := c.ListLocks(ctx, ep, LocksRequest{Prefix: "a b&c=/", After: "x", Limit: 5, Partitions: []int{0, 3}})
+	if err != nil || v.Node != 7 || len(v.Locks) != 1 || v.Locks[0].Resource != "a b&c=/a" || string(v.Locks[0].Owner) != "o" ||
+		v.Locks[0].Durability != 1 || fmt.Sprint(v.NotServed) != "[0 3]" {
+		t.Fatalf("list: %+v %v", v, err)
+	}
+	for _, q := range []url.Values{{"prefix": {"p"}, "after": {"a"}, "limit": {"7"}, "partitions": {"1,2"}}, {}, {"partitions": {""}}} {
+		req, err := ParseLocksQuery(q)
+		if err != nil {
+			t.Fatalf("%v: %v", q, err)
+		}
+		if back, _ := ParseLocksQuery(req.Query()); fmt.Sprintf("%#v", back) != fmt.Sprintf("%#v", req) {
+			t.Errorf("%v: %#v, then %#v", q, req, back)
+		}
+	}
+	if req, _ := ParseLocksQuery(url.Values{"partitions": {""}}); req.Partitions == nil {
+		t.Error("an empty partition list reads as none given (every partition)")
+	}
+	var e *Error
+	for _, q := range []string{"limit=x", "partitions=1,-2", "partitions=a", "limit=-1"} {
+		resp, err := c.Do(ctx, ep, http.MethodGet, LocksPath+"?"+q, nil, nil)
+		if err != nil || resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %v %v", q, resp, err)
+		}
+	}
+	if _, err := c.ListLocks(ctx, ep, LocksRequest{Limit: -1}); !errors.As(err, &e) || e.Code != http.StatusBadRequest || !strings.Contains(e.Message, "negative") {
+		t.Fatalf("refused: %v", err)
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// maxAnswer bounds the answer read of one call.
-const maxAnswer = 1 << 20
+// maxAnswer bounds the answer read of one call: a full LocksView of
+// lease.MaxListLimit locks with the longest names and owners fits.
+const maxAnswer = 16 << 20
 
 // Client calls the admin API of kahuna nodes. Every method takes the
 // node's endpoint (its API URL, e.g. http://10.0.0.2:2070), so one
@@ -115,7 +116,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Do sends one admin request: method on endpoint+path, with body (JSON;
 // nil: none) and then header's fields, which replace the client's own
 // (e.g. a caller's Authorization passed on). The answer's body is read
-// (up to 1 MiB) before Do returns, so the response outlives ctx; its
+// (up to 16 MiB) before Do returns, so the response outlives ctx; its
 // status is the caller's to judge.
 func (c *Client) Do(ctx context.Context, endpoint, method, path string, body []byte, header http.Header) (*http.Response, error) {
 	if c.timeout > 0 {
@@ -254,4 +255,12 @@ func (c *Client) RemoveMember(ctx context.Context, endpoint string, id uint64) (
 // any member passes it on to the partition's leader.
 func (c *Client) Transfer(ctx context.Context, endpoint string, req TransferRequest) error {
 	return c.call(ctx, endpoint, http.MethodPost, TransferPath, req, nil, false)
+}
+
+// ListLocks asks the node at endpoint for its share of a listing: the
+// live locks of req.Partitions it serves (LocksPath).
+func (c *Client) ListLocks(ctx context.Context, endpoint string, req LocksRequest) (LocksView, error) {
+	var v LocksView
+	err := c.call(ctx, endpoint, http.MethodGet, LocksPath+"?"+req.Query().Encode(), nil, &v, false)
+	return v, err
 }

@@ -38,6 +38,10 @@ type Node interface {
 	// ErrMemberRemoved (409), or this node cannot change members now
 	// (503).
 	PeerChange(ctx context.Context, req MemberRequest) (MemberChangeResult, error)
+	// ListLocks lists the live locks of req.Partitions that this node
+	// serves (LocksPath). An error matching ErrInvalidList is a bad
+	// request (400); any other, the node could not read them (503).
+	ListLocks(ctx context.Context, req LocksRequest) (LocksView, error)
 }
 
 // transferWait bounds how long a transfer request waits for the
@@ -64,6 +68,7 @@ func NewHandler(n Node, c *Client) http.Handler {
 	mux.HandleFunc("GET "+MembersPath, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, n.Members())
 	})
+	mux.HandleFunc("GET "+LocksPath, h.listLocks)
 	mux.HandleFunc("POST "+TransferPath, h.transfer)
 	mux.HandleFunc("POST "+MembersPath, h.addMember)
 	mux.HandleFunc("DELETE "+MembersPath+"/{id}", h.removeMember)
@@ -79,6 +84,7 @@ func Routes(h http.Handler) map[string]http.Handler {
 		MembersPath:       h,
 		MembersPath + "/": h,
 		StatusPath:        h,
+		LocksPath:         h,
 	}
 }
 
@@ -155,6 +161,25 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, leader uint64,
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+func (h *handler) listLocks(w http.ResponseWriter, r *http.Request) {
+	req, err := ParseLocksQuery(r.URL.Query())
+	if err == nil {
+		var v LocksView
+		if v, err = h.n.ListLocks(r.Context(), req); err == nil {
+			if v.Locks == nil {
+				v.Locks = []Lock{}
+			}
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
+	}
+	code := http.StatusServiceUnavailable
+	if errors.Is(err, ErrInvalidList) {
+		code = http.StatusBadRequest
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
 func (h *handler) addMember(w http.ResponseWriter, r *http.Request) {

@@ -33,6 +33,13 @@ const (
 	MembersPath = "/v1/admin/members"
 	// StatusPath: GET is the node's view of every partition (NodeStatus).
 	StatusPath = "/v1/admin/status"
+	// LocksPath: GET ?prefix=&after=&limit=&partitions=0,3 lists the live
+	// locks of the named partitions (none named: all) that the node
+	// serves, as it would answer the lock API's GET /v1/locks for them
+	// alone (LocksView): one member's share of a listing, which the member
+	// asked for the whole one gathers from each partition's leader. It is
+	// never passed on.
+	LocksPath = "/v1/admin/locks"
 )
 
 // forwardedHeader marks a request between members: the receiver serves
@@ -129,6 +136,42 @@ type NodeStatus struct {
 	// waits for (partitions without a leader, members not reachable).
 	Starting string `json:"starting,omitempty"`
 }
+
+// LocksRequest is GET LocksPath: the live locks whose name starts with
+// Prefix, after the name After, at most Limit (0: the node's default),
+// of Partitions (nil: every partition the node serves).
+type LocksRequest struct {
+	Prefix     string
+	After      string
+	Limit      int
+	Partitions []int
+}
+
+// Lock is one live lock in a LocksView.
+type Lock struct {
+	Resource     string `json:"resource"`
+	Owner        []byte `json:"owner"` // base64 in JSON
+	FencingToken int64  `json:"fencingToken"`
+	// ExpiresMs is the lease end, wall-clock unix milliseconds of the
+	// answering node's clock.
+	ExpiresMs  int64 `json:"expiresMs"`
+	Durability int32 `json:"durability"` // 0 ephemeral, 1 persistent
+}
+
+// LocksView answers GET LocksPath: the live locks, in name order, of the
+// partitions asked for that the node serves; Next, when set, is the
+// After of the next page (there may be more). NotServed lists the
+// partitions asked for that the node does not serve now.
+type LocksView struct {
+	Node      uint64 `json:"node"`
+	Locks     []Lock `json:"locks"`
+	Next      string `json:"next,omitempty"`
+	NotServed []int  `json:"notServed,omitempty"`
+}
+
+// ErrInvalidList: a list request the node refuses as malformed (a bad
+// limit, an over-long prefix); nothing was read. The API answers 400.
+var ErrInvalidList = errors.New("invalid list request")
 
 // ErrMemberRemoved: the ID was removed from the cluster; Raft never lets a
 // removed ID back (its log and votes are gone with it). Add the node under

@@ -705,6 +705,98 @@ func TestReleased(t *testing.T) {
 	}
 }
 
+// Held lists the records held at now whose names start with a prefix, in
+// name order after a cursor, across read pages: not the expired, the
+// unlocked, another partition's, a corrupt one, nor a name just outside
+// the prefix; paging by the last name given returns each once.
+func TestHeld(t *testing.T) {
+	db := memDB(t, 8<<20)
+	r := &Raft{db: db, log: discard, lanes: make([]*lane, 3)}
+	s := newStateMachine(db, shardID(1), discard, true)
+	const now = 1000
+	var recs, want []Record
+	for i := range 700 { // more than two read pages
+		res := fmt.Sprintf("jobs/%04d", i)
+		rc := Record{Resource: res, Owner: []byte("o" + res), Token: int64(i), Revision: 1, Locked: true, ExpiresMs: now + int64(i%3)}
+		switch i % 5 {
+		case 1: // expired just before now
+			rc.ExpiresMs = now - 1
+		case 2: // released
+			rc.Locked, rc.Owner = false, nil
+		}
+		recs = append(recs, rc)
+		if i%5 != 1 && i%5 != 2 {
+			want = append(want, stored(rc, 5))
+		}
+	}
+	held := func(res string) Record {
+		return Record{Resource: res, Owner: []byte("o"), Token: 1, Revision: 1, Locked: true, ExpiresMs: now + 5}
+	}
+	// Just outside the prefix "jobs/": before and after it in key order.
+	recs = append(recs, held("jobs"), held("jobs."), held("jobs0"), held("job"))
+	if _, err := s.Update([]sm.Entry{entry(5, recs...)}); err != nil {
+		t.Fatal(err)
+	}
+	other := newStateMachine(db, shardID(2), discard, true)
+	if _, err := other.Update([]sm.Entry{entry(5, held("jobs/0000x"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(txn *badger.Txn) error {
+		return txn.Set(recordKey(nil, shardID(1), []byte("jobs/0000y")), []byte{0xff})
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	all, err := r.Held(1, "jobs/", "", now, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(all, want) {
+		t.Fatalf("held under jobs/: got %d records, want %d (first %+v)", len(all), len(want), all[:min(len(all), 2)])
+	}
+	// Pages of 7 by the last name given: the same records, once each.
+	var paged []Record
+	for after := ""; ; {
+		page, err := r.Held(1, "jobs/", after, now, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 7 {
+			t.Fatalf("page of %d records, limit 7", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		after = page[len(page)-1].Resource
+	}
+	if !reflect.DeepEqual(paged, want) {
+		t.Fatalf("paged: got %d records, want %d", len(paged), len(want))
+	}
+	// A cursor before the prefix starts at its first name; one past it ends.
+	if got, err := r.Held(1, "jobs/", "a", now, 1); err != nil || len(got) != 1 || got[0].Resource != want[0].Resource {
+		t.Fatalf("cursor before the prefix: %+v, %v", got, err)
+	}
+	if got, err := r.Held(1, "jobs/", "jobs0", now, 10); err != nil || len(got) != 0 {
+		t.Fatalf("cursor past the prefix: %+v, %v", got, err)
+	}
+	// The empty prefix: every held name of the partition, outside ones too.
+	if got, err := r.Held(1, "", "", now, 10000); err != nil || len(got) != len(want)+4 {
+		t.Fatalf("every held record: %d, %v; want %d", len(got), err, len(want)+4)
+	}
+	// A lease is live up to and including its expiry.
+	if got, err := r.Held(1, "jobs/0000", "", now+1, 10); err != nil || len(got) != 0 {
+		t.Fatalf("jobs/0000 (expiring at %d) held at %d: %+v, %v", now, now+1, got, err)
+	}
+	if err := func() error { _, err := r.Held(3, "", "", now, 1); return err }(); !errors.Is(err, errPartition) {
+		t.Fatalf("partition out of range: %v", err)
+	}
+	r.dbClosed = true
+	if _, err := r.Held(1, "", "", now, 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed: %v", err)
+	}
+}
+
 // Through Raft: a Remove decided from the stored record deletes it, and
 // Load then gives the floor, which a new grant must reach.
 func TestRemoveSingleNode(t *testing.T) {

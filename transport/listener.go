@@ -27,6 +27,9 @@ func (s *Server) newHandler() http.Handler {
 			mux.Handle(path, guard(s.restHandler(restRoute(route))))
 		}
 	}
+	if l, ok := s.locker.(Lister); ok {
+		mux.Handle(ListPath, guard(listHandler(l)))
+	}
 	mux.HandleFunc("/healthz", healthz(s.opts.Ready))
 	for pattern, h := range s.opts.Extra {
 		if !slices.Contains(s.opts.Unauthenticated, pattern) {

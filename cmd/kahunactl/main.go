@@ -6,6 +6,7 @@
 //	kahunactl extend jobs/export --owner OWNER --ttl 30s
 //	kahunactl unlock jobs/export --owner OWNER
 //	kahunactl get jobs/export
+//	kahunactl locks jobs/ --limit 50                 # live locks whose name starts with jobs/ (locks.go)
 //	kahunactl elect scheduler node-a                 # campaigns, prints the epoch when elected, leads until interrupted
 //	kahunactl elect scheduler node-a -- ./schedule   # runs the command while leader
 //	kahunactl elect --listen scheduler               # prints every change of leader
@@ -137,6 +138,8 @@ type options struct {
 	value          string   // elect's VALUE
 	more           []string // lock A B ... -- CMD: the RESOURCEs after the first
 	listen         bool     // elect --listen
+	limit          int      // locks --limit
+	after          string   // locks --after
 }
 
 // A command is one of kahunactl's commands.
@@ -145,6 +148,8 @@ type command struct {
 	args     string // what follows the name in its synopsis
 	summary  string // one line, for -h and the command list
 	resource bool   // takes a RESOURCE
+	// prefix: the RESOURCE is a name prefix, which may be empty or left out.
+	prefix bool
 	// flags registers the command's own flags (the common ones are added
 	// for every command).
 	flags func(fs *flag.FlagSet, o *options, durability *string)
@@ -187,6 +192,7 @@ var commands = []command{
 			fs.IntVar(&o.partition, "partition", -1, "the partition (required)")
 			fs.Uint64Var(&o.to, "to", 0, "ID of the node to lead it (required)")
 		}},
+	locksCommand,  // locks.go
 	memberCommand, // admin.go
 	watchCommand,  // watch.go
 	electCommand,  // elect.go
@@ -314,6 +320,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return transferLeadership(dctx, o, out, stderr)
 	case "status":
 		return status(dctx, o, out, stderr)
+	case "locks":
+		return locks(dctx, resource, o, cc, out, stderr) // locks.go
 	}
 	copts := cc.clientOptions()
 	if cmd.name == "lock" || cmd.name == "elect" {
@@ -519,7 +527,7 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		}
 		return usageErr("unexpected argument %q", extra[0])
 	}
-	if cmd.resource {
+	if cmd.resource && !cmd.prefix {
 		switch durability {
 		case "persistent":
 			o.durability = kahuna.Persistent
@@ -528,6 +536,9 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		default:
 			return usageErr("--durability must be persistent or ephemeral, not %q", durability)
 		}
+	}
+	if cmd.prefix && o.format == "table" {
+		o.format = "text" // the text of a listing is a table
 	}
 	if o.format != "text" && o.format != "json" {
 		return usageErr("--format must be text or json, not %q", o.format)
@@ -543,9 +554,9 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 	switch {
 	case cmd.name == "elect" && strings.TrimSpace(resource) == "":
 		return usageErr("elect needs a NAME (and a VALUE, or --listen NAME)")
-	case cmd.resource && resource == "":
+	case cmd.resource && !cmd.prefix && resource == "":
 		return usageErr("%s needs a RESOURCE", cmd.name)
-	case cmd.resource && strings.TrimSpace(resource) == "":
+	case cmd.resource && !cmd.prefix && strings.TrimSpace(resource) == "":
 		return usageErr("%s: RESOURCE %q is only white space", cmd.name, resource)
 	case ownerGiven && o.owner == "":
 		return usageErr("--owner is empty (leave it out for a fresh random owner)")
@@ -609,6 +620,8 @@ func invalidInput(cmd, resource string, o options) string {
 		which = lease.Unlock
 	case "get":
 		which = lease.Get
+	case "locks":
+		return lease.ListRequest{Prefix: resource, After: o.after, Limit: o.limit}.Check()
 	default:
 		return ""
 	}

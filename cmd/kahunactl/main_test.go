@@ -362,6 +362,7 @@ func TestCommandHelp(t *testing.T) {
 		"extend":              {"durability", "endpoints", "format", "owner", "timeout", "ttl"},
 		"unlock":              {"durability", "endpoints", "format", "owner", "timeout"},
 		"get":                 {"durability", "endpoints", "format", "timeout"},
+		"locks":               {"after", "endpoints", "format", "limit", "timeout"},
 		"partitions":          {"endpoints", "format", "timeout"},
 		"transfer-leadership": {"endpoints", "format", "partition", "timeout", "to"},
 		"member":              {"endpoint", "endpoints", "format", "raft-address", "timeout"},

@@ -117,3 +117,7 @@ func (a adminNode) Endpoint(id uint64) string {
 func (a adminNode) PeerChange(ctx context.Context, req admin.MemberRequest) (admin.MemberChangeResult, error) {
 	return a.n.members.Serve(ctx, req)
 }
+
+func (a adminNode) ListLocks(ctx context.Context, req admin.LocksRequest) (admin.LocksView, error) {
+	return a.n.listLocks(ctx, req)
+}

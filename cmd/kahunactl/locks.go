@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/transport"
+)
+
+// locksCommand is kahunactl locks: a page of the live locks by prefix,
+// as etcdctl get --prefix lists keys.
+var locksCommand = command{name: "locks", args: "[PREFIX] [--limit N] [--after NAME] [flags]", resource: true, prefix: true,
+	summary: "list the live locks whose name starts with PREFIX (none: every lock), in name order, a page at a time: owner, fencing token, durability, expiry",
+	flags: func(fs *flag.FlagSet, o *options, _ *string) {
+		fs.IntVar(&o.limit, "limit", lease.DefaultListLimit, fmt.Sprintf("locks per page, 1 to %d", lease.MaxListLimit))
+		fs.StringVar(&o.after, "after", "", "list the names after this one: the next page's cursor, as the last page printed it")
+	}}
+
+// lockJSON is one lock of locks' JSON output.
+type lockJSON struct {
+	Resource     string `json:"resource"`
+	Owner        string `json:"owner"`
+	FencingToken int64  `json:"fencingToken"`
+	Durability   string `json:"durability"`
+	Expires      string `json:"expires"` // RFC 3339, UTC
+}
+
+// locks prints one page of the live locks under prefix: a table (the
+// cursor of the next page after it, when there is one) or JSON.
+func locks(ctx context.Context, prefix string, o options, cc conn, out printer, stderr io.Writer) int {
+	if o.limit == 0 {
+		fmt.Fprintf(stderr, "kahunactl: locks: --limit must be 1 to %d, not 0\n", lease.MaxListLimit)
+		return exitUsage
+	}
+	c, err := transport.DialREST(o.endpoints, cc.clientOptions()...)
+	if err != nil {
+		fmt.Fprintf(stderr, "kahunactl: locks: %s\n", oneLine(err))
+		return exitUsage
+	}
+	defer c.Close()
+	page, err := c.List(ctx, lease.ListRequest{Prefix: prefix, After: o.after, Limit: o.limit})
+	var le *lease.ListError
+	switch {
+	case errors.As(err, &le) && le.Status == lease.InvalidInput:
+		fmt.Fprintf(stderr, "kahunactl: locks %s: invalid input: %s\n", lease.Excerpt(prefix), le.Reason)
+		return exitUsage
+	case errors.As(err, &le):
+		fmt.Fprintf(stderr, "kahunactl: locks %s: %s: %s\n", lease.Excerpt(prefix), le.Status.Describe(), le.Reason)
+		return exitError
+	case err != nil:
+		fmt.Fprintf(stderr, "kahunactl: locks %s: %s\n", lease.Excerpt(prefix), out.errorLine(err))
+		return exitError
+	}
+	expires := func(l lease.ListedLock) string { return l.Expires.UTC().Format(time.RFC3339Nano) }
+	if out.json {
+		v := struct {
+			Locks []lockJSON `json:"locks"`
+			Next  string     `json:"next,omitempty"`
+		}{Locks: []lockJSON{}, Next: page.Next}
+		for _, l := range page.Locks {
+			v.Locks = append(v.Locks, lockJSON{Resource: l.Resource, Owner: string(l.Owner), FencingToken: l.FencingToken,
+				Durability: l.Durability.String(), Expires: expires(l)})
+		}
+		_ = json.NewEncoder(out.w).Encode(v)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "RESOURCE\tOWNER\tFENCING TOKEN\tDURABILITY\tEXPIRES\n")
+	for _, l := range page.Locks {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", lease.Excerpt(l.Resource), lease.Excerpt(string(l.Owner)), l.FencingToken, l.Durability, expires(l))
+	}
+	tw.Flush()
+	if page.Next != "" {
+		fmt.Fprintf(out.w, "more after %s: kahunactl locks %q --after %q\n", lease.Excerpt(page.Next), prefix, page.Next)
+	}
+	return exitOK
+}
