@@ -77,6 +77,7 @@ type Lock struct {
 	noDeadline  bool     // acquireOptions.noDeadline
 	session     *Session // the session that renews it (WithSession), or nil
 	leaseOf     *Session // the session this is the own lease of, or nil
+	grants      []Grant  // a semaphore's permits (Permit), or nil
 
 	ctx    *lockContext
 	cancel context.CancelCauseFunc
@@ -246,7 +247,13 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			r   Result
 			err error
 		)
-		if serverWaits {
+		if o.limit > 0 {
+			wait := WaitForever
+			if !forever {
+				wait = max(busyUntil.Sub(sent), 0)
+			}
+			r, err = askPermits(ctx, l, resource, o, wait)
+		} else if serverWaits {
 			wait := WaitForever
 			if !forever {
 				wait = max(busyUntil.Sub(sent), 0)
@@ -281,6 +288,7 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			}
 			answered()
 			lk := newLock(l, resource, r.FencingToken, o, since)
+			lk.grants = r.Grants
 			if o.session != nil {
 				o.session.attach(lk)
 			}
@@ -326,6 +334,19 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 		}
 		step = min(step*2, maxBackoff)
 	}
+}
+
+// askPermits is one attempt to take a semaphore's permits: the request
+// whole, as only a requestDoer takes it (Semaphore checked that l is one).
+// A request that is not well formed is answered InvalidInput, unsent.
+func askPermits(ctx context.Context, l Locker, resource string, o acquireOptions, wait time.Duration) (Result, error) {
+	req, reason := lease.Request{Op: lease.TryLock, Resource: resource, Owner: o.owner, TTL: o.ttl,
+		Durability: o.durability, Wait: wait, Permits: o.permits, Limit: o.limit}.Check()
+	if reason != "" {
+		return Result{Status: InvalidInput, Reason: reason}, nil
+	}
+	_, r, err := l.(requestDoer).doRequest(ctx, req)
+	return r, err
 }
 
 // release releases a lock that has ended (Session.Close ends its locks
