@@ -102,6 +102,15 @@ func (c *Client) Get(ctx context.Context, resource string, d Durability) (LockIn
 	return c.locker.Get(ctx, resource, d)
 }
 
+// requestDo is how the client runs a request whole (a semaphore's
+// permits and limit included): over gRPC only, as REST does not carry them.
+func (c *Client) requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
+	if c.grpc == nil {
+		return nil
+	}
+	return c.grpc.Do
+}
+
 // Close releases the client's connections.
 func (c *Client) Close() error { return c.close() }
 

@@ -337,7 +337,7 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 }
 
 // askPermits is one attempt to take a semaphore's permits: the request
-// whole, as only a requestDoer takes it (Semaphore checked that l is one).
+// whole, as only a requestDoer takes it (Semaphore checked that l can).
 // A request that is not well formed is answered InvalidInput, unsent.
 func askPermits(ctx context.Context, l Locker, resource string, o acquireOptions, wait time.Duration) (Result, error) {
 	req, reason := lease.Request{Op: lease.TryLock, Resource: resource, Owner: o.owner, TTL: o.ttl,
@@ -345,7 +345,7 @@ func askPermits(ctx context.Context, l Locker, resource string, o acquireOptions
 	if reason != "" {
 		return Result{Status: InvalidInput, Reason: reason}, nil
 	}
-	_, r, err := l.(requestDoer).doRequest(ctx, req)
+	_, r, err := doerOf(l)(ctx, req)
 	return r, err
 }
 

@@ -122,15 +122,15 @@ func (n *Node) WatchLock(ctx context.Context, resource string, from uint64, send
 	return n.n.WatchLock(ctx, resource, from, send)
 }
 
+// requestDo is how the node runs a request whole (a semaphore's permits
+// and limit included): Semaphore's way in.
+func (n *Node) requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
+	return n.n.Do
+}
+
 // Local is the Locker this node offers its peers on the node-to-node
 // forwarding stream: it serves the partitions this node leads and answers
 // MustRetry for the others, never forwarding a second time.
-// doRequest runs a request whole (a semaphore's permits and limit
-// included): Semaphore's way in.
-func (n *Node) doRequest(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
-	return n.n.Do(ctx, req)
-}
-
 func (n *Node) Local() Locker { return n.n.Local() }
 
 // Close stops the node: new calls get ErrClosed, calls in flight are

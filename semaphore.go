@@ -37,12 +37,22 @@ const MaxPermits = lease.MaxPermits
 type Grant = lease.Grant
 
 // ErrNoSemaphores: the Locker cannot carry a semaphore's request (its
-// permits and limit). The embedded Node can; the wire clients cannot yet.
-var ErrNoSemaphores = errors.New("kahuna: this Locker does not carry semaphore requests (use the embedded Node)")
+// permits and limit). The embedded Node and a Client over gRPC can; a
+// Client over REST and other Lockers cannot.
+var ErrNoSemaphores = errors.New("kahuna: this Locker does not carry semaphore requests (use the embedded Node or a gRPC Client)")
 
-// requestDoer runs a lock request whole, permits and limit included.
+// requestDoer is a Locker that may run a lock request whole, permits and
+// limit included: requestDo returns how, or nil if it cannot.
 type requestDoer interface {
-	doRequest(ctx context.Context, req lease.Checked) (LockInfo, Result, error)
+	requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error)
+}
+
+// doerOf is how l runs a request whole, or nil.
+func doerOf(l Locker) func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
+	if d, ok := l.(requestDoer); ok {
+		return d.requestDo()
+	}
+	return nil
 }
 
 // Semaphore is a counting semaphore on a Locker. It holds no state of its
@@ -93,7 +103,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, opts []AcquireOption) (*
 	if s.name == "" {
 		return nil, &StatusError{Op: "acquire permits", Resource: s.name, Status: InvalidInput, Reason: "semaphore name is empty"}
 	}
-	if _, ok := s.locker.(requestDoer); !ok {
+	if doerOf(s.locker) == nil {
 		return nil, ErrNoSemaphores
 	}
 	opts = append(opts, func(o *acquireOptions) { o.permits, o.limit = n, s.limit })

@@ -221,7 +221,8 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 		wait = -2 // invalid
 	}
 	r := lease.Request{Op: lease.TryLock, Resource: req.GetResource(), Owner: req.GetOwner(), TTL: ttl,
-		Durability: lease.Durability(req.GetDurability()), Wait: wait}
+		Durability: lease.Durability(req.GetDurability()), Wait: wait,
+		Permits: int(req.GetPermits()), Limit: int(req.GetLimit())}
 	if !lease.ValidWait(wait) {
 		r.Wait = 0 // said below, in the wire's unit
 	}
@@ -255,6 +256,9 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	resp.Status = v1.Status(res.Status)
 	resp.FencingToken = res.FencingToken
 	resp.WaitedMs = res.Waited.Milliseconds()
+	for _, g := range res.Grants {
+		resp.Grants = append(resp.Grants, &v1.Grant{Slot: int32(g.Slot), FencingToken: g.Token})
+	}
 	if s.opts.Observe != nil {
 		s.opts.Observe(lease.TryLock, res.Status, time.Since(start))
 	}

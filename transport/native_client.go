@@ -96,7 +96,8 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 		if wait > 0 {
 			left = max(wait-sent.Sub(start), 0)
 		}
-		req := &v1.LockRequest{Resource: resource, Owner: owner, TtlMs: int64(ttlToMs(ttl)), WaitMs: waitToMs(left), Durability: v1.Durability(d)}
+		req := &v1.LockRequest{Resource: resource, Owner: owner, TtlMs: int64(ttlToMs(ttl)), WaitMs: waitToMs(left), Durability: v1.Durability(d),
+			Permits: int32(r.Permits), Limit: int32(r.Limit)} // checked: at most lease.MaxPermits
 		var (
 			resp *v1.LockResponse
 			err  error
@@ -122,6 +123,9 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 			FencingToken: resp.GetFencingToken(),
 			ServedFrom:   resp.GetServedFrom(),
 			Reason:       resp.GetReason(),
+		}
+		for _, g := range resp.GetGrants() {
+			res.Grants = append(res.Grants, lease.Grant{Slot: int(g.GetSlot()), Token: g.GetFencingToken()})
 		}
 		if res.Status == lease.Locked && (resp.GetWaitedMs() > 0 || sent != start) {
 			res.Waited = sent.Sub(start) + time.Duration(resp.GetWaitedMs())*time.Millisecond

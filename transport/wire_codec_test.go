@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -314,7 +315,7 @@ func checkReplyDecode(t *testing.T, b []byte) {
 		c := &call{op: op}
 		err := c.decode(&r)
 		want, werr := refDecode(op, &g)
-		if err != werr || c.reply.res != want.res || !bytes.Equal(c.reply.info.Owner, want.info.Owner) ||
+		if err != werr || !reflect.DeepEqual(c.reply.res, want.res) || !bytes.Equal(c.reply.info.Owner, want.info.Owner) ||
 			(c.reply.info.Owner == nil) != (want.info.Owner == nil) || !c.reply.info.Expires.Equal(want.info.Expires) ||
 			c.reply.info.FencingToken != want.info.FencingToken {
 			t.Fatalf("%x as %v: hand-written %+v %v, generated %+v %v", b, op, c.reply, err, want, werr)

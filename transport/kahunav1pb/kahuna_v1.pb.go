@@ -217,8 +217,13 @@ type LockRequest struct {
 	TtlMs    int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// How long to wait for a busy lock: 0 is a TryLock, -1 waits until the
 	// call's deadline or cancellation.
-	WaitMs        int64      `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
-	Durability    Durability `protobuf:"varint,5,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	WaitMs     int64      `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	Durability Durability `protobuf:"varint,5,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	// For a semaphore (a resource named "semaphore:NAME"): how many permits
+	// to take, and the limit the caller states (the server refuses one that
+	// differs from the limit it holds). 0 for a lock.
+	Permits       int32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -288,6 +293,73 @@ func (x *LockRequest) GetDurability() Durability {
 	return Durability_DURABILITY_EPHEMERAL
 }
 
+func (x *LockRequest) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *LockRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// A permit of a semaphore: its slot and the slot's fencing token.
+type Grant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          int32                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	FencingToken  int64                  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Grant) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Grant) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
 type LockResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Status       Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
@@ -297,14 +369,17 @@ type LockResponse struct {
 	WaitedMs   int64  `protobuf:"varint,3,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
 	ServedFrom string `protobuf:"bytes,4,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
 	// For STATUS_INVALID_INPUT: what is wrong with the request.
-	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For a semaphore's grant: the permits granted (fencing_token is the
+	// first one's).
+	Grants        []*Grant `protobuf:"bytes,6,rep,name=grants,proto3" json:"grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockResponse) Reset() {
 	*x = LockResponse{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[1]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +391,7 @@ func (x *LockResponse) String() string {
 func (*LockResponse) ProtoMessage() {}
 
 func (x *LockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[1]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +404,7 @@ func (x *LockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockResponse.ProtoReflect.Descriptor instead.
 func (*LockResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{1}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LockResponse) GetStatus() Status {
@@ -367,6 +442,13 @@ func (x *LockResponse) GetReason() string {
 	return ""
 }
 
+func (x *LockResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 type LockStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Chosen by the client, unique among its Locks in flight on the stream.
@@ -381,7 +463,7 @@ type LockStreamRequest struct {
 
 func (x *LockStreamRequest) Reset() {
 	*x = LockStreamRequest{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +475,7 @@ func (x *LockStreamRequest) String() string {
 func (*LockStreamRequest) ProtoMessage() {}
 
 func (x *LockStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[2]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +488,7 @@ func (x *LockStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStreamRequest.ProtoReflect.Descriptor instead.
 func (*LockStreamRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{2}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LockStreamRequest) GetRequestId() int64 {
@@ -440,7 +522,7 @@ type LockStreamResponse struct {
 
 func (x *LockStreamResponse) Reset() {
 	*x = LockStreamResponse{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +534,7 @@ func (x *LockStreamResponse) String() string {
 func (*LockStreamResponse) ProtoMessage() {}
 
 func (x *LockStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[3]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +547,7 @@ func (x *LockStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockStreamResponse.ProtoReflect.Descriptor instead.
 func (*LockStreamResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{3}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LockStreamResponse) GetRequestId() int64 {
@@ -494,7 +576,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[4]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +588,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[4]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +601,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{4}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchRequest) GetResource() string {
@@ -557,7 +639,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[5]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +651,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[5]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +664,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{5}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchEvent) GetType() EventType {
@@ -650,7 +732,7 @@ type BatchRequests struct {
 
 func (x *BatchRequests) Reset() {
 	*x = BatchRequests{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[6]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +744,7 @@ func (x *BatchRequests) String() string {
 func (*BatchRequests) ProtoMessage() {}
 
 func (x *BatchRequests) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[6]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +757,7 @@ func (x *BatchRequests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequests.ProtoReflect.Descriptor instead.
 func (*BatchRequests) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{6}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchRequests) GetRequests() []*lockspb.GrpcBatchClientLockRequest {
@@ -694,7 +776,7 @@ type BatchResponses struct {
 
 func (x *BatchResponses) Reset() {
 	*x = BatchResponses{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +788,7 @@ func (x *BatchResponses) String() string {
 func (*BatchResponses) ProtoMessage() {}
 
 func (x *BatchResponses) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +801,7 @@ func (x *BatchResponses) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponses.ProtoReflect.Descriptor instead.
 func (*BatchResponses) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{7}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BatchResponses) GetResponses() []*lockspb.GrpcBatchClientLockResponse {
@@ -733,7 +815,7 @@ var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xa6\x01\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xd6\x01\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -741,14 +823,20 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x125\n" +
 	"\n" +
 	"durability\x18\x05 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
-	"durability\"\xb4\x01\n" +
+	"durability\x12\x18\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\"@\n" +
+	"\x05Grant\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xde\x01\n" +
 	"\fLockResponse\x12)\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x1b\n" +
 	"\twaited_ms\x18\x03 \x01(\x03R\bwaitedMs\x12\x1f\n" +
 	"\vserved_from\x18\x04 \x01(\tR\n" +
 	"servedFrom\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"v\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12(\n" +
+	"\x06grants\x18\x06 \x03(\v2\x10.kahuna.v1.GrantR\x06grants\"v\n" +
 	"\x11LockStreamRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\x12*\n" +
@@ -827,50 +915,52 @@ func file_transport_proto_kahuna_v1_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_transport_proto_kahuna_v1_proto_goTypes = []any{
 	(Durability)(0),                             // 0: kahuna.v1.Durability
 	(Status)(0),                                 // 1: kahuna.v1.Status
 	(EventType)(0),                              // 2: kahuna.v1.EventType
 	(*LockRequest)(nil),                         // 3: kahuna.v1.LockRequest
-	(*LockResponse)(nil),                        // 4: kahuna.v1.LockResponse
-	(*LockStreamRequest)(nil),                   // 5: kahuna.v1.LockStreamRequest
-	(*LockStreamResponse)(nil),                  // 6: kahuna.v1.LockStreamResponse
-	(*WatchRequest)(nil),                        // 7: kahuna.v1.WatchRequest
-	(*WatchEvent)(nil),                          // 8: kahuna.v1.WatchEvent
-	(*BatchRequests)(nil),                       // 9: kahuna.v1.BatchRequests
-	(*BatchResponses)(nil),                      // 10: kahuna.v1.BatchResponses
-	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 11: GrpcBatchClientLockRequest
-	(*lockspb.GrpcBatchClientLockResponse)(nil), // 12: GrpcBatchClientLockResponse
+	(*Grant)(nil),                               // 4: kahuna.v1.Grant
+	(*LockResponse)(nil),                        // 5: kahuna.v1.LockResponse
+	(*LockStreamRequest)(nil),                   // 6: kahuna.v1.LockStreamRequest
+	(*LockStreamResponse)(nil),                  // 7: kahuna.v1.LockStreamResponse
+	(*WatchRequest)(nil),                        // 8: kahuna.v1.WatchRequest
+	(*WatchEvent)(nil),                          // 9: kahuna.v1.WatchEvent
+	(*BatchRequests)(nil),                       // 10: kahuna.v1.BatchRequests
+	(*BatchResponses)(nil),                      // 11: kahuna.v1.BatchResponses
+	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 12: GrpcBatchClientLockRequest
+	(*lockspb.GrpcBatchClientLockResponse)(nil), // 13: GrpcBatchClientLockResponse
 }
 var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	0,  // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
 	1,  // 1: kahuna.v1.LockResponse.status:type_name -> kahuna.v1.Status
-	3,  // 2: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
-	4,  // 3: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
-	2,  // 4: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
-	0,  // 5: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
-	11, // 6: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
-	12, // 7: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
-	3,  // 8: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
-	5,  // 9: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
-	7,  // 10: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
-	3,  // 11: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	7,  // 12: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	9,  // 13: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
-	9,  // 14: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
-	4,  // 15: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	6,  // 16: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
-	8,  // 17: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	4,  // 18: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	8,  // 19: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	10, // 20: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
-	10, // 21: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	4,  // 2: kahuna.v1.LockResponse.grants:type_name -> kahuna.v1.Grant
+	3,  // 3: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
+	5,  // 4: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
+	2,  // 5: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
+	0,  // 6: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
+	12, // 7: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
+	13, // 8: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
+	3,  // 9: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
+	6,  // 10: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
+	8,  // 11: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
+	3,  // 12: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
+	8,  // 13: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	10, // 14: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
+	10, // 15: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
+	5,  // 16: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	7,  // 17: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	9,  // 18: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	5,  // 19: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	9,  // 20: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	11, // 21: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
+	11, // 22: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_kahuna_v1_proto_init() }
@@ -884,7 +974,7 @@ func file_transport_proto_kahuna_v1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_kahuna_v1_proto_rawDesc), len(file_transport_proto_kahuna_v1_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,81 @@
+package kahuna_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
+)
+
+// Permits asked of a member that does not lead the semaphore's partition
+// are forwarded whole (permits, limit, the grants in the answer), and a
+// Client over gRPC carries them too; over REST it refuses at once.
+func TestClusterSemaphoreForwardedAndOverGRPC(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx := context.Background()
+	const name = "runners"
+	p := c.Node(1).Partition(kahuna.SemaphorePrefix + name)
+	leader := c.Leader(p)
+	var follower uint64
+	for _, id := range c.IDs() {
+		if id != leader {
+			follower = id
+			break
+		}
+	}
+	sem := kahuna.NewSemaphore(c.Node(follower), name, 3)
+	var first *kahuna.Permit
+	testcluster.Eventually(t, "two permits through a follower", func() bool {
+		var err error
+		first, err = sem.TryAcquire(ctx, 2, kahuna.WithTTL(time.Minute))
+		return err == nil
+	})
+	if g := first.Grants(); len(g) != 2 || g[0].Slot != 0 || g[1].Slot != 1 {
+		t.Fatalf("forwarded grants: %v", g)
+	}
+
+	cl, err := kahuna.Dial(ctx, []string{c.Member(follower).Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	overWire := kahuna.NewSemaphore(cl, name, 3)
+	if _, err := overWire.TryAcquire(ctx, 2); !errors.Is(err, kahuna.ErrBusy) {
+		t.Fatalf("two permits with one free, over gRPC: %v, want busy", err)
+	}
+	if _, err := kahuna.NewSemaphore(cl, name, 4).TryAcquire(ctx, 1); !isInvalid(err, "semaphore limit is 3; this request states 4") {
+		t.Fatalf("another limit over gRPC: %v", err)
+	}
+	third, err := overWire.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := third.Grants(); len(g) != 1 || g[0].Slot != 2 || third.FencingToken() != g[0].Token {
+		t.Fatalf("over gRPC: %v (token %d)", g, third.FencingToken())
+	}
+	if err := third.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("extend over gRPC: %v", err)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := overWire.TryAcquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := again.Grants(); len(g) != 2 || g[0].Token != first.Grants()[0].Token+1 {
+		t.Fatalf("regrant over gRPC: %v after %v", g, first.Grants())
+	}
+
+	rest, err := kahuna.Dial(ctx, []string{c.Member(follower).Endpoint}, kahuna.WithREST())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rest.Close()
+	if _, err := kahuna.NewSemaphore(rest, name, 3).TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrNoSemaphores) {
+		t.Fatalf("over REST: %v, want ErrNoSemaphores", err)
+	}
+}
