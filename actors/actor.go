@@ -544,7 +544,36 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 // under Config.UnsafeTokenRepeat: a grant to a new owner takes the entry's
 // last token again instead of one more.
 func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) lease.Decision {
+	if a.cfg.UnsafePermitOvercommit && e.IsSemaphore() && r.Op == lease.TryLock {
+		real := e
+		e.Slots = slices.Clone(e.Slots)
+		for i := range e.Slots {
+			if string(e.Slots[i].Owner) != string(r.Owner) {
+				e.Slots[i].Expires = time.Time{} // taken as lapsed long ago
+			}
+		}
+		d := lease.DecideRequest(e, r, now)
+		if d.Write {
+			for i := range d.Next.Slots { // the slots not granted keep their leases
+				if !slices.ContainsFunc(d.Grants, func(g lease.Grant) bool { return g.Slot == i }) {
+					d.Next.Slots[i] = real.Slots[i]
+				}
+			}
+			if real.Expires.After(d.Next.Expires) {
+				d.Next.Expires = real.Expires
+			}
+		}
+		return d
+	}
 	d := lease.DecideRequest(e, r, now)
+	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && d.Next.IsSemaphore() && e.IsSemaphore() {
+		for i, g := range d.Grants {
+			if old := e.Slots[g.Slot].Token; old > 0 {
+				d.Grants[i].Token, d.Next.Slots[g.Slot].Token = old, old
+			}
+		}
+		d.Token = d.Grants[0].Token
+	}
 	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && !d.Next.IsSemaphore() && e.State != lease.Absent && d.Token > e.Token {
 		d.Token, d.Next.Token = e.Token, e.Token
 	}

@@ -91,6 +91,10 @@ type Config struct {
 	// instead of one more. A negative control for the fault tests, never
 	// for production.
 	UnsafeTokenRepeat bool
+	// UnsafePermitOvercommit grants a semaphore's permits with every slot
+	// taken as free, live ones included (the lowest first): more holders
+	// than the limit. A negative control, never for production.
+	UnsafePermitOvercommit bool
 	// UnsafeDropHandedOver makes Install keep nothing: the leases handed
 	// over are lost, though the new leader waits none of them out. A
 	// negative control for the fault tests, never for production.

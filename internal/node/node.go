@@ -243,6 +243,7 @@ func open(c Config) (*Node, error) {
 		Tokens:                 tokens,
 		UnsafeNoEvictionFloor:  cfg.knobs.UnsafeNoEvictFloor,
 		UnsafeTokenRepeat:      cfg.knobs.UnsafeTokenRepeat,
+		UnsafePermitOvercommit: cfg.knobs.UnsafePermitOvercommit,
 		UnsafeUnsureNotGranted: cfg.knobs.UnsafeUnsureNotGranted,
 		UnsafeDropHandedOver:   cfg.knobs.UnsafeDropHandedOver,
 		Now:                    cfg.Clock,

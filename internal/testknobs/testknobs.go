@@ -124,11 +124,20 @@ func WithoutEvictionFloor(cfg kahuna.Config) kahuna.Config {
 }
 
 // WithTokenRepeat returns cfg with the token rule broken: a grant to a
-// new owner of a name with a record or a cached entry takes the last
-// grant's token again instead of one more. A negative control: the
-// fencing checker must report a token granted to two owners.
+// new owner of a name with a record or a cached entry (of a semaphore's
+// slot) takes the last grant's token again instead of one more. A
+// negative control: the fencing checkers must report a token granted to
+// two owners.
 func WithTokenRepeat(cfg kahuna.Config) kahuna.Config {
 	knobs(&cfg).UnsafeTokenRepeat = true
+	return cfg
+}
+
+// WithPermitOvercommit returns cfg with a semaphore's permits granted as
+// if every slot were free, live ones included. A negative control: the
+// semaphore checker must report more holders acting than the limit.
+func WithPermitOvercommit(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafePermitOvercommit = true
 	return cfg
 }
 
