@@ -905,3 +905,32 @@ func TestStatsWaitAndCommit(t *testing.T) {
 		t.Fatalf("burst of %v in %d entries: Wait %v, Commit %v", took, entries, wait, commit)
 	}
 }
+
+// statsCompletion reads the backend's Stats as its answer arrives.
+type statsCompletion struct {
+	r   *Raft
+	got chan Stats
+}
+
+func (c statsCompletion) Committed(uint64, error) { c.got <- c.r.Stats() }
+
+// A record's answer goes out after Stats counts it: a caller holding the
+// answer of a committed write finds it among Records (and a refused one
+// among Failures).
+func TestStatsCountARecordBeforeItsAnswer(t *testing.T) {
+	n := openNode(t, RaftConfig{Partitions: 1})
+	n.awaitSelfLeader(t)
+	for i := range 3 {
+		r := Record{Resource: fmt.Sprint("counted-", i), Owner: []byte("o"), Token: 1, Revision: 1, Locked: true, Term: n.term(t, 0)}
+		c := statsCompletion{r: n.Raft, got: make(chan Stats, 1)}
+		n.Propose(0, &r, c)
+		select {
+		case s := <-c.got:
+			if s.Records != uint64(i+1) {
+				t.Fatalf("record %d answered while Stats counted %d records", i, s.Records)
+			}
+		case <-time.After(testWait):
+			t.Fatal("no answer")
+		}
+	}
+}

@@ -304,9 +304,25 @@ func (a *applier) entry(e *sm.Entry) error {
 	if applied > 0 {
 		e.Result = sm.Result{Value: e.Index, Data: bits}
 	}
+	if h.kind == kindBatch && a.s.unsafeNoFence && h.epoch != a.epoch {
+		unfencedApplied.Add(applied)
+	}
 	a.last = e.Index
 	return nil
 }
+
+// unfencedApplied counts the records applied, over every state machine of
+// this process, that the fence would have refused: decided in another
+// epoch than the partition's. Only a machine with the fence off
+// (RaftConfig.UnsafeNoFence) applies one.
+var unfencedApplied atomic.Uint64
+
+// UnfencedApplied is how many records of another epoch than their
+// partition's the state machines of this process have applied because
+// their fence was off (RaftConfig.UnsafeNoFence): the fence-off negative
+// control measures with it that its scenario, a deposed leader's write
+// reaching the log, arose. It is 0 while every fence is on.
+func UnfencedApplied() uint64 { return unfencedApplied.Load() }
 
 // marker applies a new leader's epoch marker: accepted only with a higher
 // term than the stored epoch, so a late marker of an older leader (forwarded

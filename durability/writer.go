@@ -285,20 +285,29 @@ func (l *lane) settle(f flight) {
 	l.waitNanos.Add(int64(b.proposed.Sub(b.opened)))
 	l.commitNanos.Add(int64(time.Since(b.proposed)))
 	l.proposals.Add(1)
+	isApplied := func(i int) bool {
+		return err == nil && index != 0 && (bitmap == nil || (i/8 < len(bitmap) && bitmap[i/8]&(1<<(i%8)) != 0))
+	}
+	// Counted before any answer goes out: a caller that has its answer
+	// finds its record in Stats.
 	var applied uint64
+	for i := range b.comps {
+		if isApplied(i) {
+			applied++
+		}
+	}
+	l.records.Add(applied)
+	l.failures.Add(uint64(len(b.comps)) - applied)
 	for i, c := range b.comps {
 		switch {
 		case err != nil:
 			c.Committed(0, err)
-		case index != 0 && (bitmap == nil || (i/8 < len(bitmap) && bitmap[i/8]&(1<<(i%8)) != 0)):
-			applied++
+		case isApplied(i):
 			c.Committed(index, nil)
 		default:
 			c.Committed(0, ErrFenced)
 		}
 	}
-	l.records.Add(applied)
-	l.failures.Add(uint64(len(b.comps)) - applied)
 	l.recycle(b)
 }
 

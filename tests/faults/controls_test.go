@@ -57,7 +57,7 @@ var negativeControls = []negativeControl{
 		// called while its node led, so it stays; the stale answers are
 		// the new leader's); not by stale answers of deposed nodes alone,
 		// which are the other control's class.
-		name: "no-fencing", seed: 12, residual: true,
+		name: "no-fencing", seed: 12, residual: true, arose: deposedWritesApplied,
 		opts: runOpts{
 			d: 5 * time.Second, dur: kahuna.Persistent, kinds: []faultKind{fStallReplication},
 			mod: testknobs.WithoutFencing, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
@@ -299,6 +299,17 @@ func (nc negativeControl) missed(t *testing.T, seed uint64) (why string, unteste
 	return why, false
 }
 
+// deposedWritesApplied says why the no-fencing control's scenario did not
+// arise ("" if it did): no record decided in a deposed leader's epoch
+// reached a state machine, so there was nothing for the missing fence to
+// let through.
+func deposedWritesApplied(run faultRun) string {
+	if run.unfenced == 0 {
+		return "no record of a deposed leader's epoch was applied"
+	}
+	return ""
+}
+
 // judge says why run did not catch the control ("" when it did).
 func (nc negativeControl) judge(t *testing.T, run faultRun) string {
 	if run.report.HoldWindows < 20 {
@@ -339,7 +350,7 @@ func (nc negativeControl) judge(t *testing.T, run faultRun) string {
 		}
 		h, changed := withoutDeposedAnswers(run.history)
 		r = checker.Check(h, checker.Options{Margin: faultMargin, Timeout: 20 * time.Second})
-		t.Logf("negative control %s: %d writes of deposed nodes committed; without the %d answers of deposed nodes: %d findings: %s", nc.name, writes, changed, definite(r), fmtViolations(r))
+		t.Logf("negative control %s: %d records of a deposed epoch applied, %d writes of deposed nodes committed; without the %d answers of deposed nodes: %d findings: %s", nc.name, run.unfenced, writes, changed, definite(r), fmtViolations(r))
 		for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing} {
 			if len(vs) > 0 {
 				t.Logf("e.g. %v", vs[0])

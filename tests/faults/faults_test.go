@@ -17,6 +17,7 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
+	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
 	"github.com/kahunago/kahuna/internal/testknobs"
 )
@@ -159,7 +160,10 @@ type faultRun struct {
 	net   struct{ dropped, delayed, stalled, held int64 }
 	// evictions counts the cache entries the nodes evicted over the run (those of nodes killed on the way included).
 	evictions uint64
-	handles   *handleStats // what the handle clients saw
+	// unfenced counts the records of a deposed leader's epoch applied
+	// over the run because the fence was off (durability.UnfencedApplied).
+	unfenced uint64
+	handles  *handleStats // what the handle clients saw
 }
 
 // faultEffects is what a run's faults did, as seen from outside the nodes.
@@ -914,6 +918,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		name = "TestFaults$"
 	}
 	t.Logf("seed %d, %s locks (replay: go test -run '%s' -v ./tests/faults -faults.seed=%d -faults.run=%v)", seed, o.dur, name, seed, o.d)
+	unfencedBefore := durability.UnfencedApplied()
 	const partitions = 3
 	mod := func(cfg kahuna.Config) kahuna.Config {
 		if o.dur == kahuna.Ephemeral && !o.grace {
@@ -996,6 +1001,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	run.reigns = reigns.total.Load()
 	run.begun = reigns.begun()
 	run.evictions = c.evictions()
+	run.unfenced = durability.UnfencedApplied() - unfencedBefore
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
 	c.Close() // the checkers get the CPU
 
@@ -1118,6 +1124,26 @@ func requireClean(t *testing.T, run faultRun) {
 	}
 }
 
+// requireCleanRetried is requireClean for a schedule whose faults may
+// not happen on a loaded machine (two Raft leader transfers both aborted,
+// their targets lagging): a clean run whose faults did not happen proves
+// less, not nothing wrong, so it is run again with the next seed of the
+// same kind (+1200 keeps durabilityOf and waitsOf, so the replay hint
+// holds), at most three runs in all. Any violation fails at once.
+func requireCleanRetried(t *testing.T, seed uint64, run func(seed uint64) faultRun) {
+	t.Helper()
+	for try := 1; ; try++ {
+		r := run(seed)
+		missed := faultsMissed(r)
+		if r.report.Violations() > 0 || r.report.HoldWindows < 20 || len(missed) == 0 || try == 3 {
+			requireClean(t, r)
+			return
+		}
+		t.Logf("seed %d: clean, but the faults did not happen (%s); again with seed %d", seed, strings.Join(missed, "; "), seed+1200)
+		seed += 1200
+	}
+}
+
 func faultsRunLength() time.Duration { return runLength(6 * time.Second) }
 
 // runLength is -faults.run, or d if it is not set.
@@ -1146,7 +1172,9 @@ func TestFaults(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			requireClean(t, runFaults(t, seed, runOpts{d: faultsRunLength(), dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed)}))
+			requireCleanRetried(t, seed, func(seed uint64) faultRun {
+				return runFaults(t, seed, runOpts{d: faultsRunLength(), dur: durabilityOf(seed), kinds: scheduleKinds(t), waits: waitsOf(seed)})
+			})
 		})
 	}
 	// Ephemeral locks with the grace, judged strictly: no two holders
