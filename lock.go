@@ -247,7 +247,7 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			r   Result
 			err error
 		)
-		if o.limit > 0 {
+		if o.semaphore {
 			wait := WaitForever
 			if !forever {
 				wait = max(busyUntil.Sub(sent), 0)

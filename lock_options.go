@@ -30,8 +30,9 @@ type acquireOptions struct {
 	// suffix follows the session's ID in the owner of a lock held in a
 	// session (an election candidate's value).
 	suffix []byte
-	// permits and limit, for a semaphore's permits (Semaphore.Acquire):
-	// how many to take and the limit stated.
+	// semaphore, permits and limit: the call takes a semaphore's permits
+	// (Semaphore.Acquire), how many, and the limit it states.
+	semaphore      bool
 	permits, limit int
 }
 

@@ -47,10 +47,14 @@ type requestDoer interface {
 	requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error)
 }
 
-// doerOf is how l runs a request whole, or nil.
+// doerOf is how l runs a request whole, or nil: a requestDoer's way, or
+// a lease.Doer's (the transport's gRPC client, which kahunactl uses).
 func doerOf(l Locker) func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
-	if d, ok := l.(requestDoer); ok {
+	switch d := l.(type) {
+	case requestDoer:
 		return d.requestDo()
+	case lease.Doer:
+		return d.Do
 	}
 	return nil
 }
@@ -106,7 +110,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, opts []AcquireOption) (*
 	if doerOf(s.locker) == nil {
 		return nil, ErrNoSemaphores
 	}
-	opts = append(opts, func(o *acquireOptions) { o.permits, o.limit = n, s.limit })
+	opts = append(opts, func(o *acquireOptions) { o.semaphore, o.permits, o.limit = true, n, s.limit })
 	lk, err := Acquire(ctx, s.locker, SemaphorePrefix+s.name, opts...)
 	if err != nil {
 		var se *StatusError

@@ -198,9 +198,11 @@ func TestSemaphoreLapsedPermitGoesToTheWaiter(t *testing.T) {
 	}
 }
 
+// plainLocker (native_test.go) has the Locker methods alone: no way to
+// send a request whole.
 func TestSemaphoreNeedsALockerThatCarriesPermits(t *testing.T) {
 	n := openNode(t, kahuna.Config{})
-	_, err := kahuna.NewSemaphore(n.Local(), "pool", 1).TryAcquire(context.Background(), 1)
+	_, err := kahuna.NewSemaphore(plainLocker{n}, "pool", 1).TryAcquire(context.Background(), 1)
 	if !errors.Is(err, kahuna.ErrNoSemaphores) {
 		t.Fatalf("semaphore over a plain Locker: %v", err)
 	}

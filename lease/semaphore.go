@@ -73,6 +73,8 @@ func (r *Request) checkSemaphore() string {
 			return "permits and limit are for taking permits, not " + r.Op.String()
 		}
 		return ""
+	case r.Permits == 0 && r.Limit == 0:
+		return "the name is a semaphore's: a lock call cannot take it (take permits, stating the limit)"
 	case r.Limit < 1 || r.Limit > MaxPermits:
 		return "semaphore limit " + strconv.Itoa(r.Limit) + " is outside 1.." + strconv.Itoa(MaxPermits)
 	case r.Permits < 1 || r.Permits > r.Limit:

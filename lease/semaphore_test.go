@@ -178,7 +178,8 @@ func TestCheckSemaphoreRequests(t *testing.T) {
 		{"unlock", func(r *Request) { r.Op, r.Permits, r.Limit, r.TTL = Unlock, 0, 0, 0 }, ""},
 		{"empty name", func(r *Request) { r.Resource = SemaphorePrefix }, "semaphore name is empty"},
 		{"lock with permits", func(r *Request) { r.Resource = "plain" }, "permits and limit are for semaphores"},
-		{"kahuna lock call on a semaphore", func(r *Request) { r.Permits, r.Limit = 0, 0 }, "limit 0"},
+		{"kahuna lock call on a semaphore", func(r *Request) { r.Permits, r.Limit = 0, 0 }, "a semaphore's: a lock call cannot take it"},
+		{"permits without a limit", func(r *Request) { r.Limit = 0 }, "limit 0 is outside"},
 	}
 	for _, c := range cases {
 		r := ok

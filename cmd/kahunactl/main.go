@@ -140,6 +140,8 @@ type options struct {
 	listen         bool     // elect --listen
 	limit          int      // locks --limit
 	after          string   // locks --after
+	semLimit       int      // semaphore --limit
+	permits        int      // semaphore -n
 }
 
 // A command is one of kahunactl's commands.
@@ -192,10 +194,11 @@ var commands = []command{
 			fs.IntVar(&o.partition, "partition", -1, "the partition (required)")
 			fs.Uint64Var(&o.to, "to", 0, "ID of the node to lead it (required)")
 		}},
-	locksCommand,  // locks.go
-	memberCommand, // admin.go
-	watchCommand,  // watch.go
-	electCommand,  // elect.go
+	locksCommand,     // locks.go
+	memberCommand,    // admin.go
+	watchCommand,     // watch.go
+	electCommand,     // elect.go
+	semaphoreCommand, // semaphore.go
 	{name: "status", args: "[flags]",
 		summary: "show every member's health, one row each: partitions it runs and leads, highest term, applied index",
 		flags: func(fs *flag.FlagSet, o *options, _ *string) {
@@ -324,7 +327,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return locks(dctx, resource, o, cc, out, stderr) // locks.go
 	}
 	copts := cc.clientOptions()
-	if cmd.name == "lock" || cmd.name == "elect" {
+	if cmd.name == "lock" || cmd.name == "elect" || cmd.name == "semaphore" {
 		// The handle retries MustRetry itself, and so knows when the nodes
 		// answer but cannot serve (starting, electing), to say so.
 		copts = append(copts, transport.WithMustRetryBudget(0))
@@ -358,6 +361,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return watch(ctx, client, resource, out, stderr) // watch.go
 	case "elect":
 		return elect(ctx, client, resource, o, argv, out, stdout, stderr) // elect.go
+	case "semaphore":
+		return semaphore(ctx, client, resource, o, argv, out, stdout, stderr) // semaphore.go
 	default:
 		info, r, err := client.Get(dctx, resource, o.durability)
 		if err == nil && r.Status == kahuna.Got {
@@ -482,7 +487,7 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		}
 		rest := fs.Args()
 		terminated := len(rest) < len(args) && args[len(args)-len(rest)-1] == "--"
-		if terminated && haveResource && (cmd.name == "lock" || cmd.name == "elect" && haveValue) {
+		if terminated && haveResource && (cmd.name == "lock" || cmd.name == "semaphore" || cmd.name == "elect" && haveValue) {
 			if len(rest) == 0 {
 				return usageErr("%s %s --: no CMD to run after --", cmd.name, resource)
 			}
