@@ -247,12 +247,12 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			r   Result
 			err error
 		)
-		if o.semaphore {
+		if o.whole {
 			wait := WaitForever
 			if !forever {
 				wait = max(busyUntil.Sub(sent), 0)
 			}
-			r, err = askPermits(ctx, l, resource, o, wait)
+			r, err = askWhole(ctx, l, resource, o, wait)
 		} else if serverWaits {
 			wait := WaitForever
 			if !forever {
@@ -336,12 +336,13 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 	}
 }
 
-// askPermits is one attempt to take a semaphore's permits: the request
-// whole, as only a requestDoer takes it (Semaphore checked that l can).
-// A request that is not well formed is answered InvalidInput, unsent.
-func askPermits(ctx context.Context, l Locker, resource string, o acquireOptions, wait time.Duration) (Result, error) {
+// askWhole is one attempt to take a lock whose request only a Locker
+// that takes it whole carries (a semaphore's permits, a read lock: the
+// caller checked that l can, doerOf). A request that is not well formed
+// is answered InvalidInput, unsent.
+func askWhole(ctx context.Context, l Locker, resource string, o acquireOptions, wait time.Duration) (Result, error) {
 	req, reason := lease.Request{Op: lease.TryLock, Resource: resource, Owner: o.owner, TTL: o.ttl,
-		Durability: o.durability, Wait: wait, Permits: o.permits, Limit: o.limit}.Check()
+		Durability: o.durability, Wait: wait, Permits: o.permits, Limit: o.limit, Shared: o.shared}.Check()
 	if reason != "" {
 		return Result{Status: InvalidInput, Reason: reason}, nil
 	}

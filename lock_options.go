@@ -30,10 +30,12 @@ type acquireOptions struct {
 	// suffix follows the session's ID in the owner of a lock held in a
 	// session (an election candidate's value).
 	suffix []byte
-	// semaphore, permits and limit: the call takes a semaphore's permits
-	// (Semaphore.Acquire), how many, and the limit it states.
-	semaphore      bool
+	// whole: the request goes whole to a Locker that takes it so (doerOf):
+	// a semaphore's permits (how many, the limit stated) or a read lock
+	// (shared).
+	whole          bool
 	permits, limit int
+	shared         bool
 }
 
 // acquireOptionsOf is the defaults with opts applied.

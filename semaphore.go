@@ -110,7 +110,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, opts []AcquireOption) (*
 	if doerOf(s.locker) == nil {
 		return nil, ErrNoSemaphores
 	}
-	opts = append(opts, func(o *acquireOptions) { o.semaphore, o.permits, o.limit = true, n, s.limit })
+	opts = append(opts, func(o *acquireOptions) { o.whole, o.permits, o.limit = true, n, s.limit })
 	lk, err := Acquire(ctx, s.locker, SemaphorePrefix+s.name, opts...)
 	if err != nil {
 		var se *StatusError

@@ -455,9 +455,10 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	req := &c.req
 	s.lastUsed = now
 	d := a.decideLease(s.Entry, &req.Request, now)
-	if d.Status == lease.Locked && d.Write && d.Next.IsSemaphore() && len(s.waiters) > 0 && c.queuedAt.IsZero() {
+	if d.Status == lease.Locked && d.Write && d.Next.IsShared() && len(s.waiters) > 0 && c.queuedAt.IsZero() {
 		// First come, first served: free permits the head of the queue
-		// does not have enough of are not taken by a newcomer.
+		// does not have enough of are not taken by a newcomer, nor does a
+		// reader join the readers while a writer waits.
 		d = lease.Decision{Status: lease.Busy}
 	}
 	if d.Status == lease.Busy && c.waits() {
@@ -489,7 +490,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	}
 	kind := s.kind // Extend and Unlock write the way the lock was granted
 	if req.Op == lease.TryLock {
-		if !d.Next.IsSemaphore() { // a semaphore's slots have their own copy
+		if !d.Next.IsShared() { // a semaphore's or read/write lock's slots have their own copy
 			// Next.Owner aliases the caller's buffer, which it may reuse.
 			d.Next.Owner = append([]byte(nil), req.Owner...)
 		}
@@ -508,7 +509,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.granted = true
 	}
 	write := d.Next
-	if req.Op == lease.Unlock && len(s.waiters) > 0 && s.waiters[0].req.Durability == lease.Persistent && !d.Next.IsSemaphore() {
+	if req.Op == lease.Unlock && len(s.waiters) > 0 && s.waiters[0].req.Durability == lease.Persistent && !d.Next.IsShared() {
 		// Hand-off in the same record: what is written is the head's
 		// grant, decided from the released entry; c is answered Unlocked
 		// when it commits.
@@ -532,6 +533,8 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		LastModifiedMs: now.UnixMilli(),
 		Limit:          write.Limit,
 		Slots:          slotsOf(&write),
+		RW:             write.RW,
+		Exclusive:      write.Exclusive,
 		Base:           s.index,
 		Term:           term,
 	}
@@ -574,7 +577,7 @@ func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) 
 		}
 		d.Token = d.Grants[0].Token
 	}
-	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && !d.Next.IsSemaphore() && e.State != lease.Absent && d.Token > e.Token {
+	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && !d.Next.IsShared() && e.State != lease.Absent && d.Token > e.Token {
 		d.Token, d.Next.Token = e.Token, e.Token
 	}
 	return d
@@ -777,12 +780,14 @@ func (a *lockActor) handOff(s *slot) {
 }
 
 // blocks reports whether s cannot be granted to the waiter w now: a lock
-// with a live holder, or a semaphore without w's permits free. The head
-// waits for what it asks, and nobody behind it is served first: a request
-// for several permits is never postponed by later smaller ones.
+// with a live holder; a semaphore without w's permits free, a read/write
+// lock held in a mode w cannot share (what w's decision would say). The
+// head waits for what it asks, and nobody behind it is served first: a
+// request for several permits is never postponed by later smaller ones,
+// nor a writer by later readers.
 func (s *slot) blocks(w *call, now time.Time) bool {
-	if s.IsSemaphore() {
-		return !s.PermitsFree(w.req.Permits, now)
+	if s.IsShared() {
+		return lease.DecideRequest(s.Entry, &w.req.Request, now).Status == lease.Busy
 	}
 	return s.Live(now)
 }

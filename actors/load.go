@@ -110,8 +110,9 @@ func entryOf(rec *durability.Record, now time.Time) lease.Entry {
 	if rec.Locked {
 		e.State, e.Owner = lease.Held, rec.Owner
 	}
-	if rec.Limit > 0 {
-		e.Owner, e.Limit, e.Slots = nil, rec.Limit, make([]lease.Slot, rec.Limit)
+	if rec.Limit > 0 || rec.RW {
+		e.Owner, e.Limit, e.RW, e.Exclusive = nil, rec.Limit, rec.RW, rec.Exclusive
+		e.Slots = make([]lease.Slot, len(rec.Slots))
 		for i, s := range rec.Slots {
 			e.Slots[i] = lease.Slot{Owner: s.Owner, Token: s.Token,
 				Expires: now.Add(time.Duration(s.ExpiresMs-now.UnixMilli()) * time.Millisecond)}
@@ -122,7 +123,7 @@ func entryOf(rec *durability.Record, now time.Time) lease.Entry {
 
 // slotsOf is the stored form of a semaphore's slots.
 func slotsOf(e *lease.Entry) []durability.Slot {
-	if e.Limit == 0 {
+	if !e.IsShared() {
 		return nil
 	}
 	out := make([]durability.Slot, len(e.Slots))

@@ -22,7 +22,7 @@ import (
 //	         varint(LastModifiedMs) uvarint(len) owner [slots]
 //	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner [slots]
 //	flags  = flagLocked | flagIndexed (stored only) | flagRemove | flagSlots
-//	slots  = uvarint(limit) (uvarint(len) owner varint(expires ms) varint(token)){limit}
+//	slots  = uvarint(n) (uvarint(len) owner varint(expires ms) varint(token)){n}
 //
 // A batch carries the epoch (leader term and replica) it was decided in,
 // and each record the Index of the stored record it was decided from
@@ -39,8 +39,10 @@ import (
 // flagRemove marks a record that deletes the stored one (Record.Remove).
 // Stored values never carry it, since applying it deletes the key, but
 // both forms decode it so that every flag combination round-trips.
-// flagSlots marks a semaphore's record: its slots follow the owner (which
-// is empty), one per permit up to its limit (at least 1).
+// flagSlots marks a record of several holders, whose slots follow the
+// owner (which is empty): a semaphore's, n its limit (at least 1), or with
+// flagRW a read/write lock's, n its holders (any number), with
+// flagExclusive when the one holder is its writer.
 //
 // What badger stores under a record's key is its value with the Raft index
 // of the entry that wrote it (flagIndexed; records stored before the fence
@@ -65,6 +67,8 @@ const (
 	flagIndexed      byte = 1 << 1 // stored form only: a Raft index follows the flags
 	flagRemove       byte = 1 << 2 // delete the stored record (Record.Remove)
 	flagSlots        byte = 1 << 3 // a semaphore's slots follow (Record.Limit)
+	flagRW           byte = 1 << 4 // with flagSlots: a read/write lock's holders (Record.RW)
+	flagExclusive    byte = 1 << 5 // with flagRW: its holder is the writer
 	// maxRecordBytes caps one encoded record. The design limits resource and
 	// owner to about 1 KiB each; this keeps a batch far below badger's and
 	// dragonboat's size limits whatever a caller sends.
@@ -224,8 +228,14 @@ func appendValue(b []byte, rec *Record) []byte {
 	if rec.Remove {
 		flags |= flagRemove
 	}
-	if rec.Limit > 0 {
+	if rec.Limit > 0 || rec.RW {
 		flags |= flagSlots
+	}
+	if rec.RW {
+		flags |= flagRW
+	}
+	if rec.RW && rec.Exclusive {
+		flags |= flagExclusive
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, rec.Token)
@@ -234,9 +244,9 @@ func appendValue(b []byte, rec *Record) []byte {
 	b = binary.AppendVarint(b, rec.LastModifiedMs)
 	b = binary.AppendUvarint(b, uint64(len(rec.Owner)))
 	b = append(b, rec.Owner...)
-	if rec.Limit > 0 {
-		b = binary.AppendUvarint(b, uint64(rec.Limit))
-		for i := range rec.Limit {
+	if n := slotCount(rec); n > 0 || rec.RW {
+		b = binary.AppendUvarint(b, uint64(n))
+		for i := range n {
 			var s Slot
 			if i < len(rec.Slots) {
 				s = rec.Slots[i]
@@ -265,12 +275,22 @@ func recordSize(rec *Record) int {
 		varintLen(rec.LastModifiedMs) + uvarintLen(uint64(len(rec.Owner))) + len(rec.Owner) + slotsSize(rec)
 }
 
+// slotCount is how many slots rec's value carries: a semaphore's limit,
+// a read/write lock's holders, none for a lock.
+func slotCount(rec *Record) int {
+	if rec.RW {
+		return len(rec.Slots)
+	}
+	return max(rec.Limit, 0)
+}
+
 func slotsSize(rec *Record) int {
-	if rec.Limit <= 0 {
+	count := slotCount(rec)
+	if count == 0 && !rec.RW {
 		return 0
 	}
-	n := uvarintLen(uint64(rec.Limit))
-	for i := range rec.Limit {
+	n := uvarintLen(uint64(count))
+	for i := range count {
 		var s Slot
 		if i < len(rec.Slots) {
 			s = rec.Slots[i]
@@ -436,7 +456,7 @@ func storedOrder(v []byte) (order, error) {
 	d := decoder{b: v}
 	var o order
 	f := d.byte()
-	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots) != 0 {
+	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots|flagRW|flagExclusive) != 0 {
 		d.fail()
 	}
 	if f&flagIndexed != 0 {
@@ -509,7 +529,7 @@ func (d *decoder) bytes(n uint64) []byte {
 // command form (which never does).
 func (d *decoder) value(rec *Record, stored bool) {
 	flags := d.byte()
-	known := flagLocked | flagRemove | flagSlots
+	known := flagLocked | flagRemove | flagSlots | flagRW | flagExclusive
 	if stored {
 		known |= flagIndexed
 	}
@@ -531,18 +551,31 @@ func (d *decoder) value(rec *Record, stored bool) {
 		rec.Owner = nil
 	}
 	rec.Limit, rec.Slots = 0, nil
+	rec.RW, rec.Exclusive = flags&flagRW != 0, flags&flagExclusive != 0
 	if flags&flagSlots == 0 {
+		if rec.RW || rec.Exclusive {
+			d.fail()
+		}
 		return
 	}
-	limit := d.uvarint()
-	// Each slot takes at least 3 bytes: a limit the input cannot hold is
-	// refused before anything is allocated for it.
-	if limit == 0 || limit > uint64(len(d.b)/3) || rec.Owner != nil {
+	if rec.Exclusive && !rec.RW {
 		d.fail()
 		return
 	}
-	rec.Limit = int(limit)
-	rec.Slots = make([]Slot, limit)
+	n := d.uvarint()
+	// Each slot takes at least 3 bytes: a count the input cannot hold is
+	// refused before anything is allocated for it.
+	if n == 0 && !rec.RW || n > uint64(len(d.b)/3) || rec.Owner != nil {
+		d.fail()
+		return
+	}
+	if !rec.RW {
+		rec.Limit = int(n)
+	}
+	if n == 0 {
+		return
+	}
+	rec.Slots = make([]Slot, n)
 	for i := range rec.Slots {
 		s := &rec.Slots[i]
 		s.Owner = d.bytes(d.uvarint())

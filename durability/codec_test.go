@@ -21,6 +21,11 @@ func sampleRecords() []Record {
 		{Resource: "semaphore:pool", ExpiresMs: 1_700_000_000_500, Token: 9, Revision: 4, Locked: true, LastModifiedMs: 1_700_000_000_000,
 			Limit: 3, Slots: []Slot{{Owner: []byte("a"), ExpiresMs: 1_700_000_000_500, Token: 9}, {Token: 4, ExpiresMs: -3}, {}}},
 		{Resource: "semaphore:idle", Token: 2, Revision: 9, Limit: 1, Slots: []Slot{{Token: 2}}},
+		{Resource: "rwlock:index", Token: 4, Revision: 7, Locked: true, ExpiresMs: 90, RW: true,
+			Slots: []Slot{{Owner: []byte("r1"), ExpiresMs: 80, Token: 4}, {Owner: []byte("r2"), ExpiresMs: 90, Token: 4}}},
+		{Resource: "rwlock:w", Token: 5, Revision: 8, Locked: true, ExpiresMs: 70, RW: true, Exclusive: true,
+			Slots: []Slot{{Owner: []byte("w"), ExpiresMs: 70, Token: 5}}},
+		{Resource: "rwlock:free", Token: 5, Revision: 9, RW: true, Exclusive: true},
 	}
 }
 
@@ -100,12 +105,14 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 		"marker in batch":  append([]byte{kindEpoch}, valid[1:]...),
 		"trailing garbage": append(bytes.Clone(valid), 0x05),
 		"non-minimal len":  append(bytes.Clone(h), 0x80, 0x00, 0, 0, 0, 0, 0, 0, 0),
-		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x10, 0, 0, 0, 0, 0),
+		"unknown flag":     append(bytes.Clone(h), 0, 0, 0x40, 0, 0, 0, 0, 0),
 		"slots, no limit":  append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0),
 		"slots, limit 0":   append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0, 0),
 		"slots truncated":  append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0, 2, 0, 0, 0),
 		"slots and owner":  append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 1, 'o', 1, 0, 0, 0),
 		"huge limit":       append(bytes.Clone(h), 0, 0, flagSlots, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0),
+		"rw, no slots":     append(bytes.Clone(h), 0, 0, flagRW, 0, 0, 0, 0, 0),
+		"exclusive, no rw": append(bytes.Clone(h), 0, 0, flagSlots|flagExclusive, 0, 0, 0, 0, 0, 1, 0, 0, 0),
 		"index in command": append(bytes.Clone(h), 0, 0, flagIndexed, 0, 0, 0, 0, 0, 0),
 		"huge length":      append(bytes.Clone(h), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
 		"varint overflow":  append(bytes.Clone(h), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f),
@@ -134,10 +141,10 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 	if err := decodeStored([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("value with trailing byte accepted: %v", err)
 	}
-	if err := decodeStored([]byte{0x10, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
+	if err := decodeStored([]byte{0x40, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("stored value with an unknown flag accepted: %v", err)
 	}
-	if _, err := storedOrder([]byte{0x10, 0, 0}); !errors.Is(err, errCorrupt) {
+	if _, err := storedOrder([]byte{0x40, 0, 0}); !errors.Is(err, errCorrupt) {
 		t.Errorf("storedOrder accepted an unknown flag: %v", err)
 	}
 }

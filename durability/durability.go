@@ -33,6 +33,9 @@ type Record struct {
 	// a lock.
 	Limit int
 	Slots []Slot
+	// RW, for a read/write lock, says Slots are its holders (any number,
+	// Limit 0): its readers, or its writer when Exclusive.
+	RW, Exclusive bool
 
 	// Base, in a proposal, is the Index of the stored record the decision
 	// was made from (0: none stored). The state machine applies the record

@@ -170,6 +170,9 @@ type Entry struct {
 	// Expires and Owner are derived from them. Limit is 0 for a lock.
 	Limit int
 	Slots []Slot
+	// RW, for a read/write lock (rwlock.go), says Slots are its holders:
+	// readers, or one writer when Exclusive. Token is its write epoch.
+	RW, Exclusive bool
 	// Floor is the least token a grant to a new owner may take, whatever
 	// Token says: it carries tokens the entry does not know of (ephemeral
 	// grants of an earlier leader, or of an evicted entry). Every Next
@@ -214,8 +217,11 @@ type Decision struct {
 // DecideRequest is Decide for a request whole: a semaphore's goes to its
 // own rules (semaphore.go), every other one to Decide.
 func DecideRequest(e Entry, r *Request, now time.Time) Decision {
-	if IsSemaphore(r.Resource) {
+	switch {
+	case IsSemaphore(r.Resource):
 		return decidePermits(e, r, now)
+	case IsRWLock(r.Resource):
+		return decideRW(e, r, now)
 	}
 	return Decide(e, r.Op, r.Owner, r.TTL, now)
 }

@@ -24,6 +24,9 @@ type Request struct {
 	// many permits the owner takes and the limit it states. 0 elsewhere.
 	Permits int
 	Limit   int
+	// Shared, for a read/write lock's TryLock (rwlock.go), asks for a
+	// read lock; false is the write lock.
+	Shared bool
 }
 
 // Check is the rule every edge applies to a lock call: it says why r is
@@ -35,6 +38,9 @@ func (r Request) Check() (Checked, string) {
 		return Checked{}, reason
 	}
 	if reason := r.checkSemaphore(); reason != "" {
+		return Checked{}, reason
+	}
+	if reason := r.checkRWLock(); reason != "" {
 		return Checked{}, reason
 	}
 	if r.Wait != 0 {

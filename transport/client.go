@@ -321,14 +321,14 @@ func (c *Client) Get(ctx context.Context, resource string, d lease.Durability) (
 
 // Do implements lease.Doer: it sends a request checked where it entered
 // (a forwarding node's), checking only what the wire itself needs
-// (wireReason). A TryLock with a Wait, or for a semaphore's permits
-// (which only the native Lock carries), is sent as Lock.
+// (wireReason). A TryLock with a Wait, for a semaphore's permits or for a
+// read lock (which only the native Lock carries), is sent as Lock.
 func (c *Client) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
 	r := req.Request()
 	if why := wireReason(r); why != "" {
 		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput, Reason: why}, nil
 	}
-	if r.Wait != 0 || r.Permits != 0 {
+	if r.Wait != 0 || r.Permits != 0 || r.Shared {
 		res, err := c.wait(ctx, r)
 		return lease.LockInfo{}, res, err
 	}

@@ -222,8 +222,11 @@ type LockRequest struct {
 	// For a semaphore (a resource named "semaphore:NAME"): how many permits
 	// to take, and the limit the caller states (the server refuses one that
 	// differs from the limit it holds). 0 for a lock.
-	Permits       int32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
-	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	Permits int32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	Limit   int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// For a read/write lock (a resource named "rwlock:NAME"): a read lock;
+	// false is the write lock.
+	Shared        bool `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +308,13 @@ func (x *LockRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *LockRequest) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 // A permit of a semaphore: its slot and the slot's fencing token.
@@ -815,7 +825,7 @@ var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xd6\x01\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xee\x01\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -825,7 +835,8 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"durability\x18\x05 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
 	"durability\x12\x18\n" +
 	"\apermits\x18\x06 \x01(\x05R\apermits\x12\x14\n" +
-	"\x05limit\x18\a \x01(\x05R\x05limit\"@\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06shared\x18\b \x01(\bR\x06shared\"@\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xde\x01\n" +
