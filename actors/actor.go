@@ -543,30 +543,14 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
 }
 
-// decideLease is lease.DecideRequest, with a lock's token rule broken
-// under Config.UnsafeTokenRepeat: a grant to a new owner takes the entry's
-// last token again instead of one more.
+// decideLease is lease.DecideRequest, with the rules the negative
+// controls' knobs break broken: the token rule under
+// Config.UnsafeTokenRepeat (a grant to a new owner takes the entry's, a
+// slot's, or a read/write lock's last token again instead of one more),
+// exclusion under Config.UnsafePermitOvercommit (overcommit).
 func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) lease.Decision {
-	if a.cfg.UnsafePermitOvercommit && e.IsSemaphore() && r.Op == lease.TryLock {
-		real := e
-		e.Slots = slices.Clone(e.Slots)
-		for i := range e.Slots {
-			if string(e.Slots[i].Owner) != string(r.Owner) {
-				e.Slots[i].Expires = time.Time{} // taken as lapsed long ago
-			}
-		}
-		d := lease.DecideRequest(e, r, now)
-		if d.Write {
-			for i := range d.Next.Slots { // the slots not granted keep their leases
-				if !slices.ContainsFunc(d.Grants, func(g lease.Grant) bool { return g.Slot == i }) {
-					d.Next.Slots[i] = real.Slots[i]
-				}
-			}
-			if real.Expires.After(d.Next.Expires) {
-				d.Next.Expires = real.Expires
-			}
-		}
-		return d
+	if a.cfg.UnsafePermitOvercommit && e.IsShared() && r.Op == lease.TryLock {
+		return overcommit(e, r, now)
 	}
 	d := lease.DecideRequest(e, r, now)
 	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && d.Next.IsSemaphore() && e.IsSemaphore() {
@@ -577,8 +561,40 @@ func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) 
 		}
 		d.Token = d.Grants[0].Token
 	}
+	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && d.Next.RW && e.RW && d.Token > e.Token {
+		d.Token, d.Next.Token, d.Grants[0].Token = e.Token, e.Token, e.Token // a write without a new epoch
+		for i := range d.Next.Slots {
+			d.Next.Slots[i].Token = min(d.Next.Slots[i].Token, e.Token)
+		}
+	}
 	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && !d.Next.IsShared() && e.State != lease.Absent && d.Token > e.Token {
 		d.Token, d.Next.Token = e.Token, e.Token
+	}
+	return d
+}
+
+// overcommit decides r as if every other holder's lease had lapsed: a
+// semaphore's live permits granted again (the others keep theirs), a
+// read/write lock granted over its live holders (who are dropped, and
+// find out at their next Extend). Config.UnsafePermitOvercommit only.
+func overcommit(e lease.Entry, r *lease.Request, now time.Time) lease.Decision {
+	real := e
+	e.Slots = slices.Clone(e.Slots)
+	for i := range e.Slots {
+		if string(e.Slots[i].Owner) != string(r.Owner) {
+			e.Slots[i].Expires = time.Time{} // taken as lapsed long ago
+		}
+	}
+	d := lease.DecideRequest(e, r, now)
+	if d.Write && e.IsSemaphore() {
+		for i := range d.Next.Slots { // the slots not granted keep their leases
+			if !slices.ContainsFunc(d.Grants, func(g lease.Grant) bool { return g.Slot == i }) {
+				d.Next.Slots[i] = real.Slots[i]
+			}
+		}
+		if real.Expires.After(d.Next.Expires) {
+			d.Next.Expires = real.Expires
+		}
 	}
 	return d
 }

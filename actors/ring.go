@@ -93,7 +93,9 @@ type Config struct {
 	UnsafeTokenRepeat bool
 	// UnsafePermitOvercommit grants a semaphore's permits with every slot
 	// taken as free, live ones included (the lowest first): more holders
-	// than the limit. A negative control, never for production.
+	// than the limit; and a read/write lock with its holders' leases taken
+	// as lapsed: a writer beside readers or another writer. A negative
+	// control, never for production.
 	UnsafePermitOvercommit bool
 	// UnsafeDropHandedOver makes Install keep nothing: the leases handed
 	// over are lost, though the new leader waits none of them out. A

@@ -105,7 +105,7 @@ type TestingKnobs struct {
 	UnsafeTokensFromZero   bool // each reign's ephemeral tokens start from the stored ones, as before they were fenced
 	UnsafeNoEvictFloor     bool // an evicted ephemeral entry's token is forgotten
 	UnsafeTokenRepeat      bool // a grant to a new owner takes the last grant's token again instead of one more
-	UnsafePermitOvercommit bool // a semaphore's live permits are granted again: more holders than its limit
+	UnsafePermitOvercommit bool // a semaphore's live permits, a read/write lock's holders, are granted over
 	UnsafeNoSweepFloor     bool // a swept free record's token does not raise the partition's token floor
 	UnsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry
 	UnsafeDropHandedOver   bool // a new leader drops the ephemeral leases handed over to it

@@ -134,8 +134,10 @@ func WithTokenRepeat(cfg kahuna.Config) kahuna.Config {
 }
 
 // WithPermitOvercommit returns cfg with a semaphore's permits granted as
-// if every slot were free, live ones included. A negative control: the
-// semaphore checker must report more holders acting than the limit.
+// if every slot were free, live ones included, and a read/write lock as if
+// its holders' leases had lapsed. A negative control: the checkers must
+// report more holders acting than the limit, and a writer acting beside
+// another holder.
 func WithPermitOvercommit(cfg kahuna.Config) kahuna.Config {
 	knobs(&cfg).UnsafePermitOvercommit = true
 	return cfg
