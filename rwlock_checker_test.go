@@ -103,27 +103,11 @@ func runRWHolders(t *testing.T, cfg kahuna.Config, holders int, d time.Duration)
 					reads++
 				}
 				mu.Unlock()
-				alive, stop := context.WithCancel(ctx)
-				lk.KeepAlive(alive, 0)
-				for range 1 + rng.IntN(4) {
-					if lk.Context().Err() != nil {
-						break
-					}
-					start := time.Now()
-					time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond) // the act itself
-					end := time.Now()
-					if lk.Context().Err() != nil {
-						break
-					}
+				actWhileHeld(ctx, lk, rng, func(start, end time.Time) { // semaphore_checker_test.go
 					mu.Lock()
 					acts = append(acts, rwAct{holder: holder, write: write, epoch: lk.FencingToken(), start: start, end: end})
 					mu.Unlock()
-				}
-				stop()
-				if rng.IntN(5) == 0 {
-					continue // abandoned: its lease ends by itself
-				}
-				_ = lk.Unlock(context.Background())
+				})
 			}
 		}()
 	}

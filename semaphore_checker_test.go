@@ -76,6 +76,34 @@ func semaphoreFindings(acts []permitAct, limit int) []string {
 	return out
 }
 
+// actWhileHeld keeps lk alive and acts one to four times under it (each
+// act a few milliseconds), recording an act only if lk's Context was live
+// before and after it: a holder cannot vouch for more. Then it releases
+// lk, or one time in five abandons it to its lease, and says so.
+func actWhileHeld(ctx context.Context, lk *kahuna.Lock, rng *rand.Rand, record func(start, end time.Time)) (abandoned bool) {
+	alive, stop := context.WithCancel(ctx)
+	defer stop()
+	lk.KeepAlive(alive, 0)
+	for range 1 + rng.IntN(4) {
+		if lk.Context().Err() != nil {
+			break
+		}
+		start := time.Now()
+		time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond) // the act itself
+		end := time.Now()
+		if lk.Context().Err() != nil {
+			break
+		}
+		record(start, end)
+	}
+	stop()
+	if rng.IntN(5) == 0 {
+		return true // its lease ends by itself
+	}
+	_ = lk.Unlock(context.Background())
+	return false
+}
+
 // runPermitHolders runs holders on one semaphore of limit permits for d:
 // each waits for a permit with a short lease kept alive, acts a few times,
 // and releases it, or abandons it (stops renewing; the slot is granted
@@ -104,31 +132,17 @@ func runPermitHolders(t *testing.T, cfg kahuna.Config, limit, holders int, d tim
 				next++
 				grants++
 				mu.Unlock()
-				alive, stop := context.WithCancel(ctx)
-				p.KeepAlive(alive, 0)
 				g := p.Grants()[0]
-				for range 1 + rng.IntN(4) {
-					if p.Context().Err() != nil {
-						break
-					}
-					start := time.Now()
-					time.Sleep(time.Duration(1+rng.IntN(3)) * time.Millisecond) // the act itself
-					end := time.Now()
-					if p.Context().Err() != nil {
-						break // it cannot vouch for the act: not counted
-					}
+				left := actWhileHeld(ctx, p.Lock, rng, func(start, end time.Time) {
 					mu.Lock()
 					acts = append(acts, permitAct{holder: holder, slot: g.Slot, token: g.Token, start: start, end: end})
 					mu.Unlock()
-				}
-				stop()
-				if rng.IntN(5) == 0 {
+				})
+				if left {
 					mu.Lock()
 					abandoned++
 					mu.Unlock()
-					continue // abandoned: its lease ends by itself
 				}
-				_ = p.Unlock(context.Background())
 			}
 		}()
 	}

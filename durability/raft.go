@@ -303,28 +303,39 @@ func (r *Raft) Released(p int, cutoffMs int64, limit int, fn func(Record) bool) 
 // from on and returns the free ones, at most want, and the key to go on
 // from (nil once the partition's records are exhausted).
 func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned *bool) ([]Record, []byte, error) {
+	first := from == nil
+	if first {
+		from = shardKey(nil, shardID(p), keyRecord)
+	}
+	return r.scanPage(p, shardKey(nil, shardID(p), keyRecord), from, want, first, warned, func(rec *Record) bool {
+		return rec.Locked && rec.ExpiresMs <= cutoffMs || !rec.Locked && rec.LastModifiedMs <= cutoffMs
+	})
+}
+
+// scanPage examines up to releasedPage stored records of partition p whose
+// keys start with keys, from key from on, and returns those keep wants, at
+// most want, and the key to go on from (nil once they are exhausted). The
+// first page of a scan flushes the pending writes first: a scan of badger
+// alone would miss them. (Newer writes during a scan are fine: its pages
+// are no snapshot.) Corrupt records are skipped, with one warning a scan.
+func (r *Raft) scanPage(p int, keys, from []byte, want int, first bool, warned *bool, keep func(*Record) bool) ([]Record, []byte, error) {
 	r.dbMu.RLock()
 	defer r.dbMu.RUnlock()
 	if r.dbClosed {
 		return nil, nil, ErrClosed
 	}
-	var (
-		recs []Record
-		next []byte
-	)
-	if m := r.machine(p); m != nil && from == nil {
-		// A scan of badger alone would miss what is pending. (Newer
-		// writes during the scan are fine: see Released.)
+	if m := r.machine(p); m != nil && first {
 		if err := m.pend.flush(); err != nil {
 			return nil, nil, err
 		}
 	}
+	var (
+		recs []Record
+		next []byte
+	)
 	err := r.db.View(func(txn *badger.Txn) error {
-		prefix := shardKey(nil, shardID(p), keyRecord)
-		if from == nil {
-			from = prefix
-		}
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: prefix})
+		records := len(shardKey(nil, shardID(p), keyRecord)) // where a key's resource starts
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: keys})
 		defer it.Close()
 		n := 0
 		for it.Seek(from); it.Valid(); it.Next() {
@@ -334,13 +345,13 @@ func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned
 				return nil
 			}
 			n++
-			rec := Record{Resource: string(item.Key()[len(prefix):])}
-			var free bool
+			rec := Record{Resource: string(item.Key()[records:])}
+			var kept bool
 			err := item.Value(func(v []byte) error {
 				if err := decodeStored(v, &rec); err != nil {
 					return err
 				}
-				free = rec.Locked && rec.ExpiresMs <= cutoffMs || !rec.Locked && rec.LastModifiedMs <= cutoffMs
+				kept = keep(&rec)
 				rec.Owner = bytes.Clone(rec.Owner) // v is only valid in here
 				rec.Slots = cloneSlots(rec.Slots)
 				return nil
@@ -353,7 +364,7 @@ func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned
 				}
 			case err != nil:
 				return err
-			case free:
+			case kept:
 				recs = append(recs, rec)
 			}
 		}
@@ -398,62 +409,11 @@ func (r *Raft) Held(p int, prefix, after string, nowMs int64, limit int) ([]Reco
 // heldPage examines up to releasedPage records of partition p whose
 // resource starts with prefix, from key from on, and returns the held
 // ones at nowMs, at most want, and the key to go on from (nil once the
-// prefix's records are exhausted). The first page flushes the pending
-// writes first.
+// prefix's records are exhausted).
 func (r *Raft) heldPage(p int, prefix string, from []byte, nowMs int64, want int, first bool, warned *bool) ([]Record, []byte, error) {
-	r.dbMu.RLock()
-	defer r.dbMu.RUnlock()
-	if r.dbClosed {
-		return nil, nil, ErrClosed
-	}
-	if m := r.machine(p); m != nil && first {
-		// A scan of badger alone would miss what is pending. (Newer
-		// writes during the scan are fine: see Held.)
-		if err := m.pend.flush(); err != nil {
-			return nil, nil, err
-		}
-	}
-	var (
-		recs []Record
-		next []byte
-	)
-	err := r.db.View(func(txn *badger.Txn) error {
-		records := shardKey(nil, shardID(p), keyRecord)
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 64, Prefix: recordKey(nil, shardID(p), []byte(prefix))})
-		defer it.Close()
-		n := 0
-		for it.Seek(from); it.Valid(); it.Next() {
-			item := it.Item()
-			if n == releasedPage || len(recs) == want {
-				next = item.KeyCopy(nil)
-				return nil
-			}
-			n++
-			rec := Record{Resource: string(item.Key()[len(records):])}
-			var held bool
-			err := item.Value(func(v []byte) error {
-				if err := decodeStored(v, &rec); err != nil {
-					return err
-				}
-				held = rec.Locked && rec.ExpiresMs >= nowMs
-				rec.Owner = bytes.Clone(rec.Owner) // v is only valid in here
-				return nil
-			})
-			switch {
-			case errors.Is(err, errCorrupt):
-				if !*warned {
-					*warned = true
-					r.log.Warn("durability: skipping corrupt stored record in scan", "partition", p, "resource", rec.Resource)
-				}
-			case err != nil:
-				return err
-			case held:
-				recs = append(recs, rec)
-			}
-		}
-		return nil
+	return r.scanPage(p, recordKey(nil, shardID(p), []byte(prefix)), from, want, first, warned, func(rec *Record) bool {
+		return rec.Locked && rec.ExpiresMs >= nowMs
 	})
-	return recs, next, err
 }
 
 // Barrier implements Backend with a Raft read index. Without a deadline in

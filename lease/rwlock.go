@@ -106,16 +106,7 @@ func decideRW(e Entry, r *Request, now time.Time) Decision {
 		return Decision{Status: Locked, Token: epoch, Grants: g, Write: true, Next: next}
 
 	case Extend:
-		held := e.owned(r.Owner, now, true)
-		if len(held) == 0 {
-			return Decision{Status: LockDoesNotExist}
-		}
-		next := e.withSlots()
-		for _, g := range held {
-			next.Slots[g.Slot].Expires = now.Add(r.TTL)
-		}
-		next.settle()
-		return Decision{Status: Extended, Token: held[0].Token, Grants: held, Write: true, Next: next}
+		return e.extendSlots(r, now)
 
 	case Unlock:
 		held := e.owned(r.Owner, now, false)

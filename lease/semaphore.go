@@ -166,16 +166,7 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 		return Decision{Status: Locked, Token: grants[0].Token, Grants: grants, Write: true, Next: next}
 
 	case Extend:
-		held := e.owned(r.Owner, now, true)
-		if len(held) == 0 {
-			return Decision{Status: LockDoesNotExist}
-		}
-		next := e.withSlots()
-		for _, g := range held {
-			next.Slots[g.Slot].Expires = now.Add(r.TTL)
-		}
-		next.settle()
-		return Decision{Status: Extended, Token: held[0].Token, Grants: held, Write: true, Next: next}
+		return e.extendSlots(r, now)
 
 	case Unlock:
 		// Expiry is not checked: the owner may release lapsed permits
@@ -192,6 +183,21 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 		return Decision{Status: Unlocked, Write: true, Next: next}
 	}
 	return Decision{Status: InvalidInput, Reason: "a semaphore has no single holder to get"}
+}
+
+// extendSlots is Extend for a kind with several holders: every live slot
+// r's owner holds ends r.TTL from now.
+func (e Entry) extendSlots(r *Request, now time.Time) Decision {
+	held := e.owned(r.Owner, now, true)
+	if len(held) == 0 {
+		return Decision{Status: LockDoesNotExist}
+	}
+	next := e.withSlots()
+	for _, g := range held {
+		next.Slots[g.Slot].Expires = now.Add(r.TTL)
+	}
+	next.settle()
+	return Decision{Status: Extended, Token: held[0].Token, Grants: held, Write: true, Next: next}
 }
 
 // owned lists the slots owner holds in e (live ones only, if live).
