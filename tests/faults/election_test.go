@@ -358,11 +358,19 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	return res
 }
 
-// requireElectionTested fails a run that did not test what it is for:
-// elections with acts, several terms of the partition's Raft leadership,
-// freezes, and observers that saw terms.
+// requireElectionTested fails a run that did not test what it is for
+// (electionUntested).
 func requireElectionTested(t *testing.T, seed uint64, r electionRunResult) {
 	t.Helper()
+	if short := electionUntested(r); len(short) > 0 {
+		t.Errorf("seed %d tested too little (%s): %s", seed, strings.Join(short, "; "), r)
+	}
+}
+
+// electionUntested says what a run did not test of what it is for:
+// elections with acts, several terms of the partition's Raft leadership,
+// freezes, and observers that saw terms.
+func electionUntested(r electionRunResult) []string {
 	acted, inSession := 0, 0
 	for _, term := range r.terms {
 		if term.Acts > 0 {
@@ -387,9 +395,7 @@ func requireElectionTested(t *testing.T, seed uint64, r electionRunResult) {
 			short = append(short, c.why)
 		}
 	}
-	if len(short) > 0 {
-		t.Errorf("seed %d tested too little (%s): %s", seed, strings.Join(short, "; "), r)
-	}
+	return short
 }
 
 // electionSeeds is the seeds a test runs: def, or 1..N with
@@ -419,11 +425,23 @@ func TestFaultsElection(t *testing.T) {
 			d = kahuna.Ephemeral
 		}
 		t.Run(fmt.Sprintf("seed-%d-%s", seed, d), func(t *testing.T) {
-			r := runElection(t, seed, electionOpts{dur: d})
-			t.Logf("seed %d %s: %s", seed, d, r)
-			requireElectionTested(t, seed, r)
-			for _, v := range r.violations {
-				t.Errorf("seed %d: %v", seed, v)
+			// A clean run that tested too little (on a loaded machine, a
+			// transfer whose target lagged moved nothing) proves less, not
+			// something wrong: it is run again with the next seed of the
+			// same durability (+1000), at most three runs in all.
+			for try := 1; ; try++ {
+				r := runElection(t, seed, electionOpts{dur: d})
+				t.Logf("seed %d %s: %s", seed, d, r)
+				for _, v := range r.violations {
+					t.Errorf("seed %d: %v", seed, v)
+				}
+				short := electionUntested(r)
+				if len(r.violations) > 0 || len(short) == 0 || try == 3 {
+					requireElectionTested(t, seed, r)
+					return
+				}
+				t.Logf("seed %d: clean, but tested too little (%s); again with seed %d", seed, strings.Join(short, "; "), seed+1000)
+				seed += 1000
 			}
 		})
 	}
