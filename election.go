@@ -93,11 +93,7 @@ func Campaign(ctx context.Context, l Locker, name string, value []byte, opts ...
 	})
 	lk, err := Acquire(ctx, l, ElectionPrefix+name, opts...)
 	if err != nil {
-		var se *StatusError
-		if errors.As(err, &se) {
-			se.Op, se.Resource = "campaign", name
-		}
-		return nil, err
+		return nil, asCall(err, "campaign", name)
 	}
 	return lead(name, value, lk), nil
 }

@@ -247,19 +247,16 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			r   Result
 			err error
 		)
-		if o.whole {
-			wait := WaitForever
-			if !forever {
-				wait = max(busyUntil.Sub(sent), 0)
-			}
+		wait := WaitForever // what is left of it, for a request that waits on the server
+		if !forever {
+			wait = max(busyUntil.Sub(sent), 0)
+		}
+		switch {
+		case o.whole:
 			r, err = askWhole(ctx, l, resource, o, wait)
-		} else if serverWaits {
-			wait := WaitForever
-			if !forever {
-				wait = max(busyUntil.Sub(sent), 0)
-			}
+		case serverWaits:
 			r, err = wl.Lock(ctx, resource, o.owner, o.ttl, wait, o.durability)
-		} else {
+		default:
 			r, err = l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
 		}
 		var (

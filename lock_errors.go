@@ -70,3 +70,14 @@ func (e *StatusError) Unwrap() error {
 	}
 	return nil
 }
+
+// asCall names, in err's *StatusError if it has one, the call a caller
+// made (Campaign, a semaphore's or a read/write lock's acquire) instead of
+// the Acquire under it, and returns err.
+func asCall(err error, op, name string) error {
+	var se *StatusError
+	if errors.As(err, &se) {
+		se.Op, se.Resource = op, name
+	}
+	return err
+}

@@ -92,11 +92,7 @@ func (rw *RWLock) acquire(ctx context.Context, shared bool, opts []AcquireOption
 	opts = append(opts, func(o *acquireOptions) { o.whole, o.shared = canWhole, shared })
 	lk, err := Acquire(ctx, rw.locker, RWLockPrefix+rw.name, opts...)
 	if err != nil {
-		var se *StatusError
-		if errors.As(err, &se) {
-			se.Op, se.Resource = op, rw.name
-		}
-		return nil, err
+		return nil, asCall(err, op, rw.name)
 	}
 	return lk, nil
 }

@@ -113,11 +113,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, opts []AcquireOption) (*
 	opts = append(opts, func(o *acquireOptions) { o.whole, o.permits, o.limit = true, n, s.limit })
 	lk, err := Acquire(ctx, s.locker, SemaphorePrefix+s.name, opts...)
 	if err != nil {
-		var se *StatusError
-		if errors.As(err, &se) {
-			se.Op, se.Resource = "acquire permits", s.name
-		}
-		return nil, err
+		return nil, asCall(err, "acquire permits", s.name)
 	}
 	return &Permit{Lock: lk, name: s.name}, nil
 }

@@ -553,24 +553,32 @@ func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) 
 		return overcommit(e, r, now)
 	}
 	d := lease.DecideRequest(e, r, now)
-	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && d.Next.IsSemaphore() && e.IsSemaphore() {
+	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write {
+		repeatToken(e, &d)
+	}
+	return d
+}
+
+// repeatToken makes grant d, decided on e, take e's last token again
+// instead of one more: a lock's, a semaphore slot's, or a read/write
+// lock's epoch. Config.UnsafeTokenRepeat only.
+func repeatToken(e lease.Entry, d *lease.Decision) {
+	switch {
+	case d.Next.IsSemaphore() && e.IsSemaphore():
 		for i, g := range d.Grants {
 			if old := e.Slots[g.Slot].Token; old > 0 {
 				d.Grants[i].Token, d.Next.Slots[g.Slot].Token = old, old
 			}
 		}
 		d.Token = d.Grants[0].Token
-	}
-	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && d.Next.RW && e.RW && d.Token > e.Token {
+	case d.Next.RW && e.RW && d.Token > e.Token:
 		d.Token, d.Next.Token, d.Grants[0].Token = e.Token, e.Token, e.Token // a write without a new epoch
 		for i := range d.Next.Slots {
 			d.Next.Slots[i].Token = min(d.Next.Slots[i].Token, e.Token)
 		}
-	}
-	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write && !d.Next.IsShared() && e.State != lease.Absent && d.Token > e.Token {
+	case !d.Next.IsShared() && e.State != lease.Absent && d.Token > e.Token:
 		d.Token, d.Next.Token = e.Token, e.Token
 	}
-	return d
 }
 
 // overcommit decides r as if every other holder's lease had lapsed: a
