@@ -103,10 +103,11 @@ func (c *Client) Get(ctx context.Context, resource string, d Durability) (LockIn
 }
 
 // requestDo is how the client runs a request whole (a semaphore's
-// permits and limit included): over gRPC only, as REST does not carry them.
+// permits and limit, a read lock's Shared included). Over REST it is not
+// queued on the server: a waiting acquire polls (transport.RESTClient.Do).
 func (c *Client) requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
 	if c.grpc == nil {
-		return nil
+		return c.rest.Do
 	}
 	return c.grpc.Do
 }

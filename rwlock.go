@@ -31,9 +31,10 @@ const RWLockPrefix = lease.RWLockPrefix
 const MaxReaders = lease.MaxReaders
 
 // ErrNoReadLocks: the Locker cannot carry a read lock's request. The
-// embedded Node and a Client over gRPC can; a Client over REST cannot.
-// Write locks need nothing more than a Locker.
-var ErrNoReadLocks = errors.New("kahuna: this Locker does not carry read lock requests (use the embedded Node or a gRPC Client)")
+// embedded Node and a Client can (over REST a waiting read lock polls
+// instead of queueing on the server). Write locks need nothing more than
+// a Locker.
+var ErrNoReadLocks = errors.New("kahuna: this Locker does not carry read lock requests (use the embedded Node or a Client)")
 
 // RWLock is a read/write lock on a Locker. It holds no state of its own.
 type RWLock struct {

@@ -105,7 +105,8 @@ func TestRWLockUpgradeIsRefused(t *testing.T) {
 }
 
 // A write lock is a plain lock request: Kahuna's own wire carries it; a
-// read lock needs a Locker that sends the request whole.
+// read lock needs a Locker that sends the request whole, as the Client
+// does over gRPC and over REST.
 func TestRWLockOverTheWire(t *testing.T) {
 	ctx := context.Background()
 	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
@@ -127,12 +128,27 @@ func TestRWLockOverTheWire(t *testing.T) {
 	if _, err := kahuna.NewRWLock(rest, "docs").TryLock(ctx); !errors.Is(err, kahuna.ErrBusy) {
 		t.Fatalf("write lock over REST while a reader holds: %v, want busy", err)
 	}
-	if _, err := kahuna.NewRWLock(rest, "docs").TryRLock(ctx); !errors.Is(err, kahuna.ErrNoReadLocks) {
-		t.Fatalf("read lock over REST: %v, want ErrNoReadLocks", err)
+	r2, err := kahuna.NewRWLock(rest, "docs").TryRLock(ctx, kahuna.WithTTL(time.Minute))
+	if err != nil || r2.FencingToken() != r.FencingToken() {
+		t.Fatalf("read lock over REST beside a gRPC reader: %v (epoch %v, the other reader's %d)", err, r2, r.FencingToken())
 	}
 	r.Unlock(ctx)
-	w, err := kahuna.NewRWLock(rest, "docs").TryLock(ctx)
-	if err != nil || w.FencingToken() != r.FencingToken()+1 {
-		t.Fatalf("write lock over REST: %v (epoch %v after %d)", err, w, r.FencingToken())
+	if _, err := kahuna.NewRWLock(rest, "docs").TryLock(ctx); !errors.Is(err, kahuna.ErrBusy) {
+		t.Fatalf("write lock over REST while a REST reader holds: %v, want busy", err)
+	}
+	// A writer over REST that waits (it polls: REST queues nothing on the
+	// server) is granted once the reader lets go.
+	got := make(chan *kahuna.Lock, 1)
+	go func() {
+		w, err := kahuna.NewRWLock(rest, "docs").Lock(ctx, kahuna.WithWait(time.Minute))
+		if err != nil {
+			t.Errorf("write lock over REST: %v", err)
+		}
+		got <- w
+	}()
+	r2.Unlock(ctx)
+	w := <-got
+	if w == nil || w.FencingToken() != r.FencingToken()+1 {
+		t.Fatalf("write lock over REST: epoch %v after %d", w, r.FencingToken())
 	}
 }

@@ -37,9 +37,10 @@ const MaxPermits = lease.MaxPermits
 type Grant = lease.Grant
 
 // ErrNoSemaphores: the Locker cannot carry a semaphore's request (its
-// permits and limit). The embedded Node and a Client over gRPC can; a
-// Client over REST and other Lockers cannot.
-var ErrNoSemaphores = errors.New("kahuna: this Locker does not carry semaphore requests (use the embedded Node or a gRPC Client)")
+// permits and limit). The embedded Node and a Client can (over REST a
+// waiting acquire polls instead of queueing on the server); other Lockers
+// cannot.
+var ErrNoSemaphores = errors.New("kahuna: this Locker does not carry semaphore requests (use the embedded Node or a Client)")
 
 // requestDoer is a Locker that may run a lock request whole, permits and
 // limit included: requestDo returns how, or nil if it cannot.

@@ -224,9 +224,15 @@ func (r *Raft) Load(p int, resource string) (Record, bool, error) {
 	if r.dbClosed {
 		return Record{}, false, ErrClosed
 	}
-	rec, found, err := loadRecord(r.view(p), shardID(p), resource)
+	v := r.view(p)
+	rec, found, err := loadRecord(v, shardID(p), resource)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("durability: load %q from partition %d: %w", resource, p, err)
+	}
+	if m := r.machine(p); m != nil && m.unsafeNoFence {
+		if e, err := readEpoch(v, shardID(p)); err == nil {
+			m.noteLoad(resource, e)
+		}
 	}
 	return rec, found, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
@@ -60,6 +61,12 @@ type stateMachine struct {
 	// unsafeNoFence applies batches with the advance-only guard alone: a
 	// negative control for the fault tests.
 	unsafeNoFence bool
+	// loads, only with unsafeNoFence: the epoch in which this node last
+	// loaded each resource (Raft.Load), so that a deposed epoch's record
+	// applied after a load of the current epoch is counted as one the
+	// loader's cache no longer matches (UnfencedBehindLoads).
+	loadsMu sync.Mutex
+	loads   map[string]Epoch
 	// unsafeNoFloor removes records without raising the token floor: a
 	// name's next first grant may take a token below its removed
 	// record's. A negative control for the fault tests.
@@ -273,11 +280,13 @@ func (a *applier) entry(e *sm.Entry) error {
 		return err
 	}
 	var (
-		rec     Record
-		bits    []byte
-		applied uint64
-		fenced  = h.kind == kindBatch && !a.s.unsafeNoFence
-		stale   = fenced && h.epoch != a.epoch
+		rec      Record
+		bits     []byte
+		applied  uint64
+		behind   uint64 // unfenced records applied after a load in this epoch
+		fenced   = h.kind == kindBatch && !a.s.unsafeNoFence
+		stale    = fenced && h.epoch != a.epoch
+		unfenced = h.kind == kindBatch && a.s.unsafeNoFence && h.epoch != a.epoch
 	)
 	for j := range h.count {
 		var res, val []byte
@@ -291,6 +300,9 @@ func (a *applier) entry(e *sm.Entry) error {
 		switch {
 		case ok:
 			applied++
+			if unfenced && a.epoch != (Epoch{}) && a.s.loadedIn(res) == a.epoch {
+				behind++
+			}
 			if bits != nil {
 				bits[j/8] |= 1 << (j % 8)
 			}
@@ -304,8 +316,9 @@ func (a *applier) entry(e *sm.Entry) error {
 	if applied > 0 {
 		e.Result = sm.Result{Value: e.Index, Data: bits}
 	}
-	if h.kind == kindBatch && a.s.unsafeNoFence && h.epoch != a.epoch {
+	if unfenced {
 		unfencedApplied.Add(applied)
+		unfencedBehindLoads.Add(behind)
 	}
 	a.last = e.Index
 	return nil
@@ -323,6 +336,37 @@ var unfencedApplied atomic.Uint64
 // control measures with it that its scenario, a deposed leader's write
 // reaching the log, arose. It is 0 while every fence is on.
 func UnfencedApplied() uint64 { return unfencedApplied.Load() }
+
+// unfencedBehindLoads counts the unfenced records (see unfencedApplied)
+// applied on a node that had loaded their resource in the partition's
+// current epoch: what that node's leader cached no longer matches the
+// store, which is how a missing fence shows in answers.
+var unfencedBehindLoads atomic.Uint64
+
+// UnfencedBehindLoads is how many records of another epoch than their
+// partition's were applied, with the fence off, on a node that had loaded
+// their resource in the current epoch before (see Raft.Load): the
+// fence-off negative control's scenario, a deposed leader's write landing
+// behind the new leader's cache, arose that many times. It is 0 while
+// every fence is on.
+func UnfencedBehindLoads() uint64 { return unfencedBehindLoads.Load() }
+
+// noteLoad records, with the fence off, that resource was loaded in epoch.
+func (s *stateMachine) noteLoad(resource string, epoch Epoch) {
+	s.loadsMu.Lock()
+	if s.loads == nil {
+		s.loads = make(map[string]Epoch)
+	}
+	s.loads[resource] = epoch
+	s.loadsMu.Unlock()
+}
+
+// loadedIn is the epoch in which resource was last loaded (noteLoad).
+func (s *stateMachine) loadedIn(resource []byte) Epoch {
+	s.loadsMu.Lock()
+	defer s.loadsMu.Unlock()
+	return s.loads[string(resource)]
+}
 
 // marker applies a new leader's epoch marker: accepted only with a higher
 // term than the stored epoch, so a late marker of an older leader (forwarded

@@ -47,7 +47,10 @@ type RESTClient struct {
 	closed    atomic.Bool
 }
 
-var _ lease.Locker = (*RESTClient)(nil)
+var (
+	_ lease.Locker = (*RESTClient)(nil)
+	_ lease.Doer   = (*RESTClient)(nil)
+)
 
 // DialREST returns a REST client of endpoints ("http://host:port" or
 // "https://host:port"). It does not connect until the first call. Of the
@@ -121,11 +124,21 @@ type restLock struct {
 	Durability int32  `json:"durability"`
 }
 
+// restWholeLock is a try-lock with kahuna's fields: a semaphore's
+// permits and limit, or a read lock's shared.
+type restWholeLock struct {
+	restLock
+	Permits int32 `json:"permits,omitempty"`
+	Limit   int32 `json:"limit,omitempty"`
+	Shared  bool  `json:"shared,omitempty"`
+}
+
 type restLockAnswer struct {
-	ServedFrom   string `json:"servedFrom"`
-	Type         int32  `json:"type"`
-	FencingToken int64  `json:"fencingToken"`
-	Reason       string `json:"reason"` // ours, for InvalidInput; Kahuna sends none
+	ServedFrom   string       `json:"servedFrom"`
+	Type         int32        `json:"type"`
+	FencingToken int64        `json:"fencingToken"`
+	Reason       string       `json:"reason"` // ours, for InvalidInput; Kahuna sends none
+	Grants       []grantReply `json:"grants"` // ours, a semaphore's permits
 }
 
 type restGet struct {
@@ -192,13 +205,43 @@ func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durabilit
 	return lease.LockInfo{Owner: a.Owner, Expires: time.UnixMilli(a.Expires.L), FencingToken: a.FencingToken}, res, nil
 }
 
-func (r *RESTClient) lockCall(ctx context.Context, path string, body restLock) (lease.Result, error) {
+// Do implements lease.Doer, so that a request goes whole: a semaphore's
+// permits and limit, a read lock's Shared. REST has no wait on the server,
+// so a TryLock's Wait is not sent: it is answered at once (Busy where it
+// would wait, others queued before it included), and a caller that waits
+// asks again (kahuna.Acquire polls).
+func (r *RESTClient) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	q := req.Request()
+	switch q.Op {
+	case lease.TryLock:
+		if q.Permits == 0 && q.Limit == 0 && !q.Shared {
+			res, err := r.TryLock(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
+			return lease.LockInfo{}, res, err
+		}
+		body := restWholeLock{restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, int32(q.Permits), int32(q.Limit), q.Shared} // checked: at most lease.MaxPermits
+		res, err := r.lockCall(ctx, "try-lock", body)
+		return lease.LockInfo{}, res, err
+	case lease.Extend:
+		res, err := r.Extend(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
+		return lease.LockInfo{}, res, err
+	case lease.Unlock:
+		res, err := r.Unlock(ctx, q.Resource, q.Owner, q.Durability)
+		return lease.LockInfo{}, res, err
+	}
+	return r.Get(ctx, q.Resource, q.Durability)
+}
+
+func (r *RESTClient) lockCall(ctx context.Context, path string, body any) (lease.Result, error) {
 	return r.retry(ctx, func() (lease.Result, error) {
 		var a restLockAnswer
 		if err := r.post(ctx, path, body, &a); err != nil {
 			return lease.Result{}, err
 		}
-		return lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom, Reason: a.Reason}, nil
+		res := lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom, Reason: a.Reason}
+		for _, g := range a.Grants {
+			res.Grants = append(res.Grants, lease.Grant{Slot: g.Slot, Token: g.FencingToken})
+		}
+		return res, nil
 	})
 }
 

@@ -234,6 +234,21 @@ func appendLockReply(dst []byte, r lockReply) []byte {
 		dst = append(dst, `,"reason":`...)
 		dst = appendString(dst, r.Reason)
 	}
+	for i, g := range r.Grants {
+		if i == 0 {
+			dst = append(dst, `,"grants":[`...)
+		} else {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"slot":`...)
+		dst = strconv.AppendInt(dst, int64(g.Slot), 10)
+		dst = append(dst, `,"fencingToken":`...)
+		dst = strconv.AppendInt(dst, g.FencingToken, 10)
+		dst = append(dst, '}')
+	}
+	if len(r.Grants) > 0 {
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 

@@ -42,6 +42,9 @@ func FuzzFastJSON(f *testing.F) {
 			}
 		}
 		r := lockReply{ServedFrom: s1, Type: lease.Status(n % 300), FencingToken: n, Reason: s2}
+		for i := range n % 3 {
+			r.Grants = append(r.Grants, grantReply{Slot: int(i), FencingToken: n - i})
+		}
 		if got, want := appendLockReply(nil, r), mustMarshal(r); !bytes.Equal(got, want) {
 			t.Fatalf("lock reply %+v: fast %s, encoding/json %s", r, got, want)
 		}

@@ -31,6 +31,11 @@ type lockBody struct {
 	Owner      []byte `json:"owner"`
 	ExpiresMs  int32  `json:"expiresMs"`
 	Durability int32  `json:"durability"`
+	// Permits and Limit (a semaphore's try-lock) and Shared (a read lock's)
+	// are kahuna's, not Kahuna's; lease.Request.Check says where they go.
+	Permits int32 `json:"permits"`
+	Limit   int32 `json:"limit"`
+	Shared  bool  `json:"shared"`
 }
 
 type lockReply struct {
@@ -40,6 +45,14 @@ type lockReply struct {
 	// Reason is kahuna's, not Kahuna's: for InvalidInput, why (and for a MustRetry refused for want of disk space, why)
 	// (lease.Check). Kahuna's clients ignore a field they do not know.
 	Reason string `json:"reason,omitempty"`
+	// Grants, kahuna's too, are a semaphore's permits granted or extended.
+	Grants []grantReply `json:"grants,omitempty"`
+}
+
+// grantReply is one permit of a semaphore: its slot and fencing token.
+type grantReply struct {
+	Slot         int   `json:"slot"`
+	FencingToken int64 `json:"fencingToken"`
 }
 
 type getBody struct {
@@ -126,14 +139,19 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 		}
 	}
 	op := route.op()
-	req := lease.Request{Op: op, Resource: b.Resource, Owner: b.Owner, Durability: lease.Durability(b.Durability)}
+	req := lease.Request{Op: op, Resource: b.Resource, Owner: b.Owner, Durability: lease.Durability(b.Durability),
+		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared}
 	if op != lease.Unlock {
 		req.TTL = msToTTL(b.ExpiresMs)
 	}
 	// A failed call is answered MustRetry or Errored (see serve), and
 	// the error only says the asker is gone, so it is not looked at.
 	_, res, _ := s.serve(ctx, s.locker, req)
-	return http.StatusOK, appendLockReply(dst, lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason})
+	reply := lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason}
+	for _, g := range res.Grants {
+		reply.Grants = append(reply.Grants, grantReply{Slot: g.Slot, FencingToken: g.Token})
+	}
+	return http.StatusOK, appendLockReply(dst, reply)
 }
 
 // checkTokenBody is a check-token request: is FencingToken the token of

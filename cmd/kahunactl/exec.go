@@ -47,6 +47,7 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 	defer signal.Stop(sigs)
 
 	h, sig, err := acquireUntilSignal(ctx, l, resource, o, sigs, stderr)
+	resource = lockedName(resource, o)
 	if sig != nil {
 		if h != nil {
 			release(h, o.timeout, stderr)
@@ -65,6 +66,9 @@ func lockAndRun(ctx context.Context, l kahuna.Locker, resource string, argv []st
 		"KAHUNA_LOCK_RESOURCE=" + resource,
 		"KAHUNA_LOCK_OWNER=" + string(h.Owner()),
 		"KAHUNA_FENCING_TOKEN=" + strconv.FormatInt(h.FencingToken(), 10)}
+	if mode := lockMode(o); mode != "" {
+		env = append(env, "KAHUNA_LOCK_MODE="+mode)
+	}
 	return runUnder(argv, env, h, "lock "+lease.Excerpt(resource), func() error {
 		stopAlive()
 		return release(h, o.timeout, stderr)
@@ -244,7 +248,7 @@ func acquireUntilSignal(ctx context.Context, l kahuna.Locker, resource string, o
 			if !o.waitGiven {
 				wait = waitRound
 			}
-			h, err = kahuna.Acquire(ctx, l, resource, append(opts, kahuna.WithWait(wait))...)
+			h, err = take(o)(ctx, l, resource, append(opts, kahuna.WithWait(wait))...)
 			if o.waitGiven || !errors.Is(err, kahuna.ErrBusy) || ctx.Err() != nil {
 				return
 			}

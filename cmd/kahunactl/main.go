@@ -49,6 +49,11 @@
 // KAHUNA_FENCING_TOKENS (a JSON object, name to token). CMD is stopped as
 // above if the session is lost; closing it releases every name.
 //
+// kahunactl lock --read NAME [-- CMD] takes a read lock of the read/write
+// lock NAME (the entry rwlock:NAME), shared with other readers, and
+// --write its write lock; the fencing token is the write epoch, and CMD
+// gets KAHUNA_LOCK_MODE (read or write) too.
+//
 // # Leader election
 //
 // kahunactl elect NAME VALUE campaigns in election NAME (the lock
@@ -142,6 +147,9 @@ type options struct {
 	after          string   // locks --after
 	semLimit       int      // semaphore --limit
 	permits        int      // semaphore -n
+	// lock --read, --write: the read or the write lock of the read/write
+	// lock RESOURCE (its entry is rwlock:RESOURCE).
+	read, write bool
 }
 
 // A command is one of kahunactl's commands.
@@ -166,6 +174,8 @@ var commands = []command{
 			durationVar(fs, &o.wait, "wait", 0, "keep trying this long while the lock is busy (default: try once; with -- CMD: wait until interrupted)")
 			fs.StringVar(&o.owner, "owner", "", "owner to lock as (default a fresh random one)")
 			durationVar(fs, &o.grace, "grace", 10*time.Second, "with -- CMD: once the lock is lost, how long CMD gets after SIGTERM before SIGKILL")
+			fs.BoolVar(&o.read, "read", false, "take a read lock of the read/write lock RESOURCE: shared with other readers, its fencing token the write epoch it reads under")
+			fs.BoolVar(&o.write, "write", false, "take the write lock of the read/write lock RESOURCE: exclusive, its fencing token a new write epoch")
 		}},
 	{name: "extend", args: "RESOURCE --owner OWNER [flags]", resource: true,
 		summary: "extend the lease of RESOURCE held by OWNER",
@@ -581,6 +591,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		return usageErr("--grace must not be negative, not %v", o.grace)
 	case o.timeout <= 0:
 		return usageErr("--timeout must be positive, not %v", o.timeout)
+	case o.read && o.write:
+		return usageErr("lock: --read or --write, not both")
 	case cmd.name == "transfer-leadership" && (o.partition < 0 || o.to == 0):
 		return usageErr("transfer-leadership needs --partition P and --to NODE")
 	}
@@ -588,6 +600,9 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 		return usageErr("%s %s: invalid input: %s", cmd.name, lease.Excerpt(resource), reason)
 	}
 	if len(o.more) > 0 {
+		if o.read || o.write {
+			return usageErr("lock: --read and --write take one RESOURCE, a read/write lock")
+		}
 		if ownerGiven {
 			return usageErr("lock: --owner does not go with several RESOURCEs (one session holds them all, under its own ID)")
 		}
@@ -636,7 +651,7 @@ func invalidInput(cmd, resource string, o options) string {
 	}
 	req := lease.Request{Op: which, Resource: resource, Owner: owner, TTL: o.ttl, Durability: o.durability}
 	if cmd == "lock" {
-		req.Wait = o.wait
+		req.Resource, req.Wait, req.Shared = lockedName(resource, o), o.wait, o.read
 	}
 	if _, reason := req.Check(); reason != "" {
 		return reason
@@ -732,6 +747,42 @@ func acquireOptions(o options) []kahuna.AcquireOption {
 	return opts
 }
 
+// lockedName is the entry lock takes for RESOURCE: the read/write lock's
+// with --read or --write, else RESOURCE itself.
+func lockedName(resource string, o options) string {
+	if o.read || o.write {
+		return kahuna.RWLockPrefix + resource
+	}
+	return resource
+}
+
+// lockMode is "read" or "write" with --read or --write, else "".
+func lockMode(o options) string {
+	switch {
+	case o.read:
+		return "read"
+	case o.write:
+		return "write"
+	}
+	return ""
+}
+
+// take is how lock takes RESOURCE: a plain lock, or with --read or --write
+// the read or the write lock of the read/write lock RESOURCE.
+func take(o options) func(ctx context.Context, l kahuna.Locker, resource string, opts ...kahuna.AcquireOption) (*kahuna.Lock, error) {
+	switch {
+	case o.read:
+		return func(ctx context.Context, l kahuna.Locker, name string, opts ...kahuna.AcquireOption) (*kahuna.Lock, error) {
+			return kahuna.NewRWLock(l, name).RLock(ctx, opts...)
+		}
+	case o.write:
+		return func(ctx context.Context, l kahuna.Locker, name string, opts ...kahuna.AcquireOption) (*kahuna.Lock, error) {
+			return kahuna.NewRWLock(l, name).Lock(ctx, opts...)
+		}
+	}
+	return kahuna.Acquire
+}
+
 func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out printer, stderr io.Writer) int {
 	opts := append(acquireOptions(o), kahuna.WithWait(o.wait))
 	down := &outage{stderr: stderr, what: "lock " + lease.Excerpt(resource), out: out, after: 2}
@@ -742,7 +793,7 @@ func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out 
 			down.notice(err)
 		}
 	}))
-	h, err := kahuna.Acquire(ctx, l, resource, opts...)
+	h, err := take(o)(ctx, l, resource, opts...)
 	var se *kahuna.StatusError
 	if errors.Is(err, context.DeadlineExceeded) && errors.As(lastRetry, &se) && se.Status == kahuna.MustRetry {
 		// The node answered, and kept answering that it cannot serve now.
@@ -750,11 +801,17 @@ func lock(ctx context.Context, l kahuna.Locker, resource string, o options, out 
 			lease.Excerpt(resource), o.timeout+o.wait)
 		return exitError
 	}
+	name := lockedName(resource, o)
 	if err != nil {
-		return acquireFailed(out, stderr, resource, o.owner, err)
+		return acquireFailed(out, stderr, name, o.owner, err)
 	}
-	out.print(map[string]any{"resource": resource, "status": "Locked", "owner": string(h.Owner()), "fencingToken": h.FencingToken()},
-		"locked %s owner %s fencing token %d\n", resource, h.Owner(), h.FencingToken())
+	fields := map[string]any{"resource": name, "status": "Locked", "owner": string(h.Owner()), "fencingToken": h.FencingToken()}
+	if mode := lockMode(o); mode != "" {
+		fields["mode"] = mode
+		out.print(fields, "locked %s for %s owner %s fencing token %d\n", name, mode, h.Owner(), h.FencingToken())
+		return exitOK
+	}
+	out.print(fields, "locked %s owner %s fencing token %d\n", name, h.Owner(), h.FencingToken())
 	return exitOK
 }
 

@@ -358,7 +358,7 @@ func TestHelpExitsZero(t *testing.T) {
 // description and its own flags only, on stdout, and exits 0.
 func TestCommandHelp(t *testing.T) {
 	want := map[string][]string{
-		"lock":                {"durability", "endpoints", "format", "grace", "owner", "timeout", "ttl", "wait"},
+		"lock":                {"durability", "endpoints", "format", "grace", "owner", "read", "timeout", "ttl", "wait", "write"},
 		"extend":              {"durability", "endpoints", "format", "owner", "timeout", "ttl"},
 		"unlock":              {"durability", "endpoints", "format", "owner", "timeout"},
 		"get":                 {"durability", "endpoints", "format", "timeout"},

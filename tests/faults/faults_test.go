@@ -163,7 +163,10 @@ type faultRun struct {
 	// unfenced counts the records of a deposed leader's epoch applied
 	// over the run because the fence was off (durability.UnfencedApplied).
 	unfenced uint64
-	handles  *handleStats // what the handle clients saw
+	// unfencedBehind counts those applied on a node that had loaded their
+	// resource in the partition's new epoch (durability.UnfencedBehindLoads).
+	unfencedBehind uint64
+	handles        *handleStats // what the handle clients saw
 }
 
 // faultEffects is what a run's faults did, as seen from outside the nodes.
@@ -918,7 +921,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		name = "TestFaults$"
 	}
 	t.Logf("seed %d, %s locks (replay: go test -run '%s' -v ./tests/faults -faults.seed=%d -faults.run=%v)", seed, o.dur, name, seed, o.d)
-	unfencedBefore := durability.UnfencedApplied()
+	unfencedBefore, behindBefore := durability.UnfencedApplied(), durability.UnfencedBehindLoads()
 	const partitions = 3
 	mod := func(cfg kahuna.Config) kahuna.Config {
 		if o.dur == kahuna.Ephemeral && !o.grace {
@@ -1002,6 +1005,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	run.begun = reigns.begun()
 	run.evictions = c.evictions()
 	run.unfenced = durability.UnfencedApplied() - unfencedBefore
+	run.unfencedBehind = durability.UnfencedBehindLoads() - behindBefore
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
 	c.Close() // the checkers get the CPU
 
