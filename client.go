@@ -40,6 +40,7 @@ type Client struct {
 var (
 	_ Locker     = (*Client)(nil)
 	_ WaitLocker = (*Client)(nil)
+	_ lease.Doer = (*Client)(nil)
 )
 
 // Lock implements WaitLocker: TryLock that, while another owner holds the
@@ -102,14 +103,16 @@ func (c *Client) Get(ctx context.Context, resource string, d Durability) (LockIn
 	return c.locker.Get(ctx, resource, d)
 }
 
-// requestDo is how the client runs a request whole (a semaphore's
-// permits and limit, a read lock's Shared included). Over REST it is not
-// queued on the server: a waiting acquire polls (transport.RESTClient.Do).
-func (c *Client) requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
+// Do implements lease.Doer: it sends a checked request whole, a
+// semaphore's permits and limit and a read lock's Shared included, which
+// the Locker methods cannot carry. Over REST it is not queued on the
+// server: a request's Wait is not sent, and it is answered at once
+// (transport.RESTClient.Do).
+func (c *Client) Do(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
 	if c.grpc == nil {
-		return c.rest.Do
+		return c.rest.Do(ctx, req)
 	}
-	return c.grpc.Do
+	return c.grpc.Do(ctx, req)
 }
 
 // Close releases the client's connections.

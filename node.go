@@ -19,6 +19,7 @@ type Node struct {
 var (
 	_ WaitLocker = (*Node)(nil)
 	_ Watcher    = (*Node)(nil)
+	_ lease.Doer = (*Node)(nil)
 )
 
 // Open's and the Node's errors besides those of the data dir (match them
@@ -122,10 +123,11 @@ func (n *Node) WatchLock(ctx context.Context, resource string, from uint64, send
 	return n.n.WatchLock(ctx, resource, from, send)
 }
 
-// requestDo is how the node runs a request whole (a semaphore's permits
-// and limit included): Semaphore's way in.
-func (n *Node) requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
-	return n.n.Do
+// Do implements lease.Doer: it runs a checked request whole, a
+// semaphore's permits and limit and a read lock's Shared included, which
+// the Locker methods cannot carry.
+func (n *Node) Do(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
+	return n.n.Do(ctx, req)
 }
 
 // Local is the Locker this node offers its peers on the node-to-node

@@ -42,19 +42,9 @@ type Grant = lease.Grant
 // cannot.
 var ErrNoSemaphores = errors.New("kahuna: this Locker does not carry semaphore requests (use the embedded Node or a Client)")
 
-// requestDoer is a Locker that may run a lock request whole, permits and
-// limit included: requestDo returns how, or nil if it cannot.
-type requestDoer interface {
-	requestDo() func(ctx context.Context, req lease.Checked) (LockInfo, Result, error)
-}
-
-// doerOf is how l runs a request whole, or nil: a requestDoer's way, or
-// a lease.Doer's (the transport's gRPC client, which kahunactl uses).
+// doerOf is how l runs a request whole (lease.Doer), or nil if it cannot.
 func doerOf(l Locker) func(ctx context.Context, req lease.Checked) (LockInfo, Result, error) {
-	switch d := l.(type) {
-	case requestDoer:
-		return d.requestDo()
-	case lease.Doer:
+	if d, ok := l.(lease.Doer); ok {
 		return d.Do
 	}
 	return nil

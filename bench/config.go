@@ -30,7 +30,13 @@ type Config struct {
 	Timeout     time.Duration // per operation; 0 = none
 	Hold        time.Duration // hot-wait: how long each grant is held before its Unlock
 	Wait        time.Duration // hot-wait: the longest wait of one acquire
-	Seed        uint64        // 0 = pick one (and report it)
+	// Kind is what hot-wait contends for: a mutex (KindMutex), one permit
+	// of a semaphore of Limit permits, or a read/write lock's read lock
+	// (a fraction Reads of the acquires) or write lock.
+	Kind  string
+	Limit int
+	Reads float64
+	Seed  uint64 // 0 = pick one (and report it)
 
 	Format     string // console, json or csv
 	Output     string // "" = stdout
@@ -65,7 +71,30 @@ const (
 	DefaultExtends     = 3
 	DefaultMix         = "lock=50,get=50"
 	DefaultWait        = 5 * time.Second
+	DefaultLimit       = 8
+	DefaultReads       = 0.9
 )
+
+// Lock kinds of the hot-wait workload, as --kind takes them.
+const (
+	KindMutex     = "mutex"
+	KindSemaphore = "semaphore"
+	KindRWLock    = "rwlock"
+)
+
+var kinds = []string{KindMutex, KindSemaphore, KindRWLock}
+
+// keyPrefix is the prefix of every key: a semaphore's or read/write
+// lock's entry prefix before --key-prefix for those kinds.
+func (c *Config) keyPrefix() string {
+	switch c.Kind { // "" is a mutex, as in a Config built without validate
+	case KindSemaphore:
+		return lease.SemaphorePrefix + c.KeyPrefix
+	case KindRWLock:
+		return lease.RWLockPrefix + c.KeyPrefix
+	}
+	return c.KeyPrefix
+}
 
 var formats = []string{"console", "json", "csv"}
 
@@ -144,12 +173,25 @@ func (c *Config) validate(reg Registry) error {
 	if c.Timeout < 0 {
 		bad("--timeout must be ≥ 0 (0 = none), got %v", c.Timeout)
 	}
+	if c.Kind == "" {
+		c.Kind = KindMutex
+	}
 	if c.Workload == WorkloadHotWait {
 		if c.Hold < 0 {
 			bad("--hold must be ≥ 0, got %v", c.Hold)
 		}
 		if c.Wait <= 0 || c.Wait > lease.MaxWait {
 			bad("--wait must be > 0 and ≤ %v, got %v", lease.MaxWait, c.Wait)
+		}
+		switch {
+		case !slices.Contains(kinds, c.Kind):
+			bad("--kind %q: want one of %s", c.Kind, strings.Join(kinds, ", "))
+		case c.Kind == KindSemaphore && (c.Limit < 1 || c.Limit > lease.MaxPermits):
+			bad("--limit must be 1 to %d, got %d", lease.MaxPermits, c.Limit)
+		case c.Kind == KindRWLock && !(c.Reads >= 0 && c.Reads <= 1):
+			bad("--reads must be 0 to 1, got %v", c.Reads)
+		case c.Kind != KindMutex && c.Durability != lease.Persistent:
+			bad("--kind %s needs --durability persistent: the nodes keep semaphores and read/write locks only so", c.Kind)
 		}
 		if c.Timeout > 0 && c.Timeout <= c.Wait+c.Hold {
 			bad("--timeout %v must exceed --wait + --hold (%v), or be 0: a grant op waits, then holds", c.Timeout, c.Wait+c.Hold)
@@ -160,6 +202,9 @@ func (c *Config) validate(reg Registry) error {
 	}
 	if ext := strings.ToLower(filepath.Ext(c.Plot)); c.Plot != "" && ext != ".png" && ext != ".svg" {
 		bad("--plot %q: the file name must end in .png or .svg", c.Plot)
+	}
+	if c.Workload != WorkloadHotWait && c.Kind != KindMutex {
+		bad("--kind %s goes with --workload hot-wait only", c.Kind)
 	}
 	if c.Workload == WorkloadMixed && len(c.Mix) == 0 {
 		bad("--mix is empty")

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -43,11 +45,37 @@ const (
 )
 
 // hotWait is the step of the hot-wait workload.
-func (b *builder) hotWait(hold, wait time.Duration) func(context.Context, *worker, time.Time) {
-	grantRow, handoffRow, releaseRow := b.row(rowGrant, false), b.row(rowHandoff, true), b.row(rowRelease, true)
+func (b *builder) hotWait(c *Config) func(context.Context, *worker, time.Time) {
+	hold, wait, kind := c.Hold, c.Wait, cmp.Or(c.Kind, KindMutex)
+	grantRow := b.row(rowGrant, false)
+	// A hand-off is from one holder to the next: a semaphore's permits
+	// and a read lock have several holders at once, so only a mutex has
+	// a handoff row.
+	handoffRow, readRow := -1, -1
+	if kind == KindMutex {
+		handoffRow = b.row(rowHandoff, true)
+	}
+	if kind == KindRWLock {
+		readRow = b.row(rowRead, true)
+	}
+	releaseRow := b.row(rowRelease, true)
 	return func(ctx context.Context, w *worker, start time.Time) {
 		k, key := w.pick()
-		r, call, err := w.acquire(ctx, key, wait)
+		var (
+			r    lease.Result
+			call string
+			err  error
+			read bool
+		)
+		switch kind {
+		case KindMutex:
+			r, call, err = w.acquire(ctx, key, wait)
+		case KindSemaphore:
+			r, call, err = w.acquireWhole(ctx, lease.Request{Resource: key, Wait: wait, Permits: 1, Limit: c.Limit})
+		case KindRWLock:
+			read = w.rng.Float64() < c.Reads
+			r, call, err = w.acquireWhole(ctx, lease.Request{Resource: key, Wait: wait, Shared: read})
+		}
 		granted := time.Now()
 		switch {
 		case err != nil:
@@ -60,10 +88,15 @@ func (b *builder) hotWait(hold, wait time.Duration) func(context.Context, *worke
 			w.failStatus(grantRow, call, r.Status)
 			return
 		}
-		if d, ok := w.handoff.acquired(k, w.id, granted); ok {
-			w.success(handoffRow, d)
+		if handoffRow >= 0 {
+			if d, ok := w.handoff.acquired(k, w.id, granted); ok {
+				w.success(handoffRow, d)
+			}
 		}
 		w.success(grantRow, granted.Sub(start))
+		if read {
+			w.success(readRow, granted.Sub(start))
+		}
 		if w.measured {
 			w.grants++
 		}
@@ -87,6 +120,40 @@ func (b *builder) hotWait(hold, wait time.Duration) func(context.Context, *worke
 	}
 }
 
+// errNoWholeRequests: the target's Locker cannot carry a semaphore's
+// permits or a read lock (a peer, or a plain Locker): it would take a
+// mutex instead, which is not what is measured.
+var errNoWholeRequests = errors.New("the target cannot carry semaphore or read/write lock requests (kahuna targets only)")
+
+// acquireWhole asks for a semaphore's permits or a read/write lock, as
+// req says, with the worker's owner, TTL and durability: one request
+// that waits on the service (a Locker that carries whole requests,
+// lease.Doer, does; over REST it is answered at once and polled).
+func (w *worker) acquireWhole(ctx context.Context, req lease.Request) (lease.Result, string, error) {
+	if _, ok := w.l.(lease.Doer); !ok {
+		return lease.Result{}, "Lock", errNoWholeRequests
+	}
+	req.Op, req.Owner, req.TTL, req.Durability = lease.TryLock, w.owner, w.ttl, w.dur
+	c, why := req.Check()
+	if why != "" {
+		return lease.Result{Status: lease.InvalidInput, Reason: why}, "Lock", nil
+	}
+	if _, waits := w.l.(lease.WaitLocker); waits {
+		_, r, err := lease.Do(ctx, w.l, c)
+		return r, "Lock", err
+	}
+	wait := req.Wait
+	req.Wait = 0
+	if c, why = req.Check(); why != "" {
+		return lease.Result{Status: lease.InvalidInput, Reason: why}, "Lock", nil
+	}
+	r, err := w.poll(ctx, wait, func() (lease.Result, error) {
+		_, r, err := lease.Do(ctx, w.l, c)
+		return r, err
+	})
+	return r, "TryLock", err
+}
+
 // acquire asks for key, waiting up to wait: see the workload's comment.
 // call names the call for the error breakdown.
 func (w *worker) acquire(ctx context.Context, key string, wait time.Duration) (r lease.Result, call string, err error) {
@@ -94,20 +161,29 @@ func (w *worker) acquire(ctx context.Context, key string, wait time.Duration) (r
 		r, err = wl.Lock(ctx, key, w.owner, w.ttl, wait, w.dur)
 		return r, "Lock", err
 	}
+	r, err = w.poll(ctx, wait, func() (lease.Result, error) {
+		return w.l.TryLock(ctx, key, w.owner, w.ttl, w.dur)
+	})
+	return r, "TryLock", err
+}
+
+// poll calls try until it answers anything but Busy or wait is over,
+// sleeping a jittered backoff between calls (see pollMinBackoff).
+func (w *worker) poll(ctx context.Context, wait time.Duration, try func() (lease.Result, error)) (lease.Result, error) {
 	deadline := time.Now().Add(wait)
 	backoff := pollMinBackoff
 	for {
-		r, err = w.l.TryLock(ctx, key, w.owner, w.ttl, w.dur)
+		r, err := try()
 		if err != nil || r.Status != lease.Busy {
-			return r, "TryLock", err
+			return r, err
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return r, "TryLock", nil
+			return r, nil
 		}
 		pause := backoff/2 + time.Duration(w.rng.Int64N(int64(backoff/2)+1))
 		if err := w.sleep(ctx, min(pause, left)); err != nil {
-			return r, "TryLock", err
+			return r, err
 		}
 		backoff = min(2*backoff, pollMaxBackoff)
 	}
@@ -166,8 +242,9 @@ type Counted struct {
 func (c Counted) Requests() (int64, string) { return c.N.Load(), c.What }
 
 // counting counts every call made through a Locker. It is a WaitLocker
-// only if the Locker it wraps is (countingWait), so the workload's type
-// assertion sees what it would see without it.
+// only if the Locker it wraps is (countingWait), and a lease.Doer only if
+// that is too (countingDo, countingWaitDo), so the workload's type
+// assertions see what they would see without it.
 type counting struct {
 	l        lease.Locker
 	n        *atomic.Int64
@@ -179,7 +256,13 @@ type counting struct {
 func countCalls(l lease.Locker, n *atomic.Int64, measured *bool) lease.Locker {
 	c := counting{l, n, measured}
 	if wl, ok := l.(lease.WaitLocker); ok {
+		if d, ok := l.(lease.Doer); ok {
+			return countingWaitDo{countingWait{c, wl}, d}
+		}
 		return countingWait{c, wl}
+	}
+	if d, ok := l.(lease.Doer); ok {
+		return countingDo{c, d}
 	}
 	return c
 }
@@ -238,4 +321,26 @@ type WaitSummary struct {
 	// WaitLocker is true if the target waited on the service (Lock), false
 	// if the harness polled TryLock.
 	WaitLocker bool
+}
+
+// countingDo counts a lease.Doer's calls (Do included).
+type countingDo struct {
+	counting
+	d lease.Doer
+}
+
+func (c countingDo) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	c.add()
+	return c.d.Do(ctx, req)
+}
+
+// countingWaitDo counts a WaitLocker's that is a lease.Doer too.
+type countingWaitDo struct {
+	countingWait
+	d lease.Doer
+}
+
+func (c countingWaitDo) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	c.add()
+	return c.d.Do(ctx, req)
 }

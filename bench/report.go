@@ -39,11 +39,14 @@ type Parameters struct {
 	Seed        uint64
 	Timeout     time.Duration
 	Hold, Wait  time.Duration // hot-wait only
-	GoMaxProcs  int
-	NumCPU      int
-	GoVersion   string
-	Platform    string
-	Started     time.Time
+	// Kind, hot-wait's: "semaphore of 8 permits", "rwlock, 90% reads", or
+	// "" for a mutex.
+	Kind       string
+	GoMaxProcs int
+	NumCPU     int
+	GoVersion  string
+	Platform   string
+	Started    time.Time
 }
 
 func newParameters(c *Config, seed uint64, started time.Time) Parameters {
@@ -55,7 +58,7 @@ func newParameters(c *Config, seed uint64, started time.Time) Parameters {
 		Concurrency: c.Concurrency,
 		Rate:        c.Rate,
 		KeySpace:    c.keys(),
-		KeyPrefix:   c.KeyPrefix,
+		KeyPrefix:   c.keyPrefix(),
 		TTL:         c.TTL,
 		Durability:  strings.ToLower(c.Durability.String()),
 		Endpoints:   c.Endpoints,
@@ -72,6 +75,12 @@ func newParameters(c *Config, seed uint64, started time.Time) Parameters {
 	}
 	if c.Workload == WorkloadHotWait {
 		p.Hold, p.Wait = c.Hold, c.Wait
+		switch c.Kind {
+		case KindSemaphore:
+			p.Kind = fmt.Sprintf("semaphore of %d permits, one per acquire", c.Limit)
+		case KindRWLock:
+			p.Kind = fmt.Sprintf("rwlock, %.0f%% reads", 100*c.Reads)
+		}
 	}
 	if c.Workload == WorkloadExtend || c.Workload == WorkloadMixed {
 		p.Extends = c.Extends

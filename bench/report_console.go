@@ -27,6 +27,9 @@ func (r Report) writeConsole(out io.Writer) error {
 	}
 	if p.Workload == WorkloadHotWait {
 		workload += fmt.Sprintf(" (hold %v, wait up to %v)", p.Hold, p.Wait)
+		if p.Kind != "" {
+			workload += " on a " + p.Kind
+		}
 	}
 	keys := "keys"
 	if p.KeySpace == 1 {

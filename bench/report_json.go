@@ -37,6 +37,7 @@ type jsonParameters struct {
 	Timeout     float64  `json:"timeoutSec"`
 	HoldMs      *float64 `json:"holdMs,omitempty"` // hot-wait
 	WaitMs      *float64 `json:"waitMs,omitempty"` // hot-wait
+	Kind        string   `json:"kind,omitempty"`   // hot-wait on a semaphore or rwlock
 	GoMaxProcs  int      `json:"gomaxprocs"`
 	NumCPU      int      `json:"numCpu"`
 	GoVersion   string   `json:"goVersion"`
@@ -123,6 +124,7 @@ func (r Report) writeJSON(w io.Writer) error {
 	if p.Workload == WorkloadHotWait {
 		hold, wait := ms(p.Hold), ms(p.Wait)
 		out.Parameters.HoldMs, out.Parameters.WaitMs = &hold, &wait
+		out.Parameters.Kind = p.Kind
 	}
 	for _, sk := range r.Skipped {
 		out.Skipped = append(out.Skipped, jsonSkip(sk))

@@ -21,7 +21,7 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 	if err != nil {
 		return Result{}, err
 	}
-	keys := keyNames(c.KeyPrefix, c.keys())
+	keys := keyNames(c.keyPrefix(), c.keys())
 	opened := time.Now()
 	sys, err := t.Open(ctx, Settings{
 		Endpoints:   c.Endpoints,

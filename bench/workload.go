@@ -32,6 +32,7 @@ const (
 	rowRelease = "release"
 	rowGet     = "get"
 	rowGrant   = "grant"
+	rowRead    = "read grant" // hot-wait --kind rwlock: the read locks among the grants
 )
 
 // workload is what one operation is. step runs one and records its
@@ -55,7 +56,7 @@ func newWorkload(c *Config) (workload, error) {
 	case WorkloadMixed:
 		return b.mixed(c)
 	case WorkloadHotWait:
-		return workload{rows: b.rows, step: b.hotWait(c.Hold, c.Wait)}, nil
+		return workload{rows: b.rows, step: b.hotWait(c)}, nil
 	}
 	return workload{}, fmt.Errorf("unknown workload %q", c.Workload)
 }
