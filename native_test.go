@@ -167,6 +167,17 @@ func (a *askedWaits) Lock(ctx context.Context, resource string, owner []byte, tt
 	return a.Node.Lock(ctx, resource, owner, ttl, wait, d)
 }
 
+// Do records the wait of a request sent whole (the server sends a Doer's
+// Lock requests so).
+func (a *askedWaits) Do(ctx context.Context, req lease.Checked) (kahuna.LockInfo, kahuna.Result, error) {
+	if r := req.Request(); r.Op == lease.TryLock && r.Wait != 0 {
+		a.mu.Lock()
+		a.waits = append(a.waits, r.Wait)
+		a.mu.Unlock()
+	}
+	return a.Node.Do(ctx, req)
+}
+
 // Acquire with a wait over a Client makes one request: the server waits.
 // The request asks the server for the whole rest of the Acquire's wait, so
 // the client has nothing left to poll for, and it is the only request

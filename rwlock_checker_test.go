@@ -2,75 +2,23 @@ package kahuna_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/internal/testknobs"
 )
-
-// rwAct is one act of a read/write lock's holder, done between two checks
-// that its Lock's Context was live.
-type rwAct struct {
-	holder     int
-	write      bool
-	epoch      int64
-	start, end time.Time
-}
-
-// rwFindings checks acts against the read/write lock's promises: a writer
-// never acts while another holder does; two writers never hold one epoch;
-// nobody acts under an epoch older than that of a write that already
-// acted (a fenced resource would refuse it).
-func rwFindings(acts []rwAct) []string {
-	var out []string
-	sorted := slices.Clone(acts)
-	slices.SortFunc(sorted, func(x, y rwAct) int { return x.start.Compare(y.start) })
-	for i, a := range sorted {
-		for _, b := range sorted[i+1:] {
-			if !b.start.Before(a.end) {
-				break
-			}
-			if (a.write || b.write) && a.holder != b.holder {
-				out = append(out, fmt.Sprintf("a writer acted beside another holder (epochs %d and %d)", a.epoch, b.epoch))
-				break
-			}
-		}
-		if len(out) > 0 {
-			break
-		}
-	}
-	writers := map[int64]int{}
-	var last rwAct // the write with the highest epoch that has acted
-	for _, a := range sorted {
-		if a.write {
-			if h, ok := writers[a.epoch]; ok && h != a.holder {
-				out = append(out, fmt.Sprintf("epoch %d held by two writers", a.epoch))
-				break
-			}
-			writers[a.epoch] = a.holder
-		}
-		if last.write && a.epoch < last.epoch && a.start.After(last.end) {
-			out = append(out, fmt.Sprintf("an act under epoch %d after a write of epoch %d", a.epoch, last.epoch))
-			break
-		}
-		if a.write && a.epoch > last.epoch {
-			last = a
-		}
-	}
-	return out
-}
 
 // runRWHolders runs holders on one read/write lock for d: a third write,
 // the rest read, each with a short lease kept alive; they act a few times
 // and release, or one time in five abandon the lock to its lease.
-func runRWHolders(t *testing.T, cfg kahuna.Config, holders int, d time.Duration) (acts []rwAct, writes, reads int) {
+func runRWHolders(t *testing.T, cfg kahuna.Config, holders int, d time.Duration) (acts []checker.Act, writes, reads int) {
 	n := openNode(t, cfg)
+	base := time.Now()
 	rw := kahuna.NewRWLock(n, "checked")
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -105,7 +53,7 @@ func runRWHolders(t *testing.T, cfg kahuna.Config, holders int, d time.Duration)
 				mu.Unlock()
 				actWhileHeld(ctx, lk, rng, func(start, end time.Time) { // semaphore_checker_test.go
 					mu.Lock()
-					acts = append(acts, rwAct{holder: holder, write: write, epoch: lk.FencingToken(), start: start, end: end})
+					acts = append(acts, checker.Act{Holder: holder, Write: write, Token: lk.FencingToken(), Start: start.Sub(base), End: end.Sub(base)})
 					mu.Unlock()
 				})
 			}
@@ -123,7 +71,7 @@ func TestRWLockChecker(t *testing.T) {
 	shared := 0
 	for i, a := range acts {
 		for _, b := range acts[i+1:] {
-			if !a.write && !b.write && a.holder != b.holder && a.start.Before(b.end) && b.start.Before(a.end) {
+			if !a.Write && !b.Write && a.Holder != b.Holder && a.Start < b.End && b.Start < a.End {
 				shared++
 			}
 		}
@@ -131,7 +79,7 @@ func TestRWLockChecker(t *testing.T) {
 	if writes < 5 || reads < 10 || shared == 0 {
 		t.Fatalf("tested too little: %d writes, %d reads, %d pairs of reads at once", writes, reads, shared)
 	}
-	if f := rwFindings(acts); len(f) > 0 {
+	if f := checker.CheckRWLock(acts); len(f) > 0 {
 		t.Fatalf("%d writes, %d reads, %d acts: %v", writes, reads, len(acts), f)
 	}
 	t.Logf("%d writes, %d reads (%d pairs of reads at once), %d acts: no finding", writes, reads, shared, len(acts))
@@ -141,13 +89,13 @@ func TestRWLockChecker(t *testing.T) {
 		cfg  kahuna.Config
 		want string
 	}{
-		{"overcommit", testknobs.WithPermitOvercommit(kahuna.Config{}), "beside another holder"},
-		{"token-repeat", testknobs.WithTokenRepeat(kahuna.Config{}), "held by two writers"},
+		{"overcommit", testknobs.WithPermitOvercommit(kahuna.Config{}), "writer-beside-holder"},
+		{"token-repeat", testknobs.WithTokenRepeat(kahuna.Config{}), "epoch-two-writers"},
 	} {
 		t.Run("negative-control/"+c.name, func(t *testing.T) {
 			acts, _, _ := runRWHolders(t, c.cfg, 6, 1500*time.Millisecond)
-			f := rwFindings(acts)
-			if !slices.ContainsFunc(f, func(s string) bool { return strings.Contains(s, c.want) }) {
+			f := checker.CheckRWLock(acts)
+			if !slices.ContainsFunc(f, func(v checker.Violation) bool { return v.Kind == c.want }) {
 				t.Fatalf("the broken node was not caught (%q wanted): %v", c.want, f)
 			}
 			t.Logf("caught: %v", f)

@@ -2,79 +2,16 @@ package kahuna_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/internal/testknobs"
 )
-
-// permitAct is one act of a permit holder on its slot: done between two
-// checks that the Permit's Context was live, on this process's monotonic
-// clock.
-type permitAct struct {
-	holder     int // which Permit (a fresh one per grant)
-	slot       int
-	token      int64
-	start, end time.Time
-}
-
-// semaphoreFindings checks acts against the semaphore's promises: at no
-// instant more than limit holders act, and a slot's token names one grant
-// (two holders never act with one token) and only rises (nobody acts with
-// a token below one that already acted on the slot).
-func semaphoreFindings(acts []permitAct, limit int) []string {
-	var out []string
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
-	for _, a := range acts {
-		edges = append(edges, edge{a.start, +1}, edge{a.end, -1})
-	}
-	slices.SortFunc(edges, func(x, y edge) int {
-		if c := x.at.Compare(y.at); c != 0 {
-			return c
-		}
-		return x.delta - y.delta // an end before a start at one instant
-	})
-	acting, most := 0, 0
-	for _, e := range edges {
-		acting += e.delta
-		most = max(most, acting)
-	}
-	if most > limit {
-		out = append(out, fmt.Sprintf("%d holders acted at once, over the limit of %d", most, limit))
-	}
-	byToken := map[[2]int64]int{}
-	for _, a := range acts {
-		k := [2]int64{int64(a.slot), a.token}
-		if h, ok := byToken[k]; ok && h != a.holder {
-			out = append(out, fmt.Sprintf("slot %d token %d granted to two holders", a.slot, a.token))
-			break
-		}
-		byToken[k] = a.holder
-	}
-	sorted := slices.Clone(acts)
-	slices.SortFunc(sorted, func(x, y permitAct) int { return x.start.Compare(y.start) })
-	high := map[int]permitAct{}
-	for _, a := range sorted {
-		if h, ok := high[a.slot]; ok && a.token < h.token && a.start.After(h.end) {
-			out = append(out, fmt.Sprintf("slot %d: token %d acted after token %d had", a.slot, a.token, h.token))
-			break
-		}
-		if a.token > high[a.slot].token {
-			high[a.slot] = a
-		}
-	}
-	return out
-}
 
 // actWhileHeld keeps lk alive and acts one to four times under it (each
 // act a few milliseconds), recording an act only if lk's Context was live
@@ -109,8 +46,9 @@ func actWhileHeld(ctx context.Context, lk *kahuna.Lock, rng *rand.Rand, record f
 // and releases it, or abandons it (stops renewing; the slot is granted
 // again once its lease ends). It returns the acts and how many grants
 // were made, and how many of them after an abandoned permit.
-func runPermitHolders(t *testing.T, cfg kahuna.Config, limit, holders int, d time.Duration) (acts []permitAct, grants, abandoned int) {
+func runPermitHolders(t *testing.T, cfg kahuna.Config, limit, holders int, d time.Duration) (acts []checker.Act, grants, abandoned int) {
 	n := openNode(t, cfg)
+	base := time.Now()
 	sem := kahuna.NewSemaphore(n, "checked", limit)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -135,7 +73,7 @@ func runPermitHolders(t *testing.T, cfg kahuna.Config, limit, holders int, d tim
 				g := p.Grants()[0]
 				left := actWhileHeld(ctx, p.Lock, rng, func(start, end time.Time) {
 					mu.Lock()
-					acts = append(acts, permitAct{holder: holder, slot: g.Slot, token: g.Token, start: start, end: end})
+					acts = append(acts, checker.Act{Holder: holder, Slot: g.Slot, Token: g.Token, Start: start.Sub(base), End: end.Sub(base)})
 					mu.Unlock()
 				})
 				if left {
@@ -159,7 +97,7 @@ func TestSemaphoreChecker(t *testing.T) {
 	if grants < 20 || abandoned < 2 || len(acts) < 20 {
 		t.Fatalf("tested too little: %d grants, %d abandoned, %d acts", grants, abandoned, len(acts))
 	}
-	if f := semaphoreFindings(acts, limit); len(f) > 0 {
+	if f := checker.CheckPermits(acts, limit); len(f) > 0 {
 		t.Fatalf("%d grants, %d acts: %v", grants, len(acts), f)
 	}
 	t.Logf("%d grants (%d after an abandoned permit's lease), %d acts: no finding", grants, abandoned, len(acts))
@@ -169,13 +107,13 @@ func TestSemaphoreChecker(t *testing.T) {
 		cfg  kahuna.Config
 		want string
 	}{
-		{"overcommit", testknobs.WithPermitOvercommit(kahuna.Config{}), "over the limit"},
-		{"token-repeat", testknobs.WithTokenRepeat(kahuna.Config{}), "granted to two holders"},
+		{"overcommit", testknobs.WithPermitOvercommit(kahuna.Config{}), "over-limit"},
+		{"token-repeat", testknobs.WithTokenRepeat(kahuna.Config{}), "token-twice"},
 	} {
 		t.Run("negative-control/"+c.name, func(t *testing.T) {
 			acts, _, _ := runPermitHolders(t, c.cfg, limit, 5, 1500*time.Millisecond)
-			f := semaphoreFindings(acts, limit)
-			if !slices.ContainsFunc(f, func(s string) bool { return strings.Contains(s, c.want) }) {
+			f := checker.CheckPermits(acts, limit)
+			if !slices.ContainsFunc(f, func(v checker.Violation) bool { return v.Kind == c.want }) {
 				t.Fatalf("the broken node was not caught (%q wanted): %v", c.want, f)
 			}
 			t.Logf("caught: %v", f)

@@ -12,8 +12,9 @@ import (
 
 // Permits asked of a member that does not lead the semaphore's partition
 // are forwarded whole (permits, limit, the grants in the answer), and a
-// Client over gRPC carries them too; over REST it refuses at once.
-func TestClusterSemaphoreForwardedAndOverGRPC(t *testing.T) {
+// Client carries them too, over gRPC and over REST (a follower forwards
+// the REST request whole).
+func TestClusterSemaphoreForwardedOverTheWire(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
 	const name = "runners"
@@ -75,7 +76,19 @@ func TestClusterSemaphoreForwardedAndOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rest.Close()
-	if _, err := kahuna.NewSemaphore(rest, name, 3).TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrNoSemaphores) {
-		t.Fatalf("over REST: %v, want ErrNoSemaphores", err)
+	// Over REST through the follower: busy while all three are held, then
+	// the slot the gRPC holder frees, one generation up.
+	if _, err := kahuna.NewSemaphore(rest, name, 3).TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrBusy) {
+		t.Fatalf("over REST with every permit held: %v, want busy", err)
+	}
+	if err := third.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	viaREST, err := kahuna.NewSemaphore(rest, name, 3).TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatalf("over REST: %v", err)
+	}
+	if g := viaREST.Grants(); len(g) != 1 || g[0].Slot != 2 || g[0].Token != third.Grants()[0].Token+1 {
+		t.Fatalf("over REST: %v after %v", g, third.Grants())
 	}
 }
