@@ -53,4 +53,3 @@ func TestCheckRWLock(t *testing.T) {
 		}
 	}
 }
-

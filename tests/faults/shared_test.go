@@ -46,7 +46,7 @@ func (l *candidateLink) Do(ctx context.Context, req lease.Checked) (kahuna.LockI
 
 // sharedOpts is what a shared-lock run varies besides its seed.
 type sharedOpts struct {
-	kind string                  // "semaphore" or "rwlock"
+	kind string                 // "semaphore" or "rwlock"
 	opts []kahuna.AcquireOption // added to every acquire (the controls' knobs)
 }
 
