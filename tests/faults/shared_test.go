@@ -62,7 +62,7 @@ type sharedFreeze struct {
 type sharedRunResult struct {
 	acts                                []checker.Act
 	frozen                              []sharedFreeze // the freezes of a holder
-	grants, writes, abandoned, together int // together: acts that met another holder's
+	grants, writes, abandoned, together int            // together: acts that met another holder's
 	violations                          []checker.Violation
 	faults                              map[faultKind]int
 	freezes, reigns                     int
