@@ -78,6 +78,7 @@ type Lock struct {
 	session     *Session // the session that renews it (WithSession), or nil
 	leaseOf     *Session // the session this is the own lease of, or nil
 	grants      []Grant  // a semaphore's permits (Permit), or nil
+	free        int      // a semaphore's permits left free at the grant (Permit.Free)
 
 	ctx    *lockContext
 	cancel context.CancelCauseFunc
@@ -285,7 +286,7 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			}
 			answered()
 			lk := newLock(l, resource, r.FencingToken, o, since)
-			lk.grants = r.Grants
+			lk.grants, lk.free = r.Grants, r.Free
 			if o.session != nil {
 				o.session.attach(lk)
 			}

@@ -124,6 +124,10 @@ func (p *Permit) Name() string { return p.name }
 // Grants returns the permits held: each one's slot and fencing token.
 func (p *Permit) Grants() []Grant { return append([]Grant(nil), p.grants...) }
 
+// Free is how many of the semaphore's permits were free once these were
+// granted: a moment's count, which others change at any time.
+func (p *Permit) Free() int { return p.free }
+
 // FenceName is the name under which a fence keeps the highest token of a
 // permit's slot: the semaphore's entry and the slot.
 func (p *Permit) FenceName(g Grant) string {

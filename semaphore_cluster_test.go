@@ -54,8 +54,8 @@ func TestClusterSemaphoreForwardedOverTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := third.Grants(); len(g) != 1 || g[0].Slot != 2 || third.FencingToken() != g[0].Token {
-		t.Fatalf("over gRPC: %v (token %d)", g, third.FencingToken())
+	if g := third.Grants(); len(g) != 1 || g[0].Slot != 2 || third.FencingToken() != g[0].Token || third.Free() != 0 {
+		t.Fatalf("over gRPC: %v (token %d, %d left free)", g, third.FencingToken(), third.Free())
 	}
 	if err := third.Extend(ctx, time.Minute); err != nil {
 		t.Fatalf("extend over gRPC: %v", err)

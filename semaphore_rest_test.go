@@ -32,8 +32,8 @@ func TestSemaphoreOverREST(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a permit over REST: %v", err)
 	}
-	if g := p.Grants(); len(g) != 1 || g[0].Token != p.FencingToken() {
-		t.Fatalf("grants over REST: %+v, token %d", g, p.FencingToken())
+	if g := p.Grants(); len(g) != 1 || g[0].Token != p.FencingToken() || p.Free() != 1 {
+		t.Fatalf("grants over REST: %+v, token %d, %d left free", g, p.FencingToken(), p.Free())
 	}
 
 	type grant struct {
@@ -45,6 +45,7 @@ func TestSemaphoreOverREST(t *testing.T) {
 		FencingToken int64         `json:"fencingToken"`
 		Reason       string        `json:"reason"`
 		Grants       []grant       `json:"grants"`
+		PermitsFree  *int          `json:"permitsFree"`
 	}
 	post := func(path string, body map[string]any) reply {
 		t.Helper()
@@ -64,7 +65,8 @@ func TestSemaphoreOverREST(t *testing.T) {
 	owner := []byte("curl")
 	lock := map[string]any{"resource": kahuna.SemaphorePrefix + "builds", "owner": owner, "expiresMs": 60000, "durability": int(kahuna.Persistent), "permits": 1, "limit": 2}
 	r := post("/v1/locks/try-lock", lock)
-	if r.Type != kahuna.Locked || len(r.Grants) != 1 || r.Grants[0].Slot == p.Grants()[0].Slot || r.FencingToken != r.Grants[0].FencingToken {
+	if r.Type != kahuna.Locked || len(r.Grants) != 1 || r.Grants[0].Slot == p.Grants()[0].Slot || r.FencingToken != r.Grants[0].FencingToken ||
+		r.PermitsFree == nil || *r.PermitsFree != 0 {
 		t.Fatalf("the second permit over raw REST: %+v (the first's %+v)", r, p.Grants())
 	}
 	if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrBusy) {

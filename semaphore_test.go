@@ -45,6 +45,9 @@ func TestSemaphoreLimitsHoldersAndFencesEachSlot(t *testing.T) {
 	if ga, gb := a.Grants(), b.Grants(); len(ga) != 1 || len(gb) != 1 || ga[0].Slot == gb[0].Slot {
 		t.Fatalf("two holders share a slot: %v %v", ga, gb)
 	}
+	if a.Free() != 1 || b.Free() != 0 {
+		t.Fatalf("permits left free: %d after the first, %d after the second; want 1 and 0", a.Free(), b.Free())
+	}
 	if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrBusy) {
 		t.Fatalf("third permit of 2: %v, want busy", err)
 	}

@@ -478,7 +478,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.waited = now.Sub(c.queuedAt)
 	}
 	if !d.Write {
-		resp := Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Reason: d.Reason}
+		resp := Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Free: d.Free, Reason: d.Reason}
 		if d.Status == lease.Got {
 			resp.Owner, resp.Expires = s.Owner, s.Expires
 		}
@@ -691,7 +691,7 @@ func (a *lockActor) complete(c *call) {
 	s.inflight = nil
 	h := c.handoff
 	c.handoff = nil
-	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Grants: c.decision.Grants, Waited: c.waited}
+	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Grants: c.decision.Grants, Free: c.decision.Free, Waited: c.waited}
 	unknown := false // the record may have applied
 	switch {
 	case c.err == nil && c.req.forget:

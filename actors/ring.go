@@ -184,6 +184,8 @@ type Response struct {
 	// Grants, for a semaphore's TryLock or Extend, are the permits granted
 	// or extended; Reason, for InvalidInput, says why.
 	Grants []lease.Grant
+	// Free, with a semaphore's Grants, is the permits left free.
+	Free int
 	Reason string
 
 	// raise, with Status MustRetry, says the call was not decided because

@@ -212,6 +212,9 @@ type Decision struct {
 	Grants []Grant
 	// Reason, for InvalidInput, says why.
 	Reason string
+	// Free, with Grants of a semaphore, is how many permits are free after
+	// the decision.
+	Free int
 }
 
 // DecideRequest is Decide for a request whole: a semaphore's goes to its

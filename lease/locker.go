@@ -29,6 +29,9 @@ type Result struct {
 	// permits granted or extended, each with its slot and fencing token;
 	// FencingToken is then the first one's.
 	Grants []Grant
+	// Free, with Grants of a semaphore, is how many of its permits were
+	// free once these were granted or extended.
+	Free int
 }
 
 // LockInfo describes a live lock, as returned by Get.

@@ -88,14 +88,17 @@ func (e *Entry) IsSemaphore() bool { return e.Limit > 0 }
 
 // PermitsFree reports whether n permits could be granted on e at now: n
 // slots below the limit that no live lease holds.
-func (e *Entry) PermitsFree(n int, now time.Time) bool {
+func (e *Entry) PermitsFree(n int, now time.Time) bool { return e.FreePermits(now) >= n }
+
+// FreePermits is how many of e's permits no live lease holds at now.
+func (e *Entry) FreePermits(now time.Time) int {
 	free := 0
 	for i := range e.Slots {
 		if !e.Slots[i].live(now) {
 			free++
 		}
 	}
-	return free >= n
+	return free
 }
 
 // NextLapse is the earliest expiry of a live permit, or false if none is
@@ -127,7 +130,7 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 					" permits of this semaphore and asks for " + strconv.Itoa(r.Permits)}
 			}
 			// Same owner: the same grant again, expiry not refreshed.
-			return Decision{Status: Locked, Token: held[0].Token, Grants: held}
+			return Decision{Status: Locked, Token: held[0].Token, Grants: held, Free: e.FreePermits(now)}
 		}
 		if !e.IsSemaphore() {
 			if e.Live(now) {
@@ -163,7 +166,7 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 			return Decision{Status: InvalidInput, Reason: "the semaphore's permits would take " + strconv.Itoa(size) +
 				" bytes, over the limit of " + strconv.Itoa(MaxSemaphoreBytes) + ": use shorter owners"}
 		}
-		return Decision{Status: Locked, Token: grants[0].Token, Grants: grants, Write: true, Next: next}
+		return Decision{Status: Locked, Token: grants[0].Token, Grants: grants, Write: true, Next: next, Free: next.FreePermits(now)}
 
 	case Extend:
 		return e.extendSlots(r, now)
@@ -197,7 +200,11 @@ func (e Entry) extendSlots(r *Request, now time.Time) Decision {
 		next.Slots[g.Slot].Expires = now.Add(r.TTL)
 	}
 	next.settle()
-	return Decision{Status: Extended, Token: held[0].Token, Grants: held, Write: true, Next: next}
+	d := Decision{Status: Extended, Token: held[0].Token, Grants: held, Write: true, Next: next}
+	if next.IsSemaphore() {
+		d.Free = next.FreePermits(now)
+	}
+	return d
 }
 
 // owned lists the slots owner holds in e (live ones only, if live).

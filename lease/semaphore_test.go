@@ -25,15 +25,15 @@ func TestPermitsGrantSlotsWithTheirOwnGenerations(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var e Entry
 	a := apply(t, &e, semReq(TryLock, "a", 2, 3), now)
-	if a.Status != Locked || len(a.Grants) != 2 || a.Grants[0] != (Grant{0, 1}) || a.Grants[1] != (Grant{1, 1}) {
-		t.Fatalf("first grant = %+v, want slots 0 and 1 with token 1", a)
+	if a.Status != Locked || len(a.Grants) != 2 || a.Grants[0] != (Grant{0, 1}) || a.Grants[1] != (Grant{1, 1}) || a.Free != 1 {
+		t.Fatalf("first grant = %+v, want slots 0 and 1 with token 1, one permit left free", a)
 	}
 	if b := apply(t, &e, semReq(TryLock, "b", 2, 3), now); b.Status != Busy {
 		t.Fatalf("2 permits with 1 free = %v, want Busy", b.Status)
 	}
 	c := apply(t, &e, semReq(TryLock, "c", 1, 3), now)
-	if c.Status != Locked || c.Grants[0] != (Grant{2, 1}) {
-		t.Fatalf("last permit = %+v, want slot 2 token 1", c)
+	if c.Status != Locked || c.Grants[0] != (Grant{2, 1}) || c.Free != 0 {
+		t.Fatalf("last permit = %+v, want slot 2 token 1, none left free", c)
 	}
 	if u := apply(t, &e, semReq(Unlock, "a", 0, 0), now); u.Status != Unlocked {
 		t.Fatalf("unlock a = %v", u.Status)
@@ -73,8 +73,8 @@ func TestPermitsSameOwnerGetsItsGrantBack(t *testing.T) {
 	var e Entry
 	first := apply(t, &e, semReq(TryLock, "a", 2, 4), now)
 	again := apply(t, &e, semReq(TryLock, "a", 2, 4), now.Add(time.Millisecond))
-	if again.Status != Locked || again.Write || len(again.Grants) != 2 || again.Grants[1] != first.Grants[1] {
-		t.Fatalf("retry = %+v, want the same grants, nothing written", again)
+	if again.Status != Locked || again.Write || len(again.Grants) != 2 || again.Grants[1] != first.Grants[1] || again.Free != 2 {
+		t.Fatalf("retry = %+v, want the same grants, nothing written, two of four left free", again)
 	}
 	if d := apply(t, &e, semReq(TryLock, "a", 3, 4), now); d.Status != InvalidInput || !strings.Contains(d.Reason, "holds 2") {
 		t.Fatalf("another count by the holder = %+v, want InvalidInput naming what it holds", d)

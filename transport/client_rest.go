@@ -137,8 +137,9 @@ type restLockAnswer struct {
 	ServedFrom   string       `json:"servedFrom"`
 	Type         int32        `json:"type"`
 	FencingToken int64        `json:"fencingToken"`
-	Reason       string       `json:"reason"` // ours, for InvalidInput; Kahuna sends none
-	Grants       []grantReply `json:"grants"` // ours, a semaphore's permits
+	Reason       string       `json:"reason"`      // ours, for InvalidInput; Kahuna sends none
+	Grants       []grantReply `json:"grants"`      // ours, a semaphore's permits
+	PermitsFree  int          `json:"permitsFree"` // ours, with grants: the permits left free
 }
 
 type restGet struct {
@@ -241,6 +242,7 @@ func (r *RESTClient) lockCall(ctx context.Context, path string, body any) (lease
 		for _, g := range a.Grants {
 			res.Grants = append(res.Grants, lease.Grant{Slot: g.Slot, Token: g.FencingToken})
 		}
+		res.Free = a.PermitsFree
 		return res, nil
 	})
 }

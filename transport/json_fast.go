@@ -249,6 +249,10 @@ func appendLockReply(dst []byte, r lockReply) []byte {
 	if len(r.Grants) > 0 {
 		dst = append(dst, ']')
 	}
+	if r.PermitsFree != nil {
+		dst = append(dst, `,"permitsFree":`...)
+		dst = strconv.AppendInt(dst, int64(*r.PermitsFree), 10)
+	}
 	return append(dst, '}')
 }
 

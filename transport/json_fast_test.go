@@ -45,6 +45,9 @@ func FuzzFastJSON(f *testing.F) {
 		for i := range n % 3 {
 			r.Grants = append(r.Grants, grantReply{Slot: int(i), FencingToken: n - i})
 		}
+		if free := int(n % 5); len(r.Grants) > 0 {
+			r.PermitsFree = &free
+		}
 		if got, want := appendLockReply(nil, r), mustMarshal(r); !bytes.Equal(got, want) {
 			t.Fatalf("lock reply %+v: fast %s, encoding/json %s", r, got, want)
 		}

@@ -259,6 +259,7 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	for _, g := range res.Grants {
 		resp.Grants = append(resp.Grants, &v1.Grant{Slot: int32(g.Slot), FencingToken: g.Token})
 	}
+	resp.PermitsFree = int32(res.Free) // at most lease.MaxPermits
 	if s.opts.Observe != nil {
 		s.opts.Observe(lease.TryLock, res.Status, time.Since(start))
 	}

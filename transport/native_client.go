@@ -127,6 +127,7 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 		for _, g := range resp.GetGrants() {
 			res.Grants = append(res.Grants, lease.Grant{Slot: int(g.GetSlot()), Token: g.GetFencingToken()})
 		}
+		res.Free = int(resp.GetPermitsFree())
 		if res.Status == lease.Locked && (resp.GetWaitedMs() > 0 || sent != start) {
 			res.Waited = sent.Sub(start) + time.Duration(resp.GetWaitedMs())*time.Millisecond
 		}

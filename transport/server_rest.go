@@ -45,8 +45,10 @@ type lockReply struct {
 	// Reason is kahuna's, not Kahuna's: for InvalidInput, why (and for a MustRetry refused for want of disk space, why)
 	// (lease.Check). Kahuna's clients ignore a field they do not know.
 	Reason string `json:"reason,omitempty"`
-	// Grants, kahuna's too, are a semaphore's permits granted or extended.
-	Grants []grantReply `json:"grants,omitempty"`
+	// Grants, kahuna's too, are a semaphore's permits granted or extended,
+	// and PermitsFree (with them) the permits left free.
+	Grants      []grantReply `json:"grants,omitempty"`
+	PermitsFree *int         `json:"permitsFree,omitempty"`
 }
 
 // grantReply is one permit of a semaphore: its slot and fencing token.
@@ -150,6 +152,9 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 	reply := lockReply{ServedFrom: res.ServedFrom, Type: res.Status, FencingToken: res.FencingToken, Reason: res.Reason}
 	for _, g := range res.Grants {
 		reply.Grants = append(reply.Grants, grantReply{Slot: g.Slot, FencingToken: g.Token})
+	}
+	if lease.IsSemaphore(req.Resource) && len(res.Grants) > 0 {
+		reply.PermitsFree = &res.Free
 	}
 	return http.StatusOK, appendLockReply(dst, reply)
 }

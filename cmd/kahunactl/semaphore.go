@@ -93,9 +93,9 @@ func semaphore(ctx context.Context, c *transport.Client, name string, o options,
 		permits = append(permits, map[string]any{"slot": g.Slot, "fencingToken": g.Token})
 	}
 	if argv == nil {
-		out.print(map[string]any{"semaphore": name, "owner": string(p.Owner()), "permits": permits, "expires": p.Expires().UTC().Format(time.RFC3339Nano)},
-			"semaphore %s: %d of %d permits, owner %s, slots %s, fencing tokens %s\n", name, len(grants), o.semLimit, p.Owner(),
-			strings.Join(slots, ","), joinTokens(grants))
+		out.print(map[string]any{"semaphore": name, "owner": string(p.Owner()), "permits": permits, "permitsFree": p.Free(), "expires": p.Expires().UTC().Format(time.RFC3339Nano)},
+			"semaphore %s: %d of %d permits, owner %s, slots %s, fencing tokens %s, %d left free\n", name, len(grants), o.semLimit, p.Owner(),
+			strings.Join(slots, ","), joinTokens(grants), p.Free())
 		return exitOK
 	}
 	alive, stopAlive := context.WithCancel(context.Background())

@@ -14,17 +14,18 @@ import (
 func TestSemaphorePermits(t *testing.T) {
 	_, ep := startNode(t)
 	r := ctl(t, "semaphore", "pool", "--limit", "2", "--endpoints", ep).want(t, exitOK, "first permit")
-	if !strings.HasPrefix(r.stdout, "semaphore pool: 1 of 2 permits, owner ") || !strings.HasSuffix(r.stdout, ", slots 0, fencing tokens 1\n") {
+	if !strings.HasPrefix(r.stdout, "semaphore pool: 1 of 2 permits, owner ") || !strings.HasSuffix(r.stdout, ", slots 0, fencing tokens 1, 1 left free\n") {
 		t.Fatalf("first permit: %s", r)
 	}
 	r = ctl(t, "semaphore", "pool", "--limit", "2", "--format", "json", "--endpoints", ep).want(t, exitOK, "second permit")
 	var got struct {
-		Permits []struct {
+		PermitsFree int `json:"permitsFree"`
+		Permits     []struct {
 			Slot         int   `json:"slot"`
 			FencingToken int64 `json:"fencingToken"`
 		} `json:"permits"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Permits) != 1 || got.Permits[0].Slot != 1 || got.Permits[0].FencingToken != 1 {
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Permits) != 1 || got.Permits[0].Slot != 1 || got.Permits[0].FencingToken != 1 || got.PermitsFree != 0 {
 		t.Fatalf("second permit as JSON: %s (%v)", r, err)
 	}
 	ctl(t, "semaphore", "pool", "--limit", "2", "--endpoints", ep).want(t, exitBusy, "a third permit of 2")
@@ -59,7 +60,7 @@ func TestSemaphoreRun(t *testing.T) {
 	}
 	s.result(t, 30*time.Second).want(t, exitOK, "semaphore -- sh")
 	r := ctl(t, "semaphore", "runners", "--limit", "2", "-n", "2", "--endpoints", ep).want(t, exitOK, "both permits after CMD exited")
-	if !strings.HasSuffix(r.stdout, "slots 0,1, fencing tokens 2,2\n") {
+	if !strings.HasSuffix(r.stdout, "slots 0,1, fencing tokens 2,2, 0 left free\n") {
 		t.Fatalf("after CMD: %s, want both slots at their second generation", r)
 	}
 }

@@ -78,7 +78,7 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		case err != nil:
 			return lease.LockInfo{}, lease.Result{}, err
 		}
-		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited, Grants: resp.Grants, Reason: resp.Reason}, nil
+		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}, nil
 	}
 	// The actor checks again when it decides: every answer, reads
 	// included, is given only under a live leader lease (partition.Leadership).
@@ -87,7 +87,7 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		return lease.LockInfo{}, lease.Result{}, ErrClosed // in flight: it may have applied
 	}
 	if err != nil || resp.Status != lease.Got {
-		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Grants: resp.Grants, Reason: resp.Reason}, err
+		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}, err
 	}
 	info := lease.LockInfo{
 		Owner:        append([]byte(nil), resp.Owner...),

@@ -382,7 +382,9 @@ type LockResponse struct {
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// For a semaphore's grant: the permits granted (fencing_token is the
 	// first one's).
-	Grants        []*Grant `protobuf:"bytes,6,rep,name=grants,proto3" json:"grants,omitempty"`
+	Grants []*Grant `protobuf:"bytes,6,rep,name=grants,proto3" json:"grants,omitempty"`
+	// For a semaphore's grant or extension: the permits left free after it.
+	PermitsFree   int32 `protobuf:"varint,7,opt,name=permits_free,json=permitsFree,proto3" json:"permits_free,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -457,6 +459,13 @@ func (x *LockResponse) GetGrants() []*Grant {
 		return x.Grants
 	}
 	return nil
+}
+
+func (x *LockResponse) GetPermitsFree() int32 {
+	if x != nil {
+		return x.PermitsFree
+	}
+	return 0
 }
 
 type LockStreamRequest struct {
@@ -839,7 +848,7 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x06shared\x18\b \x01(\bR\x06shared\"@\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xde\x01\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x81\x02\n" +
 	"\fLockResponse\x12)\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x1b\n" +
@@ -847,7 +856,8 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\vserved_from\x18\x04 \x01(\tR\n" +
 	"servedFrom\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12(\n" +
-	"\x06grants\x18\x06 \x03(\v2\x10.kahuna.v1.GrantR\x06grants\"v\n" +
+	"\x06grants\x18\x06 \x03(\v2\x10.kahuna.v1.GrantR\x06grants\x12!\n" +
+	"\fpermits_free\x18\a \x01(\x05R\vpermitsFree\"v\n" +
 	"\x11LockStreamRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\x12*\n" +
