@@ -185,7 +185,7 @@ type Response struct {
 	// or extended; Reason, for InvalidInput, says why.
 	Grants []lease.Grant
 	// Free, with a semaphore's Grants, is the permits left free.
-	Free int
+	Free   int
 	Reason string
 
 	// raise, with Status MustRetry, says the call was not decided because
