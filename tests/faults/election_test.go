@@ -155,6 +155,49 @@ func (l *candidateLink) WatchLock(ctx context.Context, resource string, from uin
 	return err
 }
 
+// countReigns counts, from now until c.reignSink is cleared, the reigns
+// of every partition as they begin (the serve hook).
+func (c *faultCluster) countReigns() faultEffects {
+	eff := faultEffects{reigns: &reignCount{of: make([]atomic.Int64, c.partitions)}}
+	sink := func(_ uint64, q int, _ uint64, serve func()) {
+		serve()
+		eff.reigns.of[q].Add(1)
+	}
+	c.reignSink.Store(&sink)
+	return eff
+}
+
+// freezer freezes one of links at a time, as a process pause would, until
+// ctx ends, and returns how many freezes it made: every 0.3 s to 1 s, for
+// ttl and up to ttl more, one picked at random, though each link that busy
+// says is busy (a leader, a holder) takes the pick but one time in odds.
+// around, if not nil, is called as link i's freeze begins and returns
+// what to call when it ends.
+func freezer(ctx context.Context, seed uint64, links []*candidateLink, ttl time.Duration, odds int, busy func(int) bool, around func(i int) func()) int {
+	rng := rand.New(rand.NewPCG(seed, 0xf7ee2e)) // the nemesis has its own
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-time.After(time.Duration(300+rng.IntN(700)) * time.Millisecond):
+		}
+		i := rng.IntN(len(links))
+		for j := range links {
+			if busy(j) && rng.IntN(odds) > 0 {
+				i = j
+			}
+		}
+		done := func() {}
+		if around != nil {
+			done = around(i)
+		}
+		links[i].freeze()
+		time.Sleep(ttl + time.Duration(rng.IntN(int(ttl))))
+		links[i].thaw()
+		done()
+	}
+}
+
 // electionOpts is what an election run varies besides its seed.
 type electionOpts struct {
 	dur  kahuna.Durability
@@ -198,14 +241,9 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	rec := checker.NewRecorder()
 	start := time.Now()
 
-	// The reigns of the election's partition, counted as they begin (the
-	// serve hook): the faults must have moved its leadership.
-	eff := faultEffects{reigns: &reignCount{of: make([]atomic.Int64, c.partitions)}}
-	sink := func(_ uint64, q int, _ uint64, serve func()) {
-		serve()
-		eff.reigns.of[q].Add(1)
-	}
-	c.reignSink.Store(&sink)
+	// The reigns of the election's partition, counted as they begin: the
+	// faults must have moved its leadership.
+	eff := c.countReigns()
 	defer c.reignSink.Store(nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), electionRun)
@@ -324,27 +362,11 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	// The freezer: mostly the leader, for longer than the TTL.
 	wg.Add(1)
 	go func() {
-		rng := rand.New(rand.NewPCG(seed, 0xf7ee2e)) // the nemesis has its own
 		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Duration(300+rng.IntN(700)) * time.Millisecond):
-			}
-			i := rng.IntN(len(links))
-			for j := range links {
-				if leading[j].Load() && rng.IntN(4) > 0 {
-					i = j
-				}
-			}
-			links[i].freeze()
-			time.Sleep(electionTTL + time.Duration(rng.IntN(int(electionTTL))))
-			links[i].thaw()
-			mu.Lock()
-			res.freezes++
-			mu.Unlock()
-		}
+		n := freezer(ctx, seed, links, electionTTL, 4, func(j int) bool { return leading[j].Load() }, nil)
+		mu.Lock()
+		res.freezes = n
+		mu.Unlock()
 	}()
 
 	counts := map[faultKind]int{}

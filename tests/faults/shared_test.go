@@ -87,12 +87,7 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 	rec := checker.NewRecorder()
 	start := time.Now()
 
-	eff := faultEffects{reigns: &reignCount{of: make([]atomic.Int64, c.partitions)}}
-	sink := func(_ uint64, q int, _ uint64, serve func()) {
-		serve()
-		eff.reigns.of[q].Add(1)
-	}
-	c.reignSink.Store(&sink)
+	eff := c.countReigns()
 	defer c.reignSink.Store(nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), electionRun)
@@ -211,34 +206,23 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 	// The freezer: mostly a holder, for longer than the TTL.
 	wg.Add(1)
 	go func() {
-		frng := rand.New(rand.NewPCG(seed, 0xf7ee2e))
 		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Duration(300+frng.IntN(700)) * time.Millisecond):
-			}
-			i := frng.IntN(len(links))
-			for j := range links {
-				if holding[j].Load() && frng.IntN(3) > 0 {
-					i = j
-				}
-			}
+		n := freezer(ctx, seed, links, sharedTTL, 3, func(j int) bool { return holding[j].Load() }, func(i int) func() {
 			current[i].Lock()
 			f := sharedFreeze{holder: current[i].holder, write: current[i].write, from: rec.Now()}
 			current[i].Unlock()
-			links[i].freeze()
-			time.Sleep(sharedTTL + time.Duration(frng.IntN(int(sharedTTL))))
-			links[i].thaw()
-			f.to = rec.Now()
-			mu.Lock()
-			res.freezes++
-			if f.holder >= 0 {
-				res.frozen = append(res.frozen, f)
+			return func() {
+				f.to = rec.Now()
+				if f.holder >= 0 {
+					mu.Lock()
+					res.frozen = append(res.frozen, f)
+					mu.Unlock()
+				}
 			}
-			mu.Unlock()
-		}
+		})
+		mu.Lock()
+		res.freezes = n
+		mu.Unlock()
 	}()
 
 	counts := map[faultKind]int{}
