@@ -3,7 +3,10 @@ package kahuna
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -55,20 +58,59 @@ func doerOf(l Locker) func(ctx context.Context, req lease.Checked) (LockInfo, Re
 type Semaphore struct {
 	locker Locker
 	name   string
-	limit  int
+	limit  atomic.Int64 // the limit it states (SetLimit changes it)
 }
 
 // NewSemaphore names the semaphore name of limit permits on l. Nothing is
 // asked of the server until a permit is.
 func NewSemaphore(l Locker, name string, limit int) *Semaphore {
-	return &Semaphore{locker: l, name: name, limit: limit}
+	s := &Semaphore{locker: l, name: name}
+	s.limit.Store(int64(limit))
+	return s
 }
 
 // Name returns the semaphore's name.
 func (s *Semaphore) Name() string { return s.name }
 
 // Limit returns the limit this Semaphore states.
-func (s *Semaphore) Limit() int { return s.limit }
+func (s *Semaphore) Limit() int { return int(s.limit.Load()) }
+
+// SetLimit sets the semaphore's limit on the server to n, online, and
+// states n from then on. A larger limit lets waiters in at once; a smaller
+// one revokes no permit: holders above it keep theirs until they release
+// or lapse, and count against it meanwhile, so nothing is granted until
+// fewer than n are held. Requests that state another limit are refused,
+// naming both (the other processes learn the new limit from that error).
+// The limit lasts as long as the semaphore's entry: once every permit has
+// been released and the entry is swept, the next first grant states it
+// again. Safe to retry: setting the same limit twice is setting it once.
+//
+// It returns a *StatusError with InvalidInput, having changed nothing,
+// for an empty name or n outside 1..MaxPermits; ErrNoSemaphores for a
+// Locker that cannot carry the request.
+func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
+	do := doerOf(s.locker)
+	if do == nil {
+		return ErrNoSemaphores
+	}
+	req, why := lease.Request{Op: lease.TryLock, Resource: SemaphorePrefix + s.name, Owner: NewOwner(), TTL: time.Second,
+		Durability: Persistent, Limit: n, Resize: true}.Check()
+	if why != "" {
+		return &StatusError{Op: "set the limit of semaphore", Resource: s.name, Status: InvalidInput, Reason: why}
+	}
+	a := retryOp(ctx, systemClock{}, nil, func() (Result, error) {
+		_, r, err := do(ctx, req)
+		return r, err
+	})
+	switch {
+	case a.err != nil:
+		return fmt.Errorf("kahuna: set the limit of semaphore %s: %w", lease.Excerpt(s.name), a.err)
+	case a.r.Status != Extended:
+		return &StatusError{Op: "set the limit of semaphore", Resource: s.name, Status: a.r.Status, Reason: a.r.Reason}
+	}
+	s.limit.Store(int64(n))
+	return nil
+}
 
 // Acquire waits for n permits and holds them under one lease, which the
 // Permit extends, keeps alive (KeepAlive) and releases as a Lock does; in
@@ -101,7 +143,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, opts []AcquireOption) (*
 	if doerOf(s.locker) == nil {
 		return nil, ErrNoSemaphores
 	}
-	opts = append(opts, func(o *acquireOptions) { o.whole, o.permits, o.limit = true, n, s.limit })
+	opts = append(opts, func(o *acquireOptions) { o.whole, o.permits, o.limit = true, n, s.Limit() })
 	lk, err := Acquire(ctx, s.locker, SemaphorePrefix+s.name, opts...)
 	if err != nil {
 		return nil, asCall(err, "acquire permits", s.name)

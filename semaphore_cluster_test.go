@@ -91,4 +91,12 @@ func TestClusterSemaphoreForwardedOverTheWire(t *testing.T) {
 	if g := viaREST.Grants(); len(g) != 1 || g[0].Slot != 2 || g[0].Token != third.Grants()[0].Token+1 {
 		t.Fatalf("over REST: %v after %v", g, third.Grants())
 	}
+	// Resized over REST through the follower; the new slot over gRPC.
+	if err := kahuna.NewSemaphore(rest, name, 3).SetLimit(ctx, 4); err != nil {
+		t.Fatalf("SetLimit over REST: %v", err)
+	}
+	fourth, err := kahuna.NewSemaphore(cl, name, 4).TryAcquire(ctx, 1)
+	if err != nil || fourth.Grants()[0].Slot != 3 || fourth.Free() != 0 {
+		t.Fatalf("the grown slot over gRPC: %v, %v", fourth, err)
+	}
 }

@@ -210,3 +210,92 @@ func TestSemaphoreNeedsALockerThatCarriesPermits(t *testing.T) {
 		t.Fatalf("semaphore over a plain Locker: %v", err)
 	}
 }
+
+// SetLimit grows a semaphore online (a waiter is let in at once) and
+// shrinks it without revoking a permit (nothing is granted until fewer
+// than the new limit are held); other processes that state the old limit
+// are told both; the limit and the kept slots survive a restart.
+func TestSemaphoreSetLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	n, err := kahuna.Open(kahuna.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { n.Close() }()
+	sem := kahuna.NewSemaphore(n, "runners", 1)
+	a, err := sem.Acquire(ctx, 1, kahuna.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One stating 2 while the server holds 1 is refused at once, naming
+	// both; one stating 1 waits in the queue.
+	if _, err := kahuna.NewSemaphore(n, "runners", 2).TryAcquire(ctx, 1); err == nil || !strings.Contains(err.Error(), "semaphore limit is 1; this request states 2") {
+		t.Fatalf("a permit stating another limit: %v", err)
+	}
+	waiter := make(chan *kahuna.Permit, 1)
+	go func() {
+		p, err := kahuna.NewSemaphore(n, "runners", 1).Acquire(ctx, 1, kahuna.WithTTL(time.Minute))
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+		waiter <- p
+	}()
+	waiters(t, n, 1)
+	// Growing lets the waiter in at once: it was queued under the old
+	// limit, and follows the resize.
+	if err := sem.SetLimit(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if sem.Limit() != 2 {
+		t.Fatalf("Limit() = %d after SetLimit(2)", sem.Limit())
+	}
+	b := <-waiter
+	if b == nil || b.Grants()[0].Slot != 1 || b.Free() != 0 {
+		t.Fatalf("the waiter after the growth: %v", b)
+	}
+	// Shrink to 1 with both held: nothing revoked, nothing granted.
+	if err := sem.SetLimit(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*kahuna.Permit{a, b} {
+		if err := p.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("a permit held through the shrink: %v", err)
+		}
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrBusy) {
+		t.Fatalf("a permit of 1 while slot 1 is held: %v, want busy", err)
+	}
+	st, reason, _ := statusOf(kahuna.NewSemaphore(n, "runners", 2).SetLimit(ctx, 0))
+	if st != kahuna.InvalidInput || !strings.Contains(reason, "limit 0") {
+		t.Fatalf("SetLimit(0): %v %q", st, reason)
+	}
+	_, err = kahuna.NewSemaphore(n, "runners", 2).TryAcquire(ctx, 1)
+	if st, reason, _ := statusOf(err); st != kahuna.InvalidInput || !strings.Contains(reason, "semaphore limit is 1; this request states 2") {
+		t.Fatalf("the old limit after the shrink: %v", err)
+	}
+
+	// After a restart: still 1, slot 1 still held, slot 0 goes on from a's token.
+	tokenA := a.Grants()[0].Token
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = kahuna.Open(kahuna.Config{DataDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	sem = kahuna.NewSemaphore(n, "runners", 1)
+	if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, kahuna.ErrBusy) {
+		t.Fatalf("after a restart, a permit while slot 1 is held: %v, want busy", err)
+	}
+	if r, _ := n.Unlock(ctx, kahuna.SemaphorePrefix+"runners", b.Owner(), kahuna.Persistent); r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock b after the restart: %v", r.Status)
+	}
+	c, err := sem.TryAcquire(ctx, 1)
+	if err != nil || c.Grants()[0].Slot != 0 || c.Grants()[0].Token <= tokenA {
+		t.Fatalf("after the restart: %v, %v (slot 0 was at token %d)", c, err, tokenA)
+	}
+}

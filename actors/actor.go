@@ -564,6 +564,7 @@ func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) 
 // lock's epoch. Config.UnsafeTokenRepeat only.
 func repeatToken(e lease.Entry, d *lease.Decision) {
 	switch {
+	case len(d.Grants) == 0: // a resize grants nothing
 	case d.Next.IsSemaphore() && e.IsSemaphore():
 		for i, g := range d.Grants {
 			if old := e.Slots[g.Slot].Token; old > 0 {
@@ -791,6 +792,12 @@ func (a *lockActor) settle(s *slot) {
 func (a *lockActor) handOff(s *slot) {
 	for len(s.waiters) > 0 && s.inflight == nil {
 		now := a.cfg.Now()
+		if w := s.waiters[0]; s.IsSemaphore() && w.req.Permits <= s.Limit {
+			// A request that stated the limit when it was queued follows
+			// a resize since: it was right when it asked. (One for more
+			// permits than a shrink left is refused, naming both limits.)
+			w.req.Limit = s.Limit
+		}
 		if s.blocks(s.waiters[0], now) {
 			return
 		}

@@ -22,7 +22,9 @@ import (
 //	         varint(LastModifiedMs) uvarint(len) owner [slots]
 //	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner [slots]
 //	flags  = flagLocked | flagIndexed (stored only) | flagRemove | flagSlots
+//	         | flagRW | flagExclusive | flagLimit
 //	slots  = uvarint(n) (uvarint(len) owner varint(expires ms) varint(token)){n}
+//	         [uvarint(limit), with flagLimit]
 //
 // A batch carries the epoch (leader term and replica) it was decided in,
 // and each record the Index of the stored record it was decided from
@@ -42,7 +44,9 @@ import (
 // flagSlots marks a record of several holders, whose slots follow the
 // owner (which is empty): a semaphore's, n its limit (at least 1), or with
 // flagRW a read/write lock's, n its holders (any number), with
-// flagExclusive when the one holder is its writer.
+// flagExclusive when the one holder is its writer. A semaphore shrunk below
+// its slot count (whose higher slots are kept: their generations) has
+// flagLimit, and its limit, at least 1 and below n, after the slots.
 //
 // What badger stores under a record's key is its value with the Raft index
 // of the entry that wrote it (flagIndexed; records stored before the fence
@@ -69,6 +73,7 @@ const (
 	flagSlots        byte = 1 << 3 // a semaphore's slots follow (Record.Limit)
 	flagRW           byte = 1 << 4 // with flagSlots: a read/write lock's holders (Record.RW)
 	flagExclusive    byte = 1 << 5 // with flagRW: its holder is the writer
+	flagLimit        byte = 1 << 6 // with flagSlots, not flagRW: a limit below the slot count follows the slots
 	// maxRecordBytes caps one encoded record. The design limits resource and
 	// owner to about 1 KiB each; this keeps a batch far below badger's and
 	// dragonboat's size limits whatever a caller sends.
@@ -237,6 +242,9 @@ func appendValue(b []byte, rec *Record) []byte {
 	if rec.RW && rec.Exclusive {
 		flags |= flagExclusive
 	}
+	if shrunk(rec) {
+		flags |= flagLimit
+	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, rec.Token)
 	b = binary.AppendUvarint(b, rec.Revision)
@@ -257,8 +265,15 @@ func appendValue(b []byte, rec *Record) []byte {
 			b = binary.AppendVarint(b, s.Token)
 		}
 	}
+	if shrunk(rec) {
+		b = binary.AppendUvarint(b, uint64(rec.Limit))
+	}
 	return b
 }
+
+// shrunk reports whether rec is a semaphore with more slots than its limit
+// (flagLimit).
+func shrunk(rec *Record) bool { return !rec.RW && rec.Limit > 0 && len(rec.Slots) > rec.Limit }
 
 // appendStored appends the stored form of a command-form value written by
 // the entry at index.
@@ -278,7 +293,7 @@ func recordSize(rec *Record) int {
 // slotCount is how many slots rec's value carries: a semaphore's limit,
 // a read/write lock's holders, none for a lock.
 func slotCount(rec *Record) int {
-	if rec.RW {
+	if rec.RW || shrunk(rec) {
 		return len(rec.Slots)
 	}
 	return max(rec.Limit, 0)
@@ -296,6 +311,9 @@ func slotsSize(rec *Record) int {
 			s = rec.Slots[i]
 		}
 		n += uvarintLen(uint64(len(s.Owner))) + len(s.Owner) + varintLen(s.ExpiresMs) + varintLen(s.Token)
+	}
+	if shrunk(rec) {
+		n += uvarintLen(uint64(rec.Limit))
 	}
 	return n
 }
@@ -456,7 +474,7 @@ func storedOrder(v []byte) (order, error) {
 	d := decoder{b: v}
 	var o order
 	f := d.byte()
-	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots|flagRW|flagExclusive) != 0 {
+	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots|flagRW|flagExclusive|flagLimit) != 0 {
 		d.fail()
 	}
 	if f&flagIndexed != 0 {
@@ -529,7 +547,7 @@ func (d *decoder) bytes(n uint64) []byte {
 // command form (which never does).
 func (d *decoder) value(rec *Record, stored bool) {
 	flags := d.byte()
-	known := flagLocked | flagRemove | flagSlots | flagRW | flagExclusive
+	known := flagLocked | flagRemove | flagSlots | flagRW | flagExclusive | flagLimit
 	if stored {
 		known |= flagIndexed
 	}
@@ -553,9 +571,13 @@ func (d *decoder) value(rec *Record, stored bool) {
 	rec.Limit, rec.Slots = 0, nil
 	rec.RW, rec.Exclusive = flags&flagRW != 0, flags&flagExclusive != 0
 	if flags&flagSlots == 0 {
-		if rec.RW || rec.Exclusive {
+		if rec.RW || rec.Exclusive || flags&flagLimit != 0 {
 			d.fail()
 		}
+		return
+	}
+	if rec.RW && flags&flagLimit != 0 {
+		d.fail()
 		return
 	}
 	if rec.Exclusive && !rec.RW {
@@ -584,5 +606,14 @@ func (d *decoder) value(rec *Record, stored bool) {
 		}
 		s.ExpiresMs = d.varint()
 		s.Token = d.varint()
+	}
+	if flags&flagLimit != 0 {
+		// Only a limit below the slot count is written so (shrunk): any
+		// other would encode differently.
+		if limit := d.uvarint(); limit >= 1 && limit < n {
+			rec.Limit = int(limit)
+		} else {
+			d.fail()
+		}
 	}
 }

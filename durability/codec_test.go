@@ -21,6 +21,9 @@ func sampleRecords() []Record {
 		{Resource: "semaphore:pool", ExpiresMs: 1_700_000_000_500, Token: 9, Revision: 4, Locked: true, LastModifiedMs: 1_700_000_000_000,
 			Limit: 3, Slots: []Slot{{Owner: []byte("a"), ExpiresMs: 1_700_000_000_500, Token: 9}, {Token: 4, ExpiresMs: -3}, {}}},
 		{Resource: "semaphore:idle", Token: 2, Revision: 9, Limit: 1, Slots: []Slot{{Token: 2}}},
+		// Shrunk to 1 while its slot 2 is held: the three slots are kept.
+		{Resource: "semaphore:shrunk", ExpiresMs: 80, Token: 6, Revision: 10, Locked: true,
+			Limit: 1, Slots: []Slot{{Token: 3}, {Token: 1}, {Owner: []byte("late"), ExpiresMs: 80, Token: 6}}},
 		{Resource: "rwlock:index", Token: 4, Revision: 7, Locked: true, ExpiresMs: 90, RW: true,
 			Slots: []Slot{{Owner: []byte("r1"), ExpiresMs: 80, Token: 4}, {Owner: []byte("r2"), ExpiresMs: 90, Token: 4}}},
 		{Resource: "rwlock:w", Token: 5, Revision: 8, Locked: true, ExpiresMs: 70, RW: true, Exclusive: true,
@@ -141,10 +144,10 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 	if err := decodeStored([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("value with trailing byte accepted: %v", err)
 	}
-	if err := decodeStored([]byte{0x40, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
+	if err := decodeStored([]byte{0x80, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("stored value with an unknown flag accepted: %v", err)
 	}
-	if _, err := storedOrder([]byte{0x40, 0, 0}); !errors.Is(err, errCorrupt) {
+	if _, err := storedOrder([]byte{0x80, 0, 0}); !errors.Is(err, errCorrupt) {
 		t.Errorf("storedOrder accepted an unknown flag: %v", err)
 	}
 }

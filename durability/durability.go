@@ -28,7 +28,8 @@ type Record struct {
 	// and only if a record is stored.
 	Remove bool
 	// Limit and Slots, for a semaphore, are its limit and its permits, one
-	// per slot (len(Slots) == Limit); Owner is then nil, Token the highest
+	// per slot (len(Slots) == Limit, or more after a shrink: the slots at
+	// or above Limit are kept for their generations); Owner is then nil, Token the highest
 	// slot token, and Locked whether any slot has an owner. Limit is 0 for
 	// a lock.
 	Limit int

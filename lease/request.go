@@ -27,6 +27,10 @@ type Request struct {
 	// Shared, for a read/write lock's TryLock (rwlock.go), asks for a
 	// read lock; false is the write lock.
 	Shared bool
+	// Resize, for a semaphore's TryLock with Limit and no Permits, sets
+	// its limit to Limit instead of taking permits (semaphore.go); its
+	// Owner and TTL are not used.
+	Resize bool
 }
 
 // Check is the rule every edge applies to a lock call: it says why r is

@@ -56,8 +56,28 @@ func IsSemaphore(resource string) bool { return strings.HasPrefix(resource, Sema
 // permits and a limit on a semaphore's TryLock, neither anywhere else.
 func (r *Request) checkSemaphore() string {
 	if !IsSemaphore(r.Resource) {
-		if r.Permits != 0 || r.Limit != 0 {
+		switch {
+		case r.Permits != 0 || r.Limit != 0:
 			return "permits and limit are for semaphores (names starting with " + SemaphorePrefix + ")"
+		case r.Resize:
+			return "resize is for semaphores (names starting with " + SemaphorePrefix + ")"
+		}
+		return ""
+	}
+	if r.Resize {
+		switch {
+		case r.Resource == SemaphorePrefix:
+			return "semaphore name is empty"
+		case r.Durability != Persistent:
+			return "a semaphore is persistent: its permits are not kept in memory alone"
+		case r.Op != TryLock:
+			return "resize is a request of its own, not part of " + r.Op.String()
+		case r.Permits != 0:
+			return "a resize takes no permits"
+		case r.Wait != 0:
+			return "a resize does not wait"
+		case r.Limit < 1 || r.Limit > MaxPermits:
+			return "semaphore limit " + strconv.Itoa(r.Limit) + " is outside 1.." + strconv.Itoa(MaxPermits)
 		}
 		return ""
 	}
@@ -90,15 +110,21 @@ func (e *Entry) IsSemaphore() bool { return e.Limit > 0 }
 // slots below the limit that no live lease holds.
 func (e *Entry) PermitsFree(n int, now time.Time) bool { return e.FreePermits(now) >= n }
 
-// FreePermits is how many of e's permits no live lease holds at now.
+// FreePermits is how many permits could be granted on e at now: the slots
+// below the limit that no live lease holds, less the live ones at or above
+// it (left by a shrink, which revokes none: they count against the new
+// limit until they end).
 func (e *Entry) FreePermits(now time.Time) int {
 	free := 0
 	for i := range e.Slots {
-		if !e.Slots[i].live(now) {
+		switch live := e.Slots[i].live(now); {
+		case i < e.Limit && !live:
 			free++
+		case i >= e.Limit && live:
+			free--
 		}
 	}
-	return free
+	return max(free, 0)
 }
 
 // NextLapse is the earliest expiry of a live permit, or false if none is
@@ -120,6 +146,9 @@ func (e *Entry) NextLapse(now time.Time) (time.Time, bool) {
 func decidePermits(e Entry, r *Request, now time.Time) Decision {
 	switch r.Op {
 	case TryLock:
+		if r.Resize {
+			return e.resize(r.Limit, now)
+		}
 		if e.IsSemaphore() && r.Limit != e.Limit {
 			return Decision{Status: InvalidInput, Reason: "semaphore limit is " + strconv.Itoa(e.Limit) +
 				"; this request states " + strconv.Itoa(r.Limit)}
@@ -148,7 +177,7 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 		next := e.withSlots()
 		owner := append([]byte(nil), r.Owner...)
 		grants := make([]Grant, 0, r.Permits)
-		for i := range next.Slots {
+		for i := range next.Limit { // slots above the limit (a shrink's) are not granted
 			s := &next.Slots[i]
 			if len(grants) == r.Permits {
 				break
@@ -186,6 +215,36 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 		return Decision{Status: Unlocked, Write: true, Next: next}
 	}
 	return Decision{Status: InvalidInput, Reason: "a semaphore has no single holder to get"}
+}
+
+// resize sets e's limit to limit. A larger one adds free slots, starting
+// their generations above every token the entry knows; a smaller one
+// grants nothing on the slots at or above it and revokes no live permit:
+// those holders keep their slots until they let go or lapse, and count
+// against the new limit meanwhile. The slots are kept (a later growth
+// reuses them, their generations rising on), so tokens never go back.
+// An absent or released name becomes a semaphore of limit free permits.
+// It answers Extended, with the permits free after it.
+func (e Entry) resize(limit int, now time.Time) Decision {
+	if !e.IsSemaphore() && e.Live(now) {
+		return Decision{Status: Busy} // held as a lock (stored before names were kinds)
+	}
+	next := e.withSlots()
+	if !e.IsSemaphore() {
+		next.Slots = nil
+	}
+	next.Limit = limit
+	// A new slot's first grant takes a token at or above the floor, as a
+	// new semaphore's first grants do (decidePermits).
+	base := e.Floor
+	if e.State == Absent {
+		base = max(base, e.Token)
+	}
+	for len(next.Slots) < limit {
+		next.Slots = append(next.Slots, Slot{Token: max(base-1, 0)})
+	}
+	next.settle()
+	return Decision{Status: Extended, Write: true, Next: next, Free: next.FreePermits(now)}
 }
 
 // extendSlots is Extend for a kind with several holders: every live slot

@@ -212,3 +212,89 @@ func TestPermitsOfOwnersTooLongForTheRecordAreRefused(t *testing.T) {
 	}
 	t.Fatal("100 permits of 1 KiB owners were granted: the record would not fit")
 }
+
+func resizeReq(limit int) *Request {
+	r := semReq(TryLock, "admin", 0, limit)
+	r.Resize = true
+	return r
+}
+
+// Growing adds free slots; shrinking grants nothing on the slots above the
+// new limit and revokes no live permit: those count against the new limit
+// until they end. Slots are kept, so a slot's generation only rises.
+func TestPermitsResize(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var e Entry
+	apply(t, &e, semReq(TryLock, "a", 2, 2), now)
+	if d := apply(t, &e, resizeReq(3), now); d.Status != Extended || !d.Write || d.Free != 1 || e.Limit != 3 || len(e.Slots) != 3 {
+		t.Fatalf("grow to 3 = %+v, entry limit %d slots %d; want Extended, one free, three slots", d, e.Limit, len(e.Slots))
+	}
+	if d := apply(t, &e, semReq(TryLock, "b", 1, 2), now); d.Status != InvalidInput || !strings.Contains(d.Reason, "limit is 3; this request states 2") {
+		t.Fatalf("the old limit after a resize = %+v, want InvalidInput naming both", d)
+	}
+	c := apply(t, &e, semReq(TryLock, "c", 1, 3), now)
+	if c.Status != Locked || c.Grants[0].Slot != 2 || c.Free != 0 {
+		t.Fatalf("the grown slot = %+v", c)
+	}
+	// Shrink to 1 with three permits live: nothing is revoked, nothing
+	// is free until two of them end.
+	if d := apply(t, &e, resizeReq(1), now); d.Status != Extended || d.Free != 0 || e.Limit != 1 || len(e.Slots) != 3 || e.State != Held {
+		t.Fatalf("shrink to 1 = %+v, entry %+v; want every permit kept, none free", d, e)
+	}
+	apply(t, &e, semReq(Unlock, "a", 0, 0), now) // frees slots 0 and 1: slot 2 (c) still counts
+	if d := apply(t, &e, semReq(TryLock, "d", 1, 1), now); d.Status != Busy {
+		t.Fatalf("a permit of 1 while c holds slot 2 = %+v, want Busy", d)
+	}
+	apply(t, &e, semReq(Unlock, "c", 0, 0), now)
+	d := apply(t, &e, semReq(TryLock, "d", 1, 1), now)
+	if d.Status != Locked || d.Grants[0] != (Grant{0, 2}) || d.Free != 0 {
+		t.Fatalf("the permit of 1 = %+v, want slot 0 at its second generation", d)
+	}
+	// Growing again reuses the kept slots: slot 2 goes on from c's token.
+	apply(t, &e, resizeReq(3), now)
+	g := apply(t, &e, semReq(TryLock, "g", 2, 3), now)
+	if g.Status != Locked || g.Grants[0] != (Grant{1, 2}) || g.Grants[1] != (Grant{2, c.Grants[0].Token + 1}) {
+		t.Fatalf("after growing again = %+v, want slots 1 and 2 one generation up", g)
+	}
+}
+
+// A resize of a free name makes a semaphore of that many free permits,
+// whose first grants start at the name's floor; a live lock of the name
+// (stored before names were kinds) is Busy.
+func TestPermitsResizeOfAFreeName(t *testing.T) {
+	now := time.Unix(1000, 0)
+	e := Entry{Token: 40} // Absent: the least token its first grant may take
+	if d := apply(t, &e, resizeReq(2), now); d.Status != Extended || d.Free != 2 || e.Limit != 2 || e.State == Held {
+		t.Fatalf("resize of a free name = %+v, entry %+v", d, e)
+	}
+	if d := apply(t, &e, semReq(TryLock, "a", 2, 2), now); d.Status != Locked || d.Grants[0].Token < 40 || d.Grants[1].Token < 40 {
+		t.Fatalf("first grants = %+v, want tokens at or above the floor 40", d)
+	}
+	lock := Entry{State: Held, Owner: []byte("x"), Expires: now.Add(time.Minute), Token: 3}
+	if d := DecideRequest(lock, resizeReq(2), now); d.Status != Busy {
+		t.Fatalf("resize of a live lock = %+v, want Busy", d)
+	}
+}
+
+func TestCheckResize(t *testing.T) {
+	for _, c := range []struct {
+		mod  func(*Request)
+		want string
+	}{
+		{func(r *Request) {}, ""},
+		{func(r *Request) { r.Limit = 0 }, "limit 0 is outside"},
+		{func(r *Request) { r.Limit = MaxPermits + 1 }, "outside 1..256"},
+		{func(r *Request) { r.Permits = 1 }, "takes no permits"},
+		{func(r *Request) { r.Wait = time.Second }, "does not wait"},
+		{func(r *Request) { r.Op = Extend }, "a request of its own"},
+		{func(r *Request) { r.Durability = Ephemeral }, "persistent"},
+		{func(r *Request) { r.Resource = "plain" }, "for semaphores"},
+	} {
+		r := resizeReq(4)
+		c.mod(r)
+		_, why := r.Check()
+		if (c.want == "") != (why == "") || !strings.Contains(why, c.want) {
+			t.Errorf("%+v: %q, want %q", r, why, c.want)
+		}
+	}
+}

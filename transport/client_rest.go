@@ -131,6 +131,7 @@ type restWholeLock struct {
 	Permits int32 `json:"permits,omitempty"`
 	Limit   int32 `json:"limit,omitempty"`
 	Shared  bool  `json:"shared,omitempty"`
+	Resize  bool  `json:"resize,omitempty"`
 }
 
 type restLockAnswer struct {
@@ -215,11 +216,11 @@ func (r *RESTClient) Do(ctx context.Context, req lease.Checked) (lease.LockInfo,
 	q := req.Request()
 	switch q.Op {
 	case lease.TryLock:
-		if q.Permits == 0 && q.Limit == 0 && !q.Shared {
+		if q.Permits == 0 && q.Limit == 0 && !q.Shared && !q.Resize {
 			res, err := r.TryLock(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
 			return lease.LockInfo{}, res, err
 		}
-		body := restWholeLock{restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, int32(q.Permits), int32(q.Limit), q.Shared} // checked: at most lease.MaxPermits
+		body := restWholeLock{restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, int32(q.Permits), int32(q.Limit), q.Shared, q.Resize} // checked: at most lease.MaxPermits
 		res, err := r.lockCall(ctx, "try-lock", body)
 		return lease.LockInfo{}, res, err
 	case lease.Extend:

@@ -222,7 +222,7 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	}
 	r := lease.Request{Op: lease.TryLock, Resource: req.GetResource(), Owner: req.GetOwner(), TTL: ttl,
 		Durability: lease.Durability(req.GetDurability()), Wait: wait,
-		Permits: int(req.GetPermits()), Limit: int(req.GetLimit()), Shared: req.GetShared()}
+		Permits: int(req.GetPermits()), Limit: int(req.GetLimit()), Shared: req.GetShared(), Resize: req.GetResize()}
 	if !lease.ValidWait(wait) {
 		r.Wait = 0 // said below, in the wire's unit
 	}

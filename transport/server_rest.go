@@ -36,6 +36,7 @@ type lockBody struct {
 	Permits int32 `json:"permits"`
 	Limit   int32 `json:"limit"`
 	Shared  bool  `json:"shared"`
+	Resize  bool  `json:"resize"`
 }
 
 type lockReply struct {
@@ -142,7 +143,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 	}
 	op := route.op()
 	req := lease.Request{Op: op, Resource: b.Resource, Owner: b.Owner, Durability: lease.Durability(b.Durability),
-		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared}
+		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared, Resize: b.Resize}
 	if op != lease.Unlock {
 		req.TTL = msToTTL(b.ExpiresMs)
 	}

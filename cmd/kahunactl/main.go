@@ -147,6 +147,8 @@ type options struct {
 	after          string   // locks --after
 	semLimit       int      // semaphore --limit
 	permits        int      // semaphore -n
+	setLimit       int      // semaphore --set-limit
+	setLimitGiven  bool     // --set-limit was on the command line
 	// lock --read, --write: the read or the write lock of the read/write
 	// lock RESOURCE (its entry is rwlock:RESOURCE).
 	read, write bool
@@ -524,6 +526,8 @@ func parseArgs(cmd command, args []string, stdout, stderr io.Writer) (o options,
 			o.waitGiven = true
 		case "owner":
 			ownerGiven = true
+		case "set-limit":
+			o.setLimitGiven = true
 		}
 	})
 	if cmd.name == "lock" && argv != nil && len(extra) > 0 {

@@ -369,7 +369,7 @@ func TestCommandHelp(t *testing.T) {
 		"status":              {"endpoints", "format", "partitions", "timeout"},
 		"watch":               {"endpoints", "format", "timeout"},
 		"elect":               {"durability", "endpoints", "format", "grace", "listen", "timeout", "ttl"},
-		"semaphore":           {"endpoints", "format", "grace", "limit", "n", "owner", "timeout", "ttl", "wait"},
+		"semaphore":           {"endpoints", "format", "grace", "limit", "n", "owner", "set-limit", "timeout", "ttl", "wait"},
 	}
 	for name, flags := range want { // the common connection flags (conn.go)
 		want[name] = append(flags, "ca-file", "token", "v")

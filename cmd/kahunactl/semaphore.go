@@ -21,12 +21,13 @@ import (
 
 // semaphoreCommand is `kahunactl semaphore NAME --limit N [-- CMD]`: take
 // permits of a semaphore, and with CMD hold them while it runs.
-var semaphoreCommand = command{name: "semaphore", args: "NAME --limit N [-n K] [flags] [-- CMD [ARGS...]]", resource: true,
-	summary: "take K permits of semaphore NAME (of N) and print their slots and fencing tokens; with -- CMD, hold them while CMD runs",
+var semaphoreCommand = command{name: "semaphore", args: "NAME --limit N [-n K] [flags] [-- CMD [ARGS...]] | NAME --set-limit N", resource: true,
+	summary: "take K permits of semaphore NAME (of N) and print their slots and fencing tokens; with -- CMD, hold them while CMD runs; --set-limit resizes it",
 	flags: func(fs *flag.FlagSet, o *options, d *string) {
 		*d = "persistent" // a semaphore is persistent: no --durability
 		fs.IntVar(&o.semLimit, "limit", 0, "the semaphore's limit, 1 to 256 (required: the nodes refuse one that differs from the limit they hold)")
 		fs.IntVar(&o.permits, "n", 1, "permits to take")
+		fs.IntVar(&o.setLimit, "set-limit", 0, "set the semaphore's limit to this, online (1 to 256): growing lets waiters in, shrinking revokes no permit; takes none")
 		ttlFlag(fs, o, "lease length of the permits (with -- CMD: extended every third of it while CMD runs)")
 		durationVar(fs, &o.wait, "wait", 0, "wait this long for the permits, first come first served (default: try once; with -- CMD: wait until interrupted)")
 		fs.StringVar(&o.owner, "owner", "", "owner to take them as (default a fresh random one)")
@@ -38,6 +39,9 @@ var semaphoreCommand = command{name: "semaphore", args: "NAME --limit N [-n K] [
 // the wait lasts until the permits come or a signal.
 func semaphore(ctx context.Context, c *transport.Client, name string, o options, argv []string, out printer, stdout, stderr io.Writer) int {
 	what := "semaphore " + lease.Excerpt(name)
+	if o.setLimitGiven {
+		return setLimit(ctx, c, name, o, argv, out, stderr)
+	}
 	// Bad input is said before anything is sent, by the nodes' own rule.
 	if _, why := (lease.Request{Op: lease.TryLock, Resource: kahuna.SemaphorePrefix + name, Owner: []byte("o"), TTL: o.ttl,
 		Durability: lease.Persistent, Permits: o.permits, Limit: o.semLimit}).Check(); why != "" {
@@ -113,6 +117,31 @@ func semaphore(ctx context.Context, c *transport.Client, name string, o options,
 		stopAlive()
 		return release(p.Lock, o.timeout, stderr)
 	}, o, sigs, stdout, stderr)
+}
+
+// setLimit is semaphore NAME --set-limit N.
+func setLimit(ctx context.Context, c *transport.Client, name string, o options, argv []string, out printer, stderr io.Writer) int {
+	what := "semaphore " + lease.Excerpt(name)
+	if argv != nil {
+		fmt.Fprintf(stderr, "kahunactl: %s: --set-limit runs no CMD\n", what)
+		return exitUsage
+	}
+	if _, why := (lease.Request{Op: lease.TryLock, Resource: kahuna.SemaphorePrefix + name, Owner: []byte("o"), TTL: time.Second,
+		Durability: lease.Persistent, Limit: o.setLimit, Resize: true}).Check(); why != "" {
+		fmt.Fprintf(stderr, "kahunactl: %s: %s\n", what, why)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if err := kahuna.NewSemaphore(c, name, o.setLimit).SetLimit(ctx, o.setLimit); err != nil {
+		var se *kahuna.StatusError
+		if errors.As(err, &se) {
+			return report(out, stderr, "semaphore", name, o.owner, kahuna.Result{Status: se.Status, Reason: se.Reason}, nil, kahuna.Extended)
+		}
+		return report(out, stderr, "semaphore", name, o.owner, kahuna.Result{}, err, kahuna.Extended)
+	}
+	out.print(map[string]any{"semaphore": name, "limit": o.setLimit}, "semaphore %s: limit set to %d\n", name, o.setLimit)
+	return exitOK
 }
 
 func joinTokens(grants []kahuna.Grant) string {

@@ -64,3 +64,23 @@ func TestSemaphoreRun(t *testing.T) {
 		t.Fatalf("after CMD: %s, want both slots at their second generation", r)
 	}
 }
+
+// TestSemaphoreSetLimit: --set-limit grows a semaphore online and shrinks
+// it; bad values are usage errors.
+func TestSemaphoreSetLimit(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "semaphore", "pool", "--limit", "1", "--ttl", "1m", "--endpoints", ep).want(t, exitOK, "the one permit")
+	ctl(t, "semaphore", "pool", "--limit", "1", "--endpoints", ep).want(t, exitBusy, "a second permit of 1")
+	r := ctl(t, "semaphore", "pool", "--set-limit", "2", "--endpoints", ep).want(t, exitOK, "grow to 2")
+	if r.stdout != "semaphore pool: limit set to 2\n" {
+		t.Fatalf("grow: %s", r)
+	}
+	r = ctl(t, "semaphore", "pool", "--limit", "2", "--endpoints", ep).want(t, exitOK, "the grown permit")
+	if !strings.HasPrefix(r.stdout, "semaphore pool: 1 of 2 permits") || !strings.HasSuffix(r.stdout, "slots 1, fencing tokens 1, 0 left free\n") {
+		t.Fatalf("the grown permit: %s", r)
+	}
+	ctl(t, "semaphore", "pool", "--limit", "1", "--endpoints", ep).want(t, exitError, "the old limit")
+	for _, args := range [][]string{{"pool", "--set-limit", "0"}, {"pool", "--set-limit", "300"}, {"pool", "--set-limit", "2", "--", "true"}} {
+		ctl(t, append([]string{"semaphore", "--endpoints", ep}, args...)...).want(t, exitUsage, strings.Join(args, " "))
+	}
+}

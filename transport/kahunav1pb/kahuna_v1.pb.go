@@ -226,7 +226,11 @@ type LockRequest struct {
 	Limit   int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	// For a read/write lock (a resource named "rwlock:NAME"): a read lock;
 	// false is the write lock.
-	Shared        bool `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
+	Shared bool `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
+	// With a semaphore's limit and no permits: set its limit to limit
+	// instead of taking permits (answered STATUS_EXTENDED). owner and ttl_ms
+	// are not used.
+	Resize        bool `protobuf:"varint,9,opt,name=resize,proto3" json:"resize,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +317,13 @@ func (x *LockRequest) GetLimit() int32 {
 func (x *LockRequest) GetShared() bool {
 	if x != nil {
 		return x.Shared
+	}
+	return false
+}
+
+func (x *LockRequest) GetResize() bool {
+	if x != nil {
+		return x.Resize
 	}
 	return false
 }
@@ -834,7 +845,7 @@ var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xee\x01\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\x86\x02\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -845,7 +856,8 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"durability\x12\x18\n" +
 	"\apermits\x18\x06 \x01(\x05R\apermits\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x16\n" +
-	"\x06shared\x18\b \x01(\bR\x06shared\"@\n" +
+	"\x06shared\x18\b \x01(\bR\x06shared\x12\x16\n" +
+	"\x06resize\x18\t \x01(\bR\x06resize\"@\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x81\x02\n" +
