@@ -549,7 +549,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 // slot's, or a read/write lock's last token again instead of one more),
 // exclusion under Config.UnsafePermitOvercommit (overcommit).
 func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) lease.Decision {
-	if a.cfg.UnsafePermitOvercommit && e.IsShared() && r.Op == lease.TryLock {
+	if a.cfg.UnsafePermitOvercommit && e.IsShared() && r.Op == lease.TryLock && !r.Resize {
 		return overcommit(e, r, now)
 	}
 	d := lease.DecideRequest(e, r, now)
