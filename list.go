@@ -9,8 +9,13 @@ import (
 
 // ListedLock is one live lock of a listing: its name, owner, fencing
 // token, lease end (wall clock, millisecond precision over a wire) and
-// durability.
+// durability; for a semaphore or a read/write lock, its Holders.
 type ListedLock = lease.ListedLock
+
+// Holder is one live holder of a listed semaphore (its slot, owner,
+// fencing token and lease end) or read/write lock (a reader, or the
+// writer; the token is the write epoch).
+type Holder = lease.Holder
 
 // LockPage is one page of a listing, in name order. Next, when not "",
 // is the cursor of the next page (WithAfter): there may be more locks

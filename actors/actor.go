@@ -315,6 +315,7 @@ func (a *lockActor) listLive(m *listLive) []lease.ListedLock {
 		out = append(out, lease.ListedLock{
 			Resource: s.resource, Owner: bytes.Clone(s.Owner), FencingToken: s.Token, Durability: s.kind,
 			Expires: s.Expires.Round(0), // the wall reading: the caller may be another process
+			Holders: lease.HoldersOf(&s.Entry, now),
 		})
 	}
 	slices.SortFunc(out, func(x, y lease.ListedLock) int { return strings.Compare(x.Resource, y.Resource) })

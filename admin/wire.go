@@ -156,6 +156,17 @@ type Lock struct {
 	// answering node's clock.
 	ExpiresMs  int64 `json:"expiresMs"`
 	Durability int32 `json:"durability"` // 0 ephemeral, 1 persistent
+	// Holders, for a semaphore or a read/write lock, are its live holders.
+	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Holder is one live holder of a semaphore (its slot) or of a read/write
+// lock.
+type Holder struct {
+	Slot         int    `json:"slot"`
+	Owner        []byte `json:"owner"` // base64 in JSON
+	FencingToken int64  `json:"fencingToken"`
+	ExpiresMs    int64  `json:"expiresMs"`
 }
 
 // LocksView answers GET LocksPath: the live locks, in name order, of the

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
 	"strconv"
@@ -67,6 +68,35 @@ type ListedLock struct {
 	Expires      time.Time // wall clock, millisecond precision over a wire
 	FencingToken int64
 	Durability   Durability
+	// Holders, for a semaphore or a read/write lock (whose Owner is
+	// empty), are its live holders: each permit, or each reader or the
+	// writer. Expires and FencingToken are then the latest and highest.
+	Holders []Holder
+}
+
+// Holder is one live holder of a semaphore (its slot) or of a read/write
+// lock.
+type Holder struct {
+	Slot         int // a semaphore's slot; 0 for a read/write lock
+	Owner        []byte
+	Expires      time.Time
+	FencingToken int64
+}
+
+// HoldersOf lists e's live holders at now, if e has several (IsShared),
+// their owners copied; expiries as wall-clock readings.
+func HoldersOf(e *Entry, now time.Time) []Holder {
+	var out []Holder
+	for i := range e.Slots {
+		if s := &e.Slots[i]; s.live(now) {
+			h := Holder{Owner: bytes.Clone(s.Owner), Expires: s.Expires.Round(0), FencingToken: s.Token}
+			if e.IsSemaphore() {
+				h.Slot = i
+			}
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // LockPage is one page of a listing, in name order. Next, when not "",

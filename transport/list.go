@@ -42,6 +42,16 @@ type listedLock struct {
 	FencingToken int64  `json:"fencingToken"`
 	ExpiresMs    int64  `json:"expiresMs"` // wall-clock unix ms
 	Durability   int32  `json:"durability"`
+	// Holders, for a semaphore or a read/write lock, are its live holders.
+	Holders []listedHolder `json:"holders,omitempty"`
+}
+
+// listedHolder is one holder of a listedLock.
+type listedHolder struct {
+	Slot         int    `json:"slot"`
+	Owner        []byte `json:"owner"`
+	FencingToken int64  `json:"fencingToken"`
+	ExpiresMs    int64  `json:"expiresMs"`
 }
 
 // listReply answers GET ListPath: a page, and the after of the next one
@@ -90,6 +100,9 @@ func listHandler(l Lister) http.Handler {
 		for i, l := range page.Locks {
 			reply.Locks[i] = listedLock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
 				ExpiresMs: l.Expires.UnixMilli(), Durability: int32(l.Durability)}
+			for _, h := range l.Holders {
+				reply.Locks[i].Holders = append(reply.Locks[i].Holders, listedHolder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, ExpiresMs: h.Expires.UnixMilli()})
+			}
 		}
 		writeReply(w, http.StatusOK, mustMarshal(reply))
 	})
@@ -219,6 +232,9 @@ func (r *RESTClient) listAt(ctx context.Context, ep, query string) (page lease.L
 	for i, l := range reply.Locks {
 		page.Locks[i] = lease.ListedLock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
 			Expires: time.UnixMilli(l.ExpiresMs), Durability: lease.Durability(l.Durability)}
+		for _, h := range l.Holders {
+			page.Locks[i].Holders = append(page.Locks[i].Holders, lease.Holder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, Expires: time.UnixMilli(h.ExpiresMs)})
+		}
 	}
 	if !sortedAfter(page.Locks) {
 		return lease.LockPage{}, true, fmt.Errorf("transport: rest list at %s: the page is not in name order", ep)

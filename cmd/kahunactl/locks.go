@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,6 +31,15 @@ type lockJSON struct {
 	FencingToken int64  `json:"fencingToken"`
 	Durability   string `json:"durability"`
 	Expires      string `json:"expires"` // RFC 3339, UTC
+	// Holders, for a semaphore or a read/write lock: each live holder.
+	Holders []holderJSON `json:"holders,omitempty"`
+}
+
+type holderJSON struct {
+	Slot         int    `json:"slot"`
+	Owner        string `json:"owner"`
+	FencingToken int64  `json:"fencingToken"`
+	Expires      string `json:"expires"`
 }
 
 // locks prints one page of the live locks under prefix: a table (the
@@ -58,15 +68,20 @@ func locks(ctx context.Context, prefix string, o options, cc conn, out printer, 
 		fmt.Fprintf(stderr, "kahunactl: locks %s: %s\n", lease.Excerpt(prefix), out.errorLine(err))
 		return exitError
 	}
-	expires := func(l lease.ListedLock) string { return l.Expires.UTC().Format(time.RFC3339Nano) }
+	rfc3339 := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	expires := func(l lease.ListedLock) string { return rfc3339(l.Expires) }
 	if out.json {
 		v := struct {
 			Locks []lockJSON `json:"locks"`
 			Next  string     `json:"next,omitempty"`
 		}{Locks: []lockJSON{}, Next: page.Next}
 		for _, l := range page.Locks {
-			v.Locks = append(v.Locks, lockJSON{Resource: l.Resource, Owner: string(l.Owner), FencingToken: l.FencingToken,
-				Durability: l.Durability.String(), Expires: expires(l)})
+			j := lockJSON{Resource: l.Resource, Owner: string(l.Owner), FencingToken: l.FencingToken,
+				Durability: l.Durability.String(), Expires: expires(l)}
+			for _, h := range l.Holders {
+				j.Holders = append(j.Holders, holderJSON{Slot: h.Slot, Owner: string(h.Owner), FencingToken: h.FencingToken, Expires: rfc3339(h.Expires)})
+			}
+			v.Locks = append(v.Locks, j)
 		}
 		_ = json.NewEncoder(out.w).Encode(v)
 		return exitOK
@@ -74,7 +89,21 @@ func locks(ctx context.Context, prefix string, o options, cc conn, out printer, 
 	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "RESOURCE\tOWNER\tFENCING TOKEN\tDURABILITY\tEXPIRES\n")
 	for _, l := range page.Locks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", lease.Excerpt(l.Resource), lease.Excerpt(string(l.Owner)), l.FencingToken, l.Durability, expires(l))
+		owner := lease.Excerpt(string(l.Owner))
+		if len(l.Holders) > 0 {
+			owner = fmt.Sprintf("(%d holders)", len(l.Holders))
+			if len(l.Holders) == 1 {
+				owner = "(1 holder)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", lease.Excerpt(l.Resource), owner, l.FencingToken, l.Durability, expires(l))
+		for _, h := range l.Holders {
+			where := "  holder"
+			if strings.HasPrefix(l.Resource, lease.SemaphorePrefix) {
+				where = fmt.Sprintf("  slot %d", h.Slot)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t\t%s\n", where, lease.Excerpt(string(h.Owner)), h.FencingToken, rfc3339(h.Expires))
+		}
 	}
 	tw.Flush()
 	if page.Next != "" {

@@ -91,3 +91,32 @@ func TestLocks(t *testing.T) {
 	// An endpoint that does not answer is an error, exit 1.
 	ctl(t, "locks", "--endpoints", closedEndpoint(t), "--timeout", "2s").want(t, exitError, "unreachable")
 }
+
+// A semaphore's listing row counts its holders, and a line per permit
+// below it names the slot, owner and token; JSON has them as holders.
+func TestLocksShowsSemaphoreHolders(t *testing.T) {
+	_, ep := startNode(t)
+	for _, owner := range []string{"w1", "w2"} {
+		ctl(t, "semaphore", "pool", "--limit", "3", "--owner", owner, "--ttl", "1m", "--endpoints", ep).want(t, exitOK, "permit of "+owner)
+	}
+	r := ctl(t, "locks", "semaphore:", "--endpoints", ep).want(t, exitOK, "locks semaphore:")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "semaphore:pool ") || !strings.Contains(lines[1], "(2 holders)") ||
+		!strings.HasPrefix(lines[2], "  slot 0") || !strings.Contains(lines[2], "w1") || !strings.HasPrefix(lines[3], "  slot 1") || !strings.Contains(lines[3], "w2") {
+		t.Fatalf("locks semaphore: %s", r)
+	}
+	r = ctl(t, "locks", "semaphore:", "--format", "json", "--endpoints", ep).want(t, exitOK, "locks semaphore: as JSON")
+	var got struct {
+		Locks []struct {
+			Holders []struct {
+				Slot         int    `json:"slot"`
+				Owner        string `json:"owner"`
+				FencingToken int64  `json:"fencingToken"`
+			} `json:"holders"`
+		} `json:"locks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Locks) != 1 || len(got.Locks[0].Holders) != 2 ||
+		got.Locks[0].Holders[1].Owner != "w2" || got.Locks[0].Holders[1].Slot != 1 || got.Locks[0].Holders[1].FencingToken != 1 {
+		t.Fatalf("as JSON: %s (%v)", r, err)
+	}
+}

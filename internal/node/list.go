@@ -87,8 +87,12 @@ func (n *Node) listRemote(ctx context.Context, leader uint64, req lease.ListRequ
 	}
 	page.Next = v.Next
 	for _, l := range v.Locks {
-		page.Locks = append(page.Locks, lease.ListedLock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
-			Expires: time.UnixMilli(l.ExpiresMs), Durability: lease.Durability(l.Durability)})
+		listed := lease.ListedLock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
+			Expires: time.UnixMilli(l.ExpiresMs), Durability: lease.Durability(l.Durability)}
+		for _, h := range l.Holders {
+			listed.Holders = append(listed.Holders, lease.Holder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, Expires: time.UnixMilli(h.ExpiresMs)})
+		}
+		page.Locks = append(page.Locks, listed)
 	}
 	return page, v.NotServed
 }
@@ -142,7 +146,8 @@ func (n *Node) listPartition(ctx context.Context, p int, req lease.ListRequest, 
 	if err != nil {
 		return lease.LockPage{}, false, fmt.Errorf("kahuna: list partition %d: %w", p, err)
 	}
-	recs, err := n.backend.Held(p, req.Prefix, req.After, n.cfg.Clock().UnixMilli(), limit+1)
+	nowMs := n.cfg.Clock().UnixMilli()
+	recs, err := n.backend.Held(p, req.Prefix, req.After, nowMs, limit+1)
 	if err != nil {
 		return lease.LockPage{}, false, fmt.Errorf("kahuna: list partition %d: %w", p, err)
 	}
@@ -153,6 +158,15 @@ func (n *Node) listPartition(ctx context.Context, p int, req lease.ListRequest, 
 	for i, r := range recs {
 		stored[i] = lease.ListedLock{Resource: r.Resource, Owner: r.Owner, FencingToken: r.Token,
 			Expires: time.UnixMilli(r.ExpiresMs), Durability: lease.Persistent}
+		for j, s := range r.Slots {
+			if s.Owner != nil && s.ExpiresMs >= nowMs {
+				h := lease.Holder{Owner: s.Owner, Expires: time.UnixMilli(s.ExpiresMs), FencingToken: s.Token}
+				if !r.RW {
+					h.Slot = j
+				}
+				stored[i].Holders = append(stored[i].Holders, h)
+			}
+		}
 	}
 	return lease.MergePages(limit, lease.LockPage{Locks: cached}, lease.LockPage{Locks: stored}), true, nil
 }
@@ -175,6 +189,9 @@ func (n *Node) listLocks(ctx context.Context, r admin.LocksRequest) (admin.Locks
 	for i, l := range page.Locks {
 		v.Locks[i] = admin.Lock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
 			ExpiresMs: l.Expires.UnixMilli(), Durability: int32(l.Durability)}
+		for _, h := range l.Holders {
+			v.Locks[i].Holders = append(v.Locks[i].Holders, admin.Holder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, ExpiresMs: h.Expires.UnixMilli()})
+		}
 	}
 	return v, nil
 }
