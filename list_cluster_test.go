@@ -153,6 +153,26 @@ func TestClusterListAcrossLeaders(t *testing.T) {
 	}
 	// Nothing changed: every lock is still listed.
 	check("after the refusals", listAll(t, n1.List, "list/", 1000))
+
+	// A semaphore led by another member: its holders come through that
+	// member's share of the listing.
+	var name string
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("listsem%d/pool", i); c.Leader(n1.Partition(kahuna.SemaphorePrefix+n)) != 1 {
+			name = n
+		}
+	}
+	testcluster.Settled(t, func() (kahuna.Result, error) {
+		p, err := kahuna.NewSemaphore(n1, name, 2).TryAcquire(ctx, 1, kahuna.WithOwner([]byte("holder")), kahuna.WithTTL(time.Hour))
+		if err != nil {
+			return kahuna.Result{}, err
+		}
+		return kahuna.Result{Status: kahuna.Locked, FencingToken: p.FencingToken()}, nil
+	})
+	got := listAll(t, n1.List, kahuna.SemaphorePrefix+name, 10)
+	if len(got) != 1 || len(got[0].Holders) != 1 || string(got[0].Holders[0].Owner) != "holder" || time.Until(got[0].Holders[0].Expires) < 50*time.Minute {
+		t.Fatalf("a semaphore led by another member: %+v", got)
+	}
 }
 
 func isInvalid(err error, why string) bool {
