@@ -565,8 +565,7 @@ func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) 
 // lock's epoch. Config.UnsafeTokenRepeat only.
 func repeatToken(e lease.Entry, d *lease.Decision) {
 	switch {
-	case len(d.Grants) == 0: // a resize grants nothing
-	case d.Next.IsSemaphore() && e.IsSemaphore():
+	case d.Next.IsSemaphore() && e.IsSemaphore() && len(d.Grants) > 0: // a resize grants nothing
 		for i, g := range d.Grants {
 			if old := e.Slots[g.Slot].Token; old > 0 {
 				d.Grants[i].Token, d.Next.Slots[g.Slot].Token = old, old
