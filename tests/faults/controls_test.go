@@ -337,10 +337,13 @@ func handOffsUnsure(run faultRun) string {
 // ("" if it did): no reign of a resource began, by the history, while a
 // grant of it made under an earlier reign was surely live (from its call
 // for its TTL less the checker's margin) and its owner had not let go (a
-// release refused does not let go). A
-// reign with the grace (checker.Op.Grace) ends only lapsed holds, so such
-// a reign is the violation the checker reports; a crash that took longer
-// than the leases to elect the next leader (a loaded machine) leaves none.
+// release refused does not let go), with the resource asked about after
+// the reign began and before that lease surely ended. The checker lets a
+// reign keep an ephemeral hold (handed over), so only an answer of the
+// new leader can contradict it: a grant to another owner, a Get of
+// nobody, the holder told it holds nothing. A crash that took longer than
+// the leases to elect the next leader (a loaded machine), or a lease
+// nobody asked about, leaves nothing to see.
 func holdLiveAtReign(run faultRun) string {
 	byResource := map[string][]checker.Op{}
 	for _, o := range run.history {
@@ -356,6 +359,14 @@ func holdLiveAtReign(run faultRun) string {
 		}
 		return false
 	}
+	asked := func(ops []checker.Op, from, to time.Duration) bool {
+		for _, o := range ops {
+			if o.Kind != checker.Reign && o.Outcome != checker.Indeterminate && o.Status != kahuna.MustRetry && o.Call > from && o.Return < to {
+				return true
+			}
+		}
+		return false
+	}
 	for _, ops := range byResource {
 		for _, g := range ops {
 			if g.Outcome != checker.OK || (g.Kind != checker.Acquire && g.Kind != checker.Extend) {
@@ -363,13 +374,14 @@ func holdLiveAtReign(run faultRun) string {
 			}
 			end := g.Call + g.TTL - faultMargin
 			for _, r := range ops {
-				if r.Kind == checker.Reign && r.Call > g.Return && r.Return < end && !released(ops, g.Owner, g.Call, r.Return) {
+				if r.Kind == checker.Reign && r.Call > g.Return && r.Return < end &&
+					!released(ops, g.Owner, g.Call, r.Return) && asked(ops, r.Return, end) {
 					return ""
 				}
 			}
 		}
 	}
-	return "no reign began while a hold granted before it was live by its lease"
+	return "no hold live when a new reign began was asked about under it within its lease"
 }
 
 // judge says why run did not catch the control ("" when it did).
