@@ -134,18 +134,18 @@ func (w *worker) acquireWhole(ctx context.Context, req lease.Request) (lease.Res
 		return lease.Result{}, "Lock", errNoWholeRequests
 	}
 	req.Op, req.Owner, req.TTL, req.Durability = lease.TryLock, w.owner, w.ttl, w.dur
+	_, waits := w.l.(lease.WaitLocker)
+	wait := req.Wait
+	if !waits {
+		req.Wait = 0 // answered at once, and polled
+	}
 	c, why := req.Check()
 	if why != "" {
 		return lease.Result{Status: lease.InvalidInput, Reason: why}, "Lock", nil
 	}
-	if _, waits := w.l.(lease.WaitLocker); waits {
+	if waits {
 		_, r, err := lease.Do(ctx, w.l, c)
 		return r, "Lock", err
-	}
-	wait := req.Wait
-	req.Wait = 0
-	if c, why = req.Check(); why != "" {
-		return lease.Result{Status: lease.InvalidInput, Reason: why}, "Lock", nil
 	}
 	r, err := w.poll(ctx, wait, func() (lease.Result, error) {
 		_, r, err := lease.Do(ctx, w.l, c)

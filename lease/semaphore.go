@@ -64,28 +64,13 @@ func (r *Request) checkSemaphore() string {
 		}
 		return ""
 	}
-	if r.Resize {
-		switch {
-		case r.Resource == SemaphorePrefix:
-			return "semaphore name is empty"
-		case r.Durability != Persistent:
-			return "a semaphore is persistent: its permits are not kept in memory alone"
-		case r.Op != TryLock:
-			return "resize is a request of its own, not part of " + r.Op.String()
-		case r.Permits != 0:
-			return "a resize takes no permits"
-		case r.Wait != 0:
-			return "a resize does not wait"
-		case r.Limit < 1 || r.Limit > MaxPermits:
-			return "semaphore limit " + strconv.Itoa(r.Limit) + " is outside 1.." + strconv.Itoa(MaxPermits)
-		}
-		return ""
-	}
 	switch {
 	case r.Resource == SemaphorePrefix:
 		return "semaphore name is empty"
 	case r.Durability != Persistent:
 		return "a semaphore is persistent: its permits are not kept in memory alone"
+	case r.Resize && r.Op != TryLock:
+		return "resize is a request of its own, not part of " + r.Op.String()
 	case r.Op == Get:
 		return "a semaphore has no single holder to get"
 	case r.Op != TryLock:
@@ -93,11 +78,15 @@ func (r *Request) checkSemaphore() string {
 			return "permits and limit are for taking permits, not " + r.Op.String()
 		}
 		return ""
-	case r.Permits == 0 && r.Limit == 0:
+	case r.Resize && r.Permits != 0:
+		return "a resize takes no permits"
+	case r.Resize && r.Wait != 0:
+		return "a resize does not wait"
+	case !r.Resize && r.Permits == 0 && r.Limit == 0:
 		return "the name is a semaphore's: a lock call cannot take it (take permits, stating the limit)"
 	case r.Limit < 1 || r.Limit > MaxPermits:
 		return "semaphore limit " + strconv.Itoa(r.Limit) + " is outside 1.." + strconv.Itoa(MaxPermits)
-	case r.Permits < 1 || r.Permits > r.Limit:
+	case !r.Resize && (r.Permits < 1 || r.Permits > r.Limit):
 		return "permits " + strconv.Itoa(r.Permits) + " is outside 1.." + strconv.Itoa(r.Limit) + " (the limit)"
 	}
 	return ""

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,9 +94,8 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 	var res sharedRunResult
 	var mu sync.Mutex // res
 	links := make([]*candidateLink, 5)
-	var holding [5]atomic.Bool
-	// current is each link's hold: its holder number and mode, for the
-	// freezer's record (-1: none).
+	// current is each link's hold: its holder number (-1: none) and mode,
+	// for the freezer.
 	var current [5]struct {
 		sync.Mutex
 		holder int
@@ -149,7 +147,6 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 					res.writes++
 				}
 				mu.Unlock()
-				holding[i].Store(true)
 				current[i].Lock()
 				current[i].holder, current[i].write = holder, write
 				current[i].Unlock()
@@ -185,7 +182,6 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 					res.acts = append(res.acts, checker.Act{Holder: holder, Slot: slot, Write: write, Token: lk.FencingToken(), Start: first, End: last})
 					mu.Unlock()
 				}
-				holding[i].Store(false)
 				current[i].Lock()
 				current[i].holder = -1
 				current[i].Unlock()
@@ -207,7 +203,11 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n := freezer(ctx, seed, links, sharedTTL, 3, func(j int) bool { return holding[j].Load() }, func(i int) func() {
+		n := freezer(ctx, seed, links, sharedTTL, 3, func(j int) bool {
+			current[j].Lock()
+			defer current[j].Unlock()
+			return current[j].holder >= 0
+		}, func(i int) func() {
 			current[i].Lock()
 			f := sharedFreeze{holder: current[i].holder, write: current[i].write, from: rec.Now()}
 			current[i].Unlock()
