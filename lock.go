@@ -454,9 +454,6 @@ func (l *Lock) end(state lockState, cause error) {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
-	if l.session != nil { // set at construction, never changed
-		l.session.detach(l)
-	}
 	if state == lost {
 		close(l.lost) // before the Context ends: whoever sees it done sees Lost closed
 		if leaseOf != nil {
@@ -469,6 +466,11 @@ func (l *Lock) end(state lockState, cause error) {
 			// live session's Context means every lock in it is live.
 			l.session.lease.end(lost, fmt.Errorf("lock %s lost: %w", lease.Excerpt(l.resource), cause))
 		}
+	}
+	if l.session != nil { // set at construction, never changed
+		// Detached only now: until the session has ended with it, the
+		// session's Err finds it ending and waits (Session.pastDeadline).
+		l.session.detach(l)
 	}
 	l.cancel(cause)
 	close(l.endDone)

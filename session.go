@@ -184,14 +184,17 @@ func (c *sessionContext) Err() error {
 }
 
 // pastDeadline returns a lock the session holds whose deadline has
-// passed, or nil. It allocates nothing: Err runs it on every check of the
-// session's Context. (s.mu is taken before a lock's mu, never after.)
+// passed, or one another goroutine is ending (still attached: a lock lost
+// on its own ends the session before it detaches), or nil; the caller's
+// lk.ctx.Err() then ends it or waits for its end. It allocates nothing:
+// Err runs it on every check of the session's Context. (s.mu is taken
+// before a lock's mu, never after.)
 func (s *Session) pastDeadline() *Lock {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, lk := range s.locks {
 		lk.mu.Lock()
-		due := lk.state == held && lk.pastDeadline()
+		due := lk.state != held || lk.pastDeadline()
 		lk.mu.Unlock()
 		if due {
 			return lk
