@@ -33,6 +33,12 @@ type call struct {
 	// Unlock with a persistent waiter at the head writes the waiter's
 	// grant as its one record (the release and the grant commit together).
 	handoff *call
+	// batch is the calls whose writes were folded into this call's record
+	// (fold), in the order they were decided; each is answered by its
+	// outcome.
+	batch []*call
+	// held: its record waits in lockActor.held to be proposed.
+	held bool
 
 	// For waiting calls (req.Wait != 0), set by the actor only.
 	queuedAt time.Time     // when it joined the wait queue (zero: it has not)
@@ -205,6 +211,10 @@ type lockActor struct {
 	// pending counts the calls Ring.Do sent to this actor that it has not
 	// taken from its mailbox yet (bounded by MaxPending).
 	pending atomic.Int64
+	// held is the writes decided while handling the current message,
+	// proposed once it is handled (proposeHeld): until then, later writes
+	// of the same resource decided in that message join their record.
+	held []*call
 }
 
 func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
@@ -220,6 +230,7 @@ func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
 
 // Receive implements actor.Actor.
 func (a *lockActor) Receive(ctx actor.Context) {
+	defer a.proposeHeld()
 	switch m := ctx.Message().(type) {
 	case *call:
 		a.pending.Add(-1)
@@ -445,9 +456,8 @@ func (a *lockActor) forget(c *call, s *slot, cached bool, term uint64, now time.
 		Base:           s.index,
 		Term:           term,
 	}
-	c.self, c.root = a.self, a.root
 	s.inflight = c
-	a.cfg.Backend.Propose(s.partition, &c.rec, c)
+	a.hold(c)
 }
 
 // decide makes c's decision on s, which has no write in flight, and answers
@@ -524,24 +534,116 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.handoff = h
 		write = h.decision.Next
 	}
-	c.rec = durability.Record{
-		Resource:       req.Resource,
-		Owner:          write.Owner,
-		ExpiresMs:      write.Expires.UnixMilli(),
-		Token:          write.Token,
-		Revision:       write.Revision,
-		Locked:         write.State == lease.Held,
+	c.rec = recordOf(req.Resource, &write, s.index, term, now)
+	s.inflight = c
+	a.hold(c)
+}
+
+// recordOf is the record that writes e as resource's entry, applied only
+// on the record stored at base and in term's epoch.
+func recordOf(resource string, e *lease.Entry, base, term uint64, now time.Time) durability.Record {
+	return durability.Record{
+		Resource:       resource,
+		Owner:          e.Owner,
+		ExpiresMs:      e.Expires.UnixMilli(),
+		Token:          e.Token,
+		Revision:       e.Revision,
+		Locked:         e.State == lease.Held,
 		LastModifiedMs: now.UnixMilli(),
-		Limit:          write.Limit,
-		Slots:          slotsOf(&write),
-		RW:             write.RW,
-		Exclusive:      write.Exclusive,
-		Base:           s.index,
+		Limit:          e.Limit,
+		Slots:          slotsOf(e),
+		RW:             e.RW,
+		Exclusive:      e.Exclusive,
+		Base:           base,
 		Term:           term,
 	}
+}
+
+// hold keeps c's record, whose write is now its resource's in flight, to
+// be proposed once the current message is handled.
+func (a *lockActor) hold(c *call) {
 	c.self, c.root = a.self, a.root
-	s.inflight = c
-	a.cfg.Backend.Propose(req.Partition, &c.rec, c)
+	c.held = true
+	a.held = append(a.held, c)
+}
+
+// proposeHeld proposes the records held while handling a message, in the
+// order their writes were decided.
+func (a *lockActor) proposeHeld() {
+	for i, c := range a.held {
+		a.held[i] = nil
+		c.held = false
+		a.cfg.Backend.Propose(c.req.Partition, &c.rec, c)
+	}
+	a.held = a.held[:0]
+}
+
+// fold decides c on the entry its resource will have once the write held
+// for proposal (s.inflight, not proposed yet) commits, with the writes
+// folded into it before c, and if that decision is a persistent write
+// answered only when it commits, folds c's write into the same record:
+// the record then writes the last of these entries, and its outcome
+// answers each call as it would answer the call alone. Every write of one
+// resource decided while handling one message (the calls queued behind a
+// commit, the waiters it lets in) so costs one Raft record, which is what
+// lets a lock's many readers or a semaphore's many permits be granted and
+// released at the rate of the callers, not of one commit each. A
+// decision that would answer at once (Busy, a read) is not folded: it
+// must be made on what is committed, so c then waits for the record. It
+// reports whether c was folded; if not, nothing changed.
+func (a *lockActor) fold(s *slot, c *call) bool {
+	f := s.inflight
+	req := &c.req
+	if f == nil || !f.held || f.req.forget || f.handoff != nil || c.gone || req.forget ||
+		(req.Op == lease.TryLock && req.Durability != lease.Persistent) {
+		return false
+	}
+	term, ok := a.cfg.Serving(req.Partition)
+	if !ok || term != f.rec.Term {
+		return false
+	}
+	now := a.cfg.Now()
+	d := a.decideLease(*f.pending(), &req.Request, now)
+	switch {
+	case !d.Write || d.Status == lease.Busy:
+		return false
+	case d.Status == lease.Locked && d.Next.IsShared() && len(s.waiters) > 0 && c.queuedAt.IsZero():
+		return false // first come, first served (decide): c is to wait
+	case req.Op == lease.Unlock && len(s.waiters) > 0 && !d.Next.IsShared():
+		return false // decided alone, it writes the head waiter's grant with it
+	}
+	if req.Op == lease.TryLock && !d.Next.IsShared() {
+		d.Next.Owner = append([]byte(nil), req.Owner...) // it aliases the caller's buffer
+	}
+	if !c.queuedAt.IsZero() && !c.granted {
+		c.waited = now.Sub(c.queuedAt)
+	}
+	c.decision = d
+	if d.Status == lease.Locked {
+		c.granted = true
+	}
+	s.lastUsed = now
+	f.batch = append(f.batch, c)
+	f.rec = recordOf(req.Resource, &c.decision.Next, f.rec.Base, term, now)
+	return true
+}
+
+// pending is the entry f's record writes: the last decision folded into
+// it, or f's own.
+func (f *call) pending() *lease.Entry {
+	if n := len(f.batch); n > 0 {
+		return &f.batch[n-1].decision.Next
+	}
+	return &f.decision.Next
+}
+
+// foldOrHandle folds c into the record held for its resource (fold), or
+// else handles it.
+func (a *lockActor) foldOrHandle(c *call) {
+	if s := a.entries[c.req.Resource]; s != nil && s.queue == nil && a.fold(s, c) {
+		return
+	}
+	a.handle(c)
 }
 
 // decideLease is lease.DecideRequest, with the rules the negative
@@ -692,6 +794,8 @@ func (a *lockActor) complete(c *call) {
 	s.inflight = nil
 	h := c.handoff
 	c.handoff = nil
+	batch := c.batch
+	c.batch = nil
 	resp := Response{Status: c.decision.Status, Token: c.decision.Token, Grants: c.decision.Grants, Free: c.decision.Free, Waited: c.waited}
 	unknown := false // the record may have applied
 	switch {
@@ -706,6 +810,12 @@ func (a *lockActor) complete(c *call) {
 			h.reply <- Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited}
 			h = nil
 		}
+		for _, m := range batch {
+			d := &m.decision
+			a.changed(s, d.Next, lease.Persistent, eventOf(m.req.Op), now)
+			m.reply <- Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Free: d.Free, Waited: m.waited}
+		}
+		batch = nil
 		s.lastUsed = a.cfg.Now()
 	case errors.Is(c.err, durability.ErrRetry):
 		// Certainly not committed: the cached entry is still right. (An
@@ -725,6 +835,14 @@ func (a *lockActor) complete(c *call) {
 		resp = Response{Status: lease.Errored}
 		s.dropped = true
 		unknown = true
+	}
+	for _, m := range batch { // not applied, or not known to be: as c
+		st := lease.Errored
+		if !unknown {
+			m.granted = m.unsure
+			st = a.notGranted(m, lease.MustRetry)
+		}
+		m.reply <- Response{Status: st}
 	}
 	switch {
 	case h == nil:
@@ -771,7 +889,7 @@ func (a *lockActor) complete(c *call) {
 	for waiting != nil {
 		next := waiting.next
 		waiting.next = nil
-		a.safely(waiting, a.handle)
+		a.safely(waiting, a.foldOrHandle)
 		waiting = next
 	}
 }
@@ -785,19 +903,34 @@ func (a *lockActor) settle(s *slot) {
 }
 
 // handOff grants the lock to the waiters at the head of s's queue while
-// it is free and no write is in flight: the next waiter is granted in the
+// it is free, and no write is in flight or the one in flight is not
+// proposed yet (they join its record): the next waiter is granted in the
 // same step as the release or expiry, without a request of its own. Each
 // grant is a decision like any other: made only while this node serves the
 // partition, tagged with its term.
 func (a *lockActor) handOff(s *slot) {
-	for len(s.waiters) > 0 && s.inflight == nil {
-		now := a.cfg.Now()
-		if w := s.waiters[0]; s.IsSemaphore() && w.req.Permits <= s.Limit {
+	for len(s.waiters) > 0 {
+		w := s.waiters[0]
+		e := &s.Entry
+		if s.inflight != nil {
+			e = s.inflight.pending()
+		}
+		if e.IsSemaphore() && w.req.Permits <= e.Limit {
 			// A request that stated the limit when it was queued follows
 			// a resize since: it was right when it asked. (One for more
 			// permits than a shrink left is refused, naming both limits.)
-			w.req.Limit = s.Limit
+			w.req.Limit = e.Limit
 		}
+		if s.inflight != nil {
+			// Granted with the write in flight if that is not proposed
+			// yet: one record for the release and the grants it allows.
+			if !a.fold(s, w) {
+				return
+			}
+			a.popWaiter(s)
+			continue
+		}
+		now := a.cfg.Now()
 		if s.blocks(s.waiters[0], now) {
 			return
 		}
