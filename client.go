@@ -98,8 +98,14 @@ func (c *Client) Unlock(ctx context.Context, resource string, owner []byte, d Du
 }
 
 // Get describes the live lock on resource (Got, with its owner, expiry and
-// fencing token), or answers LockDoesNotExist.
+// fencing token), or answers LockDoesNotExist. Of a semaphore or a
+// read/write lock it lists the live holders (LockInfo.Holders), which
+// Kahuna's GetLock cannot carry: a gRPC client asks that Get over REST, on
+// the same endpoints.
 func (c *Client) Get(ctx context.Context, resource string, d Durability) (LockInfo, Result, error) {
+	if c.rest != nil && (lease.IsSemaphore(resource) || lease.IsRWLock(resource)) {
+		return c.rest.Get(ctx, resource, d)
+	}
 	return c.locker.Get(ctx, resource, d)
 }
 

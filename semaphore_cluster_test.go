@@ -99,4 +99,22 @@ func TestClusterSemaphoreForwardedOverTheWire(t *testing.T) {
 	if err != nil || fourth.Grants()[0].Slot != 3 || fourth.Free() != 0 {
 		t.Fatalf("the grown slot over gRPC: %v, %v", fourth, err)
 	}
+	// Get lists the four holders wherever it is asked: the leader, the
+	// follower (which asks the leader for its listing of the name), and
+	// both kinds of client through the follower.
+	var want []holding
+	for _, p := range []*kahuna.Permit{again, viaREST, fourth} {
+		want = append(want, permitHoldings(p)...)
+	}
+	top := again.Grants()[0].Token
+	for _, p := range []*kahuna.Permit{viaREST, fourth} {
+		top = max(top, p.Grants()[0].Token)
+	}
+	for _, g := range []struct {
+		name string
+		l    kahuna.Locker
+	}{{"leader", c.Node(leader)}, {"follower", c.Node(follower)}, {"gRPC via the follower", cl}, {"REST via the follower", rest}} {
+		info, res, err := g.l.Get(ctx, kahuna.SemaphorePrefix+name, kahuna.Persistent)
+		checkGot(t, g.name, info, res, err, top, want)
+	}
 }

@@ -490,7 +490,11 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	}
 	if !d.Write {
 		resp := Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Free: d.Free, Reason: d.Reason}
-		if d.Status == lease.Got {
+		switch {
+		case d.Status == lease.Got && s.IsShared():
+			resp.Holders = lease.HoldersOf(&s.Entry, now)
+			resp.Expires, _ = s.LastLapse(now)
+		case d.Status == lease.Got:
 			resp.Owner, resp.Expires = s.Owner, s.Expires
 		}
 		if d.Status == lease.Locked {

@@ -187,6 +187,9 @@ type Response struct {
 	// Free, with a semaphore's Grants, is the permits left free.
 	Free   int
 	Reason string
+	// Holders, for a Get of a semaphore or a read/write lock, are its
+	// live holders (Expires: when the last one's lease ends).
+	Holders []lease.Holder
 
 	// raise, with Status MustRetry, says the call was not decided because
 	// its ephemeral grant needs a token past the partition's window: Do

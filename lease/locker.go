@@ -39,6 +39,11 @@ type LockInfo struct {
 	Owner        []byte
 	Expires      time.Time // wall clock, millisecond precision
 	FencingToken int64
+	// Holders, for a semaphore or a read/write lock, are its live holders;
+	// Owner is then empty, Expires is when the last holder's lease ends,
+	// and FencingToken is the highest token granted (a read/write lock's
+	// current write epoch).
+	Holders []Holder
 }
 
 // Locker is the lock protocol. It is implemented by the embedded node and

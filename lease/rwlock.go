@@ -33,7 +33,7 @@ func IsRWLock(resource string) bool { return strings.HasPrefix(resource, RWLockP
 func (e *Entry) IsShared() bool { return e.Limit > 0 || e.RW }
 
 // checkRWLock is Request.Check's rule for read/write locks: persistent,
-// no Get, Shared only on their names and on a TryLock.
+// Shared only on their names and on a TryLock.
 func (r *Request) checkRWLock() string {
 	if !IsRWLock(r.Resource) {
 		if r.Shared {
@@ -44,10 +44,8 @@ func (r *Request) checkRWLock() string {
 	switch {
 	case r.Resource == RWLockPrefix:
 		return "read/write lock name is empty"
-	case r.Durability != Persistent:
+	case r.Durability != Persistent && r.Op != Get: // a Get reads whatever is held
 		return "a read/write lock is persistent: its holders are not kept in memory alone"
-	case r.Op == Get:
-		return "a read/write lock has no single holder to get"
 	case r.Shared && r.Op != TryLock:
 		return "shared is for taking a read lock, not " + r.Op.String()
 	}
@@ -56,6 +54,9 @@ func (r *Request) checkRWLock() string {
 
 // decideRW is Decide for a read/write lock's request r.
 func decideRW(e Entry, r *Request, now time.Time) Decision {
+	if r.Op == Get {
+		return e.getShared(now)
+	}
 	if !e.RW && e.Live(now) {
 		return Decision{Status: Busy} // held as a lock (stored before names were kinds)
 	}
@@ -123,5 +124,5 @@ func decideRW(e Entry, r *Request, now time.Time) Decision {
 		next.settle()
 		return Decision{Status: Unlocked, Write: true, Next: next}
 	}
-	return Decision{Status: InvalidInput, Reason: "a read/write lock has no single holder to get"}
+	return Decision{Status: InvalidInput, Reason: "not an operation of read/write locks: " + r.Op.String()}
 }

@@ -67,12 +67,10 @@ func (r *Request) checkSemaphore() string {
 	switch {
 	case r.Resource == SemaphorePrefix:
 		return "semaphore name is empty"
-	case r.Durability != Persistent:
+	case r.Durability != Persistent && r.Op != Get: // a Get reads whatever is held
 		return "a semaphore is persistent: its permits are not kept in memory alone"
 	case r.Resize && r.Op != TryLock:
 		return "resize is a request of its own, not part of " + r.Op.String()
-	case r.Op == Get:
-		return "a semaphore has no single holder to get"
 	case r.Op != TryLock:
 		if r.Permits != 0 || r.Limit != 0 {
 			return "permits and limit are for taking permits, not " + r.Op.String()
@@ -116,6 +114,28 @@ func (e *Entry) FreePermits(now time.Time) int {
 	return max(free, 0)
 }
 
+// getShared is Get of a semaphore or a read/write lock: Got while it has a
+// live holder (HoldersOf lists them), with the highest token granted (a
+// read/write lock's current write epoch), else LockDoesNotExist.
+func (e *Entry) getShared(now time.Time) Decision {
+	if _, live := e.NextLapse(now); !live {
+		return Decision{Status: LockDoesNotExist}
+	}
+	return Decision{Status: Got, Token: e.Token}
+}
+
+// LastLapse is the latest expiry of a live holder of a semaphore or a
+// read/write lock, or false if none is live: when it is entirely free.
+func (e *Entry) LastLapse(now time.Time) (time.Time, bool) {
+	var at time.Time
+	for i := range e.Slots {
+		if s := &e.Slots[i]; s.live(now) && s.Expires.After(at) {
+			at = s.Expires
+		}
+	}
+	return at, !at.IsZero()
+}
+
 // NextLapse is the earliest expiry of a live permit, or false if none is
 // live: when a waiter may next find a slot free.
 func (e *Entry) NextLapse(now time.Time) (time.Time, bool) {
@@ -134,6 +154,8 @@ func (e *Entry) NextLapse(now time.Time) (time.Time, bool) {
 // lock).
 func decidePermits(e Entry, r *Request, now time.Time) Decision {
 	switch r.Op {
+	case Get:
+		return e.getShared(now)
 	case TryLock:
 		if r.Resize {
 			return e.resize(r.Limit, now)
@@ -203,7 +225,7 @@ func decidePermits(e Entry, r *Request, now time.Time) Decision {
 		next.settle()
 		return Decision{Status: Unlocked, Write: true, Next: next}
 	}
-	return Decision{Status: InvalidInput, Reason: "a semaphore has no single holder to get"}
+	return Decision{Status: InvalidInput, Reason: "not an operation of semaphores: " + r.Op.String()}
 }
 
 // resize sets e's limit to limit. A larger one adds free slots, starting

@@ -172,7 +172,8 @@ func TestCheckSemaphoreRequests(t *testing.T) {
 		{"limit too big", func(r *Request) { r.Limit = MaxPermits + 1 }, "limit 257"},
 		{"no permits", func(r *Request) { r.Permits = 0 }, "permits 0 is outside 1..3"},
 		{"more permits than the limit", func(r *Request) { r.Permits = 4 }, "permits 4"},
-		{"get", func(r *Request) { r.Op, r.Permits, r.Limit = Get, 0, 0 }, "no single holder"},
+		{"get", func(r *Request) { r.Op, r.Permits, r.Limit = Get, 0, 0 }, ""},
+		{"get naming ephemeral", func(r *Request) { r.Op, r.Permits, r.Limit, r.Durability = Get, 0, 0, Ephemeral }, ""},
 		{"extend with permits", func(r *Request) { r.Op = Extend }, "not Extend"},
 		{"extend", func(r *Request) { r.Op, r.Permits, r.Limit = Extend, 0, 0 }, ""},
 		{"unlock", func(r *Request) { r.Op, r.Permits, r.Limit, r.TTL = Unlock, 0, 0, 0 }, ""},
@@ -296,5 +297,44 @@ func TestCheckResize(t *testing.T) {
 		if (c.want == "") != (why == "") || !strings.Contains(why, c.want) {
 			t.Errorf("%+v: %q, want %q", r, why, c.want)
 		}
+	}
+}
+
+// Get of a semaphore or a read/write lock is Got while one holder is
+// live, with the highest token granted (a read/write lock's write epoch),
+// and LockDoesNotExist once the last holder's lease has ended.
+func TestGetOfSharedKinds(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var sem Entry
+	if d := apply(t, &sem, semReq(Get, "", 0, 0), now); d.Status != LockDoesNotExist {
+		t.Fatalf("get of a semaphore never used = %v", d.Status)
+	}
+	apply(t, &sem, semReq(TryLock, "a", 1, 3), now)
+	apply(t, &sem, semReq(Unlock, "a", 0, 0), now)
+	apply(t, &sem, semReq(TryLock, "b", 2, 3), now)
+	apply(t, &sem, semReq(TryLock, "c", 1, 3), now.Add(time.Second/2))
+	if d := apply(t, &sem, semReq(Get, "", 0, 0), now); d.Status != Got || d.Token != 2 {
+		t.Fatalf("get = %+v, want Got with token 2 (slot 0's second grant)", d)
+	}
+	if hs := HoldersOf(&sem, now); len(hs) != 3 {
+		t.Fatalf("holders %+v, want b's two permits and c's", hs)
+	}
+	if at, ok := sem.LastLapse(now); !ok || !at.Equal(now.Add(3*time.Second/2)) {
+		t.Fatalf("last lapse %v %v, want c's expiry", at, ok)
+	}
+	if d := apply(t, &sem, semReq(Get, "", 0, 0), now.Add(time.Second+time.Nanosecond)); d.Status != Got {
+		t.Fatalf("get with c's permit live = %v, want Got", d.Status)
+	}
+	if d := apply(t, &sem, semReq(Get, "", 0, 0), now.Add(3*time.Second/2+time.Nanosecond)); d.Status != LockDoesNotExist {
+		t.Fatalf("get once every permit lapsed = %v, want LockDoesNotExist", d.Status)
+	}
+
+	rw := Entry{Token: 5}
+	w := apply(t, &rw, rwReq(TryLock, "w", false), now)
+	apply(t, &rw, rwReq(Unlock, "w", false), now)
+	apply(t, &rw, rwReq(TryLock, "r1", true), now)
+	apply(t, &rw, rwReq(TryLock, "r2", true), now)
+	if d := apply(t, &rw, rwReq(Get, "", false), now); d.Status != Got || d.Token != w.Token || len(HoldersOf(&rw, now)) != 2 {
+		t.Fatalf("get of a read-held lock = %+v, want Got with the writer's epoch %d and two readers", d, w.Token)
 	}
 }

@@ -156,8 +156,9 @@ type restGetAnswer struct {
 	Expires    struct {
 		L int64 `json:"l"`
 	} `json:"expires"`
-	FencingToken int64  `json:"fencingToken"`
-	Reason       string `json:"reason"`
+	FencingToken int64          `json:"fencingToken"`
+	Reason       string         `json:"reason"`
+	Holders      []listedHolder `json:"holders"`
 }
 
 // invalidLocally answers a request Request.Check rejects without a round
@@ -204,7 +205,7 @@ func (r *RESTClient) Get(ctx context.Context, resource string, d lease.Durabilit
 	if err != nil || res.Status != lease.Got {
 		return lease.LockInfo{}, res, err
 	}
-	return lease.LockInfo{Owner: a.Owner, Expires: time.UnixMilli(a.Expires.L), FencingToken: a.FencingToken}, res, nil
+	return lease.LockInfo{Owner: a.Owner, Expires: time.UnixMilli(a.Expires.L), FencingToken: a.FencingToken, Holders: holdersOf(a.Holders)}, res, nil
 }
 
 // Do implements lease.Doer, so that a request goes whole: a semaphore's

@@ -54,6 +54,24 @@ type listedHolder struct {
 	ExpiresMs    int64  `json:"expiresMs"`
 }
 
+// holdersJSON is hs as JSON carries them (nil for none).
+func holdersJSON(hs []lease.Holder) []listedHolder {
+	var out []listedHolder
+	for _, h := range hs {
+		out = append(out, listedHolder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, ExpiresMs: h.Expires.UnixMilli()})
+	}
+	return out
+}
+
+// holdersOf is holders read from JSON (nil for none).
+func holdersOf(js []listedHolder) []lease.Holder {
+	var out []lease.Holder
+	for _, h := range js {
+		out = append(out, lease.Holder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, Expires: time.UnixMilli(h.ExpiresMs)})
+	}
+	return out
+}
+
 // listReply answers GET ListPath: a page, and the after of the next one
 // ("" or absent: the listing is complete).
 type listReply struct {
@@ -100,9 +118,7 @@ func listHandler(l Lister) http.Handler {
 		for i, l := range page.Locks {
 			reply.Locks[i] = listedLock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
 				ExpiresMs: l.Expires.UnixMilli(), Durability: int32(l.Durability)}
-			for _, h := range l.Holders {
-				reply.Locks[i].Holders = append(reply.Locks[i].Holders, listedHolder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, ExpiresMs: h.Expires.UnixMilli()})
-			}
+			reply.Locks[i].Holders = holdersJSON(l.Holders)
 		}
 		writeReply(w, http.StatusOK, mustMarshal(reply))
 	})
@@ -231,10 +247,7 @@ func (r *RESTClient) listAt(ctx context.Context, ep, query string) (page lease.L
 	page.Locks = make([]lease.ListedLock, len(reply.Locks))
 	for i, l := range reply.Locks {
 		page.Locks[i] = lease.ListedLock{Resource: l.Resource, Owner: l.Owner, FencingToken: l.FencingToken,
-			Expires: time.UnixMilli(l.ExpiresMs), Durability: lease.Durability(l.Durability)}
-		for _, h := range l.Holders {
-			page.Locks[i].Holders = append(page.Locks[i].Holders, lease.Holder{Slot: h.Slot, Owner: h.Owner, FencingToken: h.FencingToken, Expires: time.UnixMilli(h.ExpiresMs)})
-		}
+			Expires: time.UnixMilli(l.ExpiresMs), Durability: lease.Durability(l.Durability), Holders: holdersOf(l.Holders)}
 	}
 	if !sortedAfter(page.Locks) {
 		return lease.LockPage{}, true, fmt.Errorf("transport: rest list at %s: the page is not in name order", ep)

@@ -70,6 +70,9 @@ type getReply struct {
 	Owner        []byte       `json:"owner"`
 	Expires      hlcTime      `json:"expires"`
 	FencingToken int64        `json:"fencingToken"`
+	// Holders, ours and not Kahuna's, are a semaphore's or a read/write
+	// lock's live holders (owner is then empty, expires the last one's).
+	Holders []listedHolder `json:"holders,omitempty"`
 }
 
 // statusReply answers get-info when there is no live lock: Kahuna sets
@@ -132,7 +135,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 			return http.StatusOK, append(dst, mustMarshal(statusReply{ServedFrom: res.ServedFrom, Type: res.Status, Reason: res.Reason})...)
 		}
 		return http.StatusOK, append(dst, mustMarshal(getReply{ServedFrom: res.ServedFrom, Type: res.Status, Owner: info.Owner,
-			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken})...)
+			Expires: hlcTime{L: info.Expires.UnixMilli()}, FencingToken: info.FencingToken, Holders: holdersJSON(info.Holders)})...)
 	}
 	b, ok := decodeLockBody(body)
 	if !ok {

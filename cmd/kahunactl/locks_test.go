@@ -120,3 +120,29 @@ func TestLocksShowsSemaphoreHolders(t *testing.T) {
 		t.Fatalf("as JSON: %s (%v)", r, err)
 	}
 }
+
+// get of a semaphore prints each holder, as locks does; JSON lists them.
+func TestGetShowsSemaphoreHolders(t *testing.T) {
+	_, ep := startNode(t)
+	ctl(t, "get", "semaphore:pool", "--endpoints", ep).want(t, exitLost, "get of a semaphore never taken")
+	for _, owner := range []string{"w1", "w2"} {
+		ctl(t, "semaphore", "pool", "--limit", "3", "--owner", owner, "--ttl", "1m", "--endpoints", ep).want(t, exitOK, "permit of "+owner)
+	}
+	r := ctl(t, "get", "semaphore:pool", "--endpoints", ep).want(t, exitOK, "get semaphore:pool")
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "semaphore:pool held by 2, fencing token 1") ||
+		!strings.HasPrefix(lines[1], "  slot 0") || !strings.Contains(lines[1], "w1") || !strings.HasPrefix(lines[2], "  slot 1") || !strings.Contains(lines[2], "w2") {
+		t.Fatalf("get semaphore:pool: %s", r)
+	}
+	r = ctl(t, "get", "semaphore:pool", "--format", "json", "--endpoints", ep).want(t, exitOK, "get as JSON")
+	var got struct {
+		Status  string `json:"status"`
+		Holders []struct {
+			Slot  int    `json:"slot"`
+			Owner string `json:"owner"`
+		} `json:"holders"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Status != "Got" || len(got.Holders) != 2 || got.Holders[1].Owner != "w2" || got.Holders[1].Slot != 1 {
+		t.Fatalf("as JSON: %s (%v)", r, err)
+	}
+}

@@ -337,6 +337,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return status(dctx, o, out, stderr)
 	case "locks":
 		return locks(dctx, resource, o, cc, out, stderr) // locks.go
+	case "get":
+		if lease.IsSemaphore(resource) || lease.IsRWLock(resource) {
+			return getShared(dctx, resource, o, cc, out, stderr) // locks.go
+		}
 	}
 	copts := cc.clientOptions()
 	if cmd.name == "lock" || cmd.name == "elect" || cmd.name == "semaphore" {

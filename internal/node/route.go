@@ -93,6 +93,11 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		Owner:        append([]byte(nil), resp.Owner...),
 		Expires:      time.UnixMilli(resp.Expires.UnixMilli()),
 		FencingToken: resp.Token,
+		Holders:      resp.Holders, // copied by HoldersOf
+	}
+	for i := range info.Holders { // millisecond precision, as over the wire
+		h := &info.Holders[i]
+		h.Expires = time.UnixMilli(h.Expires.UnixMilli())
 	}
 	return info, lease.Result{Status: lease.Got, FencingToken: resp.Token}, nil
 }
@@ -135,6 +140,9 @@ func (n *Node) forward(ctx context.Context, req lease.Checked, p int, forwarded 
 	if why != "" {
 		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
 	}
+	if q := req.Request(); q.Op == lease.Get && (lease.IsSemaphore(q.Resource) || lease.IsRWLock(q.Resource)) {
+		return n.getShared(ctx, q.Resource, p, leader)
+	}
 	info, r, err := lease.Do(ctx, peer, req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -149,6 +157,30 @@ func (n *Node) forward(ctx context.Context, req lease.Checked, p int, forwarded 
 	}
 	r.ServedFrom = n.servedFrom(leader)
 	return info, r, nil
+}
+
+// getShared is a Get of the semaphore or read/write lock name, of
+// partition p, which member leader leads: Kahuna's GetLock, which
+// forwarding speaks, has no room for several holders, so the leader is
+// asked for its listing of the name instead (the same read, made under
+// its lease, that a one-name page of List makes).
+func (n *Node) getShared(ctx context.Context, name string, p int, leader uint64) (lease.LockInfo, lease.Result, error) {
+	page, missing := n.listRemote(ctx, leader, lease.ListRequest{Prefix: name, Limit: 1}, []int{p})
+	if len(missing) > 0 {
+		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
+	}
+	served := n.servedFrom(leader)
+	if len(page.Locks) == 0 || page.Locks[0].Resource != name || len(page.Locks[0].Holders) == 0 {
+		return lease.LockInfo{}, lease.Result{Status: lease.LockDoesNotExist, ServedFrom: served}, nil
+	}
+	l := page.Locks[0]
+	info := lease.LockInfo{FencingToken: l.FencingToken, Holders: l.Holders}
+	for _, h := range l.Holders {
+		if h.Expires.After(info.Expires) {
+			info.Expires = h.Expires
+		}
+	}
+	return info, lease.Result{Status: lease.Got, FencingToken: l.FencingToken, ServedFrom: served}, nil
 }
 
 // servedFrom is the ServedFrom of an answer forwarded to member id: its
