@@ -3,6 +3,7 @@ package kahuna_test
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"testing"
 	"time"
@@ -136,4 +137,67 @@ func TestGetOfSharedKindsListsHolders(t *testing.T) {
 	if _, res, err := n.Get(ctx, kahuna.SemaphorePrefix+"pool", kahuna.Persistent); err != nil || res.Status != kahuna.LockDoesNotExist {
 		t.Fatalf("get of pool beside pool2: %v %v", res.Status, err)
 	}
+}
+
+// A watch of a semaphore, embedded and over gRPC, says each holder's
+// grant and release with the holders left.
+func TestWatchOfASemaphoreListsHolders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	cl, err := kahuna.Dial(ctx, []string{"http://" + n.ListenAddress()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	type stream struct {
+		name string
+		next func() (kahuna.WatchEvent, error, bool)
+		stop func()
+	}
+	var streams []stream
+	for _, w := range []struct {
+		name string
+		seq  iter.Seq2[kahuna.WatchEvent, error]
+	}{{"embedded", n.Watch(ctx, kahuna.SemaphorePrefix+"pool")}, {"gRPC", cl.Watch(ctx, kahuna.SemaphorePrefix+"pool")}} {
+		next, stop := iter.Pull2(w.seq)
+		defer stop()
+		streams = append(streams, stream{w.name, next, stop})
+	}
+	expect := func(kind kahuna.EventKind, holders ...[]byte) {
+		t.Helper()
+		for _, s := range streams {
+			ev, err, ok := s.next()
+			if err != nil || !ok {
+				t.Fatalf("%s: %v %v", s.name, err, ok)
+			}
+			var got []string
+			for _, h := range ev.Holders {
+				got = append(got, string(h.Owner))
+			}
+			var want []string
+			for _, h := range holders {
+				want = append(want, string(h))
+			}
+			if ev.Kind != kind || len(ev.Owner) != 0 || !slices.Equal(got, want) {
+				t.Fatalf("%s: %v owner %q holders %v, want %v with %v", s.name, ev.Kind, ev.Owner, got, kind, want)
+			}
+		}
+	}
+	expect(kahuna.EventReleased)
+	sem := kahuna.NewSemaphore(n, "pool", 2)
+	a, err := sem.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(kahuna.EventAcquired, a.Owner())
+	b, err := sem.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(kahuna.EventAcquired, a.Owner(), b.Owner())
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(kahuna.EventReleased, b.Owner())
 }

@@ -86,8 +86,8 @@ func Watch(ctx context.Context, w Watcher, resource string, opts ...WatchOption)
 					o.notice(nil)
 				}
 				retried = false
-				if ev.Current && last != nil && ev.Revision == last.Revision && ev.Kind == last.Kind {
-					return nil // seen before the watch moved
+				if ev.Current && last != nil && ev.Revision == last.Revision && ev.Kind == last.Kind && len(ev.Holders) == len(last.Holders) {
+					return nil // seen before the watch moved (at one revision, a shared kind's holders only lapse)
 				}
 				e := ev
 				last, from, pause = &e, ev.Revision, minRewatch

@@ -183,6 +183,9 @@ type slot struct {
 	// they live only in the partition leader's memory.
 	watchers  []*Watch
 	lapseTold bool // the watchers have been told that Entry's lease lapsed
+	// toldLive, of a semaphore or a read/write lock, is how many live
+	// holders its watchers were last told of (watch.go).
+	toldLive int
 }
 
 // stopper is a timer (time.Timer, or a test's).
@@ -980,8 +983,10 @@ func (a *lockActor) arm(s *slot) {
 	}
 	now := a.cfg.Now()
 	at := s.Expires
-	if lapse, ok := s.NextLapse(now); ok && len(s.waiters) > 0 {
-		at = lapse // a semaphore's waiter may be served when its first permit lapses
+	if lapse, ok := s.NextLapse(now); ok && (len(s.waiters) > 0 || s.IsShared()) {
+		// A semaphore's waiter may be served when its first permit lapses;
+		// a shared kind's watchers hear of each holder's lapse.
+		at = lapse
 	}
 	if s.timer != nil && s.timerAt.Equal(at) {
 		return

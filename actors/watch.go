@@ -88,6 +88,12 @@ type Event struct {
 	// (Acquired while held, Expired once its lease has lapsed, Released
 	// when free), not a change.
 	Current bool
+	// Holders, for a semaphore or a read/write lock, are its live holders
+	// once the change is made (Owner is then nil, Expires the last
+	// holder's, Token the highest granted): a grant, extension or release
+	// of one holder is Acquired, Extended or Released, the lapse of one
+	// or more is Expired, each with the holders left.
+	Holders []lease.Holder
 }
 
 // Watch is one subscription to a lock's changes. Read its events from C;
@@ -215,6 +221,20 @@ func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
 			ev.Kind = Expired
 		}
 	}
+	if s.IsShared() {
+		// Expired when a holder of this revision has lapsed since (so a
+		// watcher that saw the revision is told again: the lapse does not
+		// move it), else Acquired while held, Released when free.
+		a.tellHolders(s, &ev, now)
+		switch {
+		case len(ev.Holders) < s.HeldSlots():
+			ev.Kind = Expired
+		case len(ev.Holders) > 0:
+			ev.Kind = Acquired
+		default:
+			ev.Kind = Released
+		}
+	}
 	if m.from == 0 || ev.Revision != m.from || ev.Kind == Expired {
 		m.w.c <- ev // a fresh buffer has room
 	}
@@ -250,12 +270,31 @@ func (a *lockActor) changed(s *slot, next lease.Entry, kind lease.Durability, wh
 	if what != Released {
 		ev.Owner, ev.Expires = s.Owner, s.Expires
 	}
+	if s.IsShared() {
+		a.tellHolders(s, &ev, now)
+	}
 	a.emit(s, ev)
+}
+
+// tellHolders makes ev, an event of s, a shared kind's: its live holders,
+// the last one's expiry, no single owner; and notes how many holders the
+// watchers now know to be live, whose lapses noteLapse tells.
+func (a *lockActor) tellHolders(s *slot, ev *Event, now time.Time) {
+	ev.Holders = lease.HoldersOf(&s.Entry, now)
+	ev.Owner, ev.Expires = nil, time.Time{}
+	if last, ok := s.LastLapse(now); ok {
+		ev.Expires = last
+	}
+	s.toldLive = len(ev.Holders)
 }
 
 // noteLapse tells s's watchers that its holder's lease has ended, once per
 // lease.
 func (a *lockActor) noteLapse(s *slot, now time.Time) {
+	if s.IsShared() {
+		a.noteHolderLapses(s, now)
+		return
+	}
 	if s.State != lease.Held || s.lapseTold || s.Live(now) {
 		return
 	}
@@ -270,6 +309,22 @@ func (a *lockActor) noteLapse(s *slot, now time.Time) {
 	}
 	s.lapseTold = true
 	a.emit(s, Event{Kind: Expired, Owner: s.Owner, Token: s.Token, Expires: s.Expires, Revision: s.Revision, Durability: s.kind})
+}
+
+// noteHolderLapses is noteLapse for a semaphore or a read/write lock: it
+// tells s's watchers that holders they were told of as live have lapsed
+// (one Expired, with the holders left), once per lapse.
+func (a *lockActor) noteHolderLapses(s *slot, now time.Time) {
+	if len(s.watchers) == 0 || len(lease.HoldersOf(&s.Entry, now)) >= s.toldLive {
+		return
+	}
+	if _, ok := a.cfg.Serving(s.partition); !ok {
+		a.endWatchers(s, ErrWatchMoved) // as noteLapse: a deposed node's lapse is no news
+		return
+	}
+	ev := Event{Kind: Expired, Token: s.Token, Revision: s.Revision, Durability: s.kind}
+	a.tellHolders(s, &ev, now)
+	a.emit(s, ev)
 }
 
 // emit sends ev to every watcher of s, never waiting: a watcher without
@@ -299,7 +354,11 @@ func (a *lockActor) endWatchers(s *slot, err error) {
 	s.watchers = nil
 }
 
-// watchedHeld reports whether s has watchers to tell of its holder's lapse.
+// watchedHeld reports whether s has watchers to tell of its holder's
+// lapse (of a shared kind's: of a holder they know of).
 func (s *slot) watchedHeld() bool {
+	if s.IsShared() {
+		return len(s.watchers) > 0 && s.toldLive > 0
+	}
 	return len(s.watchers) > 0 && s.State == lease.Held && !s.lapseTold
 }

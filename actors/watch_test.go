@@ -194,3 +194,86 @@ func TestWatchNoExpiryFromANodeNotServing(t *testing.T) {
 		t.Fatal("the watch neither ended nor got an event")
 	}
 }
+
+// holdersOf is an event's holders as owner names, in slot order.
+func holderNames(ev Event) []string {
+	var out []string
+	for _, h := range ev.Holders {
+		out = append(out, string(h.Owner))
+	}
+	return out
+}
+
+// A semaphore's watchers hear each holder come, go and lapse, each event
+// with the holders left; the lapse of one permit while another lives is
+// noticed by the timer, without a request.
+func TestWatchSemaphoreHolders(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: pool}, Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if ev := next(t, w); !ev.Current || ev.Kind != Released || len(ev.Holders) != 0 {
+		t.Fatalf("first event %+v, want the current state (free)", ev)
+	}
+	f.permits(t, lease.TryLock, "a", 1, 3)
+	short := permitReq(lease.TryLock, "b", 1, 3, 0)
+	short.TTL = time.Second
+	if r, err := f.ring.Do(context.Background(), short); err != nil || r.Status != lease.Locked {
+		t.Fatalf("b: %+v %v", r, err)
+	}
+	want := func(ev Event, kind EventKind, holders ...string) {
+		t.Helper()
+		got := holderNames(ev)
+		if ev.Kind != kind || len(ev.Owner) != 0 || len(got) != len(holders) {
+			t.Fatalf("event %v owner %q holders %v, want %v with %v", ev.Kind, ev.Owner, got, kind, holders)
+		}
+		for i := range holders {
+			if got[i] != holders[i] {
+				t.Fatalf("event %v holders %v, want %v", ev.Kind, got, holders)
+			}
+		}
+	}
+	want(next(t, w), Acquired, "a")
+	ev := next(t, w)
+	want(ev, Acquired, "a", "b")
+	if !ev.Expires.Equal(f.clock.Now().Add(time.Minute)) {
+		t.Fatalf("expires %v, want a's (the last holder's)", ev.Expires)
+	}
+	f.sync(t, pool)
+	var timer *fakeTimer
+	for len(f.timers) > 0 {
+		timer = <-f.timers
+	}
+	if timer == nil || timer.stopped.Load() || timer.d > time.Second+time.Millisecond {
+		t.Fatalf("timer %+v, want one set for b's lapse", timer)
+	}
+	f.clock.Advance(time.Second + time.Millisecond)
+	timer.fire()
+	lapse := next(t, w)
+	want(lapse, Expired, "a")
+	// A watcher that saw the revision of b's grant is told of the lapse,
+	// which does not move the revision.
+	w3, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: pool}, Partition: 1}, lapse.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w3.Stop()
+	ev = next(t, w3)
+	want(ev, Expired, "a")
+	if !ev.Current || ev.Revision != lapse.Revision {
+		t.Fatalf("resumed watcher's first event %+v, want the current state at revision %d", ev, lapse.Revision)
+	}
+	f.permits(t, lease.Unlock, "a", 0, 0)
+	want(next(t, w), Released)
+	// A late watcher starts from the free state.
+	w2, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: pool}, Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Stop()
+	if ev := next(t, w2); !ev.Current || len(ev.Holders) != 0 {
+		t.Fatalf("late watcher's first event %+v", ev)
+	}
+}

@@ -114,6 +114,18 @@ func (e *Entry) FreePermits(now time.Time) int {
 	return max(free, 0)
 }
 
+// HeldSlots counts the slots of a semaphore or a read/write lock that
+// have an owner, live or lapsed.
+func (e *Entry) HeldSlots() int {
+	n := 0
+	for i := range e.Slots {
+		if e.Slots[i].Owner != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // getShared is Get of a semaphore or a read/write lock: Got while it has a
 // live holder (HoldersOf lists them), with the highest token granted (a
 // read/write lock's current write epoch), else LockDoesNotExist.

@@ -64,6 +64,12 @@ type WatchEvent struct {
 	// from, not a change.
 	Current    bool
 	ServedFrom string // the node that served the watch, where known
+	// Holders, for a semaphore or a read/write lock, are its live holders
+	// once the change is made: Owner is then empty, Expires the last
+	// holder's, FencingToken the highest granted (a read/write lock's
+	// write epoch). A grant, extension or release of one holder is
+	// Acquired, Extended or Released; the lapse of one or more, Expired.
+	Holders []lease.Holder
 }
 
 // Watcher is a Locker whose locks can be watched (the embedded node, and
@@ -355,6 +361,9 @@ func eventToPB(ev *WatchEvent, servedFrom string) *v1.WatchEvent {
 	if !ev.Expires.IsZero() {
 		m.ExpiresMs = ev.Expires.UnixMilli()
 	}
+	for _, h := range ev.Holders {
+		m.Holders = append(m.Holders, &v1.Holder{Slot: int32(h.Slot), Owner: h.Owner, FencingToken: h.FencingToken, ExpiresMs: h.Expires.UnixMilli()}) // a slot is below lease.MaxPermits
+	}
 	return m
 }
 
@@ -370,6 +379,9 @@ func eventFromPB(m *v1.WatchEvent) WatchEvent {
 	}
 	if ms := m.GetExpiresMs(); ms != 0 {
 		ev.Expires = time.UnixMilli(ms)
+	}
+	for _, h := range m.GetHolders() {
+		ev.Holders = append(ev.Holders, lease.Holder{Slot: int(h.GetSlot()), Owner: h.GetOwner(), FencingToken: h.GetFencingToken(), Expires: time.UnixMilli(h.GetExpiresMs())})
 	}
 	return ev
 }

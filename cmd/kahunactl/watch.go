@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kahunago/kahuna"
@@ -56,6 +57,17 @@ func printEvent(out printer, resource string, ev kahuna.WatchEvent) {
 	state := ""
 	if ev.Current {
 		state = " (current)"
+	}
+	if lease.IsSemaphore(resource) || lease.IsRWLock(resource) {
+		// Several holders: what happened, then the holders left, a row each.
+		fields["holders"] = holdersJSON(ev.Holders)
+		out.print(fields, "%s %s%s, %d held, fencing token %d, revision %d\n", resource, ev.Kind, state, len(ev.Holders), ev.FencingToken, ev.Revision)
+		if !out.json {
+			tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
+			holderRows(tw, resource, ev.Holders, "")
+			tw.Flush()
+		}
+		return
 	}
 	switch ev.Kind {
 	case kahuna.EventReleased:

@@ -61,3 +61,28 @@ func TestWatchTextLine(t *testing.T) {
 		t.Fatalf("%q, want %q", b.String(), want)
 	}
 }
+
+// A semaphore's event says what happened and how many hold it, then a
+// row per holder; its JSON carries them.
+func TestWatchSemaphoreLines(t *testing.T) {
+	ev := kahuna.WatchEvent{Kind: kahuna.EventExpired, FencingToken: 4, Revision: 9, Holders: []kahuna.Holder{
+		{Slot: 1, Owner: []byte("w1"), FencingToken: 4, Expires: time.UnixMilli(0)}}}
+	var b strings.Builder
+	printEvent(printer{w: &b}, "semaphore:pool", ev)
+	want := "semaphore:pool expired, 1 held, fencing token 4, revision 9\n  slot 1  w1  4  1970-01-01T00:00:00Z\n"
+	if b.String() != want {
+		t.Fatalf("%q, want %q", b.String(), want)
+	}
+	b.Reset()
+	printEvent(printer{w: &b, json: true}, "semaphore:pool", ev)
+	var m struct {
+		Event   string `json:"event"`
+		Holders []struct {
+			Slot  int    `json:"slot"`
+			Owner string `json:"owner"`
+		} `json:"holders"`
+	}
+	if err := json.Unmarshal([]byte(b.String()), &m); err != nil || m.Event != "expired" || len(m.Holders) != 1 || m.Holders[0].Owner != "w1" || m.Holders[0].Slot != 1 {
+		t.Fatalf("JSON %q: %+v %v", b.String(), m, err)
+	}
+}

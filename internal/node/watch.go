@@ -103,6 +103,10 @@ func eventOf(ev actors.Event) transport.WatchEvent {
 	if !ev.Expires.IsZero() {
 		out.Expires = time.UnixMilli(ev.Expires.UnixMilli())
 	}
+	for _, h := range ev.Holders { // HoldersOf's copies: the caller's to keep
+		h.Expires = time.UnixMilli(h.Expires.UnixMilli()) // wall clock, as over the wire
+		out.Holders = append(out.Holders, h)
+	}
 	return out
 }
 

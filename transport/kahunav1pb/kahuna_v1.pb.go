@@ -660,9 +660,12 @@ type WatchEvent struct {
 	// on by one; an expiry carries the revision of the lease that ended.
 	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The first event of a stream: the state at subscription, not a change.
-	Current       bool       `protobuf:"varint,6,opt,name=current,proto3" json:"current,omitempty"`
-	Durability    Durability `protobuf:"varint,7,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
-	ServedFrom    string     `protobuf:"bytes,8,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	Current    bool       `protobuf:"varint,6,opt,name=current,proto3" json:"current,omitempty"`
+	Durability Durability `protobuf:"varint,7,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	ServedFrom string     `protobuf:"bytes,8,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	// For a semaphore or a read/write lock: its live holders once the
+	// change is made (owner is then empty, expires_ms the last holder's).
+	Holders       []*Holder `protobuf:"bytes,9,rep,name=holders,proto3" json:"holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -753,6 +756,82 @@ func (x *WatchEvent) GetServedFrom() string {
 	return ""
 }
 
+func (x *WatchEvent) GetHolders() []*Holder {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+// A live holder of a semaphore (its slot) or of a read/write lock.
+type Holder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          int32                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Owner         []byte                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	FencingToken  int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	ExpiresMs     int64                  `protobuf:"varint,4,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Holder) Reset() {
+	*x = Holder{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Holder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Holder) ProtoMessage() {}
+
+func (x *Holder) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Holder.ProtoReflect.Descriptor instead.
+func (*Holder) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Holder) GetSlot() int32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Holder) GetOwner() []byte {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *Holder) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *Holder) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
 type BatchRequests struct {
 	state         protoimpl.MessageState                `protogen:"open.v1"`
 	Requests      []*lockspb.GrpcBatchClientLockRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
@@ -762,7 +841,7 @@ type BatchRequests struct {
 
 func (x *BatchRequests) Reset() {
 	*x = BatchRequests{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +853,7 @@ func (x *BatchRequests) String() string {
 func (*BatchRequests) ProtoMessage() {}
 
 func (x *BatchRequests) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[7]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +866,7 @@ func (x *BatchRequests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequests.ProtoReflect.Descriptor instead.
 func (*BatchRequests) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{7}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BatchRequests) GetRequests() []*lockspb.GrpcBatchClientLockRequest {
@@ -806,7 +885,7 @@ type BatchResponses struct {
 
 func (x *BatchResponses) Reset() {
 	*x = BatchResponses{}
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[8]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +897,7 @@ func (x *BatchResponses) String() string {
 func (*BatchResponses) ProtoMessage() {}
 
 func (x *BatchResponses) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[8]
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +910,7 @@ func (x *BatchResponses) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponses.ProtoReflect.Descriptor instead.
 func (*BatchResponses) Descriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{8}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BatchResponses) GetResponses() []*lockspb.GrpcBatchClientLockResponse {
@@ -881,7 +960,7 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x04lock\x18\x02 \x01(\v2\x17.kahuna.v1.LockResponseR\x04lock\"O\n" +
 	"\fWatchRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12#\n" +
-	"\rfrom_revision\x18\x02 \x01(\x04R\ffromRevision\"\x9e\x02\n" +
+	"\rfrom_revision\x18\x02 \x01(\x04R\ffromRevision\"\xcb\x02\n" +
 	"\n" +
 	"WatchEvent\x12(\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x14.kahuna.v1.EventTypeR\x04type\x12\x14\n" +
@@ -895,7 +974,14 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"durability\x18\a \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
 	"durability\x12\x1f\n" +
 	"\vserved_from\x18\b \x01(\tR\n" +
-	"servedFrom\"H\n" +
+	"servedFrom\x12+\n" +
+	"\aholders\x18\t \x03(\v2\x11.kahuna.v1.HolderR\aholders\"v\n" +
+	"\x06Holder\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\fR\x05owner\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\x04 \x01(\x03R\texpiresMs\"H\n" +
 	"\rBatchRequests\x127\n" +
 	"\brequests\x18\x01 \x03(\v2\x1b.GrpcBatchClientLockRequestR\brequests\"L\n" +
 	"\x0eBatchResponses\x12:\n" +
@@ -948,7 +1034,7 @@ func file_transport_proto_kahuna_v1_proto_rawDescGZIP() []byte {
 }
 
 var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_transport_proto_kahuna_v1_proto_goTypes = []any{
 	(Durability)(0),                             // 0: kahuna.v1.Durability
 	(Status)(0),                                 // 1: kahuna.v1.Status
@@ -960,10 +1046,11 @@ var file_transport_proto_kahuna_v1_proto_goTypes = []any{
 	(*LockStreamResponse)(nil),                  // 7: kahuna.v1.LockStreamResponse
 	(*WatchRequest)(nil),                        // 8: kahuna.v1.WatchRequest
 	(*WatchEvent)(nil),                          // 9: kahuna.v1.WatchEvent
-	(*BatchRequests)(nil),                       // 10: kahuna.v1.BatchRequests
-	(*BatchResponses)(nil),                      // 11: kahuna.v1.BatchResponses
-	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 12: GrpcBatchClientLockRequest
-	(*lockspb.GrpcBatchClientLockResponse)(nil), // 13: GrpcBatchClientLockResponse
+	(*Holder)(nil),                              // 10: kahuna.v1.Holder
+	(*BatchRequests)(nil),                       // 11: kahuna.v1.BatchRequests
+	(*BatchResponses)(nil),                      // 12: kahuna.v1.BatchResponses
+	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 13: GrpcBatchClientLockRequest
+	(*lockspb.GrpcBatchClientLockResponse)(nil), // 14: GrpcBatchClientLockResponse
 }
 var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	0,  // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
@@ -973,27 +1060,28 @@ var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	5,  // 4: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
 	2,  // 5: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
 	0,  // 6: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
-	12, // 7: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
-	13, // 8: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
-	3,  // 9: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
-	6,  // 10: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
-	8,  // 11: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
-	3,  // 12: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	8,  // 13: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	10, // 14: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
-	10, // 15: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
-	5,  // 16: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	7,  // 17: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
-	9,  // 18: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	5,  // 19: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	9,  // 20: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	11, // 21: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
-	11, // 22: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 7: kahuna.v1.WatchEvent.holders:type_name -> kahuna.v1.Holder
+	13, // 8: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
+	14, // 9: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
+	3,  // 10: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
+	6,  // 11: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
+	8,  // 12: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
+	3,  // 13: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
+	8,  // 14: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	11, // 15: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
+	11, // 16: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
+	5,  // 17: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	7,  // 18: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	9,  // 19: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	5,  // 20: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	9,  // 21: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	12, // 22: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
+	12, // 23: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_kahuna_v1_proto_init() }
@@ -1007,7 +1095,7 @@ func file_transport_proto_kahuna_v1_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_kahuna_v1_proto_rawDesc), len(file_transport_proto_kahuna_v1_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
