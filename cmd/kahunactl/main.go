@@ -182,20 +182,20 @@ var commands = []command{
 	{name: "extend", args: "RESOURCE --owner OWNER [flags]", resource: true,
 		summary: "extend the lease of RESOURCE held by OWNER",
 		flags: func(fs *flag.FlagSet, o *options, d *string) {
-			durabilityFlag(fs, d)
+			namedDurabilityFlag(fs, d)
 			ttlFlag(fs, o, "new lease length, from now")
 			fs.StringVar(&o.owner, "owner", "", "the owner lock printed (required)")
 		}},
 	{name: "unlock", args: "RESOURCE --owner OWNER [flags]", resource: true,
 		summary: "release RESOURCE held by OWNER",
 		flags: func(fs *flag.FlagSet, o *options, d *string) {
-			durabilityFlag(fs, d)
+			namedDurabilityFlag(fs, d)
 			fs.StringVar(&o.owner, "owner", "", "the owner lock printed (required)")
 		}},
 	{name: "get", args: "RESOURCE [flags]", resource: true,
 		summary: "show the live lock on RESOURCE: owner, fencing token, expiry",
 		flags: func(fs *flag.FlagSet, o *options, d *string) {
-			durabilityFlag(fs, d)
+			namedDurabilityFlag(fs, d)
 		}},
 	{name: "partitions", args: "[flags]",
 		summary: "show which node leads each partition",
@@ -229,6 +229,13 @@ func findCommand(name string) (command, bool) {
 
 func durabilityFlag(fs *flag.FlagSet, d *string) {
 	fs.StringVar(d, "durability", "persistent", "persistent or ephemeral")
+}
+
+// namedDurabilityFlag is --durability of a call on a lock already taken:
+// a kahuna node has one lock per name and ignores it; a Kahuna server
+// keeps ephemeral and persistent locks apart and acts on the one named.
+func namedDurabilityFlag(fs *flag.FlagSet, d *string) {
+	fs.StringVar(d, "durability", "persistent", "which lock of RESOURCE a Kahuna server acts on, persistent or ephemeral (a kahuna node has one lock per name and acts on it whatever this says)")
 }
 
 func ttlFlag(fs *flag.FlagSet, o *options, usage string) {

@@ -408,6 +408,13 @@ func TestCommandHelp(t *testing.T) {
 	if r := ctl(t, "get", "-h").stdout; strings.Contains(r, "--wait") {
 		t.Errorf("get -h mentions --wait, which get has not: %s", r)
 	}
+	// --durability on a lock already taken says that a kahuna node ignores
+	// it (one lock per name) and a Kahuna server does not.
+	for _, c := range []string{"get", "extend", "unlock"} {
+		if r := ctl(t, c, "-h").stdout; !strings.Contains(r, "a kahuna node has one lock per name and acts on it whatever this says") {
+			t.Errorf("%s -h does not say what --durability does: %s", c, r)
+		}
+	}
 	if r := ctl(t, "transfer-leadership", "-h").stdout; !strings.Contains(r, "the partition (required)\n") {
 		t.Errorf("transfer-leadership -h: a required flag shows a default: %s", r)
 	}
