@@ -92,8 +92,8 @@ func CheckStaleLeader(h History) []Violation {
 	var out []Violation
 	for _, o := range h {
 		if o.Kind == Reign || o.Kind == Hold || !o.Local || o.Node == 0 || o.Outcome == Indeterminate ||
-			o.Status == lease.MustRetry || o.Status == lease.InvalidInput {
-			continue
+			o.Err != "" || o.Status == lease.MustRetry || o.Status == lease.InvalidInput {
+			continue // no answer of the node's (a call error), or none that is one
 		}
 		rs := byRes[o.Resource]
 		// The node's latest reign that may have begun before it answered.

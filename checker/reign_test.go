@@ -14,6 +14,14 @@ func (b *hb) on(node uint64) *hb {
 	return b
 }
 
+// refused marks the last operation as a call that failed with err,
+// certainly not applied: no answer came (its Status is the zero value).
+func (b *hb) refused(err string) *hb {
+	o := &b.h[len(b.h)-1]
+	o.Outcome, o.Status, o.Token, o.Err = Fail, 0, 0, err
+	return b
+}
+
 // reign adds a Reign event.
 func (b *hb) reign(node, term uint64, from, to time.Duration) *hb {
 	b.h = append(b.h, Op{ID: len(b.h), Kind: Reign, Resource: "r", Node: node, Token: int64(term), Call: from, Return: to, Outcome: OK})
@@ -214,6 +222,16 @@ var reignCases = map[string]reignCase{
 			acq(1, "b", time.Minute, 32*ms, 33*ms, lease.Locked, 1).on(2).
 			acq(0, "a", time.Minute, 40*ms, 41*ms, lease.Locked, 0).on(1)
 		return b.h
+	}},
+	"ephemeral-call-refused-by-a-deposed-node": {h: func() History {
+		// A call to a node that is shutting down, after a later reign
+		// began, fails with "not applied": no answer, nothing to flag
+		// (its Status is the zero value, Locked, which is no answer).
+		b := &hb{}
+		b.reign(1, 2, 0, 1*ms).
+			reign(2, 3, 20*ms, 22*ms).
+			acq(0, "a", time.Minute, 30*ms, 31*ms, lease.Locked, 0).on(1).refused("kahuna: node closed (lease: request not applied)")
+		return b.ephemeral()
 	}},
 	"persistent-tokens-restart-across-reign": {lin: true, fence: true, h: func() History {
 		b := &hb{}
