@@ -9,10 +9,9 @@ import (
 
 func TestMain(m *testing.M) {
 	// Keep test and benchmark output free of any std log line, except in
-	// the children of TestEmbeddedNodeWritesNothingToStderr and
-	// TestOpeningANodeLeavesTheHostLoggerAlone, which must see what an
-	// embedder sees.
-	if os.Getenv(quietChildEnv) == "" && os.Getenv(hostLogChildEnv) == "" {
+	// the child of TestEmbeddedNodeWritesNothingToStderr, which must see
+	// what an embedder sees.
+	if os.Getenv(quietChildEnv) == "" {
 		log.SetOutput(io.Discard)
 	}
 	os.Exit(m.Run())
