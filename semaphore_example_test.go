@@ -40,6 +40,14 @@ func ExampleSemaphore() {
 	fmt.Println("a third build:", errors.Is(err, kahuna.ErrBusy))
 	_, err = kahuna.NewSemaphore(node, "runners", 3).TryAcquire(ctx, 1)
 	fmt.Println(err)
+	info, _, err := node.Get(ctx, kahuna.SemaphorePrefix+"runners", kahuna.Persistent) // who holds what
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, h := range info.Holders {
+		fmt.Printf("slot %d held, token %d\n", h.Slot, h.FencingToken)
+	}
 
 	a.Unlock(ctx)
 	c, err := runners.TryAcquire(ctx, 1)
@@ -53,6 +61,8 @@ func ExampleSemaphore() {
 	// building in semaphore:runners/1 with token 1
 	// a third build: true
 	// kahuna: acquire permits runners: invalid input: semaphore limit is 2; this request states 3
+	// slot 0 held, token 1
+	// slot 1 held, token 1
 	// slot 0 again, token 2
 }
 
