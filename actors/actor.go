@@ -575,11 +575,15 @@ func (a *lockActor) hold(c *call) {
 }
 
 // proposeHeld proposes the records held while handling a message, in the
-// order their writes were decided.
+// order their writes were decided; a record that writes folded in (fold)
+// is made again, once, from the last of them.
 func (a *lockActor) proposeHeld() {
 	for i, c := range a.held {
 		a.held[i] = nil
 		c.held = false
+		if len(c.batch) > 0 {
+			c.rec = recordOf(c.req.Resource, c.pending(), c.rec.Base, c.rec.Term, a.cfg.Now())
+		}
 		a.cfg.Backend.Propose(c.req.Partition, &c.rec, c)
 	}
 	a.held = a.held[:0]
@@ -630,8 +634,7 @@ func (a *lockActor) fold(s *slot, c *call) bool {
 		c.granted = true
 	}
 	s.lastUsed = now
-	f.batch = append(f.batch, c)
-	f.rec = recordOf(req.Resource, &c.decision.Next, f.rec.Base, term, now)
+	f.batch = append(f.batch, c) // proposeHeld writes its record from the last
 	return true
 }
 

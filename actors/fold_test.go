@@ -137,22 +137,30 @@ func TestQueuedWritesShareOneRecord(t *testing.T) {
 	}
 }
 
+// firstThenQueued takes one permit of pool (of limit) as "a", its record
+// held, queues b and c's requests behind it, commits a's record and
+// returns the next held proposal with b's and c's answers to come.
+func (f *fixture) firstThenQueued(t *testing.T, limit int) (heldProposal, <-chan Response, <-chan Response) {
+	t.Helper()
+	f.holdWrites(t, pool)
+	first := f.doAsync(permitReq(lease.TryLock, "a", 1, limit, 0))
+	p := <-f.backend.held
+	b := f.queuePermits(t, lease.TryLock, "b", limit)
+	c := f.queuePermits(t, lease.TryLock, "c", limit)
+	p.c.Committed(f.backend.apply(p.rec))
+	if r := answer(t, first); r.Status != lease.Locked {
+		t.Fatalf("a: %+v", r)
+	}
+	return <-f.backend.held, b, c
+}
+
 // A request that the pending record would answer at once (Busy: the
 // permits the record takes are not committed) is not folded: it waits for
 // the record and is decided on what committed. Here the record fails
 // (certainly not applied), so the permit it took is still free.
 func TestFoldedRecordFailsTogetherAndBusyIsNotFolded(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	f.holdWrites(t, pool)
-	first := f.doAsync(permitReq(lease.TryLock, "a", 1, 2, 0))
-	p := <-f.backend.held
-	b := f.queuePermits(t, lease.TryLock, "b", 2)
-	c := f.queuePermits(t, lease.TryLock, "c", 2)
-	p.c.Committed(f.backend.apply(p.rec))
-	if r := answer(t, first); r.Status != lease.Locked {
-		t.Fatalf("a: %+v", r)
-	}
-	p = <-f.backend.held // b's grant; c would be Busy on it, and waits
+	p, b, c := f.firstThenQueued(t, 2) // b's grant; c would be Busy on it, and waits
 	noAnswer(t, "c", c)
 	p.c.Committed(0, fmt.Errorf("queue full: %w", durability.ErrRetry))
 	if r := answer(t, b); r.Status != lease.MustRetry {
@@ -169,14 +177,7 @@ func TestFoldedRecordFailsTogetherAndBusyIsNotFolded(t *testing.T) {
 // and the entry is reloaded from what did commit.
 func TestFoldedRecordOfUnknownOutcome(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	f.holdWrites(t, pool)
-	first := f.doAsync(permitReq(lease.TryLock, "a", 1, 4, 0))
-	p := <-f.backend.held
-	b := f.queuePermits(t, lease.TryLock, "b", 4)
-	c := f.queuePermits(t, lease.TryLock, "c", 4)
-	p.c.Committed(f.backend.apply(p.rec))
-	answer(t, first)
-	p = <-f.backend.held
+	p, b, c := f.firstThenQueued(t, 4)                // b's and c's grants, folded
 	if _, err := f.backend.apply(p.rec); err != nil { // it did commit
 		t.Fatal(err)
 	}
