@@ -1,6 +1,7 @@
 package kahuna
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,9 +54,8 @@ var (
 // module) stops a leader that acts after its Context ended, which no
 // lease can prevent (a process paused past its deadline).
 type Leadership struct {
-	name  string
-	value []byte
-	lock  *Lock
+	name string
+	lock *Lock // its owner is the candidate ID, then the value
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -95,13 +95,13 @@ func Campaign(ctx context.Context, l Locker, name string, value []byte, opts ...
 	if err != nil {
 		return nil, asCall(err, "campaign", name)
 	}
-	return lead(name, value, lk), nil
+	return lead(name, lk), nil
 }
 
-func lead(name string, value []byte, lk *Lock) *Leadership {
+func lead(name string, lk *Lock) *Leadership {
 	inner, cancel := context.WithCancelCause(lk.Context())
 	alive, stopAlive := context.WithCancel(context.Background())
-	ld := &Leadership{name: name, value: append([]byte(nil), value...), lock: lk,
+	ld := &Leadership{name: name, lock: lk,
 		ctx: &lockChildContext{Context: inner, lock: lk}, cancel: cancel, stopAlive: stopAlive}
 	if lk.session == nil { // else the session renews it
 		lk.KeepAlive(alive, 0)
@@ -125,8 +125,45 @@ func (c *lockChildContext) Err() error {
 // Name is the election's name.
 func (ld *Leadership) Name() string { return ld.name }
 
-// Value is the value the leader campaigned with (a copy).
-func (ld *Leadership) Value() []byte { return append([]byte(nil), ld.value...) }
+// Value is the leader's value (a copy): the one it campaigned with, or
+// the last one Proclaim set.
+func (ld *Leadership) Value() []byte { return valueOf(ld.lock.Owner()) }
+
+// Proclaim makes value the leader's value within the same term: the
+// epoch stays, Leader reads the new value, and observers see a Proclaimed
+// event. It renews the leadership as it goes. On the server it is a
+// compare-and-set of the holder (its candidate ID with the old value to
+// the same ID with the new), so a proclaim that arrives late, after a
+// later one, changes nothing.
+//
+// It returns nil once the server holds the new value, an error matching
+// ErrLockLost if the leadership was lost, ErrResigned after Resign, and
+// ctx.Err() or the call's error if the outcome stayed unknown: the value
+// may have been set, and the next renewal (or Proclaim, or Resign) settles
+// it. A *StatusError with InvalidInput, with no request made, says a
+// value is over MaxElectionValue. The Locker must be a kahuna node or
+// client: a plain Kahuna server cannot proclaim.
+func (ld *Leadership) Proclaim(ctx context.Context, value []byte) error {
+	if reason := lease.CheckElection(ld.name, value); reason != "" {
+		return &StatusError{Op: "proclaim", Resource: ld.name, Status: InvalidInput, Reason: reason}
+	}
+	if doerOf(ld.lock.locker) == nil {
+		return fmt.Errorf("kahuna: proclaim %s: %T cannot proclaim (a kahuna node or client can): %w",
+			lease.Excerpt(ld.name), ld.lock.locker, lease.ErrNotApplied)
+	}
+	if err := ld.ctx.Err(); err != nil {
+		return context.Cause(ld.ctx)
+	}
+	owner := ld.lock.Owner()
+	owner = append(owner[:candidateIDLen], value...)
+	if err := ld.lock.proclaim(ctx, owner); err != nil {
+		if errors.Is(context.Cause(ld.ctx), ErrResigned) {
+			return ErrResigned
+		}
+		return err
+	}
+	return nil
+}
 
 // Epoch is this term's number: the fencing token of the election's lock,
 // greater than every earlier term's, whoever held it.
@@ -206,6 +243,8 @@ const (
 	Elected ElectionEventKind = iota + 1
 	// Vacant: no leader. Epoch is the last term's (-1: never had one).
 	Vacant
+	// Proclaimed: the leader of the term Epoch set a new Value.
+	Proclaimed
 )
 
 func (k ElectionEventKind) String() string {
@@ -214,6 +253,8 @@ func (k ElectionEventKind) String() string {
 		return "elected"
 	case Vacant:
 		return "vacant"
+	case Proclaimed:
+		return "proclaimed"
 	}
 	return "ElectionEventKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -230,9 +271,9 @@ type ElectionEvent struct {
 
 // Observe yields the election's leadership as it changes: first its
 // current state (Elected or Vacant), then each change, in order: Elected
-// for every new term (its epoch above the last one's), Vacant when a term
-// ends with no successor yet (resigned, or its lease ended). A renewal is
-// not a change. Observe subscribes again by itself after the partition
+// for every new term (its epoch above the last one's), Proclaimed when the
+// leader sets a new value in its term, Vacant when a term ends with no
+// successor yet (resigned, or its lease ended). A renewal is not a change. Observe subscribes again by itself after the partition
 // moves or a connection breaks (opts as for Watch), and yields the same
 // event at most once; a term that began and ended while it was
 // disconnected is not seen, but the next Elected event's epoch shows that
@@ -250,9 +291,12 @@ func Observe(ctx context.Context, w Watcher, name string, opts ...WatchOption) i
 				return
 			}
 			e := electionEvent(ev)
-			if last != nil && last.Kind == e.Kind && last.Epoch == e.Epoch {
-				last.Revision = e.Revision // a renewal, or the same state seen again
-				continue
+			if last != nil && last.Epoch == e.Epoch && (last.Kind == Vacant) == (e.Kind == Vacant) {
+				if e.Kind == Vacant || bytes.Equal(last.Value, e.Value) {
+					last.Revision = e.Revision // a renewal, or the same state seen again
+					continue
+				}
+				e.Kind = Proclaimed // the same term with another value
 			}
 			if !yield(e, nil) {
 				return

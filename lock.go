@@ -9,6 +9,7 @@ import (
 
 	"github.com/kahunago/kahuna/internal/backoff"
 	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/transport"
 )
 
 const (
@@ -65,7 +66,6 @@ const (
 type Lock struct {
 	locker     Locker
 	resource   string
-	owner      []byte
 	token      int64
 	durability Durability
 	ttl        time.Duration
@@ -89,10 +89,14 @@ type Lock struct {
 
 	extendMu sync.Mutex // one Extend at a time, so deadlines follow the server's order
 
-	mu      sync.Mutex
-	state   lockState
-	cause   error     // why the lock ended (state lost or released)
-	granted time.Time // send time of the request the deadline counts from
+	mu    sync.Mutex
+	owner []byte // the holder on the server (Proclaim changes it)
+	// proclaimed is the owner a proclaim whose outcome is unknown may
+	// have made the holder, or nil: the next Extend proclaims it again.
+	proclaimed []byte
+	state      lockState
+	cause      error     // why the lock ended (state lost or released)
+	granted    time.Time // send time of the request the deadline counts from
 	// unsureTTL is the shortest ttl of an Extend whose outcome is unknown
 	// (extendUnknown); MaxTTL while there is none.
 	unsureTTL time.Duration
@@ -352,9 +356,7 @@ func askWhole(ctx context.Context, l Locker, resource string, o acquireOptions, 
 // first, so their holders stop). It returns an error only when the
 // release's outcome stays unknown: the lease then ends at its deadline.
 func (l *Lock) release(ctx context.Context) error {
-	a := retryOp(ctx, l.clock, nil, func() (Result, error) {
-		return l.locker.Unlock(ctx, l.resource, l.owner, l.durability)
-	})
+	a := retryOp(ctx, l.clock, nil, l.unlockOp(ctx))
 	if a.err != nil {
 		return a.err
 	}
@@ -488,7 +490,52 @@ func (l *Lock) ended() error {
 func (l *Lock) Resource() string { return l.resource }
 
 // Owner is the owner the lock is held by (a copy).
-func (l *Lock) Owner() []byte { return append([]byte(nil), l.owner...) }
+func (l *Lock) Owner() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.owner...)
+}
+
+// owners are the holder's owner and, after a proclaim of unknown outcome,
+// the owner it proclaimed (else nil).
+func (l *Lock) owners() (owner, proclaimed []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.owner, l.proclaimed
+}
+
+// unlockOp is an Unlock attempt by the holder: by its owner, then, when
+// that finds another owner holding it after a proclaim of unknown
+// outcome, by the owner that proclaim would have made the holder.
+func (l *Lock) unlockOp(ctx context.Context) func() (Result, error) {
+	owner, proclaimed := l.owners()
+	return func() (Result, error) {
+		r, err := l.locker.Unlock(ctx, l.resource, owner, l.durability)
+		if err == nil && r.Status == InvalidOwner && proclaimed != nil {
+			return l.locker.Unlock(ctx, l.resource, proclaimed, l.durability)
+		}
+		return r, err
+	}
+}
+
+// extendOp is an Extend attempt by the holder; after a proclaim of
+// unknown outcome it is that proclaim again (the server's compare-and-set
+// makes it the same extend whichever owner holds it now).
+func (l *Lock) extendOp(ctx context.Context, ttl time.Duration) func() (Result, error) {
+	owner, proclaimed := l.owners()
+	if proclaimed == nil {
+		return func() (Result, error) { return l.locker.Extend(ctx, l.resource, owner, ttl, l.durability) }
+	}
+	req, reason := lease.Request{Op: lease.Extend, Resource: l.resource, Owner: owner, NewOwner: proclaimed,
+		TTL: ttl, Durability: l.durability}.Check()
+	return func() (Result, error) {
+		if reason != "" {
+			return Result{Status: InvalidInput, Reason: reason}, nil
+		}
+		_, r, err := lease.Do(ctx, l.locker, req)
+		return r, err
+	}
+}
 
 // FencingToken is the token of this grant. Pass it to whatever the lock
 // protects, which should reject tokens older than the newest it has seen.
@@ -527,8 +574,16 @@ func (l *Lock) Expires() time.Time {
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
+	_, err := l.extendLocked(ctx, ttl)
+	return err
+}
+
+// extendLocked is Extend, under extendMu. unknown reports whether an
+// attempt's outcome was unknown: when err is not nil and unknown is
+// false, nothing was applied.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration) (unknown bool, err error) {
 	if err := l.ended(); err != nil {
-		return err
+		return false, err
 	}
 	// The attempts end with ctx or with the lock (lost at its deadline,
 	// or released).
@@ -536,9 +591,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	defer cancel()
 	stop := context.AfterFunc(l.ctx, cancel)
 	defer stop()
-	a := retryOp(octx, l.clock, l.ended, func() (Result, error) {
-		return l.locker.Extend(octx, l.resource, l.owner, ttl, l.durability)
-	})
+	a := retryOp(octx, l.clock, l.ended, l.extendOp(octx, ttl))
+	return a.unknown, l.extended(ctx, a, ttl)
+}
+
+// extended takes in the answer a of an Extend of ttl.
+func (l *Lock) extended(ctx context.Context, a answer, ttl time.Duration) error {
 	if a.unknown {
 		l.mu.Lock()
 		l.extendUnknown(a.unknownSent, ttl)
@@ -558,6 +616,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Lock()
 		if l.state == held {
 			l.setDeadline(a.sent, min(ttl, l.unsureTTL))
+		}
+		if l.proclaimed != nil { // the server holds it by the proclaimed owner now
+			l.owner, l.proclaimed = l.proclaimed, nil
 		}
 		l.mu.Unlock()
 		return l.ended() // nil unless the lock ended meanwhile
@@ -603,9 +664,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.releasing--
 		l.mu.Unlock()
 	}()
-	a := retryOp(ctx, l.clock, nil, func() (Result, error) {
-		return l.locker.Unlock(ctx, l.resource, l.owner, l.durability)
-	})
+	a := retryOp(ctx, l.clock, nil, l.unlockOp(ctx))
 	if a.err != nil {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -764,7 +823,7 @@ func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (R
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return answer{unknown: true, unknownSent: unknownFrom(), err: ctx.Err()}
-		case errors.Is(err, lease.ErrUnauthenticated):
+		case errors.Is(err, lease.ErrUnauthenticated), errors.Is(err, transport.ErrNoNative):
 			return answer{unknown: last.unknown, unknownSent: firstUnknown, err: err} // asking again cannot help
 		case err != nil:
 			last = answer{unknown: true, unknownSent: unknownFrom(), err: err}
@@ -790,4 +849,33 @@ func retryOp(ctx context.Context, c handleClock, halt func() error, op func() (R
 		}
 		step = min(step*2, maxBackoff)
 	}
+}
+
+// proclaim makes owner the lock's holder on the server in place of its
+// current owner, with the same token, and extends the lease by the lock's
+// TTL: an election's Proclaim. A proclaim whose outcome stays unknown is
+// kept, and every later Extend (a renewal) and Unlock sends it again until
+// one answers, so the handle never loses track of who holds the lock. A
+// different proclaim while one is unknown sends that one first.
+func (l *Lock) proclaim(ctx context.Context, owner []byte) error {
+	l.extendMu.Lock()
+	defer l.extendMu.Unlock()
+	if cur, unsure := l.owners(); unsure != nil && string(unsure) != string(owner) {
+		if _, err := l.extendLocked(ctx, l.ttl); err != nil {
+			return err
+		}
+	} else if unsure == nil && string(cur) == string(owner) {
+		_, err := l.extendLocked(ctx, l.ttl) // the same value again: a renewal
+		return err
+	}
+	l.mu.Lock()
+	l.proclaimed = owner
+	l.mu.Unlock()
+	unknown, err := l.extendLocked(ctx, l.ttl)
+	if err != nil && !unknown {
+		l.mu.Lock()
+		l.proclaimed = nil // not applied: the holder is the owner still
+		l.mu.Unlock()
+	}
+	return err
 }

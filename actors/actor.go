@@ -508,12 +508,9 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	}
 	kind := s.kind // Extend and Unlock write the way the lock was granted
 	if req.Op == lease.TryLock {
-		if !d.Next.IsShared() { // a semaphore's or read/write lock's slots have their own copy
-			// Next.Owner aliases the caller's buffer, which it may reuse.
-			d.Next.Owner = append([]byte(nil), req.Owner...)
-		}
 		kind = req.Durability
 	}
+	ownOwner(&req.Request, &d)
 	if kind == lease.Ephemeral {
 		if !a.windowRoom(c, s.partition, term, d.Token, req.TTL) {
 			return
@@ -623,9 +620,7 @@ func (a *lockActor) fold(s *slot, c *call) bool {
 	case req.Op == lease.Unlock && len(s.waiters) > 0 && !d.Next.IsShared():
 		return false // decided alone, it writes the head waiter's grant with it
 	}
-	if req.Op == lease.TryLock && !d.Next.IsShared() {
-		d.Next.Owner = append([]byte(nil), req.Owner...) // it aliases the caller's buffer
-	}
+	ownOwner(&req.Request, &d)
 	if !c.queuedAt.IsZero() && !c.granted {
 		c.waited = now.Sub(c.queuedAt)
 	}
@@ -636,6 +631,19 @@ func (a *lockActor) fold(s *slot, c *call) bool {
 	s.lastUsed = now
 	f.batch = append(f.batch, c) // proposeHeld writes its record from the last
 	return true
+}
+
+// ownOwner copies the owner d.Next takes from req, which aliases the
+// caller's buffer (the caller may reuse it): a lock's grant's, or a
+// proclaim's new owner. A semaphore's or read/write lock's slots have
+// their own copy.
+func ownOwner(req *lease.Request, d *lease.Decision) {
+	switch {
+	case req.Op == lease.TryLock && !d.Next.IsShared():
+		d.Next.Owner = append([]byte(nil), req.Owner...)
+	case req.NewOwner != nil:
+		d.Next.Owner = append([]byte(nil), req.NewOwner...)
+	}
 }
 
 // pending is the entry f's record writes: the last decision folded into

@@ -221,6 +221,8 @@ type Decision struct {
 // own rules (semaphore.go), every other one to Decide.
 func DecideRequest(e Entry, r *Request, now time.Time) Decision {
 	switch {
+	case r.NewOwner != nil:
+		return decideProclaim(e, r, now)
 	case IsSemaphore(r.Resource):
 		return decidePermits(e, r, now)
 	case IsRWLock(r.Resource):

@@ -31,6 +31,10 @@ type Request struct {
 	// its limit to Limit instead of taking permits (semaphore.go); its
 	// Owner and TTL are not used.
 	Resize bool
+	// NewOwner, for an Extend of an election's lock (election.go), is a
+	// proclaim: the holder Owner is replaced by NewOwner, the same
+	// candidate ID with a new value, keeping the token. nil elsewhere.
+	NewOwner []byte
 }
 
 // Check is the rule every edge applies to a lock call: it says why r is
@@ -45,6 +49,9 @@ func (r Request) Check() (Checked, string) {
 		return Checked{}, reason
 	}
 	if reason := r.checkRWLock(); reason != "" {
+		return Checked{}, reason
+	}
+	if reason := r.checkProclaim(); reason != "" {
 		return Checked{}, reason
 	}
 	if r.Wait != 0 {
@@ -104,6 +111,9 @@ func Do(ctx context.Context, l Locker, req Checked) (LockInfo, Result, error) {
 		}
 		res, err = wl.Lock(ctx, r.Resource, r.Owner, r.TTL, r.Wait, r.Durability)
 	case Extend:
+		if r.NewOwner != nil {
+			return LockInfo{}, Result{}, fmt.Errorf("lease: %T cannot proclaim (only a kahuna node or client can): %w", l, ErrNotApplied)
+		}
 		res, err = l.Extend(ctx, r.Resource, r.Owner, r.TTL, r.Durability)
 	case Unlock:
 		res, err = l.Unlock(ctx, r.Resource, r.Owner, r.Durability)

@@ -328,7 +328,7 @@ func (c *Client) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lea
 	if why := wireReason(r); why != "" {
 		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput, Reason: why}, nil
 	}
-	if r.Wait != 0 || r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize {
+	if r.Wait != 0 || r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil {
 		res, err := c.wait(ctx, r)
 		return lease.LockInfo{}, res, err
 	}

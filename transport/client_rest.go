@@ -125,13 +125,15 @@ type restLock struct {
 }
 
 // restWholeLock is a try-lock with kahuna's fields: a semaphore's
-// permits and limit, or a read lock's shared.
+// permits and limit, or a read lock's shared; or a proclaim's try-extend.
 type restWholeLock struct {
 	restLock
 	Permits int32 `json:"permits,omitempty"`
 	Limit   int32 `json:"limit,omitempty"`
 	Shared  bool  `json:"shared,omitempty"`
 	Resize  bool  `json:"resize,omitempty"`
+	// NewOwner makes a try-extend a proclaim (lease.Request.NewOwner).
+	NewOwner []byte `json:"newOwner,omitempty"`
 }
 
 type restLockAnswer struct {
@@ -221,10 +223,16 @@ func (r *RESTClient) Do(ctx context.Context, req lease.Checked) (lease.LockInfo,
 			res, err := r.TryLock(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
 			return lease.LockInfo{}, res, err
 		}
-		body := restWholeLock{restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, int32(q.Permits), int32(q.Limit), q.Shared, q.Resize} // checked: at most lease.MaxPermits
+		body := restWholeLock{restLock: restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)},
+			Permits: int32(q.Permits), Limit: int32(q.Limit), Shared: q.Shared, Resize: q.Resize} // checked: at most lease.MaxPermits
 		res, err := r.lockCall(ctx, "try-lock", body)
 		return lease.LockInfo{}, res, err
 	case lease.Extend:
+		if q.NewOwner != nil {
+			body := restWholeLock{restLock: restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, NewOwner: q.NewOwner}
+			res, err := r.lockCall(ctx, "try-extend", body)
+			return lease.LockInfo{}, res, err
+		}
 		res, err := r.Extend(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
 		return lease.LockInfo{}, res, err
 	case lease.Unlock:

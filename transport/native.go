@@ -229,6 +229,9 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	r := lease.Request{Op: lease.TryLock, Resource: req.GetResource(), Owner: req.GetOwner(), TTL: ttl,
 		Durability: lease.Durability(req.GetDurability()), Wait: wait,
 		Permits: int(req.GetPermits()), Limit: int(req.GetLimit()), Shared: req.GetShared(), Resize: req.GetResize()}
+	if n := req.GetNewOwner(); len(n) > 0 { // a proclaim
+		r.Op, r.NewOwner = lease.Extend, n
+	}
 	if !lease.ValidWait(wait) {
 		r.Wait = 0 // said below, in the wire's unit
 	}
@@ -267,7 +270,7 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	}
 	resp.PermitsFree = int32(res.Free) // at most lease.MaxPermits
 	if s.opts.Observe != nil {
-		s.opts.Observe(lease.TryLock, res.Status, time.Since(start))
+		s.opts.Observe(r.Op, res.Status, time.Since(start))
 	}
 	return resp, nil
 }
@@ -276,11 +279,11 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 // through wl.Lock, the method this call is named for, whatever its wait.
 func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, c lease.Checked) (res lease.Result, err error) {
 	defer s.recovered(&c, true, &err)
-	if _, ok := wl.(lease.Doer); ok {
+	r := c.Request()
+	if _, ok := wl.(lease.Doer); ok || r.Op != lease.TryLock {
 		_, res, err = lease.Do(ctx, wl, c)
 		return res, err
 	}
-	r := c.Request()
 	return wl.Lock(ctx, r.Resource, r.Owner, r.TTL, r.Wait, r.Durability)
 }
 

@@ -37,6 +37,9 @@ type lockBody struct {
 	Limit   int32 `json:"limit"`
 	Shared  bool  `json:"shared"`
 	Resize  bool  `json:"resize"`
+	// NewOwner, kahuna's too, makes a try-extend of an election a proclaim
+	// (lease.Request.NewOwner).
+	NewOwner []byte `json:"newOwner"`
 }
 
 type lockReply struct {
@@ -146,7 +149,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 	}
 	op := route.op()
 	req := lease.Request{Op: op, Resource: b.Resource, Owner: b.Owner, Durability: lease.Durability(b.Durability),
-		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared, Resize: b.Resize}
+		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared, Resize: b.Resize, NewOwner: b.NewOwner}
 	if op != lease.Unlock {
 		req.TTL = msToTTL(b.ExpiresMs)
 	}

@@ -230,7 +230,13 @@ type LockRequest struct {
 	// With a semaphore's limit and no permits: set its limit to limit
 	// instead of taking permits (answered STATUS_EXTENDED). owner and ttl_ms
 	// are not used.
-	Resize        bool `protobuf:"varint,9,opt,name=resize,proto3" json:"resize,omitempty"`
+	Resize bool `protobuf:"varint,9,opt,name=resize,proto3" json:"resize,omitempty"`
+	// For an election (a resource named "election:NAME"): a proclaim. The
+	// request is then an extend by owner, the holder, that also makes
+	// new_owner (the same 32-byte candidate ID, a new value) the holder,
+	// keeping the fencing token; answered STATUS_EXTENDED, or
+	// STATUS_INVALID_OWNER when neither owner nor new_owner holds it.
+	NewOwner      []byte `protobuf:"bytes,10,opt,name=new_owner,json=newOwner,proto3" json:"new_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +332,13 @@ func (x *LockRequest) GetResize() bool {
 		return x.Resize
 	}
 	return false
+}
+
+func (x *LockRequest) GetNewOwner() []byte {
+	if x != nil {
+		return x.NewOwner
+	}
+	return nil
 }
 
 // A permit of a semaphore: its slot and the slot's fencing token.
@@ -924,7 +937,7 @@ var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\x86\x02\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xa3\x02\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -936,7 +949,9 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\apermits\x18\x06 \x01(\x05R\apermits\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x16\n" +
 	"\x06shared\x18\b \x01(\bR\x06shared\x12\x16\n" +
-	"\x06resize\x18\t \x01(\bR\x06resize\"@\n" +
+	"\x06resize\x18\t \x01(\bR\x06resize\x12\x1b\n" +
+	"\tnew_owner\x18\n" +
+	" \x01(\fR\bnewOwner\"@\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x81\x02\n" +
