@@ -101,7 +101,7 @@ func ExampleObserve() {
 	defer node.Close()
 
 	events := kahuna.Observe(ctx, node, "scheduler")
-	seen := 0
+	var ld *kahuna.Leadership
 	for ev, err := range events {
 		if err != nil {
 			fmt.Println(err)
@@ -110,25 +110,30 @@ func ExampleObserve() {
 		switch ev.Kind {
 		case kahuna.Elected:
 			fmt.Printf("elected %s, epoch %d\n", ev.Value, ev.Epoch)
+			// The leader moves to another address in the same term.
+			if err := ld.Proclaim(ctx, []byte("10.0.0.7:9000")); err != nil {
+				fmt.Println(err)
+				return
+			}
+		case kahuna.Proclaimed:
+			fmt.Printf("proclaimed %s, epoch %d\n", ev.Value, ev.Epoch)
+			return
 		case kahuna.Vacant:
 			fmt.Println("vacant")
-		}
-		seen++
-		switch seen {
-		case 1: // the current state: no leader yet
-			ld, err := kahuna.Campaign(ctx, node, "scheduler", []byte("a"))
+			// The current state: no leader yet. A candidate publishes
+			// where it serves as its value.
+			ld, err = kahuna.Campaign(ctx, node, "scheduler", []byte("10.0.0.5:9000"))
 			if err != nil {
 				fmt.Println(err)
 				return
 			}
 			defer ld.Resign(ctx)
-		case 2:
-			return
 		}
 	}
 	// Output:
 	// vacant
-	// elected a, epoch 0
+	// elected 10.0.0.5:9000, epoch 0
+	// proclaimed 10.0.0.7:9000, epoch 0
 }
 
 // A session holds several locks under one lease: one renewal loop, one

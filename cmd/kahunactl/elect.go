@@ -118,7 +118,8 @@ func resign(ld *kahuna.Leadership, timeout time.Duration, stderr io.Writer) erro
 }
 
 // listen prints every change of the election's leader, beginning with
-// the current one, until SIGINT or SIGTERM (exit 0).
+// the current one (elected, proclaimed: a new value in the same term,
+// vacant), until SIGINT or SIGTERM (exit 0).
 func listen(ctx context.Context, w kahuna.Watcher, name string, out printer, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,6 +134,9 @@ func listen(ctx context.Context, w kahuna.Watcher, name string, out printer, std
 		case kahuna.Elected:
 			fields["value"] = string(ev.Value)
 			out.print(fields, "%s elected %s epoch %d\n", name, ev.Value, ev.Epoch)
+		case kahuna.Proclaimed:
+			fields["value"] = string(ev.Value)
+			out.print(fields, "%s proclaimed %s epoch %d\n", name, ev.Value, ev.Epoch)
 		default:
 			if ev.Epoch < 0 {
 				out.print(fields, "%s vacant\n", name)

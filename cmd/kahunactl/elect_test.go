@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna"
 )
 
 // TestElectLeadsUntilInterrupted: elect NAME VALUE prints the epoch once
@@ -101,4 +104,26 @@ func TestElectUsage(t *testing.T) {
 	r := ctl(t, "elect", "sched", "v", "--endpoints", ep, "--", "kahuna-no-such-command-here").want(t, exitNotFound, "missing CMD")
 	oneStderrLine(t, r, "not campaigning")
 	ctl(t, "get", "election:sched", "--endpoints", ep).want(t, exitLost, "get after a CMD that could not run")
+}
+
+// TestElectListenProclaimed: elect --listen prints a leader's new value
+// in its term as proclaimed, with the same epoch.
+func TestElectListenProclaimed(t *testing.T) {
+	n, ep := startNode(t)
+	ctx := context.Background()
+	ld, err := kahuna.Campaign(ctx, n, "sched", []byte("host-a:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(ctx)
+	l := start("elect", "--listen", "sched", "--endpoints", ep)
+	await(t, l.stdout.seen("sched elected host-a:1 epoch 0\n"), 30*time.Second, "the listener's current leader", l)
+	if err := ld.Proclaim(ctx, []byte("host-a:2")); err != nil {
+		t.Fatal(err)
+	}
+	await(t, l.stdout.seen("sched proclaimed host-a:2 epoch 0\n"), 30*time.Second, "the listener's proclaimed value", l)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil { // the listener subscribed before it printed
+		t.Fatal(err)
+	}
+	l.result(t, 30*time.Second).want(t, exitOK, "listener after SIGTERM")
 }
