@@ -97,6 +97,11 @@ type Config struct {
 	// as lapsed: a writer beside readers or another writer. A negative
 	// control, never for production.
 	UnsafePermitOvercommit bool
+	// UnsafeProclaimAnyValue takes a proclaim from any owner with the
+	// holder's candidate ID, whatever its value, instead of from the
+	// holder alone: a late proclaim undoes a later one. A negative
+	// control, never for production.
+	UnsafeProclaimAnyValue bool
 	// UnsafeDropHandedOver makes Install keep nothing: the leases handed
 	// over are lost, though the new leader waits none of them out. A
 	// negative control for the fault tests, never for production.

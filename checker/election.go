@@ -7,15 +7,19 @@ import (
 )
 
 // Term is one leadership of an election as its candidate lived it: the
-// epoch and value it was elected with, and the instants it acted as
-// leader. An act's instant is read between two checks that the
+// epoch and value it was elected with, the values it proclaimed, and the
+// instants it acted as leader. An act's instant is read between two checks that the
 // leadership's Context was live, so the Context was live at that instant
 // (a Context that has ended never comes back): the candidate was
 // certainly leader from FirstAct to LastAct.
 type Term struct {
 	Candidate int
 	Value     string
-	Epoch     int64
+	// Proclaimed are the values the leader proclaimed in the term, in the
+	// order it asked, each whatever the outcome (an unknown one may have
+	// applied).
+	Proclaimed []string
+	Epoch      int64
 	FirstAct  time.Duration
 	LastAct   time.Duration
 	Acts      int // 0: elected, but never acted (its Context had ended)
@@ -27,13 +31,17 @@ func (t Term) String() string {
 
 // Observed is one event an Observe stream yielded.
 type Observed struct {
-	Elected bool // else vacant
-	Value   string
-	Epoch   int64
+	Elected    bool // a leader, else vacant
+	Proclaimed bool // with Elected: a new value in the term Epoch
+	Value      string
+	Epoch      int64
 }
 
 func (o Observed) String() string {
-	if o.Elected {
+	switch {
+	case o.Proclaimed:
+		return fmt.Sprintf("proclaimed %q epoch %d", o.Value, o.Epoch)
+	case o.Elected:
 		return fmt.Sprintf("elected %q epoch %d", o.Value, o.Epoch)
 	}
 	return fmt.Sprintf("vacant after epoch %d", o.Epoch)
@@ -49,7 +57,13 @@ func (o Observed) String() string {
 //     greater than the one it saw before;
 //   - observe-duplicate: an observer saw the same event twice in a row;
 //   - observe-unknown-term: an observer saw a leader with a value that no
-//     term of that epoch had (a term that acted is known for sure).
+//     term of that epoch had, elected or proclaimed (a term that acted is
+//     known for sure);
+//   - observe-proclaim-other-term: an observer saw a proclaim in a term
+//     other than the one it saw elected last;
+//   - observe-value-went-back: within one term, an observer saw a value
+//     the leader had before one it saw earlier (a late proclaim undid a
+//     later one).
 //
 // Terms that never acted are not compared: a candidate elected too late
 // to act (its Context had ended when Campaign returned) was never leader
@@ -79,28 +93,48 @@ func CheckElection(terms []Term, observers [][]Observed) []Violation {
 			acted[i] = a
 		}
 	}
-	valueOf := map[int64]string{}
+	valuesOf := map[int64][]string{} // a term's values, in the order it had them
 	for _, t := range acted {
-		valueOf[t.Epoch] = t.Value
+		valuesOf[t.Epoch] = append([]string{t.Value}, t.Proclaimed...)
 	}
 	for i, seen := range observers {
 		lastEpoch := int64(-1)
+		lastIndex := -1 // the position in its term's values of the last value seen
 		for j, ev := range seen {
 			if j > 0 && seen[j-1] == ev {
 				out = append(out, Violation{Checker: "election", Kind: "observe-duplicate",
 					Text: fmt.Sprintf("observer %d saw %v twice in a row (event %d)", i, ev, j)})
 			}
 			if !ev.Elected {
+				lastIndex = -1
 				continue
 			}
-			if ev.Epoch <= lastEpoch {
+			switch {
+			case ev.Proclaimed && ev.Epoch != lastEpoch:
+				out = append(out, Violation{Checker: "election", Kind: "observe-proclaim-other-term",
+					Text: fmt.Sprintf("observer %d saw %v after epoch %d (event %d)", i, ev, lastEpoch, j)})
+			case !ev.Proclaimed && ev.Epoch <= lastEpoch:
 				out = append(out, Violation{Checker: "election", Kind: "observe-epoch-not-increasing",
 					Text: fmt.Sprintf("observer %d saw %v after epoch %d (event %d)", i, ev, lastEpoch, j)})
 			}
+			if ev.Epoch != lastEpoch {
+				lastIndex = -1
+			}
 			lastEpoch = max(lastEpoch, ev.Epoch)
-			if v, ok := valueOf[ev.Epoch]; ok && v != ev.Value {
+			values, ok := valuesOf[ev.Epoch]
+			if !ok {
+				continue
+			}
+			k := slices.Index(values, ev.Value)
+			switch {
+			case k < 0:
 				out = append(out, Violation{Checker: "election", Kind: "observe-unknown-term",
-					Text: fmt.Sprintf("observer %d saw %v; epoch %d was %q's", i, ev, ev.Epoch, v)})
+					Text: fmt.Sprintf("observer %d saw %v; epoch %d's values were %q", i, ev, ev.Epoch, values)})
+			case k < lastIndex:
+				out = append(out, Violation{Checker: "election", Kind: "observe-value-went-back",
+					Text: fmt.Sprintf("observer %d saw %v after %q; epoch %d's values were %q", i, ev, values[lastIndex], ev.Epoch, values)})
+			default:
+				lastIndex = k
 			}
 		}
 	}

@@ -12,6 +12,8 @@ func TestCheckElection(t *testing.T) {
 	}
 	el := func(v string, e int64) Observed { return Observed{Elected: true, Value: v, Epoch: e} }
 	vac := func(e int64) Observed { return Observed{Epoch: e} }
+	pr := func(v string, e int64) Observed { return Observed{Elected: true, Proclaimed: true, Value: v, Epoch: e} }
+	proclaiming := func(t Term, values ...string) Term { t.Proclaimed = values; return t }
 	for _, tc := range []struct {
 		name      string
 		terms     []Term
@@ -28,6 +30,14 @@ func TestCheckElection(t *testing.T) {
 		{"observed twice", nil, [][]Observed{{el("b", 1), el("b", 1)}}, []string{"observe-duplicate", "observe-epoch-not-increasing"}},
 		{"vacant twice", nil, [][]Observed{{vac(1), vac(1)}}, []string{"observe-duplicate"}},
 		{"observed wrong value", []Term{term(1, "a", 0, 0, 10)}, [][]Observed{{el("z", 0)}}, []string{"observe-unknown-term"}},
+		{"proclaims", []Term{proclaiming(term(1, "a", 0, 0, 10), "a2", "a3"), term(2, "b", 1, 11, 20)},
+			[][]Observed{{el("a", 0), pr("a2", 0), pr("a3", 0), vac(0), el("b", 1)}, {el("a2", 0), pr("a3", 0)}, {el("a", 0), pr("a3", 0), el("b", 1)}}, nil},
+		{"proclaimed value went back", []Term{proclaiming(term(1, "a", 0, 0, 10), "a2", "a3")},
+			[][]Observed{{el("a", 0), pr("a3", 0), pr("a2", 0)}}, []string{"observe-value-went-back"}},
+		{"proclaimed unknown value", []Term{proclaiming(term(1, "a", 0, 0, 10), "a2")},
+			[][]Observed{{el("a", 0), pr("zz", 0)}}, []string{"observe-unknown-term"}},
+		{"proclaimed in another term", []Term{term(1, "a", 0, 0, 10), proclaiming(term(2, "b", 1, 11, 20), "b2")},
+			[][]Observed{{el("a", 0), pr("b2", 1)}}, []string{"observe-proclaim-other-term"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string

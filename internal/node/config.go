@@ -106,6 +106,7 @@ type TestingKnobs struct {
 	UnsafeNoEvictFloor     bool // an evicted ephemeral entry's token is forgotten
 	UnsafeTokenRepeat      bool // a grant to a new owner takes the last grant's token again instead of one more
 	UnsafePermitOvercommit bool // a semaphore's live permits, a read/write lock's holders, are granted over
+	UnsafeProclaimAnyValue bool // a proclaim is taken from any value of the holder's candidate ID: a late one undoes a later one
 	UnsafeNoSweepFloor     bool // a swept free record's token does not raise the partition's token floor
 	UnsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry
 	UnsafeDropHandedOver   bool // a new leader drops the ephemeral leases handed over to it

@@ -244,6 +244,7 @@ func open(c Config) (*Node, error) {
 		UnsafeNoEvictionFloor:  cfg.knobs.UnsafeNoEvictFloor,
 		UnsafeTokenRepeat:      cfg.knobs.UnsafeTokenRepeat,
 		UnsafePermitOvercommit: cfg.knobs.UnsafePermitOvercommit,
+		UnsafeProclaimAnyValue: cfg.knobs.UnsafeProclaimAnyValue,
 		UnsafeUnsureNotGranted: cfg.knobs.UnsafeUnsureNotGranted,
 		UnsafeDropHandedOver:   cfg.knobs.UnsafeDropHandedOver,
 		Now:                    cfg.Clock,

@@ -133,6 +133,15 @@ func WithTokenRepeat(cfg kahuna.Config) kahuna.Config {
 	return cfg
 }
 
+// WithProclaimAnyValue returns cfg with a proclaim taken from any owner
+// with the election holder's candidate ID, not only from the holder: a
+// proclaim delivered late undoes a later one. A negative control: the
+// election checker must report an observer seeing a term's value go back.
+func WithProclaimAnyValue(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeProclaimAnyValue = true
+	return cfg
+}
+
 // WithPermitOvercommit returns cfg with a semaphore's permits granted as
 // if every slot were free, live ones included, and a read/write lock as if
 // its holders' leases had lapsed. A negative control: the checkers must

@@ -16,6 +16,7 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/internal/testknobs"
+	"github.com/kahunago/kahuna/lease"
 )
 
 // The election under faults: candidates campaign, lead for a while and
@@ -24,10 +25,12 @@ import (
 // nemesis freezes candidates (their process stops: no renewal gets out,
 // nothing acts) for longer than the TTL, and cancels campaigns. Each
 // leader acts in a loop, recording the instant of every act between two
-// checks that its Context is live; observers record what Observe yields.
-// checker.CheckElection then asks: were two candidates leader at one
-// instant, did epochs rise from term to term, did every observer see a
-// gap-free, duplicate-free, rising view.
+// checks that its Context is live, and now and then proclaims a new value,
+// some of which the network delivers late; observers record what Observe
+// yields. checker.CheckElection then asks: were two candidates leader at
+// one instant, did epochs rise from term to term, did every observer see a
+// gap-free, duplicate-free, rising view, with each term's values in the
+// order its leader proclaimed them.
 
 const (
 	electionTTL = 500 * time.Millisecond
@@ -41,6 +44,10 @@ const (
 type candidateLink struct {
 	c    *faultCluster
 	node uint64
+	// late, if set, says whether to deliver a proclaim late, and after
+	// how long; delivering counts the late deliveries under way.
+	late       func() (time.Duration, bool)
+	delivering *sync.WaitGroup
 
 	mu     sync.Mutex
 	thawed chan struct{} // nil, or closed when a freeze ends
@@ -137,6 +144,35 @@ func (l *candidateLink) Get(ctx context.Context, resource string, d kahuna.Durab
 	return n.Get(ctx, resource, d)
 }
 
+// errAnswerLost is a call whose request left but whose answer never came.
+var errAnswerLost = errors.New("connection reset after the request was sent")
+
+// Do takes a request whole on the node: a semaphore's permits, a read
+// lock, a leader's proclaim (lease.Doer). A proclaim
+// the link delivers late is answered errAnswerLost at once and reaches
+// the node later, as one held up in the network would: a late answer is
+// a real answer.
+func (l *candidateLink) Do(ctx context.Context, req lease.Checked) (kahuna.LockInfo, kahuna.Result, error) {
+	n, err := l.to(ctx)
+	if err != nil {
+		return kahuna.LockInfo{}, kahuna.Result{}, err
+	}
+	if req.Request().NewOwner != nil && l.late != nil {
+		if delay, ok := l.late(); ok {
+			l.delivering.Add(1)
+			go func() {
+				defer l.delivering.Done()
+				time.Sleep(delay)
+				dctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)
+				defer cancel()
+				_, _, _ = n.Do(dctx, req) // whatever it says, no one hears it
+			}()
+			return kahuna.LockInfo{}, kahuna.Result{}, errAnswerLost
+		}
+	}
+	return n.Do(ctx, req)
+}
+
 // WatchLock watches on the node; a node that is down or closes under the
 // watch ends it with MustRetry, so Observe subscribes again elsewhere.
 func (l *candidateLink) WatchLock(ctx context.Context, resource string, from uint64, send func(kahuna.WatchEvent) error) error {
@@ -215,6 +251,7 @@ type electionRunResult struct {
 	reigns     int // reigns of the election's partition begun in the run
 	effects    faultEffects
 	campaigns  struct{ won, failed, cancelled, sessionLost int }
+	proclaims  struct{ asked, confirmed, late int }
 }
 
 func (r electionRunResult) String() string {
@@ -226,8 +263,9 @@ func (r electionRunResult) String() string {
 	for _, o := range r.observed {
 		events += len(o)
 	}
-	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d, ended by a lost session %d; %d observed events; faults %s (%s), %d freezes, %d reigns of the partition begun",
-		len(r.terms), acts, r.campaigns.won, r.campaigns.failed, r.campaigns.cancelled, r.campaigns.sessionLost, events, fmtCounts(r.faults), r.effects, r.freezes, r.reigns)
+	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d, ended by a lost session %d; proclaims %d (%d confirmed, %d delivered late); %d observed events; faults %s (%s), %d freezes, %d reigns of the partition begun",
+		len(r.terms), acts, r.campaigns.won, r.campaigns.failed, r.campaigns.cancelled, r.campaigns.sessionLost,
+		r.proclaims.asked, r.proclaims.confirmed, r.proclaims.late, events, fmtCounts(r.faults), r.effects, r.freezes, r.reigns)
 }
 
 var electionFaults = []faultKind{fTransfer, fKillLeader, fCrashLeader, fIsolateLeader, fPause}
@@ -252,9 +290,21 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	var mu sync.Mutex // res
 	links := make([]*candidateLink, 4)
 	var leading [4]atomic.Bool
-	var wg sync.WaitGroup
+	var wg, delivering sync.WaitGroup
+	// One proclaim in three is delivered late, 50 to 600 ms after it was
+	// sent (and its sender told the answer was lost).
+	lrng := rand.New(rand.NewPCG(seed, 0x1a7e))
+	late := func() (time.Duration, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lrng.IntN(3) > 0 {
+			return 0, false
+		}
+		res.proclaims.late++
+		return time.Duration(50+lrng.IntN(550)) * time.Millisecond, true
+	}
 	for i := range links {
-		links[i] = &candidateLink{c: c, node: c.IDs()[i%len(c.IDs())]}
+		links[i] = &candidateLink{c: c, node: c.IDs()[i%len(c.IDs())], late: late, delivering: &delivering}
 		crng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Add(1)
 		go func() {
@@ -327,6 +377,19 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 					}
 					term.LastAct = at
 					term.Acts++
+					if crng.IntN(100) == 0 { // about every 100 ms of leading
+						v := fmt.Sprintf("%s.%d", value, len(term.Proclaimed)+1)
+						term.Proclaimed = append(term.Proclaimed, v) // asked: it may apply whatever the answer
+						pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+						err := ld.Proclaim(pctx, []byte(v))
+						pcancel()
+						mu.Lock()
+						res.proclaims.asked++
+						if err == nil {
+							res.proclaims.confirmed++
+						}
+						mu.Unlock()
+					}
 					time.Sleep(time.Millisecond)
 				}
 				leading[i].Store(false)
@@ -354,7 +417,8 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 					}
 					return
 				}
-				observers[i] = append(observers[i], checker.Observed{Elected: ev.Kind == kahuna.Elected, Value: string(ev.Value), Epoch: ev.Epoch})
+				observers[i] = append(observers[i], checker.Observed{Elected: ev.Kind != kahuna.Vacant, Proclaimed: ev.Kind == kahuna.Proclaimed,
+					Value: string(ev.Value), Epoch: ev.Epoch})
 			}
 		}()
 	}
@@ -372,6 +436,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 	counts := map[faultKind]int{}
 	nemesis(ctx, t, c, rng, runOpts{kinds: electionFaults, pauseMax: 1500 * time.Millisecond}, []int{p}, counts, &eff, start, nil)
 	wg.Wait()
+	delivering.Wait()
 	eff.settle()
 	res.faults, res.effects = counts, eff
 	res.observed = observers
@@ -484,6 +549,9 @@ func TestFaultsElectionControls(t *testing.T) {
 		// Ephemeral tokens restart from the stored ones at each reign: a
 		// new partition leader elects epoch 0 again.
 		{"ephemeral-epochs-from-zero", electionOpts{dur: kahuna.Ephemeral, mod: testknobs.WithEphemeralTokensFromZero}, "epoch-not-increasing"},
+		// A proclaim is taken from any value of the holder's candidate ID,
+		// not only from the holder: one delivered late undoes a later one.
+		{"proclaim-without-compare", electionOpts{dur: kahuna.Persistent, mod: testknobs.WithProclaimAnyValue}, "observe-value-went-back"},
 	} {
 		for _, seed := range electionSeeds(t, 3) {
 			t.Run(fmt.Sprintf("%s-seed-%d", ctl.name, seed), func(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
 	"github.com/kahunago/kahuna/internal/testknobs"
-	"github.com/kahunago/kahuna/lease"
 )
 
 // Semaphores and read/write locks under faults: holders take a permit of a
@@ -33,16 +32,6 @@ const (
 	sharedTTL   = 500 * time.Millisecond
 	sharedLimit = 2
 )
-
-// Do runs a request whole on the node the candidate talks to: a
-// semaphore's permits and a read lock go so (lease.Doer).
-func (l *candidateLink) Do(ctx context.Context, req lease.Checked) (kahuna.LockInfo, kahuna.Result, error) {
-	n, err := l.to(ctx)
-	if err != nil {
-		return kahuna.LockInfo{}, kahuna.Result{}, err
-	}
-	return n.Do(ctx, req)
-}
 
 // sharedOpts is what a shared-lock run varies besides its seed.
 type sharedOpts struct {
