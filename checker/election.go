@@ -20,9 +20,9 @@ type Term struct {
 	// applied).
 	Proclaimed []string
 	Epoch      int64
-	FirstAct  time.Duration
-	LastAct   time.Duration
-	Acts      int // 0: elected, but never acted (its Context had ended)
+	FirstAct   time.Duration
+	LastAct    time.Duration
+	Acts       int // 0: elected, but never acted (its Context had ended)
 }
 
 func (t Term) String() string {
