@@ -198,6 +198,7 @@ type lockActor struct {
 	cfg     Config
 	root    *actor.RootContext
 	self    *actor.PID
+	mailbox *mailbox
 	entries map[string]*slot
 	loading map[string]*loading // resources whose record is being read (load.go)
 	// floors, per partition, is above the token of every ephemeral grant
