@@ -78,6 +78,7 @@ type Lock struct {
 	session     *Session // the session that renews it (WithSession), or nil
 	leaseOf     *Session // the session this is the own lease of, or nil
 	grants      []Grant  // a semaphore's permits (Permit), or nil
+	also        []*Lock  // the other names of a lock of several names, taken by the same request (AcquireAll)
 	free        int      // a semaphore's permits left free at the grant (Permit.Free)
 
 	ctx    *lockContext
@@ -289,10 +290,23 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 				since = sent.Add(r.Waited - r.Waited/marginFraction)
 			}
 			answered()
+			if o.also != nil && !grantsEach(r.Grants, 1+len(o.also)) {
+				// A server that does not know locks of several names took
+				// the first alone: give it back.
+				_, _ = l.Unlock(ctx, resource, o.owner, o.durability)
+				return nil, errNoGroups
+			}
 			lk := newLock(l, resource, r.FencingToken, o, since)
-			lk.grants, lk.free = r.Grants, r.Free
+			if o.also == nil {
+				lk.grants, lk.free = r.Grants, r.Free
+			}
+			for i, name := range o.also {
+				lk.also = append(lk.also, newLock(l, name, r.Grants[i+1].Token, o, since))
+			}
 			if o.session != nil {
-				o.session.attach(lk)
+				for _, got := range append([]*Lock{lk}, lk.also...) {
+					o.session.attach(got)
+				}
 			}
 			return lk, nil
 		case r.Status == Busy:
@@ -300,7 +314,7 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			if !since.IsZero() {
 				since = sent
 			}
-			verdict = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
+			verdict = &StatusError{Op: "lock", Resource: resource, Status: r.Status, Reason: r.Reason}
 			until = busyUntil
 		case r.Status == MustRetry:
 			cause = &StatusError{Op: "lock", Resource: resource, Status: r.Status}
@@ -343,13 +357,34 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 // caller checked that l can, doerOf). A request that is not well formed
 // is answered InvalidInput, unsent.
 func askWhole(ctx context.Context, l Locker, resource string, o acquireOptions, wait time.Duration) (Result, error) {
+	if o.also != nil {
+		wait = 0 // a lock of several names does not wait on the server: acquire asks again
+	}
 	req, reason := lease.Request{Op: lease.TryLock, Resource: resource, Owner: o.owner, TTL: o.ttl,
-		Durability: o.durability, Wait: wait, Permits: o.permits, Limit: o.limit, Shared: o.shared}.Check()
+		Durability: o.durability, Wait: wait, Permits: o.permits, Limit: o.limit, Shared: o.shared, Also: o.also}.Check()
 	if reason != "" {
 		return Result{Status: InvalidInput, Reason: reason}, nil
 	}
 	_, r, err := doerOf(l)(ctx, req)
 	return r, err
+}
+
+// errNoGroups: the server granted a lock of several names as a lock of
+// its first name alone (it does not know Also); AcquireAll then takes the
+// names one at a time.
+var errNoGroups = errors.New("kahuna: the server cannot lock several names in one step")
+
+// grantsEach reports whether grants are one per name of n, in order.
+func grantsEach(grants []Grant, n int) bool {
+	if len(grants) != n {
+		return false
+	}
+	for i, g := range grants {
+		if g.Slot != i {
+			return false
+		}
+	}
+	return true
 }
 
 // release releases a lock that has ended (Session.Close ends its locks
@@ -372,9 +407,11 @@ func (l *Lock) release(ctx context.Context) error {
 func releaseUnseen(ctx context.Context, l Locker, resource string, o acquireOptions) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(cleanupTimeout, max(o.ttl, 0)))
 	defer cancel()
-	retryOp(cctx, o.clock, nil, func() (Result, error) {
-		return l.Unlock(cctx, resource, o.owner, o.durability)
-	})
+	for _, name := range append([]string{resource}, o.also...) {
+		retryOp(cctx, o.clock, nil, func() (Result, error) {
+			return l.Unlock(cctx, name, o.owner, o.durability)
+		})
+	}
 }
 
 func newLock(l Locker, resource string, token int64, o acquireOptions, granted time.Time) *Lock {

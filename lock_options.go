@@ -36,6 +36,9 @@ type acquireOptions struct {
 	whole          bool
 	permits, limit int
 	shared         bool
+	// also, with whole: more names the same request locks with the
+	// resource, all or none, in one replicated step (AcquireAll).
+	also []string
 }
 
 // acquireOptionsOf is the defaults with opts applied.

@@ -249,6 +249,11 @@ func (s *Session) apply(o *acquireOptions, resource string) error {
 	case s.locks[resource] != nil:
 		return ErrHeldInSession
 	}
+	for _, name := range o.also {
+		if s.locks[name] != nil {
+			return ErrHeldInSession
+		}
+	}
 	o.owner, o.ownOwner = append([]byte(s.id), o.suffix...), false
 	o.ttl, o.durability, o.margin, o.marginSet, o.clock = s.o.ttl, s.o.durability, s.o.margin, s.o.marginSet, s.o.clock
 	return nil

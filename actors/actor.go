@@ -55,6 +55,9 @@ type call struct {
 	unsure   bool
 	waitOver bool // its wait ended: decide it as a TryLock from now on
 	gone     bool // its caller left (context ended): drop it unanswered
+	// group: one name of a lock of several names (group.go). Its write is
+	// held for the group, not proposed, and it never queues behind a write.
+	group bool
 }
 
 // completed is a call whose persistent write has an outcome; the backend
@@ -415,6 +418,16 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 	}
 	// A lapsed holder with waiters: the head goes first, then c.
 	a.handOff(s)
+	if s.inflight != nil && c.group {
+		// Not queued, so that no group waits for another: Busy if the
+		// committed entry is another owner's live lease now, else MustRetry.
+		st := lease.MustRetry
+		if d := a.decideLease(s.Entry, &req.Request, now); d.Status == lease.Busy {
+			st = lease.Busy
+		}
+		c.reply <- Response{Status: st}
+		return
+	}
 	if s.inflight != nil {
 		if a.cfg.MaxQueued > 0 && s.queued >= a.cfg.MaxQueued {
 			a.refused.Add(1)
@@ -541,6 +554,11 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	}
 	c.rec = recordOf(req.Resource, &write, s.index, term, now)
 	s.inflight = c
+	if c.group { // proposed with the group's other records, by doAll
+		c.self, c.root = a.self, a.root
+		c.reply <- Response{ready: true}
+		return
+	}
 	a.hold(c)
 }
 

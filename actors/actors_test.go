@@ -31,6 +31,10 @@ type fakeBackend struct {
 	proposeEntered chan struct{}
 	proposeRelease chan struct{}
 
+	// groupApart applies a group's records one by one (ProposeGroup).
+	groupApart bool
+	groups     atomic.Int32 // ProposeGroup calls
+
 	// Load of blockLoad signals loadEntered and waits for loadRelease.
 	blockLoad   string
 	loadEntered chan struct{}
@@ -62,6 +66,32 @@ func (b *fakeBackend) Propose(p int, rec *durability.Record, c durability.Comple
 		return
 	}
 	c.Committed(b.apply(r))
+}
+
+// ProposeGroup applies recs all or none, as the state machine does: one
+// record whose base is stale refuses them all. With groupApart (a negative
+// control) it applies them one by one.
+func (b *fakeBackend) ProposeGroup(p int, recs []*durability.Record, comps []durability.Completion) {
+	b.groups.Add(1)
+	b.mu.Lock()
+	admitted := true
+	for _, rec := range recs {
+		old, known := b.store[rec.Resource]
+		if old.Index != rec.Base || !known && rec.Token < b.floor {
+			admitted = false
+		}
+	}
+	apart := b.groupApart
+	b.mu.Unlock()
+	for i, rec := range recs {
+		r := *rec
+		r.Owner = append([]byte(nil), rec.Owner...)
+		if !admitted && !apart {
+			comps[i].Committed(0, durability.ErrFenced)
+			continue
+		}
+		comps[i].Committed(b.apply(r))
+	}
 }
 
 func (b *fakeBackend) setHold(resource string, on bool) {

@@ -102,6 +102,10 @@ type Config struct {
 	// holder alone: a late proclaim undoes a later one. A negative
 	// control, never for production.
 	UnsafeProclaimAnyValue bool
+	// UnsafeGroupPartial proposes the grants of a lock of several names
+	// one by one, and even when another of its names was not granted: a
+	// partial grant. A negative control, never for production.
+	UnsafeGroupPartial bool
 	// UnsafeDropHandedOver makes Install keep nothing: the leases handed
 	// over are lost, though the new leader waits none of them out. A
 	// negative control for the fault tests, never for production.
@@ -196,6 +200,9 @@ type Response struct {
 	// live holders (Expires: when the last one's lease ends).
 	Holders []lease.Holder
 
+	// ready: a group's call was granted and its write is held for the
+	// group's proposal (group.go); its outcome is answered next.
+	ready bool
 	// raise, with Status MustRetry, says the call was not decided because
 	// its ephemeral grant needs a token past the partition's window: Do
 	// asks again once the window is raised (closed).
@@ -315,6 +322,12 @@ func (a *lockActor) enter() bool {
 // times; a waiting TryLock asks again with what is left of its wait, at
 // the back of the queue.
 func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
+	if req.Also != nil {
+		if r.closed.Load() {
+			return Response{}, ErrClosed
+		}
+		return r.doAll(ctx, req)
+	}
 	resp, err := r.do(ctx, req)
 	for round := 1; err == nil && resp.raise != nil; round++ {
 		if round == raiseRounds {

@@ -14,6 +14,7 @@ import (
 //	reach  = 0x04 uvarint(term) uvarint(replica) varint(reach)
 //	grace  = 0x05 uvarint(term) uvarint(replica) varint(ttl ms) mode:byte
 //	handed = 0x06 uvarint(term) uvarint(replica) leases
+//	group  = 0x07 count:uint16be uvarint(term) uvarint(replica) record{count}
 //	leases = uvarint(count) (uvarint(len) resource uvarint(len) owner
 //	         varint(token) uvarint(revision) varint(left ms)){count}
 //	legacy = 0x01 count:uint16be (uvarint(len) resource value){count}
@@ -32,7 +33,9 @@ import (
 // (statemachine.go). An epoch entry is a new leader's marker. A reach entry
 // raises the partition's ephemeral token reach (Raft.RaiseReach), a grace
 // entry its ephemeral TTL bound (Raft.RaiseEphemeralTTL), each fenced by
-// its epoch like a batch. A handed entry lists the live ephemeral leases
+// its epoch like a batch. A group is a batch applied all or nothing: if
+// the fence refuses one of its records, none is applied (ProposeGroup).
+// A handed entry lists the live ephemeral leases
 // of a leader that stopped deciding for the partition, for the next one
 // to keep (Raft.HandOver), fenced the same way. Legacy
 // batches were written before the fence and are only replayed from old
@@ -60,6 +63,7 @@ const (
 	kindReach       byte = 4
 	kindGrace       byte = 5
 	kindHandover    byte = 6
+	kindGroup       byte = 7
 
 	// countOffset is where a batch's fixed-width count sits, so the writer
 	// can fill it in place when it closes a batch.
@@ -106,9 +110,10 @@ func (h header) special() bool {
 	return h.kind == kindEpoch || h.kind == kindReach || h.kind == kindGrace || h.kind == kindHandover
 }
 
-// appendBatchHeader starts a batch of epoch e with a zero count.
-func appendBatchHeader(b []byte, e Epoch) []byte {
-	b = append(b, kindBatch, 0, 0)
+// appendBatchHeader starts a batch (kindBatch or kindGroup) of epoch e
+// with a zero count.
+func appendBatchHeader(b []byte, kind byte, e Epoch) []byte {
+	b = append(b, kind, 0, 0)
 	b = binary.AppendUvarint(b, e.Term)
 	return binary.AppendUvarint(b, e.Replica)
 }
@@ -339,7 +344,7 @@ func varintLen(x int64) int {
 // formatMaxRecords) to dst.
 func encodeBatch(dst []byte, e Epoch, recs []Record) []byte {
 	start := len(dst)
-	dst = appendBatchHeader(dst, e)
+	dst = appendBatchHeader(dst, kindBatch, e)
 	for i := range recs {
 		dst = appendRecord(dst, &recs[i])
 	}
@@ -383,7 +388,7 @@ func parseHeader(b []byte) (header, []byte, error) {
 	h := header{kind: b[0]}
 	d := decoder{b: b[1:]}
 	switch h.kind {
-	case kindBatch, kindLegacyBatch:
+	case kindBatch, kindGroup, kindLegacyBatch:
 		if len(d.b) < countLen {
 			return h, nil, errCorrupt
 		}
@@ -392,7 +397,7 @@ func parseHeader(b []byte) (header, []byte, error) {
 		if h.count == 0 {
 			return h, nil, errCorrupt
 		}
-		if h.kind == kindBatch {
+		if h.kind != kindLegacyBatch {
 			h.epoch = Epoch{Term: d.uvarint(), Replica: d.uvarint()}
 		}
 	case kindEpoch:
@@ -443,7 +448,7 @@ func nextRecord(b []byte, kind byte, rec *Record) (resource, value, rest []byte,
 	d := decoder{b: b}
 	resource = d.bytes(d.uvarint())
 	rec.Base = 0
-	if kind == kindBatch {
+	if kind != kindLegacyBatch {
 		rec.Base = d.uvarint()
 	}
 	if d.err != nil {

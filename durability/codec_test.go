@@ -38,7 +38,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	recs := sampleRecords()
 	recs[1].Base, recs[2].Base, recs[4].Base = 77, math.MaxUint64, 5
 	enc := encodeBatch(nil, codecEpoch, recs)
-	want := len(appendBatchHeader(nil, codecEpoch))
+	want := len(appendBatchHeader(nil, kindBatch, codecEpoch))
 	for i := range recs {
 		want += recordSize(&recs[i])
 	}

@@ -147,6 +147,11 @@ type RaftConfig struct {
 	// below its removed record's again. Only for the fault tests'
 	// negative controls.
 	UnsafeNoSweepFloor bool
+	// UnsafeGroupApart applies a group's records one by one, as a batch's:
+	// a group whose one record the fence refuses applies the others. Only
+	// for the negative control of the all-or-nothing grant of several
+	// names.
+	UnsafeGroupApart bool
 
 	// inFlight and batchRecords override the group-commit constants in
 	// benchmarks.

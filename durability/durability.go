@@ -106,6 +106,12 @@ type Backend interface {
 	// outcome. Records of one partition commit in Propose order. rec is not
 	// retained after Propose returns.
 	Propose(p int, rec *Record, c Completion)
+	// ProposeGroup queues recs, each of another resource of partition p
+	// and decided in one term, as one Raft entry applied all or nothing:
+	// if the fence refuses one record (its base or epoch is stale), none
+	// is applied. comps[i] learns recs[i]'s outcome, which is the same for
+	// all. recs are not retained after ProposeGroup returns.
+	ProposeGroup(p int, recs []*Record, comps []Completion)
 	// Load returns the applied record of resource in partition p from local
 	// storage. The caller is responsible for serving p only in an epoch it
 	// fenced (Raft.Fence), so the local state is current. When not found,

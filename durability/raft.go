@@ -106,7 +106,7 @@ func openRaft(cfg RaftConfig) (*Raft, error) {
 	create := func(shard, _ uint64) sm.IOnDiskStateMachine {
 		m := newStateMachine(db, shard, log, cfg.UnsafeNoFence)
 		m.pend.hold, m.pend.crash, m.pend.appliedFirst = cfg.holdPending, cfg.crash, cfg.UnsafeAppliedFirst
-		m.unsafeNoFloor = cfg.UnsafeNoSweepFloor
+		m.unsafeNoFloor, m.unsafeGroupApart = cfg.UnsafeNoSweepFloor, cfg.UnsafeGroupApart
 		m.startFlusher()
 		if p := int(shard) - 1; p >= 0 && p < len(r.machines) {
 			r.machines[p].Store(m)
@@ -195,6 +195,17 @@ func (r *Raft) Propose(p int, rec *Record, c Completion) {
 		return
 	}
 	r.lanes[p].push(rec, c)
+}
+
+// ProposeGroup implements Backend.
+func (r *Raft) ProposeGroup(p int, recs []*Record, comps []Completion) {
+	if err := r.checkPartition(p); err != nil {
+		for _, c := range comps {
+			c.Committed(0, fmt.Errorf("%w: %w", ErrRetry, err))
+		}
+		return
+	}
+	r.lanes[p].pushGroup(recs, comps)
 }
 
 // view reads partition p as applied: its state machine's pending writes,

@@ -71,8 +71,11 @@ type stateMachine struct {
 	// name's next first grant may take a token below its removed
 	// record's. A negative control for the fault tests.
 	unsafeNoFloor bool
-	pend          *pending
-	applied       atomic.Uint64 // the last index Update applied (Status)
+	// unsafeGroupApart applies a group's records one by one
+	// (RaftConfig.UnsafeGroupApart).
+	unsafeGroupApart bool
+	pend             *pending
+	applied          atomic.Uint64 // the last index Update applied (Status)
 
 	// Used only by Open, Update and RecoverFromSnapshot, which dragonboat
 	// never runs concurrently.
@@ -284,10 +287,18 @@ func (a *applier) entry(e *sm.Entry) error {
 		bits     []byte
 		applied  uint64
 		behind   uint64 // unfenced records applied after a load in this epoch
-		fenced   = h.kind == kindBatch && !a.s.unsafeNoFence
+		fenced   = h.kind != kindLegacyBatch && !a.s.unsafeNoFence
 		stale    = fenced && h.epoch != a.epoch
-		unfenced = h.kind == kindBatch && a.s.unsafeNoFence && h.epoch != a.epoch
+		unfenced = h.kind != kindLegacyBatch && a.s.unsafeNoFence && h.epoch != a.epoch
 	)
+	if h.kind == kindGroup && !stale && !a.s.unsafeGroupApart {
+		// All or nothing: one record the fence refuses refuses them all.
+		ok, err := a.admitsAll(body, h, fenced)
+		if err != nil {
+			return err
+		}
+		stale = !ok
+	}
 	for j := range h.count {
 		var res, val []byte
 		res, val, body, _ = nextRecord(body, h.kind, &rec) // validated by scanEntry
@@ -570,27 +581,38 @@ func scanEntry(cmd []byte) (h header, records []byte, ops, cost int64, err error
 	return h, records, ops, cost, nil
 }
 
-// put stores the record of resource res (command-form value val) as written
-// by the entry at index, or removes it (rec.Remove), if the guard lets it.
-// Fenced, the stored record must still be at rec.Base and the token must
-// not go down (with none stored: not below the floor). Otherwise (a legacy
-// batch, or the fence switched off) a write must advance (Token, Revision).
-// Either way a removal needs a stored record.
-func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (bool, error) {
-	start := len(a.keys)
-	a.keys = recordKey(a.keys, a.s.shard, res)
-	key := a.keys[start:len(a.keys):len(a.keys)]
+// admitsAll reports whether put would store every record of the batch
+// body (of header h), changing nothing.
+func (a *applier) admitsAll(body []byte, h header, fenced bool) (bool, error) {
+	var rec Record
+	for range h.count {
+		var res []byte
+		res, _, body, _ = nextRecord(body, h.kind, &rec) // validated by scanEntry
+		_, ok, err := a.guard(res, &rec, fenced)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// guard reads the stored order of resource res and reports whether put
+// would store rec over it (see put).
+func (a *applier) guard(res []byte, rec *Record, fenced bool) (old order, ok bool, err error) {
 	old, known := a.s.orders.get(res)
 	if !known {
-		var err error
-		if old, known, err = a.stored(key, res); err != nil {
-			return false, err
+		start := len(a.keys)
+		a.keys = recordKey(a.keys, a.s.shard, res)
+		key := a.keys[start:]
+		old, known, err = a.stored(key, res)
+		a.keys = a.keys[:start]
+		if err != nil {
+			return order{}, false, err
 		}
 		if known {
 			a.s.orders.put(res, old)
 		}
 	}
-	var ok bool
 	switch {
 	case fenced && known:
 		ok = old.index == rec.Base && rec.Token >= old.token
@@ -601,10 +623,23 @@ func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (
 	default:
 		ok = !known || advances(rec.Token, rec.Revision, old.token, old.revision)
 	}
-	if !ok {
-		a.keys = a.keys[:start]
-		return false, nil
+	return old, ok, nil
+}
+
+// put stores the record of resource res (command-form value val) as written
+// by the entry at index, or removes it (rec.Remove), if the guard lets it.
+// Fenced, the stored record must still be at rec.Base and the token must
+// not go down (with none stored: not below the floor). Otherwise (a legacy
+// batch, or the fence switched off) a write must advance (Token, Revision).
+// Either way a removal needs a stored record.
+func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (bool, error) {
+	old, ok, err := a.guard(res, rec, fenced)
+	if err != nil || !ok {
+		return false, err
 	}
+	start := len(a.keys)
+	a.keys = recordKey(a.keys, a.s.shard, res)
+	key := a.keys[start:len(a.keys):len(a.keys)]
 	if rec.Remove {
 		// Unfenced, rec.Token may be below the stored one: the floor must
 		// pass both.

@@ -548,3 +548,46 @@ func TestStateMachineSnapshotFloor(t *testing.T) {
 		t.Fatalf("unknown version: %v", err)
 	}
 }
+
+// groupEntry is a group of epoch testEpoch: applied all or nothing.
+func groupEntry(index uint64, recs ...Record) sm.Entry {
+	b := appendBatchHeader(nil, kindGroup, testEpoch)
+	for i := range recs {
+		b = appendRecord(b, &recs[i])
+	}
+	setBatchCount(b, len(recs))
+	return sm.Entry{Index: index, Cmd: b}
+}
+
+// A group applies every record or none: one the fence refuses (a stale
+// base) refuses the others, which a batch would apply; a group of
+// another epoch applies nothing. With UnsafeGroupApart (the negative
+// control) the group applies record by record.
+func TestStateMachineGroup(t *testing.T) {
+	for _, apart := range []bool{false, true} {
+		db := memDB(t, 8<<20)
+		s := fencedSM(t, db)
+		s.unsafeGroupApart = apart
+		ents := []sm.Entry{
+			entry(5, rec("a", 0, 1), rec("b", 0, 1)),
+			groupEntry(6, from(rec("a", 1, 2), 5), from(rec("b", 1, 2), 4), rec("c", 0, 1)), // b's base is stale
+			groupEntry(7, from(rec("a", 1, 2), 5), from(rec("b", 1, 2), 5), rec("c", 0, 1)),
+			epochEntry(8, Epoch{Term: 3, Replica: 2}, from(rec("a", 2, 3), 7)), // decided in another epoch
+		}
+		ents[3].Cmd[0] = kindGroup
+		if _, err := s.Update(ents); err != nil {
+			t.Fatal(err)
+		}
+		want := []sm.Result{{Value: 5}, {}, {Value: 7}, {}}
+		wantA := stored(rec("a", 1, 2), 7)
+		if apart {
+			want[1] = sm.Result{Value: 6, Data: []byte{0b101}}
+			want[2] = sm.Result{Value: 7, Data: []byte{0b010}} // a and c were applied by entry 6
+			wantA = stored(rec("a", 1, 2), 6)
+		}
+		checkResults(t, ents, want)
+		if got, _ := mustLoad(t, db, 3, "a"); !reflect.DeepEqual(got, wantA) {
+			t.Errorf("apart %v: a = %+v, want %+v", apart, got, wantA)
+		}
+	}
+}

@@ -54,6 +54,7 @@ var (
 // completions.
 type batch struct {
 	term  uint64
+	group bool // a group (pushGroup): applied all or nothing, joined by no other record
 	buf   []byte
 	comps []Completion
 	// opened is when the first record joined; proposed is when the batch
@@ -141,10 +142,10 @@ func (l *lane) push(rec *Record, c Completion) {
 	}
 	n := len(l.pend)
 	var b *batch
-	if last := n - 1; n > 0 && l.pend[last].term == rec.Term && len(l.pend[last].comps) < l.batchRecords && len(l.pend[last].buf)+size <= maxBatchBytes {
+	if last := n - 1; n > 0 && !l.pend[last].group && l.pend[last].term == rec.Term && len(l.pend[last].comps) < l.batchRecords && len(l.pend[last].buf)+size <= maxBatchBytes {
 		b = l.pend[last]
 	} else {
-		b = l.newBatch(rec.Term)
+		b = l.newBatch(rec.Term, kindBatch)
 		l.pend = append(l.pend, b)
 	}
 	b.buf = appendRecord(b.buf, rec)
@@ -160,8 +161,66 @@ func (l *lane) push(rec *Record, c Completion) {
 	}
 }
 
+// pushGroup queues recs as one group entry, applied all or nothing, and
+// completes every c in comps with its outcome (the same for all). It does
+// not block; a refusal completes them all at once.
+func (l *lane) pushGroup(recs []*Record, comps []Completion) {
+	fail := func(err error) {
+		for _, c := range comps {
+			c.Committed(0, err)
+		}
+	}
+	size := 0
+	for _, rec := range recs {
+		if recs[0].Term != rec.Term {
+			fail(fmt.Errorf("%w: a group's records were decided in different terms", ErrRetry))
+			return
+		}
+		if recordSize(rec) > maxRecordBytes {
+			fail(errTooLarge)
+			return
+		}
+		size += recordSize(rec)
+	}
+	switch {
+	case len(recs) == 0 || len(recs) != len(comps):
+		fail(fmt.Errorf("%w: a group of %d records and %d completions", ErrRetry, len(recs), len(comps)))
+		return
+	case len(recs) > formatMaxRecords || size > maxBatchBytes:
+		fail(fmt.Errorf("%w: a group of %d records, %d bytes, is larger than one entry", ErrRetry, len(recs), size))
+		return
+	}
+	l.mu.Lock()
+	if l.closed || l.queued+len(recs) > maxQueued {
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			fail(errClosedRetry)
+		} else {
+			fail(errQueueFull)
+		}
+		return
+	}
+	b := l.newBatch(recs[0].Term, kindGroup)
+	b.group = true
+	for i, rec := range recs {
+		b.buf = appendRecord(b.buf, rec)
+		b.comps = append(b.comps, comps[i])
+	}
+	l.pend = append(l.pend, b)
+	l.queued += len(recs)
+	first := l.queued == len(recs)
+	l.mu.Unlock()
+	if first {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // newBatch needs l.mu.
-func (l *lane) newBatch(term uint64) *batch {
+func (l *lane) newBatch(term uint64, kind byte) *batch {
 	var b *batch
 	if n := len(l.free); n > 0 {
 		b = l.free[n-1]
@@ -169,9 +228,9 @@ func (l *lane) newBatch(term uint64) *batch {
 	} else {
 		b = &batch{buf: make([]byte, 0, 4096)}
 	}
-	b.term = term
+	b.term, b.group = term, false
 	b.opened = time.Now()
-	b.buf = appendBatchHeader(b.buf[:0], Epoch{Term: term, Replica: l.replica})
+	b.buf = appendBatchHeader(b.buf[:0], kind, Epoch{Term: term, Replica: l.replica})
 	return b
 }
 

@@ -35,6 +35,9 @@ type Request struct {
 	// proclaim: the holder Owner is replaced by NewOwner, the same
 	// candidate ID with a new value, keeping the token. nil elsewhere.
 	NewOwner []byte
+	// Also, for a TryLock, names more resources to lock with Resource, all
+	// or none, in one replicated step (group.go). nil elsewhere.
+	Also []string
 }
 
 // Check is the rule every edge applies to a lock call: it says why r is
@@ -52,6 +55,9 @@ func (r Request) Check() (Checked, string) {
 		return Checked{}, reason
 	}
 	if reason := r.checkProclaim(); reason != "" {
+		return Checked{}, reason
+	}
+	if reason := r.checkGroup(); reason != "" {
 		return Checked{}, reason
 	}
 	if r.Wait != 0 {
@@ -101,6 +107,9 @@ func Do(ctx context.Context, l Locker, req Checked) (LockInfo, Result, error) {
 	)
 	switch r.Op {
 	case TryLock:
+		if r.Also != nil {
+			return LockInfo{}, Result{}, fmt.Errorf("lease: %T cannot lock several names at once (only a kahuna node or client can): %w", l, ErrNotApplied)
+		}
 		if r.Wait == 0 {
 			res, err = l.TryLock(ctx, r.Resource, r.Owner, r.TTL, r.Durability)
 			break

@@ -328,7 +328,7 @@ func (c *Client) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lea
 	if why := wireReason(r); why != "" {
 		return lease.LockInfo{}, lease.Result{Status: lease.InvalidInput, Reason: why}, nil
 	}
-	if r.Wait != 0 || r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil {
+	if r.Wait != 0 || r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil || r.Also != nil {
 		res, err := c.wait(ctx, r)
 		return lease.LockInfo{}, res, err
 	}
@@ -353,6 +353,11 @@ func checkSend(r lease.Request) string {
 func wireReason(r lease.Request) string {
 	if !utf8.ValidString(r.Resource) {
 		return "resource is not valid UTF-8"
+	}
+	for _, name := range r.Also {
+		if !utf8.ValidString(name) {
+			return "a name in also is not valid UTF-8"
+		}
 	}
 	return ""
 }

@@ -134,6 +134,8 @@ type restWholeLock struct {
 	Resize  bool  `json:"resize,omitempty"`
 	// NewOwner makes a try-extend a proclaim (lease.Request.NewOwner).
 	NewOwner []byte `json:"newOwner,omitempty"`
+	// Also names more resources to lock at once (lease.Request.Also).
+	Also []string `json:"also,omitempty"`
 }
 
 type restLockAnswer struct {
@@ -219,12 +221,12 @@ func (r *RESTClient) Do(ctx context.Context, req lease.Checked) (lease.LockInfo,
 	q := req.Request()
 	switch q.Op {
 	case lease.TryLock:
-		if q.Permits == 0 && q.Limit == 0 && !q.Shared && !q.Resize {
+		if q.Permits == 0 && q.Limit == 0 && !q.Shared && !q.Resize && q.Also == nil {
 			res, err := r.TryLock(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
 			return lease.LockInfo{}, res, err
 		}
 		body := restWholeLock{restLock: restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)},
-			Permits: int32(q.Permits), Limit: int32(q.Limit), Shared: q.Shared, Resize: q.Resize} // checked: at most lease.MaxPermits
+			Permits: int32(q.Permits), Limit: int32(q.Limit), Shared: q.Shared, Resize: q.Resize, Also: q.Also} // checked: at most lease.MaxPermits
 		res, err := r.lockCall(ctx, "try-lock", body)
 		return lease.LockInfo{}, res, err
 	case lease.Extend:

@@ -232,6 +232,9 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	if n := req.GetNewOwner(); len(n) > 0 { // a proclaim
 		r.Op, r.NewOwner = lease.Extend, n
 	}
+	if also := req.GetAlso(); len(also) > 0 { // a lock of several names
+		r.Also = also
+	}
 	if !lease.ValidWait(wait) {
 		r.Wait = 0 // said below, in the wire's unit
 	}
@@ -258,9 +261,7 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 				s.log.Warn("lock request failed", "op", "Lock", "resource", r.Resource, "status", res.Status, "err", err)
 			}
 		}
-		if res.Status == lease.InvalidInput {
-			resp.Reason = res.Reason
-		}
+		resp.Reason = res.Reason // why it is invalid, or which name of several is busy
 	}
 	resp.Status = v1.Status(res.Status)
 	resp.FencingToken = res.FencingToken

@@ -97,7 +97,7 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 			left = max(wait-sent.Sub(start), 0)
 		}
 		req := &v1.LockRequest{Resource: resource, Owner: owner, TtlMs: int64(ttlToMs(ttl)), WaitMs: waitToMs(left), Durability: v1.Durability(d),
-			Permits: int32(r.Permits), Limit: int32(r.Limit), Shared: r.Shared, Resize: r.Resize, NewOwner: r.NewOwner} // checked: at most lease.MaxPermits
+			Permits: int32(r.Permits), Limit: int32(r.Limit), Shared: r.Shared, Resize: r.Resize, NewOwner: r.NewOwner, Also: r.Also} // checked: at most lease.MaxPermits
 		var (
 			resp *v1.LockResponse
 			err  error

@@ -40,6 +40,9 @@ type lockBody struct {
 	// NewOwner, kahuna's too, makes a try-extend of an election a proclaim
 	// (lease.Request.NewOwner).
 	NewOwner []byte `json:"newOwner"`
+	// Also, kahuna's too, names more resources for a try-lock to lock at
+	// once, all or none (lease.Request.Also).
+	Also []string `json:"also"`
 }
 
 type lockReply struct {
@@ -149,7 +152,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 	}
 	op := route.op()
 	req := lease.Request{Op: op, Resource: b.Resource, Owner: b.Owner, Durability: lease.Durability(b.Durability),
-		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared, Resize: b.Resize, NewOwner: b.NewOwner}
+		Permits: int(b.Permits), Limit: int(b.Limit), Shared: b.Shared, Resize: b.Resize, NewOwner: b.NewOwner, Also: b.Also}
 	if op != lease.Unlock {
 		req.TTL = msToTTL(b.ExpiresMs)
 	}

@@ -107,7 +107,9 @@ type TestingKnobs struct {
 	UnsafeTokenRepeat      bool // a grant to a new owner takes the last grant's token again instead of one more
 	UnsafePermitOvercommit bool // a semaphore's live permits, a read/write lock's holders, are granted over
 	UnsafeProclaimAnyValue bool // a proclaim is taken from any value of the holder's candidate ID: a late one undoes a later one
+	UnsafeGroupPartial     bool // the grants of a lock of several names are proposed one by one, even when one name was not granted
 	UnsafeNoSweepFloor     bool // a swept free record's token does not raise the partition's token floor
+	UnsafeGroupApart       bool // a group's records (a grant of several names) are applied one by one, not all or nothing
 	UnsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry
 	UnsafeDropHandedOver   bool // a new leader drops the ephemeral leases handed over to it
 	UnsafeNoTakeoverWait   bool // a new leader serves at once, while an earlier leader's lease may live

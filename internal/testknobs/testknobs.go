@@ -133,6 +133,23 @@ func WithTokenRepeat(cfg kahuna.Config) kahuna.Config {
 	return cfg
 }
 
+// WithGroupPartial returns cfg with the grants of a lock of several names
+// proposed one by one, even when another of its names was busy. A
+// negative control: a caller told busy must be found holding some of its
+// names.
+func WithGroupPartial(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeGroupPartial = true
+	return cfg
+}
+
+// WithGroupApart returns cfg with a grant of several names in one record
+// group applied record by record: one the fence refuses leaves the others
+// applied. A negative control: a partial grant must be caught.
+func WithGroupApart(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeGroupApart = true
+	return cfg
+}
+
 // WithProclaimAnyValue returns cfg with a proclaim taken from any owner
 // with the election holder's candidate ID, not only from the holder: a
 // proclaim delivered late undoes a later one. A negative control: the

@@ -236,7 +236,12 @@ type LockRequest struct {
 	// new_owner (the same 32-byte candidate ID, a new value) the holder,
 	// keeping the fencing token; answered STATUS_EXTENDED, or
 	// STATUS_INVALID_OWNER when neither owner nor new_owner holds it.
-	NewOwner      []byte `protobuf:"bytes,10,opt,name=new_owner,json=newOwner,proto3" json:"new_owner,omitempty"`
+	NewOwner []byte `protobuf:"bytes,10,opt,name=new_owner,json=newOwner,proto3" json:"new_owner,omitempty"`
+	// More names to lock with resource, all or none, in one replicated step
+	// (persistent, no wait): each must share resource's partition key (the
+	// part before the last '/'). The grants come back in grants, slot being
+	// the name's place (0: resource, then also's in order).
+	Also          []string `protobuf:"bytes,11,rep,name=also,proto3" json:"also,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -341,6 +346,13 @@ func (x *LockRequest) GetNewOwner() []byte {
 	return nil
 }
 
+func (x *LockRequest) GetAlso() []string {
+	if x != nil {
+		return x.Also
+	}
+	return nil
+}
+
 // A permit of a semaphore: its slot and the slot's fencing token.
 type Grant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -402,7 +414,8 @@ type LockResponse struct {
 	// measured it from receiving the request.
 	WaitedMs   int64  `protobuf:"varint,3,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
 	ServedFrom string `protobuf:"bytes,4,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
-	// For STATUS_INVALID_INPUT: what is wrong with the request.
+	// For STATUS_INVALID_INPUT: what is wrong with the request. For
+	// STATUS_BUSY of a lock of several names: which name is held.
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// For a semaphore's grant: the permits granted (fencing_token is the
 	// first one's).
@@ -937,7 +950,7 @@ var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xa3\x02\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xb7\x02\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -951,7 +964,8 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x06shared\x18\b \x01(\bR\x06shared\x12\x16\n" +
 	"\x06resize\x18\t \x01(\bR\x06resize\x12\x1b\n" +
 	"\tnew_owner\x18\n" +
-	" \x01(\fR\bnewOwner\"@\n" +
+	" \x01(\fR\bnewOwner\x12\x12\n" +
+	"\x04also\x18\v \x03(\tR\x04also\"@\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x81\x02\n" +

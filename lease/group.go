@@ -1,0 +1,63 @@
+package lease
+
+import "strconv"
+
+// A lock of several names at once is a TryLock whose Also names more
+// resources than Resource, all of Resource's partition key (the part
+// before the last '/': so one partition holds them all, whatever the
+// cluster's partitioning). Every name is granted to Owner for TTL with a
+// fencing token of its own, or none is, in one replicated step: the
+// records of all the grants are one Raft entry that applies all or
+// nothing. It is persistent, and does not wait on the server.
+
+// MaxGroupNames is the most names one lock of several names takes.
+const MaxGroupNames = 64
+
+// Names is r's resources: Resource, then Also.
+func (r *Request) Names() []string {
+	return append([]string{r.Resource}, r.Also...)
+}
+
+// checkGroup says why r's Also is not well formed, or "". A reason names
+// a resource by its place in Names, never by its name.
+func (r *Request) checkGroup() string {
+	if r.Also == nil {
+		return ""
+	}
+	switch {
+	case r.Op != TryLock:
+		return "several names are for a lock, not " + r.Op.String()
+	case len(r.Also) == 0:
+		return "also is empty: give more names, or none"
+	case len(r.Also)+1 > MaxGroupNames:
+		return strconv.Itoa(len(r.Also)+1) + " names, over the limit of " + strconv.Itoa(MaxGroupNames)
+	case r.Durability != Persistent:
+		return "a lock of several names at once is persistent: its one step is a replicated record group"
+	case r.Wait != 0:
+		return "a lock of several names at once does not wait on the server"
+	case r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil:
+		return "a lock of several names at once takes plain locks: no permits, limit, shared, resize or new owner"
+	}
+	key := PartitionKey(r.Resource)
+	seen := map[string]int{r.Resource: 0}
+	for i, name := range r.Names() {
+		place := "name " + strconv.Itoa(i+1)
+		if i > 0 {
+			if reason := Check(TryLock, name, r.Owner, r.TTL, r.Durability); reason != "" {
+				return place + ": " + reason
+			}
+			if j, dup := seen[name]; dup {
+				return place + " is name " + strconv.Itoa(j+1) + " again"
+			}
+			seen[name] = i
+		}
+		switch {
+		case IsSemaphore(name), IsRWLock(name), IsElection(name):
+			return place + " is a semaphore, a read/write lock or an election: a lock of several names takes plain locks"
+		case PartitionKey(name) != key:
+			return place + " has another partition key (the part before the last '/') than name 1: " +
+				"only names of one partition key are granted in one step"
+		}
+	}
+	return ""
+}
