@@ -103,9 +103,11 @@ func ExampleRWLock() {
 	// the next reader's epoch 1
 }
 
-// Two accounts locked together, in one session: every name or none, in
-// one order whatever the order given, so two transfers between the same
-// accounts in opposite directions cannot deadlock.
+// Two accounts locked together, in one session: every name or none. They
+// share the partition key "accounts", so one request grants both in one
+// replicated step, and nobody sees one held without the other; two
+// transfers between the same accounts in opposite directions cannot
+// deadlock.
 func ExampleAcquireAll() {
 	ctx := context.Background()
 	node, err := kahuna.Open(kahuna.Config{})
