@@ -14,6 +14,7 @@ import (
 	"github.com/kahunago/kahuna/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
@@ -155,7 +156,7 @@ func (e *etcdSystem) Locker(ctx context.Context, _ int) (lease.Locker, error) {
 	e.mu.Lock()
 	e.closed = append(e.closed, sess)
 	e.mu.Unlock()
-	return &EtcdLocker{sess: sess, held: map[string]*concurrency.Mutex{}}, nil
+	return &EtcdLocker{sess: sess, held: map[string]*concurrency.Mutex{}, rw: map[string]rwHold{}}, nil
 }
 
 // Close implements bench.System: end the sessions (their locks go with
@@ -179,9 +180,65 @@ type EtcdLocker struct {
 	sess *concurrency.Session
 	mu   sync.Mutex
 	held map[string]*concurrency.Mutex
+	rw   map[string]rwHold
 }
 
-var _ lease.WaitLocker = (*EtcdLocker)(nil)
+// rwHold is a read/write lock held through etcd's recipe.RWMutex.
+type rwHold struct {
+	m    *recipe.RWMutex
+	read bool
+}
+
+var (
+	_ lease.WaitLocker = (*EtcdLocker)(nil)
+	_ lease.Doer       = (*EtcdLocker)(nil)
+)
+
+// errEtcdNoSemaphore: etcd's client has no semaphore recipe.
+var errEtcdNoSemaphore = errors.New("etcd has no semaphore recipe (read/write locks: recipe.RWMutex)")
+
+// Do implements lease.Doer, for the hot-wait workload's read/write lock
+// (a name starting with rwlock:): etcd's recipe.RWMutex, RLock for a read
+// lock and Lock for the write lock. The recipe takes no context and no
+// wait: it returns once granted, so a request's wait is taken as "until
+// granted". Its holders are ordered by their keys' revisions, as the
+// Mutex's are. There is no fencing token (0). A semaphore's request is
+// refused. Everything else goes to the Locker's methods.
+func (l *EtcdLocker) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
+	r := req.Request()
+	switch {
+	case r.Permits != 0 || r.Limit != 0:
+		return lease.LockInfo{}, lease.Result{}, errEtcdNoSemaphore
+	case lease.IsRWLock(r.Resource) && r.Op == lease.TryLock:
+		m := recipe.NewRWMutex(l.sess, etcdPrefix+r.Resource)
+		lock := m.Lock
+		if r.Shared {
+			lock = m.RLock
+		}
+		if err := lock(); err != nil {
+			return lease.LockInfo{}, lease.Result{}, fmt.Errorf("etcd recipe.RWMutex: %w", err)
+		}
+		l.mu.Lock()
+		l.rw[r.Resource] = rwHold{m: m, read: r.Shared}
+		l.mu.Unlock()
+		return lease.LockInfo{}, lease.Result{Status: lease.Locked}, nil
+	}
+	var (
+		res lease.Result
+		err error
+	)
+	switch r.Op {
+	case lease.TryLock:
+		res, err = l.Lock(ctx, r.Resource, r.Owner, r.TTL, r.Wait, r.Durability)
+	case lease.Extend:
+		res, err = l.Extend(ctx, r.Resource, r.Owner, r.TTL, r.Durability)
+	case lease.Unlock:
+		res, err = l.Unlock(ctx, r.Resource, r.Owner, r.Durability)
+	case lease.Get:
+		return l.Get(ctx, r.Resource, r.Durability)
+	}
+	return lease.LockInfo{}, res, err
+}
 
 // Lock implements lease.WaitLocker with Mutex.Lock, bounded by wait
 // (lease.WaitForever: by ctx alone): Busy if the wait ends first. A wait of
@@ -241,8 +298,23 @@ func (l *EtcdLocker) Extend(ctx context.Context, resource string, _ []byte, _ ti
 	return lease.Result{Status: lease.Extended}, nil
 }
 
-// Unlock implements lease.Locker.
+// Unlock implements lease.Locker (a read/write lock's too: RUnlock or
+// Unlock, as it was taken).
 func (l *EtcdLocker) Unlock(ctx context.Context, resource string, _ []byte, _ lease.Durability) (lease.Result, error) {
+	l.mu.Lock()
+	h, isRW := l.rw[resource]
+	delete(l.rw, resource)
+	l.mu.Unlock()
+	if isRW {
+		unlock := h.m.Unlock
+		if h.read {
+			unlock = h.m.RUnlock
+		}
+		if err := unlock(); err != nil {
+			return lease.Result{}, fmt.Errorf("etcd recipe.RWMutex unlock: %w", err)
+		}
+		return lease.Result{Status: lease.Unlocked}, nil
+	}
 	m := l.mutex(resource)
 	if m == nil {
 		return lease.Result{Status: lease.LockDoesNotExist}, nil

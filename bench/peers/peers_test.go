@@ -2,8 +2,10 @@ package peers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,5 +112,64 @@ func TestEtcdLockWaits(t *testing.T) {
 	}
 	if n, what := sys.(bench.RequestCounter).Requests(); n < 5 || what == "" {
 		t.Errorf("requests %d (%q)", n, what)
+	}
+}
+
+// etcd's read/write lock (recipe.RWMutex, through Do): two readers hold it
+// at once; a writer is granted only once both have released.
+func TestEtcdRWMutex(t *testing.T) {
+	o := &Options{StartServer: true, EtcdServer: "etcd"}
+	needServer(t, o.EtcdServer)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sys, err := EtcdTarget(o).Open(ctx, bench.Settings{TTL: 5 * time.Second, Concurrency: 3, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	const res = lease.RWLockPrefix + "peers"
+	take := func(l lease.Locker, shared bool) error {
+		c, why := lease.Request{Op: lease.TryLock, Resource: res, Owner: []byte("o"), TTL: 5 * time.Second,
+			Durability: lease.Persistent, Wait: lease.WaitForever, Shared: shared}.Check()
+		if why != "" {
+			t.Fatal(why)
+		}
+		_, r, err := lease.Do(ctx, l, c)
+		if err == nil && r.Status != lease.Locked {
+			err = fmt.Errorf("status %v", r.Status)
+		}
+		return err
+	}
+	var ls []lease.Locker
+	for i := range 3 {
+		l, err := sys.Locker(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	for _, reader := range ls[:2] {
+		if err := take(reader, true); err != nil {
+			t.Fatalf("a reader beside another: %v", err)
+		}
+	}
+	var released atomic.Int32
+	writer := make(chan error, 1)
+	go func() {
+		err := take(ls[2], false)
+		if err == nil && released.Load() != 2 {
+			err = fmt.Errorf("the writer was granted with %d of 2 readers released", released.Load())
+		}
+		writer <- err
+	}()
+	for _, reader := range ls[:2] {
+		time.Sleep(50 * time.Millisecond) // the writer is queued meanwhile: it must not be granted
+		released.Add(1)
+		if r, err := reader.Unlock(ctx, res, nil, lease.Persistent); err != nil || r.Status != lease.Unlocked {
+			t.Fatalf("RUnlock: %v %v", r.Status, err)
+		}
+	}
+	if err := <-writer; err != nil {
+		t.Fatal(err)
 	}
 }
