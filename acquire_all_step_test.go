@@ -105,14 +105,7 @@ func TestClusterAcquireAllInOneStepOverTheWire(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
 	names := []string{"team/a", "team/b", "team/c"}
-	leader := c.Leader(c.Node(1).Partition(names[0]))
-	var follower uint64
-	for _, id := range c.IDs() {
-		if id != leader {
-			follower = id
-			break
-		}
-	}
+	leader, follower := leaderAndFollower(c, names[0])
 	for _, opts := range [][]kahuna.ClientOption{nil, {kahuna.WithREST()}} {
 		cl, err := kahuna.Dial(ctx, []string{c.Member(follower).Endpoint}, opts...)
 		if err != nil {

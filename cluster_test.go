@@ -32,6 +32,18 @@ func stopNode(t *testing.T, c *testcluster.Cluster, id uint64) {
 	}
 }
 
+// leaderAndFollower are the member that leads resource's partition and
+// one that does not (which forwards to it).
+func leaderAndFollower(c *testcluster.Cluster, resource string) (leader, follower uint64) {
+	leader = c.Leader(c.Node(1).Partition(resource))
+	for _, id := range c.IDs() {
+		if id != leader {
+			return leader, id
+		}
+	}
+	return leader, 0
+}
+
 // restarted is how an operator restarts a member: with no
 // InitialClusterState.
 func restarted(cfg *kahuna.Config) { cfg.InitialClusterState = "" }

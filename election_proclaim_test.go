@@ -252,14 +252,7 @@ func TestElectionProclaimOverTheWire(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
 	const name = "wire"
-	leader := c.Leader(c.Node(1).Partition(kahuna.ElectionPrefix + name))
-	var follower uint64
-	for _, id := range c.IDs() {
-		if id != leader {
-			follower = id
-			break
-		}
-	}
+	leader, follower := leaderAndFollower(c, kahuna.ElectionPrefix+name)
 	for _, opts := range [][]kahuna.ClientOption{nil, {kahuna.WithREST()}} {
 		cl, err := kahuna.Dial(ctx, []string{c.Member(follower).Endpoint}, opts...)
 		if err != nil {

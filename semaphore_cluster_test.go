@@ -18,15 +18,7 @@ func TestClusterSemaphoreForwardedOverTheWire(t *testing.T) {
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
 	const name = "runners"
-	p := c.Node(1).Partition(kahuna.SemaphorePrefix + name)
-	leader := c.Leader(p)
-	var follower uint64
-	for _, id := range c.IDs() {
-		if id != leader {
-			follower = id
-			break
-		}
-	}
+	leader, follower := leaderAndFollower(c, kahuna.SemaphorePrefix+name)
 	sem := kahuna.NewSemaphore(c.Node(follower), name, 3)
 	var first *kahuna.Permit
 	testcluster.Eventually(t, "two permits through a follower", func() bool {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,23 +173,14 @@ func TestFaultsAcquireAllInOneStep(t *testing.T) {
 	for _, base := range electionSeeds(t, 1) {
 		seed := base
 		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
-			for try := 1; ; try++ {
+			untilTested(t, seed, func(seed uint64) (bool, []string, string) {
 				r := runSets(t, seed, nil)
 				t.Logf("seed %d: %s", seed, r)
 				for _, w := range r.wrong {
 					t.Errorf("seed %d: %s", seed, w)
 				}
-				short := setsUntested(r)
-				if len(r.wrong) > 0 || len(short) == 0 {
-					return
-				}
-				if try == 3 {
-					t.Errorf("seed %d tested too little (%s): %s", seed, strings.Join(short, "; "), r)
-					return
-				}
-				t.Logf("seed %d: clean, but tested too little (%s); again with seed %d", seed, strings.Join(short, "; "), seed+1000)
-				seed += 1000
-			}
+				return len(r.wrong) == 0, setsUntested(r), r.String()
+			})
 		})
 		t.Run(fmt.Sprintf("control-grants-one-by-one-seed-%d", base), func(t *testing.T) {
 			r := runSets(t, base, testknobs.WithGroupPartial)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,25 +299,14 @@ func TestFaultsSharedLocks(t *testing.T) {
 	for _, kind := range []string{"semaphore", "rwlock"} {
 		for _, seed := range electionSeeds(t, 1) {
 			t.Run(fmt.Sprintf("%s-seed-%d", kind, seed), func(t *testing.T) {
-				// A clean run that tested too little (a loaded machine) is
-				// run again with the next seed, at most three runs in all.
-				for try := 1; ; try++ {
+				untilTested(t, seed, func(seed uint64) (bool, []string, string) {
 					r := runShared(t, seed, sharedOpts{kind: kind})
 					t.Logf("seed %d %s: %s", seed, kind, r)
 					for _, v := range r.violations {
 						t.Errorf("seed %d: %v", seed, v)
 					}
-					short := sharedUntested(kind, r)
-					if len(r.violations) > 0 || len(short) == 0 {
-						return
-					}
-					if try == 3 {
-						t.Errorf("seed %d tested too little (%s): %s", seed, strings.Join(short, "; "), r)
-						return
-					}
-					t.Logf("seed %d: clean, but tested too little (%s); again with seed %d", seed, strings.Join(short, "; "), seed+1000)
-					seed += 1000
-				}
+					return len(r.violations) == 0, sharedUntested(kind, r), r.String()
+				})
 			})
 		}
 	}
