@@ -31,14 +31,14 @@ var errGroupRefused = fmt.Errorf("%w: another name of the lock of several names 
 // (mergeGroup).
 func (r *Ring) doAll(ctx context.Context, req Request) (Response, error) {
 	names := req.Names()
-	actors := make([]int, len(names))
+	at := make([]int, len(names)) // each name's actor
 	for j, name := range names {
-		actors[j] = r.index(name)
-		if !r.actors[actors[j]].enter() {
-			for _, i := range actors[:j] {
+		at[j] = r.index(name)
+		if !r.actors[at[j]].enter() {
+			for _, i := range at[:j] {
 				r.actors[i].pending.Add(-1) // not sent after all
 			}
-			r.actors[actors[j]].refused.Add(1)
+			r.actors[at[j]].refused.Add(1)
 			return Response{Status: lease.MustRetry}, nil
 		}
 	}
@@ -51,7 +51,7 @@ func (r *Ring) doAll(ctx context.Context, req Request) (Response, error) {
 		c.req = req
 		c.req.Resource, c.req.Also, c.req.Owner = name, nil, owner
 		calls[j] = c
-		r.actors[actors[j]].mailbox.postInline(c)
+		r.actors[at[j]].mailbox.postInline(c)
 	}
 	// Every call is decided at once (none waits), so this does not wait on
 	// ctx: a write held for the group must be proposed or refused.
