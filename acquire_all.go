@@ -15,7 +15,8 @@ import (
 //
 // In one step: persistent names that share a partition key (the part
 // before the last '/': accounts/17 and accounts/42), up to MaxGroupNames
-// of them, plain locks, on a kahuna node or client, are granted by one
+// of them and lease.MaxGroupBytes of names, plain locks, on a kahuna node
+// or client, are granted by one
 // request in one replicated step, each with its own fencing token: one
 // Raft entry holds every grant and applies all or nothing, and no one
 // ever sees some of them held and not the others. That request does not
@@ -79,8 +80,11 @@ func inOneStep(l Locker, sorted []string, opts []AcquireOption) bool {
 	if len(sorted) < 2 || len(sorted) > MaxGroupNames || doerOf(l) == nil || acquireOptionsOf(opts).durability != Persistent {
 		return false
 	}
-	key := lease.PartitionKey(sorted[0])
+	key, size := lease.PartitionKey(sorted[0]), 0
 	for _, name := range sorted {
+		if size += len(name); size > lease.MaxGroupBytes {
+			return false
+		}
 		if lease.PartitionKey(name) != key || lease.IsSemaphore(name) || lease.IsRWLock(name) || lease.IsElection(name) {
 			return false
 		}

@@ -10,8 +10,13 @@ import "strconv"
 // records of all the grants are one Raft entry that applies all or
 // nothing. It is persistent, and does not wait on the server.
 
-// MaxGroupNames is the most names one lock of several names takes.
-const MaxGroupNames = 64
+// MaxGroupNames is the most names one lock of several names takes, and
+// MaxGroupBytes the most bytes its names take together: the request stays
+// well under the servers' message limit (64 KiB by default).
+const (
+	MaxGroupNames = 64
+	MaxGroupBytes = 16 << 10
+)
 
 // Names is r's resources: Resource, then Also.
 func (r *Request) Names() []string {
@@ -37,6 +42,13 @@ func (r *Request) checkGroup() string {
 		return "a lock of several names at once does not wait on the server"
 	case r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil:
 		return "a lock of several names at once takes plain locks: no permits, limit, shared, resize or new owner"
+	}
+	size := len(r.Resource)
+	for _, name := range r.Also {
+		size += len(name)
+	}
+	if size > MaxGroupBytes {
+		return "the names take " + strconv.Itoa(size) + " bytes together, over the limit of " + strconv.Itoa(MaxGroupBytes)
 	}
 	key := PartitionKey(r.Resource)
 	seen := map[string]int{r.Resource: 0}

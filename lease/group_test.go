@@ -34,6 +34,12 @@ func TestCheckGroup(t *testing.T) {
 		{"another key", func(r *Request) { r.Also = []string{"acct/2", "users/1"} }, "name 3 has another partition key"},
 		{"no key", func(r *Request) { r.Resource, r.Also = "a", []string{"b"} }, "name 2 has another partition key"},
 		{"semaphore", func(r *Request) { r.Also = []string{SemaphorePrefix + "x"} }, "takes plain locks"},
+		{"too many bytes", func(r *Request) {
+			r.Also = []string{"acct/" + strings.Repeat("y", 1000)}
+			for i := range 16 {
+				r.Also = append(r.Also, "acct/"+strings.Repeat("z", 1000)+string(rune('a'+i)))
+			}
+		}, "over the limit of 16384"},
 	} {
 		r := ok
 		r.Also = append([]string(nil), ok.Also...)

@@ -52,7 +52,8 @@ type ServerOptions struct {
 	// http.ServeMux does.
 	Extra map[string]http.Handler
 	// MaxRequestBytes bounds one gRPC message and one REST body
-	// (default DefaultMaxRequestBytes). A lock request is well under 3 KiB.
+	// (default DefaultMaxRequestBytes). A lock request is well under 3 KiB,
+	// one of several names under 19 KiB (lease.MaxGroupBytes).
 	MaxRequestBytes int
 	// MaxInFlightPerStream bounds the requests of one batch stream served
 	// at once (default DefaultMaxInFlightPerStream); a stream that sends
