@@ -69,7 +69,7 @@ func TestElectionProclaim(t *testing.T) {
 			n := openElectionNode(t, kahuna.Config{})
 			events := observeInto(ctx, n, "jobs")
 			nextElectionEvent(t, events, kahuna.Vacant, "", -1)
-			const ttl = 300 * time.Millisecond
+			const ttl = time.Second // renewed every third of it; long enough for a loaded machine
 			a, err := kahuna.Campaign(ctx, n, "jobs", []byte("a:9000"), kahuna.WithTTL(ttl), kahuna.WithDurability(d))
 			if err != nil {
 				t.Fatal(err)
@@ -208,7 +208,7 @@ func TestElectionProclaimUnknownOutcome(t *testing.T) {
 			l := &lostAnswers{Node: openElectionNode(t, kahuna.Config{})}
 			ttl := time.Minute
 			if settle == "renewal" {
-				ttl = 300 * time.Millisecond
+				ttl = time.Second
 			}
 			ld, err := kahuna.Campaign(ctx, l, "unsure", []byte("v1"), kahuna.WithTTL(ttl))
 			if err != nil {
