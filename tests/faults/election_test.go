@@ -48,6 +48,10 @@ type candidateLink struct {
 	// how long; delivering counts the late deliveries under way.
 	late       func() (time.Duration, bool)
 	delivering *sync.WaitGroup
+	// overtaken, if set, is told of a late proclaim that reached the node
+	// after a later proclaim of its candidate had applied: the case the
+	// server's compare-and-set exists for.
+	overtaken func()
 
 	mu     sync.Mutex
 	thawed chan struct{} // nil, or closed when a freeze ends
@@ -165,6 +169,12 @@ func (l *candidateLink) Do(ctx context.Context, req lease.Checked) (kahuna.LockI
 				time.Sleep(delay)
 				dctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)
 				defer cancel()
+				r := req.Request()
+				if info, got, err := n.Get(dctx, r.Resource, r.Durability); err == nil && got.Status == kahuna.Got && l.overtaken != nil &&
+					len(info.Owner) >= lease.CandidateIDBytes && string(info.Owner[:lease.CandidateIDBytes]) == string(r.Owner[:lease.CandidateIDBytes]) &&
+					string(info.Owner) != string(r.Owner) && string(info.Owner) != string(r.NewOwner) {
+					l.overtaken()
+				}
 				_, _, _ = n.Do(dctx, req) // whatever it says, no one hears it
 			}()
 			return kahuna.LockInfo{}, kahuna.Result{}, errAnswerLost
@@ -251,7 +261,7 @@ type electionRunResult struct {
 	reigns     int // reigns of the election's partition begun in the run
 	effects    faultEffects
 	campaigns  struct{ won, failed, cancelled, sessionLost int }
-	proclaims  struct{ asked, confirmed, late int }
+	proclaims  struct{ asked, confirmed, late, overtaken int }
 }
 
 func (r electionRunResult) String() string {
@@ -263,9 +273,9 @@ func (r electionRunResult) String() string {
 	for _, o := range r.observed {
 		events += len(o)
 	}
-	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d, ended by a lost session %d; proclaims %d (%d confirmed, %d delivered late); %d observed events; faults %s (%s), %d freezes, %d reigns of the partition begun",
+	return fmt.Sprintf("%d terms (%d acts), campaigns won %d, failed %d, cancelled %d, ended by a lost session %d; proclaims %d (%d confirmed, %d requests delivered late, %d after a later one); %d observed events; faults %s (%s), %d freezes, %d reigns of the partition begun",
 		len(r.terms), acts, r.campaigns.won, r.campaigns.failed, r.campaigns.cancelled, r.campaigns.sessionLost,
-		r.proclaims.asked, r.proclaims.confirmed, r.proclaims.late, events, fmtCounts(r.faults), r.effects, r.freezes, r.reigns)
+		r.proclaims.asked, r.proclaims.confirmed, r.proclaims.late, r.proclaims.overtaken, events, fmtCounts(r.faults), r.effects, r.freezes, r.reigns)
 }
 
 var electionFaults = []faultKind{fTransfer, fKillLeader, fCrashLeader, fIsolateLeader, fPause}
@@ -303,8 +313,13 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 		res.proclaims.late++
 		return time.Duration(50+lrng.IntN(550)) * time.Millisecond, true
 	}
+	overtaken := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		res.proclaims.overtaken++
+	}
 	for i := range links {
-		links[i] = &candidateLink{c: c, node: c.IDs()[i%len(c.IDs())], late: late, delivering: &delivering}
+		links[i] = &candidateLink{c: c, node: c.IDs()[i%len(c.IDs())], late: late, delivering: &delivering, overtaken: overtaken}
 		crng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Add(1)
 		go func() {
@@ -377,7 +392,7 @@ func runElection(t *testing.T, seed uint64, o electionOpts) electionRunResult {
 					}
 					term.LastAct = at
 					term.Acts++
-					if crng.IntN(100) == 0 { // about every 100 ms of leading
+					if crng.IntN(60) == 0 { // about every 60 ms of leading
 						v := fmt.Sprintf("%s.%d", value, len(term.Proclaimed)+1)
 						term.Proclaimed = append(term.Proclaimed, v) // asked: it may apply whatever the answer
 						pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -537,32 +552,48 @@ func TestFaultsElection(t *testing.T) {
 // TestFaultsElectionControls: each protection of the election, switched
 // off, is caught by the finding it exists for.
 func TestFaultsElectionControls(t *testing.T) {
+	always := func(electionRunResult) bool { return true }
 	for _, ctl := range []struct {
-		name string
-		o    electionOpts
-		want string // the violation kind that must be found
+		name  string
+		o     electionOpts
+		want  string                       // the violation kind that must be found
+		arose func(electionRunResult) bool // whether the run could have found it
 	}{
 		// The leader keeps acting until an answer says its lease is gone
 		// (etcd's Campaign with a lost session): a frozen leader, thawed,
 		// acts while its successor leads.
-		{"leadership-ignores-deadline", electionOpts{dur: kahuna.Persistent, opts: []kahuna.AcquireOption{testknobs.WithoutDeadline()}}, "two-leaders"},
+		{"leadership-ignores-deadline", electionOpts{dur: kahuna.Persistent, opts: []kahuna.AcquireOption{testknobs.WithoutDeadline()}}, "two-leaders", always},
 		// Ephemeral tokens restart from the stored ones at each reign: a
 		// new partition leader elects epoch 0 again.
-		{"ephemeral-epochs-from-zero", electionOpts{dur: kahuna.Ephemeral, mod: testknobs.WithEphemeralTokensFromZero}, "epoch-not-increasing"},
+		{"ephemeral-epochs-from-zero", electionOpts{dur: kahuna.Ephemeral, mod: testknobs.WithEphemeralTokensFromZero}, "epoch-not-increasing", always},
 		// A proclaim is taken from any value of the holder's candidate ID,
 		// not only from the holder: one delivered late undoes a later one.
-		{"proclaim-without-compare", electionOpts{dur: kahuna.Persistent, mod: testknobs.WithProclaimAnyValue}, "observe-value-went-back"},
+		// A run where no late proclaim came after a later one could not
+		// catch it.
+		{"proclaim-without-compare", electionOpts{dur: kahuna.Persistent, mod: testknobs.WithProclaimAnyValue}, "observe-value-went-back",
+			func(r electionRunResult) bool { return r.proclaims.overtaken > 0 }},
 	} {
 		for _, seed := range electionSeeds(t, 3) {
 			t.Run(fmt.Sprintf("%s-seed-%d", ctl.name, seed), func(t *testing.T) {
-				r := runElection(t, seed, ctl.o)
-				kinds := map[string]int{}
-				for _, v := range r.violations {
-					kinds[v.Kind]++
-				}
-				t.Logf("control %s, seed %d: %s; violations %v", ctl.name, seed, r, kinds)
-				if kinds[ctl.want] == 0 {
-					t.Errorf("control %s: no %s violation (found %v): the suite would miss this bug", ctl.name, ctl.want, kinds)
+				for try := 1; ; try++ {
+					r := runElection(t, seed, ctl.o)
+					kinds := map[string]int{}
+					for _, v := range r.violations {
+						kinds[v.Kind]++
+					}
+					t.Logf("control %s, seed %d: %s; violations %v", ctl.name, seed, r, kinds)
+					switch {
+					case kinds[ctl.want] > 0:
+						return
+					case ctl.arose(r):
+						t.Errorf("control %s: no %s violation (found %v): the suite would miss this bug", ctl.name, ctl.want, kinds)
+						return
+					case try == 3:
+						t.Errorf("control %s untested in %d runs: its scenario never arose", ctl.name, try)
+						return
+					}
+					t.Logf("seed %d: not caught, and its scenario did not arise; again with seed %d", seed, seed+1000)
+					seed += 1000
 				}
 			})
 		}
