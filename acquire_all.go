@@ -102,8 +102,7 @@ func acquireInOneStep(ctx context.Context, l Locker, sorted []string, opts []Acq
 		var se *StatusError
 		if errors.As(err, &se) && se.Resource == sorted[0] {
 			se.Op, se.Resource = "lock all", fmt.Sprintf("%s and %d more", sorted[0], len(sorted)-1)
-			var i int
-			if _, scanErr := fmt.Sscanf(se.Reason, "name %d is held", &i); scanErr == nil && i >= 1 && i <= len(sorted) {
+			if i := lease.BusyNameOf(se.Reason); i >= 1 && i <= len(sorted) {
 				se.Op, se.Resource, se.Reason = "lock", sorted[i-1], "" // the busy one
 			}
 		}

@@ -103,10 +103,6 @@ func (r *Ring) doAll(ctx context.Context, req Request) (Response, error) {
 	return mergeGroup(answers), nil
 }
 
-// busyName is the Reason of a group's Busy: which name (its place in
-// Request.Names, from 1) is held. kahuna.AcquireAll reads it back.
-const busyName = "name %d is held by another owner"
-
 // mergeGroup is a group's answer from its calls': Locked with a grant
 // per name (Slot: the name's place in Request.Names; Token: the first
 // name's) if every name was granted, else the weightiest refusal: Errored
@@ -134,7 +130,7 @@ func mergeGroup(answers []Response) Response {
 		if weight(a.Status) > weight(out.Status) {
 			out.Status, out.Reason = a.Status, a.Reason
 			if a.Status == lease.Busy {
-				out.Reason = fmt.Sprintf(busyName, j+1)
+				out.Reason = lease.BusyName(j + 1)
 			}
 		}
 	}

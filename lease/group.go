@@ -1,6 +1,9 @@
 package lease
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // A lock of several names at once is a TryLock whose Also names more
 // resources than Resource, all of Resource's partition key (the part
@@ -17,6 +20,30 @@ const (
 	MaxGroupNames = 64
 	MaxGroupBytes = 16 << 10
 )
+
+// BusyName is the Reason of a Busy answer to a lock of several names:
+// which name (its place in Names, from 1) is held. BusyNameOf reads it
+// back.
+func BusyName(place int) string {
+	return "name " + strconv.Itoa(place) + " is held by another owner"
+}
+
+// BusyNameOf is the place BusyName wrote in reason, or 0.
+func BusyNameOf(reason string) int {
+	rest, ok := strings.CutPrefix(reason, "name ")
+	if !ok {
+		return 0
+	}
+	digits, ok := strings.CutSuffix(rest, " is held by another owner")
+	if !ok {
+		return 0
+	}
+	place, err := strconv.Atoi(digits)
+	if err != nil || place < 1 {
+		return 0
+	}
+	return place
+}
 
 // Names is r's resources: Resource, then Also.
 func (r *Request) Names() []string {

@@ -6,6 +6,19 @@ import (
 	"time"
 )
 
+func TestBusyNameRoundTrip(t *testing.T) {
+	for _, place := range []int{1, 7, MaxGroupNames} {
+		if got := BusyNameOf(BusyName(place)); got != place {
+			t.Errorf("BusyNameOf(BusyName(%d)) = %d", place, got)
+		}
+	}
+	for _, reason := range []string{"", "name x is held by another owner", "name 0 is held by another owner", "name 3 is busy", "partition key"} {
+		if got := BusyNameOf(reason); got != 0 {
+			t.Errorf("BusyNameOf(%q) = %d, want 0", reason, got)
+		}
+	}
+}
+
 // A lock of several names is checked whole: each name as a lock's
 // resource, then the group's own rules; every reason names the place of
 // the name at fault, never the name.
