@@ -261,7 +261,11 @@ func (a *lockActor) unwatch(m *unwatch) {
 // changed sets s's entry to next, granted as kind, and tells its watchers
 // what happened: a lapse of the previous holder first, if not told yet.
 func (a *lockActor) changed(s *slot, next lease.Entry, kind lease.Durability, what EventKind, now time.Time) {
-	a.noteLapse(s, now)
+	if what != Extended || s.IsShared() {
+		// A lock's Extend was decided on a live lease (committed later,
+		// its old expiry may have passed since): it never lapsed.
+		a.noteLapse(s, now)
+	}
 	s.Entry, s.kind, s.lapseTold = next, kind, false
 	if len(s.watchers) == 0 {
 		return

@@ -277,3 +277,37 @@ func TestWatchSemaphoreHolders(t *testing.T) {
 		t.Fatalf("late watcher's first event %+v", ev)
 	}
 }
+
+// A lease whose Extend was decided while it was live, and committed after
+// its old expiry passed, never lapsed: the watchers are told the Extend,
+// not an expiry first (no timer runs while a write is in flight, and the
+// commit does not take the old expiry for a lapse).
+func TestWatchNoExpiryWhileAnExtendIsInFlight(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if ev := next(t, w); !ev.Current || ev.Kind != Acquired {
+		t.Fatalf("first event %+v, want a's grant", ev)
+	}
+	var timer *fakeTimer
+	for len(f.timers) > 0 {
+		timer = <-f.timers
+	}
+	if timer == nil {
+		t.Fatal("no timer for the watched holder's expiry")
+	}
+	f.holdWrites(t, "r")
+	extended := f.doAsync(Request{Request: lease.Request{Op: lease.Extend, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent}, Partition: 1})
+	p := <-f.backend.held // decided while live, not committed yet
+	f.clock.Advance(time.Minute + time.Millisecond)
+	timer.fire()
+	p.c.Committed(f.backend.apply(p.rec))
+	if r := answer(t, extended); r.Status != lease.Extended {
+		t.Fatalf("extend: %v", r.Status)
+	}
+	expect(t, next(t, w), Extended, "a", 0, 2)
+}
