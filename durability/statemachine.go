@@ -302,16 +302,18 @@ func (a *applier) entry(e *sm.Entry) error {
 	for j := range h.count {
 		var res, val []byte
 		res, val, body, _ = nextRecord(body, h.kind, &rec) // validated by scanEntry
-		ok := false
+		ok, moves := false, false                          // moves: a release, a removal or a grant to a new owner
 		if !stale {
-			if ok, err = a.put(res, val, &rec, e.Index, fenced); err != nil {
+			var old order
+			if old, ok, err = a.put(res, val, &rec, e.Index, fenced); err != nil {
 				return err
 			}
+			moves = rec.Remove || !rec.Locked || rec.Token != old.token
 		}
 		switch {
 		case ok:
 			applied++
-			if unfenced && a.epoch != (Epoch{}) && a.s.loadedIn(res) == a.epoch {
+			if unfenced && moves && a.epoch != (Epoch{}) && a.s.loadedIn(res) == a.epoch {
 				behind++
 			}
 			if bits != nil {
@@ -355,8 +357,10 @@ func UnfencedApplied() uint64 { return unfencedApplied.Load() }
 var unfencedBehindLoads atomic.Uint64
 
 // UnfencedBehindLoads is how many records of another epoch than their
-// partition's were applied, with the fence off, on a node that had loaded
-// their resource in the current epoch before (see Raft.Load): the
+// partition's that move the lock (a release, a removal, a grant to a new
+// owner; not an extension) were applied, with the fence off, on a node
+// that had loaded their resource in the current epoch before (see
+// Raft.Load): the
 // fence-off negative control's scenario, a deposed leader's write landing
 // behind the new leader's cache, arose that many times. It is 0 while
 // every fence is on.
@@ -631,11 +635,12 @@ func (a *applier) guard(res []byte, rec *Record, fenced bool) (old order, ok boo
 // Fenced, the stored record must still be at rec.Base and the token must
 // not go down (with none stored: not below the floor). Otherwise (a legacy
 // batch, or the fence switched off) a write must advance (Token, Revision).
-// Either way a removal needs a stored record.
-func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (bool, error) {
+// Either way a removal needs a stored record. It returns the order it
+// checked the record against (zero when none was stored).
+func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (order, bool, error) {
 	old, ok, err := a.guard(res, rec, fenced)
 	if err != nil || !ok {
-		return false, err
+		return old, false, err
 	}
 	start := len(a.keys)
 	a.keys = recordKey(a.keys, a.s.shard, res)
@@ -643,13 +648,13 @@ func (a *applier) put(res, val []byte, rec *Record, index uint64, fenced bool) (
 	if rec.Remove {
 		// Unfenced, rec.Token may be below the stored one: the floor must
 		// pass both.
-		return true, a.remove(key, res, max(rec.Token, old.token))
+		return old, true, a.remove(key, res, max(rec.Token, old.token))
 	}
 	vstart := len(a.vals)
 	a.vals = appendStored(a.vals, val, index)
 	a.s.pend.set(key, a.vals[vstart:])
 	a.s.orders.put(res, order{index: index, token: rec.Token, revision: rec.Revision})
-	return true, nil
+	return old, true, nil
 }
 
 // remove deletes the record of res at key and raises the floor above token.

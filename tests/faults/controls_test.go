@@ -322,7 +322,7 @@ func (nc negativeControl) missed(t *testing.T, seed uint64, checkMeasure bool) (
 // the store says, and no answer can tell.)
 func deposedWritesApplied(run faultRun) string {
 	if run.unfencedBehind == 0 {
-		return fmt.Sprintf("no record of a deposed leader's epoch was applied behind a new leader's load of its resource (%d applied before any)", run.unfenced)
+		return fmt.Sprintf("no record of a deposed leader's epoch that moves the lock (a release or a grant; an extension changes no answer) was applied behind a new leader's load of its resource (%d records of it applied)", run.unfenced)
 	}
 	return ""
 }
@@ -431,7 +431,7 @@ func (nc negativeControl) judge(t *testing.T, run faultRun) string {
 		}
 		h, changed := withoutDeposedAnswers(run.history)
 		r = checker.Check(h, checker.Options{Margin: faultMargin, Timeout: 20 * time.Second})
-		t.Logf("negative control %s: %d records of a deposed epoch applied (%d behind a new leader's load), %d writes of deposed nodes committed; without the %d answers of deposed nodes: %d findings: %s", nc.name, run.unfenced, run.unfencedBehind, writes, changed, definite(r), fmtViolations(r))
+		t.Logf("negative control %s: %d records of a deposed epoch applied (%d releases or grants behind a new leader's load), %d writes of deposed nodes committed; without the %d answers of deposed nodes: %d findings: %s", nc.name, run.unfenced, run.unfencedBehind, writes, changed, definite(r), fmtViolations(r))
 		for _, vs := range [][]checker.Violation{r.Exclusion, r.Fencing} {
 			if len(vs) > 0 {
 				t.Logf("e.g. %v", vs[0])

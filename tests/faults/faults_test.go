@@ -163,8 +163,9 @@ type faultRun struct {
 	// unfenced counts the records of a deposed leader's epoch applied
 	// over the run because the fence was off (durability.UnfencedApplied).
 	unfenced uint64
-	// unfencedBehind counts those applied on a node that had loaded their
-	// resource in the partition's new epoch (durability.UnfencedBehindLoads).
+	// unfencedBehind counts those that move the lock (releases and grants)
+	// applied on a node that had loaded their resource in the partition's
+	// new epoch (durability.UnfencedBehindLoads).
 	unfencedBehind uint64
 	handles        *handleStats // what the handle clients saw
 }
