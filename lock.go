@@ -304,8 +304,9 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 				lk.also = append(lk.also, newLock(l, name, r.Grants[i+1].Token, o, since))
 			}
 			if o.session != nil {
-				for _, got := range append([]*Lock{lk}, lk.also...) {
-					o.session.attach(got)
+				o.session.attach(lk)
+				for _, other := range lk.also {
+					o.session.attach(other)
 				}
 			}
 			return lk, nil

@@ -157,18 +157,18 @@ func TestWatchStopOnCancel(t *testing.T) {
 	}
 }
 
-// A node that stops serving (its lease lapsed, no leader event yet) must
-// not tell its watchers a holder's lease expired: that is its cache's
-// view, and the new leader may have extended the lease since. The watch
-// ends as moved instead, and the watcher re-watches the new leader.
-func TestWatchNoExpiryFromANodeNotServing(t *testing.T) {
+// watchedHolder is a fixture where "a" holds "r" persistently for a
+// minute, a watch of "r" that has seen that grant, and the timer set for
+// a's expiry.
+func watchedHolder(t *testing.T) (*fixture, *Watch, *fakeTimer) {
+	t.Helper()
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
 	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	t.Cleanup(w.Stop)
 	if ev := next(t, w); !ev.Current || ev.Kind != Acquired {
 		t.Fatalf("first event %+v, want a's grant", ev)
 	}
@@ -179,6 +179,15 @@ func TestWatchNoExpiryFromANodeNotServing(t *testing.T) {
 	if timer == nil {
 		t.Fatal("no timer for the watched holder's expiry")
 	}
+	return f, w, timer
+}
+
+// A node that stops serving (its lease lapsed, no leader event yet) must
+// not tell its watchers a holder's lease expired: that is its cache's
+// view, and the new leader may have extended the lease since. The watch
+// ends as moved instead, and the watcher re-watches the new leader.
+func TestWatchNoExpiryFromANodeNotServing(t *testing.T) {
+	f, w, timer := watchedHolder(t)
 	f.serving[1].Store(false) // deposed, and not told yet
 	f.clock.Advance(time.Minute + time.Millisecond)
 	timer.fire()
@@ -283,23 +292,7 @@ func TestWatchSemaphoreHolders(t *testing.T) {
 // not an expiry first (no timer runs while a write is in flight, and the
 // commit does not take the old expiry for a lapse).
 func TestWatchNoExpiryWhileAnExtendIsInFlight(t *testing.T) {
-	f := newFixture(t, 1, 100)
-	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-	w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r"}, Partition: 1}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	if ev := next(t, w); !ev.Current || ev.Kind != Acquired {
-		t.Fatalf("first event %+v, want a's grant", ev)
-	}
-	var timer *fakeTimer
-	for len(f.timers) > 0 {
-		timer = <-f.timers
-	}
-	if timer == nil {
-		t.Fatal("no timer for the watched holder's expiry")
-	}
+	f, w, timer := watchedHolder(t)
 	f.holdWrites(t, "r")
 	extended := f.doAsync(Request{Request: lease.Request{Op: lease.Extend, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent}, Partition: 1})
 	p := <-f.backend.held // decided while live, not committed yet

@@ -154,10 +154,7 @@ func (l *lane) push(rec *Record, c Completion) {
 	first := l.queued == 1
 	l.mu.Unlock()
 	if first {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
+		l.wakeWriter()
 	}
 }
 
@@ -212,10 +209,15 @@ func (l *lane) pushGroup(recs []*Record, comps []Completion) {
 	first := l.queued == len(recs)
 	l.mu.Unlock()
 	if first {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
+		l.wakeWriter()
+	}
+}
+
+// wakeWriter tells the writer that records arrived in an empty queue.
+func (l *lane) wakeWriter() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 
