@@ -304,3 +304,36 @@ func TestWatchNoExpiryWhileAnExtendIsInFlight(t *testing.T) {
 	}
 	expect(t, next(t, w), Extended, "a", 0, 2)
 }
+
+// A holder's lapse is told to the watchers already there when a new watcher
+// arrives before the lapse timer has fired: the newcomer's first event
+// does not hide it from them.
+func TestWatchSemaphoreLapseToldBeforeANewWatcher(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	watch := func() *Watch {
+		w, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: pool}, Partition: 1}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		return w
+	}
+	w := watch()
+	next(t, w) // the current state
+	f.permits(t, lease.TryLock, "a", 1, 3)
+	short := permitReq(lease.TryLock, "b", 1, 3, 0)
+	short.TTL = time.Second
+	if r, err := f.ring.Do(context.Background(), short); err != nil || r.Status != lease.Locked {
+		t.Fatalf("b: %+v %v", r, err)
+	}
+	next(t, w) // a acquired
+	next(t, w) // b acquired
+	f.clock.Advance(time.Second + time.Millisecond) // b lapses; no timer fired
+	late := watch()
+	if ev := next(t, late); ev.Kind != Expired || len(ev.Holders) != 1 {
+		t.Fatalf("new watcher's first event %v holders %v, want expired with a", ev.Kind, holderNames(ev))
+	}
+	if ev := next(t, w); ev.Kind != Expired || len(ev.Holders) != 1 || holderNames(ev)[0] != "a" {
+		t.Fatalf("first watcher's event %v holders %v, want b's lapse (expired, a left)", ev.Kind, holderNames(ev))
+	}
+}
