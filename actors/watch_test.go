@@ -326,8 +326,8 @@ func TestWatchSemaphoreLapseToldBeforeANewWatcher(t *testing.T) {
 	if r, err := f.ring.Do(context.Background(), short); err != nil || r.Status != lease.Locked {
 		t.Fatalf("b: %+v %v", r, err)
 	}
-	next(t, w) // a acquired
-	next(t, w) // b acquired
+	next(t, w)                                      // a acquired
+	next(t, w)                                      // b acquired
 	f.clock.Advance(time.Second + time.Millisecond) // b lapses; no timer fired
 	late := watch()
 	if ev := next(t, late); ev.Kind != Expired || len(ev.Holders) != 1 {
