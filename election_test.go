@@ -3,12 +3,14 @@ package kahuna_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/lease"
 )
 
 func openElectionNode(t *testing.T, cfg kahuna.Config) *kahuna.Node {
@@ -41,6 +43,65 @@ func (c *cutLocker) Extend(ctx context.Context, resource string, owner []byte, t
 		return kahuna.Result{}, c.hang(ctx)
 	}
 	return c.WaitLocker.Extend(ctx, resource, owner, ttl, d)
+}
+
+// Do takes a request whole, as a node does: cut, an Extend or Unlock
+// hangs; a batch that names cutOne gets the others' answers from the node
+// and Errored for cutOne (its share lost on the way: outcome unknown).
+func (c *cutLocker) Do(ctx context.Context, req lease.Checked) (kahuna.LockInfo, kahuna.Result, error) {
+	r := req.Request()
+	switch r.Op {
+	case lease.Unlock:
+		if c.onUnlock != nil {
+			c.onUnlock()
+		}
+		if c.cut.Load() {
+			return kahuna.LockInfo{}, kahuna.Result{}, c.hang(ctx)
+		}
+	case lease.Extend:
+		if c.cut.Load() {
+			return kahuna.LockInfo{}, kahuna.Result{}, c.hang(ctx)
+		}
+		one := c.cutOne.Load()
+		if one == nil {
+			break
+		}
+		if !r.IsBatch() {
+			if *one == r.Resource {
+				return kahuna.LockInfo{}, kahuna.Result{}, c.hang(ctx)
+			}
+			break
+		}
+		names := r.Names()
+		at := slices.Index(names, *one)
+		if at < 0 {
+			break
+		}
+		rest := slices.Delete(slices.Clone(names), at, at+1)
+		var each []kahuna.Status
+		if len(rest) > 0 {
+			sub := r
+			sub.Resource, sub.Also = rest[0], rest[1:]
+			if len(sub.Also) == 0 {
+				sub.Also = nil
+			}
+			checked, why := sub.Check()
+			if why != "" {
+				return kahuna.LockInfo{}, kahuna.Result{}, errors.New(why)
+			}
+			_, res, err := lease.Do(ctx, c.WaitLocker, checked)
+			if err != nil {
+				return kahuna.LockInfo{}, res, err
+			}
+			each = res.Each
+			if sub.Also == nil {
+				each = []kahuna.Status{res.Status}
+			}
+		}
+		each = slices.Insert(each, at, kahuna.Errored)
+		return kahuna.LockInfo{}, kahuna.Result{Status: kahuna.Errored, Each: each}, nil
+	}
+	return lease.Do(ctx, c.WaitLocker, req)
 }
 
 func (c *cutLocker) Unlock(ctx context.Context, resource string, owner []byte, d kahuna.Durability) (kahuna.Result, error) {

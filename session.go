@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kahunago/kahuna/lease"
@@ -15,9 +16,10 @@ import (
 // WithSession is held by that same owner (an election's candidate, by the
 // ID followed by its value) with the session's TTL and durability, and has
 // no keepalive of its own: one loop renews the session and all its locks
-// together, every third of the TTL. The server keeps a lease per lock, so
-// when the session's holder dies, each lock frees itself when its lease
-// ends, all within one renewal of each other.
+// together, every third of the TTL, in one request where the server takes
+// a batch (session_batch.go). The server keeps a lease per lock, each
+// renewal sets them all from the same request, so when the session's
+// holder dies, its locks free themselves together when the lease ends.
 //
 // Because the owner is the ID, a process that restarts can take its
 // session back (ResumeSession) and, acquiring the names it held with it,
@@ -67,6 +69,10 @@ type Session struct {
 	cancel    context.CancelCauseFunc
 	stopRenew context.CancelFunc
 	renewing  chan struct{} // closed when the renewal loop has stopped
+
+	// noBatch: the Locker cannot take a batch (session_batch.go); every
+	// lock is renewed and released on its own.
+	noBatch atomic.Bool
 
 	mu     sync.Mutex
 	locks  map[string]*Lock // held through the session, by resource
@@ -296,23 +302,6 @@ func (s *Session) held() []*Lock {
 	return out
 }
 
-// renewAll extends the session's lease and its locks' together: the
-// session's KeepAlive. Its error is the lease's; a lock found gone is
-// lost, and its own Context says so.
-func (s *Session) renewAll(ctx context.Context) error {
-	var wg sync.WaitGroup
-	for _, lk := range s.held() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = lk.Extend(ctx, s.o.ttl)
-		}()
-	}
-	err := s.lease.Extend(ctx, s.o.ttl)
-	wg.Wait()
-	return err
-}
-
 // endLocks ends the session and its locks when its lease is lost (with
 // cause): the locks' leases may outlive it on the server by a renewal,
 // but no one renews them now.
@@ -328,10 +317,10 @@ func (s *Session) endLocks(cause error) {
 
 // Close ends the session: renewals stop, the Contexts of the session and
 // of every lock it holds end (ErrSessionClosed, which matches
-// ErrReleased) before their releases are sent, then each lock is
-// released, and the session's own lease last. It returns the releases
-// whose outcome stayed unknown (those leases end at their TTL); closing a
-// closed session does nothing.
+// ErrReleased) before their releases are sent, then its locks and its own
+// lease are released, in one request where the server takes a batch. It
+// returns the releases whose outcome stayed unknown (those leases end at
+// their TTL); closing a closed session does nothing.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -348,18 +337,7 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.lease.end(released, ErrSessionClosed)
 	s.cancel(ErrSessionClosed)
-	errs := make([]error, len(locks)+1)
-	var wg sync.WaitGroup
-	for i, lk := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = lk.release(ctx)
-		}()
-	}
-	wg.Wait()
-	errs[len(locks)] = s.lease.release(ctx)
-	return errors.Join(errs...)
+	return s.releaseAll(ctx, append(locks, s.lease))
 }
 
 // Orphan stops renewing the session and releases nothing: its locks stay

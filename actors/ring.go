@@ -196,6 +196,8 @@ type Response struct {
 	// Free, with a semaphore's Grants, is the permits left free.
 	Free   int
 	Reason string
+	// Each, for a batch (batch.go), is each name's status.
+	Each []lease.Status
 	// Holders, for a Get of a semaphore or a read/write lock, are its
 	// live holders (Expires: when the last one's lease ends).
 	Holders []lease.Holder
@@ -325,6 +327,9 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	if req.Also != nil {
 		if r.closed.Load() {
 			return Response{}, ErrClosed
+		}
+		if req.IsBatch() {
+			return r.doEach(ctx, req)
 		}
 		return r.doAll(ctx, req)
 	}

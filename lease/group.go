@@ -56,9 +56,12 @@ func (r *Request) checkGroup() string {
 	if r.Also == nil {
 		return ""
 	}
+	if r.Op == Extend || r.Op == Unlock {
+		return r.checkBatch()
+	}
 	switch {
 	case r.Op != TryLock:
-		return "several names are for a lock, not " + r.Op.String()
+		return "several names are for a lock, an extend or an unlock, not " + r.Op.String()
 	case len(r.Also) == 0:
 		return "also is empty: give more names, or none"
 	case len(r.Also)+1 > MaxGroupNames:

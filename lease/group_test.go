@@ -36,7 +36,7 @@ func TestCheckGroup(t *testing.T) {
 		mod  func(r *Request)
 		want string
 	}{
-		{"extend", func(r *Request) { r.Op = Extend }, "several names are for a lock, not Extend"},
+		{"get", func(r *Request) { r.Op, r.Owner, r.TTL = Get, nil, 0 }, "several names are for a lock, an extend or an unlock, not Get"},
 		{"empty also", func(r *Request) { r.Also = []string{} }, "also is empty"},
 		{"too many", func(r *Request) { r.Also = many }, "65 names, over the limit of 64"},
 		{"ephemeral", func(r *Request) { r.Durability = Ephemeral }, "is persistent"},

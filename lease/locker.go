@@ -32,6 +32,9 @@ type Result struct {
 	// Free, with Grants of a semaphore, is how many of its permits were
 	// free once these were granted or extended.
 	Free int
+	// Each, for a batch (an Extend or Unlock with Also, batch.go), is the
+	// answer for each name, in the order of Request.Names.
+	Each []Status
 }
 
 // LockInfo describes a live lock, as returned by Get.

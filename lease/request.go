@@ -36,7 +36,9 @@ type Request struct {
 	// candidate ID with a new value, keeping the token. nil elsewhere.
 	NewOwner []byte
 	// Also, for a TryLock, names more resources to lock with Resource, all
-	// or none, in one replicated step (group.go). nil elsewhere.
+	// or none, in one replicated step (group.go); for an Extend or an
+	// Unlock, more resources to extend or release with Resource, each on
+	// its own, in one call (batch.go). nil elsewhere.
 	Also []string
 }
 
@@ -100,6 +102,9 @@ func Do(ctx context.Context, l Locker, req Checked) (LockInfo, Result, error) {
 	}
 	if d, ok := l.(Doer); ok {
 		return d.Do(ctx, req)
+	}
+	if r.IsBatch() {
+		return LockInfo{}, Result{}, fmt.Errorf("lease: %T cannot take a batch of several names (only a kahuna node or client can): %w", l, ErrNotApplied)
 	}
 	var (
 		res Result

@@ -145,6 +145,7 @@ type restLockAnswer struct {
 	Reason       string       `json:"reason"`      // ours, for InvalidInput; Kahuna sends none
 	Grants       []grantReply `json:"grants"`      // ours, a semaphore's permits
 	PermitsFree  int          `json:"permitsFree"` // ours, with grants: the permits left free
+	Each         []int32      `json:"each"`        // ours, a batch's answer for each name
 }
 
 type restGet struct {
@@ -229,7 +230,23 @@ func (r *RESTClient) Do(ctx context.Context, req lease.Checked) (lease.LockInfo,
 			Permits: int32(q.Permits), Limit: int32(q.Limit), Shared: q.Shared, Resize: q.Resize, Also: q.Also} // checked: at most lease.MaxPermits
 		res, err := r.lockCall(ctx, "try-lock", body)
 		return lease.LockInfo{}, res, err
-	case lease.Extend:
+	case lease.Extend, lease.Unlock:
+		if q.IsBatch() {
+			path := "try-extend"
+			if q.Op == lease.Unlock {
+				path = "try-unlock"
+			}
+			body := restWholeLock{restLock: restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, Also: q.Also}
+			// Sent once: its names are retried by its caller, each as its
+			// answer says (a second unlock of a name the first released
+			// would answer LockDoesNotExist).
+			res, err := r.lockOnce(ctx, path, body)
+			return lease.LockInfo{}, res, err
+		}
+		if q.Op == lease.Unlock {
+			res, err := r.Unlock(ctx, q.Resource, q.Owner, q.Durability)
+			return lease.LockInfo{}, res, err
+		}
 		if q.NewOwner != nil {
 			body := restWholeLock{restLock: restLock{q.Resource, q.Owner, q.TTL.Milliseconds(), int32(q.Durability)}, NewOwner: q.NewOwner}
 			res, err := r.lockCall(ctx, "try-extend", body)
@@ -237,26 +254,29 @@ func (r *RESTClient) Do(ctx context.Context, req lease.Checked) (lease.LockInfo,
 		}
 		res, err := r.Extend(ctx, q.Resource, q.Owner, q.TTL, q.Durability)
 		return lease.LockInfo{}, res, err
-	case lease.Unlock:
-		res, err := r.Unlock(ctx, q.Resource, q.Owner, q.Durability)
-		return lease.LockInfo{}, res, err
 	}
 	return r.Get(ctx, q.Resource, q.Durability)
 }
 
 func (r *RESTClient) lockCall(ctx context.Context, path string, body any) (lease.Result, error) {
-	return r.retry(ctx, func() (lease.Result, error) {
-		var a restLockAnswer
-		if err := r.post(ctx, path, body, &a); err != nil {
-			return lease.Result{}, err
-		}
-		res := lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom, Reason: a.Reason}
-		for _, g := range a.Grants {
-			res.Grants = append(res.Grants, lease.Grant{Slot: g.Slot, Token: g.FencingToken})
-		}
-		res.Free = a.PermitsFree
-		return res, nil
-	})
+	return r.retry(ctx, func() (lease.Result, error) { return r.lockOnce(ctx, path, body) })
+}
+
+// lockOnce sends one lock call and decodes its answer.
+func (r *RESTClient) lockOnce(ctx context.Context, path string, body any) (lease.Result, error) {
+	var a restLockAnswer
+	if err := r.post(ctx, path, body, &a); err != nil {
+		return lease.Result{}, err
+	}
+	res := lease.Result{Status: lease.Status(a.Type), FencingToken: a.FencingToken, ServedFrom: a.ServedFrom, Reason: a.Reason}
+	for _, g := range a.Grants {
+		res.Grants = append(res.Grants, lease.Grant{Slot: g.Slot, Token: g.FencingToken})
+	}
+	res.Free = a.PermitsFree
+	for _, st := range a.Each {
+		res.Each = append(res.Each, lease.Status(st))
+	}
+	return res, nil
 }
 
 // retry repeats call while it answers MustRetry, and only then, for the

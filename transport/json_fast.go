@@ -253,6 +253,17 @@ func appendLockReply(dst []byte, r lockReply) []byte {
 		dst = append(dst, `,"permitsFree":`...)
 		dst = strconv.AppendInt(dst, int64(*r.PermitsFree), 10)
 	}
+	for i, st := range r.Each {
+		if i == 0 {
+			dst = append(dst, `,"each":[`...)
+		} else {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(st), 10)
+	}
+	if len(r.Each) > 0 {
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 

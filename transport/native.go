@@ -232,8 +232,17 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 	if n := req.GetNewOwner(); len(n) > 0 { // a proclaim
 		r.Op, r.NewOwner = lease.Extend, n
 	}
-	if also := req.GetAlso(); len(also) > 0 { // a lock of several names
+	if also := req.GetAlso(); len(also) > 0 { // a lock of several names, or a batch
 		r.Also = also
+	}
+	switch req.GetOp() {
+	case v1.LockOp_LOCK_OP_LOCK:
+	case v1.LockOp_LOCK_OP_EXTEND:
+		r.Op = lease.Extend
+	case v1.LockOp_LOCK_OP_UNLOCK:
+		r.Op = lease.Unlock
+	default:
+		r.Op = lease.Op(255) // refused by Check below
 	}
 	if !lease.ValidWait(wait) {
 		r.Wait = 0 // said below, in the wire's unit
@@ -270,6 +279,9 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 		resp.Grants = append(resp.Grants, &v1.Grant{Slot: int32(g.Slot), FencingToken: g.Token})
 	}
 	resp.PermitsFree = int32(res.Free) // at most lease.MaxPermits
+	for _, st := range res.Each {
+		resp.Each = append(resp.Each, v1.Status(st))
+	}
 	if s.opts.Observe != nil {
 		s.opts.Observe(r.Op, res.Status, time.Since(start))
 	}

@@ -98,6 +98,12 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 		}
 		req := &v1.LockRequest{Resource: resource, Owner: owner, TtlMs: int64(ttlToMs(ttl)), WaitMs: waitToMs(left), Durability: v1.Durability(d),
 			Permits: int32(r.Permits), Limit: int32(r.Limit), Shared: r.Shared, Resize: r.Resize, NewOwner: r.NewOwner, Also: r.Also} // checked: at most lease.MaxPermits
+		switch {
+		case r.IsBatch() && r.Op == lease.Extend:
+			req.Op = v1.LockOp_LOCK_OP_EXTEND
+		case r.IsBatch():
+			req.Op = v1.LockOp_LOCK_OP_UNLOCK
+		}
 		var (
 			resp *v1.LockResponse
 			err  error
@@ -128,11 +134,14 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 			res.Grants = append(res.Grants, lease.Grant{Slot: int(g.GetSlot()), Token: g.GetFencingToken()})
 		}
 		res.Free = int(resp.GetPermitsFree())
+		for _, st := range resp.GetEach() {
+			res.Each = append(res.Each, lease.Status(st))
+		}
 		if res.Status == lease.Locked && (resp.GetWaitedMs() > 0 || sent != start) {
 			res.Waited = sent.Sub(start) + time.Duration(resp.GetWaitedMs())*time.Millisecond
 		}
-		if res.Status != lease.MustRetry || !c.retry {
-			return res, nil
+		if res.Status != lease.MustRetry || !c.retry || r.IsBatch() {
+			return res, nil // a batch's names are retried by its caller, each as its answer says
 		}
 		pause := bo.next()
 		if wait != lease.WaitForever {

@@ -41,7 +41,8 @@ type lockBody struct {
 	// (lease.Request.NewOwner).
 	NewOwner []byte `json:"newOwner"`
 	// Also, kahuna's too, names more resources for a try-lock to lock at
-	// once, all or none (lease.Request.Also).
+	// once, all or none; for a try-extend or try-unlock, more to extend or
+	// release each on its own, a batch (lease.Request.Also).
 	Also []string `json:"also"`
 }
 
@@ -56,6 +57,8 @@ type lockReply struct {
 	// and PermitsFree (with them) the permits left free.
 	Grants      []grantReply `json:"grants,omitempty"`
 	PermitsFree *int         `json:"permitsFree,omitempty"`
+	// Each, kahuna's too, is a batch's answer for each name.
+	Each []lease.Status `json:"each,omitempty"`
 }
 
 // grantReply is one permit of a semaphore: its slot and fencing token.
@@ -166,6 +169,7 @@ func (s *Server) restAnswer(ctx context.Context, dst []byte, route restRoute, bo
 	if lease.IsSemaphore(req.Resource) && len(res.Grants) > 0 {
 		reply.PermitsFree = &res.Free
 	}
+	reply.Each = res.Each
 	return http.StatusOK, appendLockReply(dst, reply)
 }
 

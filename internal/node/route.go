@@ -46,6 +46,10 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		return lease.LockInfo{}, lease.Result{}, errClosedNotApplied
 	}
 	defer n.exit()
+	if req.IsBatch() {
+		r, err = n.doBatch(ctx, c, forwarded)
+		return lease.LockInfo{}, r, err
+	}
 	p := partition.Of(req.Resource, n.cfg.Partitions)
 	if _, ok := n.leadership.Serving(p); !ok {
 		if !forwarded {

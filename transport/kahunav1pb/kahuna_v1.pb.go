@@ -155,6 +155,55 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{1}
 }
 
+type LockOp int32
+
+const (
+	LockOp_LOCK_OP_LOCK   LockOp = 0
+	LockOp_LOCK_OP_EXTEND LockOp = 1
+	LockOp_LOCK_OP_UNLOCK LockOp = 2
+)
+
+// Enum value maps for LockOp.
+var (
+	LockOp_name = map[int32]string{
+		0: "LOCK_OP_LOCK",
+		1: "LOCK_OP_EXTEND",
+		2: "LOCK_OP_UNLOCK",
+	}
+	LockOp_value = map[string]int32{
+		"LOCK_OP_LOCK":   0,
+		"LOCK_OP_EXTEND": 1,
+		"LOCK_OP_UNLOCK": 2,
+	}
+)
+
+func (x LockOp) Enum() *LockOp {
+	p := new(LockOp)
+	*p = x
+	return p
+}
+
+func (x LockOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_kahuna_v1_proto_enumTypes[2].Descriptor()
+}
+
+func (LockOp) Type() protoreflect.EnumType {
+	return &file_transport_proto_kahuna_v1_proto_enumTypes[2]
+}
+
+func (x LockOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockOp.Descriptor instead.
+func (LockOp) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{2}
+}
+
 type EventType int32
 
 const (
@@ -194,11 +243,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_transport_proto_kahuna_v1_proto_enumTypes[2].Descriptor()
+	return file_transport_proto_kahuna_v1_proto_enumTypes[3].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_transport_proto_kahuna_v1_proto_enumTypes[2]
+	return &file_transport_proto_kahuna_v1_proto_enumTypes[3]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -207,7 +256,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{2}
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{3}
 }
 
 type LockRequest struct {
@@ -241,7 +290,15 @@ type LockRequest struct {
 	// (persistent, no wait): each must share resource's partition key (the
 	// part before the last '/'). The grants come back in grants, slot being
 	// the name's place (0: resource, then also's in order).
-	Also          []string `protobuf:"bytes,11,rep,name=also,proto3" json:"also,omitempty"`
+	//
+	// With op LOCK_OP_EXTEND or LOCK_OP_UNLOCK, a batch instead: every name
+	// (resource, then also's, of any partitions, plain locks only) is
+	// extended by owner for ttl_ms, or released by owner, each on its own,
+	// and answered on its own in each.
+	Also []string `protobuf:"bytes,11,rep,name=also,proto3" json:"also,omitempty"`
+	// What to do: a lock (the default), or, with also, a batch of extends
+	// or of unlocks.
+	Op            LockOp `protobuf:"varint,12,opt,name=op,proto3,enum=kahuna.v1.LockOp" json:"op,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +410,13 @@ func (x *LockRequest) GetAlso() []string {
 	return nil
 }
 
+func (x *LockRequest) GetOp() LockOp {
+	if x != nil {
+		return x.Op
+	}
+	return LockOp_LOCK_OP_LOCK
+}
+
 // A permit of a semaphore: its slot and the slot's fencing token.
 type Grant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -421,7 +485,11 @@ type LockResponse struct {
 	// first one's).
 	Grants []*Grant `protobuf:"bytes,6,rep,name=grants,proto3" json:"grants,omitempty"`
 	// For a semaphore's grant or extension: the permits left free after it.
-	PermitsFree   int32 `protobuf:"varint,7,opt,name=permits_free,json=permitsFree,proto3" json:"permits_free,omitempty"`
+	PermitsFree int32 `protobuf:"varint,7,opt,name=permits_free,json=permitsFree,proto3" json:"permits_free,omitempty"`
+	// For a batch: each name's answer, in the order resource, then also's.
+	// status is then STATUS_EXTENDED (or STATUS_UNLOCKED) when every name's
+	// is, else the first other one.
+	Each          []Status `protobuf:"varint,8,rep,packed,name=each,proto3,enum=kahuna.v1.Status" json:"each,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +571,13 @@ func (x *LockResponse) GetPermitsFree() int32 {
 		return x.PermitsFree
 	}
 	return 0
+}
+
+func (x *LockResponse) GetEach() []Status {
+	if x != nil {
+		return x.Each
+	}
+	return nil
 }
 
 type LockStreamRequest struct {
@@ -950,7 +1025,7 @@ var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xb7\x02\n" +
+	"\x1ftransport/proto/kahuna_v1.proto\x12\tkahuna.v1\x1a\x1btransport/proto/locks.proto\"\xda\x02\n" +
 	"\vLockRequest\x12\x1a\n" +
 	"\bresource\x18\x01 \x01(\tR\bresource\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\fR\x05owner\x12\x15\n" +
@@ -965,10 +1040,11 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x06resize\x18\t \x01(\bR\x06resize\x12\x1b\n" +
 	"\tnew_owner\x18\n" +
 	" \x01(\fR\bnewOwner\x12\x12\n" +
-	"\x04also\x18\v \x03(\tR\x04also\"@\n" +
+	"\x04also\x18\v \x03(\tR\x04also\x12!\n" +
+	"\x02op\x18\f \x01(\x0e2\x11.kahuna.v1.LockOpR\x02op\"@\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x05R\x04slot\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x81\x02\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xa8\x02\n" +
 	"\fLockResponse\x12)\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x1b\n" +
@@ -977,7 +1053,8 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"servedFrom\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12(\n" +
 	"\x06grants\x18\x06 \x03(\v2\x10.kahuna.v1.GrantR\x06grants\x12!\n" +
-	"\fpermits_free\x18\a \x01(\x05R\vpermitsFree\"v\n" +
+	"\fpermits_free\x18\a \x01(\x05R\vpermitsFree\x12%\n" +
+	"\x04each\x18\b \x03(\x0e2\x11.kahuna.v1.StatusR\x04each\"v\n" +
 	"\x11LockStreamRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x03R\trequestId\x12*\n" +
@@ -1033,7 +1110,11 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x11STATUS_MUST_RETRY\x10e\x12\x1e\n" +
 	"\x1aSTATUS_LOCK_DOES_NOT_EXIST\x10f\x12\x18\n" +
 	"\x14STATUS_INVALID_OWNER\x10g\x12\x12\n" +
-	"\x0eSTATUS_ABORTED\x10h*\x8a\x01\n" +
+	"\x0eSTATUS_ABORTED\x10h*B\n" +
+	"\x06LockOp\x12\x10\n" +
+	"\fLOCK_OP_LOCK\x10\x00\x12\x12\n" +
+	"\x0eLOCK_OP_EXTEND\x10\x01\x12\x12\n" +
+	"\x0eLOCK_OP_UNLOCK\x10\x02*\x8a\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
@@ -1062,55 +1143,58 @@ func file_transport_proto_kahuna_v1_proto_rawDescGZIP() []byte {
 	return file_transport_proto_kahuna_v1_proto_rawDescData
 }
 
-var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_transport_proto_kahuna_v1_proto_goTypes = []any{
 	(Durability)(0),                             // 0: kahuna.v1.Durability
 	(Status)(0),                                 // 1: kahuna.v1.Status
-	(EventType)(0),                              // 2: kahuna.v1.EventType
-	(*LockRequest)(nil),                         // 3: kahuna.v1.LockRequest
-	(*Grant)(nil),                               // 4: kahuna.v1.Grant
-	(*LockResponse)(nil),                        // 5: kahuna.v1.LockResponse
-	(*LockStreamRequest)(nil),                   // 6: kahuna.v1.LockStreamRequest
-	(*LockStreamResponse)(nil),                  // 7: kahuna.v1.LockStreamResponse
-	(*WatchRequest)(nil),                        // 8: kahuna.v1.WatchRequest
-	(*WatchEvent)(nil),                          // 9: kahuna.v1.WatchEvent
-	(*Holder)(nil),                              // 10: kahuna.v1.Holder
-	(*BatchRequests)(nil),                       // 11: kahuna.v1.BatchRequests
-	(*BatchResponses)(nil),                      // 12: kahuna.v1.BatchResponses
-	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 13: GrpcBatchClientLockRequest
-	(*lockspb.GrpcBatchClientLockResponse)(nil), // 14: GrpcBatchClientLockResponse
+	(LockOp)(0),                                 // 2: kahuna.v1.LockOp
+	(EventType)(0),                              // 3: kahuna.v1.EventType
+	(*LockRequest)(nil),                         // 4: kahuna.v1.LockRequest
+	(*Grant)(nil),                               // 5: kahuna.v1.Grant
+	(*LockResponse)(nil),                        // 6: kahuna.v1.LockResponse
+	(*LockStreamRequest)(nil),                   // 7: kahuna.v1.LockStreamRequest
+	(*LockStreamResponse)(nil),                  // 8: kahuna.v1.LockStreamResponse
+	(*WatchRequest)(nil),                        // 9: kahuna.v1.WatchRequest
+	(*WatchEvent)(nil),                          // 10: kahuna.v1.WatchEvent
+	(*Holder)(nil),                              // 11: kahuna.v1.Holder
+	(*BatchRequests)(nil),                       // 12: kahuna.v1.BatchRequests
+	(*BatchResponses)(nil),                      // 13: kahuna.v1.BatchResponses
+	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 14: GrpcBatchClientLockRequest
+	(*lockspb.GrpcBatchClientLockResponse)(nil), // 15: GrpcBatchClientLockResponse
 }
 var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	0,  // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
-	1,  // 1: kahuna.v1.LockResponse.status:type_name -> kahuna.v1.Status
-	4,  // 2: kahuna.v1.LockResponse.grants:type_name -> kahuna.v1.Grant
-	3,  // 3: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
-	5,  // 4: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
-	2,  // 5: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
-	0,  // 6: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
-	10, // 7: kahuna.v1.WatchEvent.holders:type_name -> kahuna.v1.Holder
-	13, // 8: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
-	14, // 9: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
-	3,  // 10: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
-	6,  // 11: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
-	8,  // 12: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
-	3,  // 13: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	8,  // 14: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	11, // 15: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
-	11, // 16: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
-	5,  // 17: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	7,  // 18: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
-	9,  // 19: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	5,  // 20: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	9,  // 21: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	12, // 22: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
-	12, // 23: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 1: kahuna.v1.LockRequest.op:type_name -> kahuna.v1.LockOp
+	1,  // 2: kahuna.v1.LockResponse.status:type_name -> kahuna.v1.Status
+	5,  // 3: kahuna.v1.LockResponse.grants:type_name -> kahuna.v1.Grant
+	1,  // 4: kahuna.v1.LockResponse.each:type_name -> kahuna.v1.Status
+	4,  // 5: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
+	6,  // 6: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
+	3,  // 7: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
+	0,  // 8: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
+	11, // 9: kahuna.v1.WatchEvent.holders:type_name -> kahuna.v1.Holder
+	14, // 10: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
+	15, // 11: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
+	4,  // 12: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
+	7,  // 13: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
+	9,  // 14: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
+	4,  // 15: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
+	9,  // 16: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	12, // 17: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
+	12, // 18: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
+	6,  // 19: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	8,  // 20: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	10, // 21: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	6,  // 22: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	10, // 23: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	13, // 24: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
+	13, // 25: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_kahuna_v1_proto_init() }
@@ -1123,7 +1207,7 @@ func file_transport_proto_kahuna_v1_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_kahuna_v1_proto_rawDesc), len(file_transport_proto_kahuna_v1_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,

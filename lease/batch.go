@@ -1,0 +1,65 @@
+package lease
+
+import "strconv"
+
+// A batch is an Extend or an Unlock whose Also names more resources than
+// Resource: the same call, by the same Owner (with the same TTL, for an
+// Extend), made for every name in one request. Each name is extended or
+// released on its own, as if asked alone, and answered on its own in
+// Result.Each; the names may be of any partitions. It is what keeps a
+// session's locks alive in one request per renewal, and releases them in
+// one request when it closes: the server sends each partition's share to
+// its leader as one call, and the leader's writes of it share Raft
+// entries.
+//
+// A batch takes plain locks only: a semaphore's or a read/write lock's
+// holders and an election's candidates are extended and released on
+// their own.
+
+// checkBatch says why r, an Extend or Unlock with Also, is not a well
+// formed batch, or "". A reason names a resource by its place in Names.
+func (r *Request) checkBatch() string {
+	switch {
+	case len(r.Also) == 0:
+		return "also is empty: give more names, or none"
+	case len(r.Also)+1 > MaxGroupNames:
+		return strconv.Itoa(len(r.Also)+1) + " names, over the limit of " + strconv.Itoa(MaxGroupNames)
+	case r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil:
+		return "a batch of several names takes plain locks: no permits, limit, shared, resize or new owner"
+	}
+	size := len(r.Resource)
+	for _, name := range r.Also {
+		size += len(name)
+	}
+	if size > MaxGroupBytes {
+		return "the names take " + strconv.Itoa(size) + " bytes together, over the limit of " + strconv.Itoa(MaxGroupBytes)
+	}
+	seen := make(map[string]int, len(r.Also)+1)
+	for i, name := range r.Names() {
+		place := "name " + strconv.Itoa(i+1)
+		if i > 0 {
+			if reason := Check(r.Op, name, r.Owner, r.TTL, r.Durability); reason != "" {
+				return place + ": " + reason
+			}
+		}
+		if j, dup := seen[name]; dup {
+			return place + " is name " + strconv.Itoa(j+1) + " again"
+		}
+		seen[name] = i
+		if !IsPlain(name) {
+			return place + " is a semaphore, a read/write lock or an election: a batch takes plain locks"
+		}
+	}
+	return ""
+}
+
+// IsBatch reports whether r is a batch: an Extend or Unlock with Also.
+func (r *Request) IsBatch() bool {
+	return r.Also != nil && (r.Op == Extend || r.Op == Unlock)
+}
+
+// IsPlain reports whether name is a plain lock's: not a semaphore's, a
+// read/write lock's or an election's.
+func IsPlain(name string) bool {
+	return !IsSemaphore(name) && !IsRWLock(name) && !IsElection(name)
+}

@@ -1,0 +1,218 @@
+package kahuna_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/lease"
+)
+
+// opCounter counts the requests that reach a Locker by kind: "Extend",
+// "Extend batch", and so on, whether sent whole (Do) or by method.
+type opCounter struct {
+	kahuna.WaitLocker
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *opCounter) Do(ctx context.Context, req lease.Checked) (kahuna.LockInfo, kahuna.Result, error) {
+	r := req.Request()
+	kind := r.Op.String()
+	if r.IsBatch() {
+		kind += " batch"
+	}
+	c.count(kind)
+	return lease.Do(ctx, c.WaitLocker, req)
+}
+
+func (c *opCounter) count(kind string) {
+	c.mu.Lock()
+	c.n[kind]++
+	c.mu.Unlock()
+}
+
+func (c *opCounter) Extend(ctx context.Context, res string, owner []byte, ttl time.Duration, d kahuna.Durability) (kahuna.Result, error) {
+	c.count("Extend")
+	return c.WaitLocker.Extend(ctx, res, owner, ttl, d)
+}
+
+func (c *opCounter) Unlock(ctx context.Context, res string, owner []byte, d kahuna.Durability) (kahuna.Result, error) {
+	c.count("Unlock")
+	return c.WaitLocker.Unlock(ctx, res, owner, d)
+}
+
+func (c *opCounter) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.n {
+		out[k] = v
+	}
+	c.n = map[string]int{}
+	return out
+}
+
+// A session renews its own lease and all its plain locks in one request
+// per renewal, whatever their partitions, and Close releases them in one;
+// an election's candidacy in the session is renewed on its own.
+func TestSessionRenewsInOneRequest(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range []kahuna.Durability{kahuna.Persistent, kahuna.Ephemeral} {
+		t.Run(d.String(), func(t *testing.T) {
+			n := openElectionNode(t, kahuna.Config{Partitions: 8})
+			link := &opCounter{WaitLocker: n, n: map[string]int{}}
+			s, err := kahuna.NewSession(ctx, link, kahuna.WithTTL(sessionTTL), kahuna.WithDurability(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := []string{"a", "b/x", "c", "d/y/z", "e"}
+			for _, r := range names {
+				if _, err := kahuna.Acquire(ctx, link, r, kahuna.WithSession(s)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ld, err := kahuna.Campaign(ctx, link, "leader", []byte("me"), kahuna.WithSession(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			link.counts()
+			deadline := s.Expires()
+			candidacy, _ := ld.Context().Deadline()
+			for { // one renewal: the session's deadline and the candidacy's move
+				d, _ := ld.Context().Deadline()
+				if !s.Expires().Equal(deadline) && !d.Equal(candidacy) {
+					break
+				}
+				select {
+				case <-s.Context().Done():
+					t.Fatalf("session ended: %v", context.Cause(s.Context()))
+				case <-time.After(sessionTTL / 50):
+				}
+			}
+			got := link.counts()
+			if got["Extend batch"] != 1 || got["Extend"] != 1 || len(got) != 2 {
+				t.Fatalf("one renewal sent %v, want one batch and the candidacy's Extend", got)
+			}
+			if err := ld.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			link.counts()
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := link.counts(); got["Unlock batch"] != 1 || len(got) != 1 {
+				t.Fatalf("Close sent %v, want one batch", got)
+			}
+			for _, r := range append(names, kahuna.SessionPrefix+s.ID()) {
+				if _, res, err := n.Get(ctx, r, d); err != nil || res.Status != kahuna.LockDoesNotExist {
+					t.Fatalf("%s after Close: %v %v", r, res.Status, err)
+				}
+			}
+		})
+	}
+}
+
+// batchReq is a checked batch of op by owner over names.
+func batchReq(t *testing.T, op lease.Op, owner string, d kahuna.Durability, names ...string) lease.Checked {
+	t.Helper()
+	r := lease.Request{Op: op, Resource: names[0], Also: names[1:], Owner: []byte(owner), Durability: d}
+	if op == lease.Extend {
+		r.TTL = time.Hour
+	}
+	c, why := r.Check()
+	if why != "" {
+		t.Fatal(why)
+	}
+	return c
+}
+
+// checkBatchAnswers runs a batch of extends, then of unlocks, by "me" over
+// names held by me, by another owner and by no one, on l; node reads the
+// locks back. Each name is answered on its own and changed only if mine.
+func checkBatchAnswers(t *testing.T, l kahuna.Locker, node kahuna.Locker, d kahuna.Durability) {
+	t.Helper()
+	ctx := context.Background()
+	mine := []string{"batch/a", "batch-b", "c/d/e"}
+	for _, r := range append(mine, "theirs") {
+		owner := "me"
+		if r == "theirs" {
+			owner = "them"
+		}
+		if res, err := l.TryLock(ctx, r, []byte(owner), time.Minute, d); err != nil || res.Status != kahuna.Locked {
+			t.Fatalf("lock %s: %v %v", r, res.Status, err)
+		}
+	}
+	names := []string{mine[0], "theirs", mine[1], "nobody's", mine[2]}
+	_, res, err := lease.Do(ctx, l, batchReq(t, lease.Extend, "me", d, names...))
+	want := []kahuna.Status{kahuna.Extended, kahuna.InvalidOwner, kahuna.Extended, kahuna.LockDoesNotExist, kahuna.Extended}
+	if err != nil || !slices.Equal(res.Each, want) || res.Status != kahuna.InvalidOwner {
+		t.Fatalf("extend batch: %v each %v, %v; want InvalidOwner each %v", res.Status, res.Each, err, want)
+	}
+	for _, r := range append(mine, "theirs") {
+		info, got, err := node.Get(ctx, r, d)
+		if err != nil || got.Status != kahuna.Got {
+			t.Fatalf("get %s: %v %v", r, got.Status, err)
+		}
+		extended := time.Until(info.Expires) > 30*time.Minute
+		if extended != (r != "theirs") {
+			t.Fatalf("%s expires in %v after the batch", r, time.Until(info.Expires))
+		}
+	}
+	_, res, err = lease.Do(ctx, l, batchReq(t, lease.Unlock, "me", d, names...))
+	want = []kahuna.Status{kahuna.Unlocked, kahuna.InvalidOwner, kahuna.Unlocked, kahuna.LockDoesNotExist, kahuna.Unlocked}
+	if err != nil || !slices.Equal(res.Each, want) {
+		t.Fatalf("unlock batch: %v each %v, %v; want each %v", res.Status, res.Each, err, want)
+	}
+	for _, r := range append(mine, "theirs") {
+		_, got, _ := node.Get(ctx, r, d)
+		if (got.Status == kahuna.Got) != (r == "theirs") {
+			t.Fatalf("%s after the unlock batch: %v", r, got.Status)
+		}
+	}
+	// Bad input changes nothing: a semaphore in a batch.
+	bad := lease.Request{Op: lease.Unlock, Resource: "theirs", Also: []string{kahuna.SemaphorePrefix + "s"}, Owner: []byte("them"), Durability: d}
+	if _, why := bad.Check(); !strings.Contains(why, "a batch takes plain locks") {
+		t.Fatalf("a semaphore in a batch: %q", why)
+	}
+	if res, err := l.Unlock(ctx, "theirs", []byte("them"), d); err != nil || res.Status != kahuna.Unlocked {
+		t.Fatalf("unlock theirs: %v %v", res.Status, err)
+	}
+}
+
+func TestBatchAnswersEachName(t *testing.T) {
+	n := openElectionNode(t, kahuna.Config{Partitions: 8})
+	for _, d := range []kahuna.Durability{kahuna.Persistent, kahuna.Ephemeral} {
+		t.Run(d.String(), func(t *testing.T) { checkBatchAnswers(t, n, n, d) })
+	}
+}
+
+// Over gRPC and REST through a member: the shares of the partitions it
+// does not lead are forwarded, and every name is still answered.
+func TestClusterBatchOverTheWire(t *testing.T) {
+	c := startCluster(t, 6, nil)
+	ctx := context.Background()
+	_, follower := leaderAndFollower(c, "batch/a")
+	leaders := map[uint64]bool{}
+	for _, r := range []string{"batch/a", "theirs", "batch-b", "nobody's", "c/d/e"} {
+		leaders[c.Leader(c.Node(1).Partition(r))] = true
+	}
+	if len(leaders) < 2 { // batch/a's is forwarded: the follower does not lead it
+		t.Fatalf("the names are led by %v: want shares for several leaders", leaders)
+	}
+	for _, opts := range [][]kahuna.ClientOption{nil, {kahuna.WithREST()}} {
+		cl, err := kahuna.Dial(ctx, []string{c.Member(follower).Endpoint}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for _, d := range []kahuna.Durability{kahuna.Persistent, kahuna.Ephemeral} {
+			t.Run(fmt.Sprintf("%v/REST=%v", d, opts != nil), func(t *testing.T) { checkBatchAnswers(t, cl, c.Node(follower), d) })
+		}
+	}
+}
