@@ -2,6 +2,7 @@ package kahuna_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -213,6 +214,49 @@ func TestClusterBatchOverTheWire(t *testing.T) {
 		defer cl.Close()
 		for _, d := range []kahuna.Durability{kahuna.Persistent, kahuna.Ephemeral} {
 			t.Run(fmt.Sprintf("%v/REST=%v", d, opts != nil), func(t *testing.T) { checkBatchAnswers(t, cl, c.Node(follower), d) })
+		}
+	}
+}
+
+// A renewal batch's answer is taken in lock by lock: the lock whose name
+// the server no longer holds for the session is the one lost on its own
+// (its cause names it), and the session and its other locks end with it.
+func TestSessionBatchLossIsTheRightLock(t *testing.T) {
+	ctx := context.Background()
+	n := openElectionNode(t, kahuna.Config{Partitions: 8})
+	link := &opCounter{WaitLocker: n, n: map[string]int{}}
+	s, err := kahuna.NewSession(ctx, link, kahuna.WithTTL(sessionTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := map[string]*kahuna.Lock{}
+	for _, r := range []string{"a", "b/x", "c"} { // with the session's lease, a batch of four
+		lk, err := kahuna.Acquire(ctx, link, r, kahuna.WithSession(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[r] = lk
+	}
+	// Taken from the session behind its back: the next renewal finds it gone.
+	if r, err := n.Unlock(ctx, "c", []byte(s.ID()), kahuna.Persistent); err != nil || r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock c: %v %v", r.Status, err)
+	}
+	select {
+	case <-locks["c"].Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("c not lost after its renewal")
+	}
+	var se *kahuna.StatusError
+	if cause := context.Cause(locks["c"].Context()); !errors.As(cause, &se) || se.Resource != "c" || se.Status != kahuna.LockDoesNotExist {
+		t.Fatalf("c's cause %v, want its extend's LockDoesNotExist", cause)
+	}
+	if got := link.counts(); got["Extend batch"] == 0 {
+		t.Fatalf("renewals sent %v, want batches", got)
+	}
+	for _, r := range []string{"a", "b/x"} {
+		cause := context.Cause(locks[r].Context())
+		if !errors.Is(cause, kahuna.ErrSessionLost) || !strings.Contains(cause.Error(), "lock c lost") {
+			t.Fatalf("%s's cause %v, want the session lost with c", r, cause)
 		}
 	}
 }
