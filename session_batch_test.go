@@ -260,3 +260,68 @@ func TestSessionBatchLossIsTheRightLock(t *testing.T) {
 		}
 	}
 }
+
+// refusesBatches is a node behind a server that does not know batches (an
+// older kahuna): a batch is InvalidInput, anything else is served.
+type refusesBatches struct{ opCounter }
+
+func (r *refusesBatches) Do(ctx context.Context, req lease.Checked) (kahuna.LockInfo, kahuna.Result, error) {
+	if q := req.Request(); q.IsBatch() {
+		r.count(q.Op.String() + " batch")
+		return kahuna.LockInfo{}, kahuna.Result{Status: kahuna.InvalidInput, Reason: "several names are for a lock, not Extend"}, nil
+	}
+	return r.opCounter.Do(ctx, req)
+}
+
+// A session whose Locker cannot take a batch (not a Doer: a plain Kahuna
+// server's client; or a server that refuses one) renews and releases
+// every lock on its own, and stops offering batches after the first.
+func TestSessionWithoutBatches(t *testing.T) {
+	ctx := context.Background()
+	n := openElectionNode(t, kahuna.Config{})
+	refusing := &refusesBatches{opCounter{WaitLocker: n, n: map[string]int{}}}
+	for name, l := range map[string]kahuna.Locker{"not a Doer": plainLocker{n}, "refuses batches": refusing} {
+		t.Run(name, func(t *testing.T) {
+			s, err := kahuna.NewSession(ctx, l, kahuna.WithTTL(sessionTTL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var locks []*kahuna.Lock
+			for _, r := range []string{name + "/a", name + "/b"} {
+				lk, err := kahuna.Acquire(ctx, l, r, kahuna.WithSession(s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				locks = append(locks, lk)
+			}
+			for range 2 { // two renewals
+				deadline := s.Expires()
+				for s.Expires().Equal(deadline) {
+					select {
+					case <-s.Context().Done():
+						t.Fatalf("session ended: %v", context.Cause(s.Context()))
+					case <-time.After(sessionTTL / 50):
+					}
+				}
+			}
+			for _, lk := range locks {
+				if err := lk.Context().Err(); err != nil {
+					t.Fatalf("%s: %v", lk.Resource(), context.Cause(lk.Context()))
+				}
+			}
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, lk := range locks {
+				if _, r, _ := n.Get(ctx, lk.Resource(), kahuna.Persistent); r.Status != kahuna.LockDoesNotExist {
+					t.Fatalf("%s after Close: %v", lk.Resource(), r.Status)
+				}
+			}
+			if l == refusing {
+				if got := refusing.counts(); got["Extend batch"] != 1 || got["Unlock batch"] != 0 {
+					t.Fatalf("sent %v: want one batch refused, then none", got)
+				}
+			}
+		})
+	}
+}
