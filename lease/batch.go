@@ -1,7 +1,5 @@
 package lease
 
-import "strconv"
-
 // A batch is an Extend or an Unlock whose Also names more resources than
 // Resource: the same call, by the same Owner (with the same TTL, for an
 // Extend), made for every name in one request. Each name is extended or
@@ -19,38 +17,10 @@ import "strconv"
 // checkBatch says why r, an Extend or Unlock with Also, is not a well
 // formed batch, or "". A reason names a resource by its place in Names.
 func (r *Request) checkBatch() string {
-	switch {
-	case len(r.Also) == 0:
-		return "also is empty: give more names, or none"
-	case len(r.Also)+1 > MaxGroupNames:
-		return strconv.Itoa(len(r.Also)+1) + " names, over the limit of " + strconv.Itoa(MaxGroupNames)
-	case r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil:
+	if r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil {
 		return "a batch of several names takes plain locks: no permits, limit, shared, resize or new owner"
 	}
-	size := len(r.Resource)
-	for _, name := range r.Also {
-		size += len(name)
-	}
-	if size > MaxGroupBytes {
-		return "the names take " + strconv.Itoa(size) + " bytes together, over the limit of " + strconv.Itoa(MaxGroupBytes)
-	}
-	seen := make(map[string]int, len(r.Also)+1)
-	for i, name := range r.Names() {
-		place := "name " + strconv.Itoa(i+1)
-		if i > 0 {
-			if reason := Check(r.Op, name, r.Owner, r.TTL, r.Durability); reason != "" {
-				return place + ": " + reason
-			}
-		}
-		if j, dup := seen[name]; dup {
-			return place + " is name " + strconv.Itoa(j+1) + " again"
-		}
-		seen[name] = i
-		if !IsPlain(name) {
-			return place + " is a semaphore, a read/write lock or an election: a batch takes plain locks"
-		}
-	}
-	return ""
+	return r.checkNames()
 }
 
 // IsBatch reports whether r is a batch: an Extend or Unlock with Also.

@@ -36,7 +36,7 @@ func TestCheckBatch(t *testing.T) {
 			{"empty name", func(r *Request) { r.Also = []string{"b", ""} }, "name 3: resource is empty"},
 			{"twice", func(r *Request) { r.Also = []string{"b", "a"} }, "name 3 is name 1 again"},
 			{"twice in also", func(r *Request) { r.Also = []string{"b", "b"} }, "name 3 is name 2 again"},
-			{"semaphore", func(r *Request) { r.Also = []string{SemaphorePrefix + "x"} }, "a batch takes plain locks"},
+			{"semaphore", func(r *Request) { r.Also = []string{SemaphorePrefix + "x"} }, "takes plain locks"},
 			{"election first", func(r *Request) { r.Resource = ElectionPrefix + "x" }, "name 1 is a semaphore, a read/write lock or an election"},
 			{"wait", func(r *Request) { r.Wait = time.Second }, "wait is only for a lock"},
 			{"too many bytes", func(r *Request) {

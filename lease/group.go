@@ -62,16 +62,37 @@ func (r *Request) checkGroup() string {
 	switch {
 	case r.Op != TryLock:
 		return "several names are for a lock, an extend or an unlock, not " + r.Op.String()
-	case len(r.Also) == 0:
-		return "also is empty: give more names, or none"
-	case len(r.Also)+1 > MaxGroupNames:
-		return strconv.Itoa(len(r.Also)+1) + " names, over the limit of " + strconv.Itoa(MaxGroupNames)
 	case r.Durability != Persistent:
 		return "a lock of several names at once is persistent: its one step is a replicated record group"
 	case r.Wait != 0:
 		return "a lock of several names at once does not wait on the server"
 	case r.Permits != 0 || r.Limit != 0 || r.Shared || r.Resize || r.NewOwner != nil:
 		return "a lock of several names at once takes plain locks: no permits, limit, shared, resize or new owner"
+	}
+	if reason := r.checkNames(); reason != "" {
+		return reason
+	}
+	key := PartitionKey(r.Resource)
+	for i, name := range r.Also {
+		if PartitionKey(name) != key {
+			return "name " + strconv.Itoa(i+2) + " has another partition key (the part before the last '/') than name 1: " +
+				"only names of one partition key are granted in one step"
+		}
+	}
+	return ""
+}
+
+// checkNames says why r's names do not make one request of several names
+// (a lock of several names, or a batch), or "": too few or too many, too
+// many bytes together, a name not well formed for r.Op, a name twice, or
+// one that is not a plain lock's. A reason names a resource by its place
+// in Names, never by its name.
+func (r *Request) checkNames() string {
+	switch {
+	case len(r.Also) == 0:
+		return "also is empty: give more names, or none"
+	case len(r.Also)+1 > MaxGroupNames:
+		return strconv.Itoa(len(r.Also)+1) + " names, over the limit of " + strconv.Itoa(MaxGroupNames)
 	}
 	size := len(r.Resource)
 	for _, name := range r.Also {
@@ -80,25 +101,20 @@ func (r *Request) checkGroup() string {
 	if size > MaxGroupBytes {
 		return "the names take " + strconv.Itoa(size) + " bytes together, over the limit of " + strconv.Itoa(MaxGroupBytes)
 	}
-	key := PartitionKey(r.Resource)
-	seen := map[string]int{r.Resource: 0}
+	seen := make(map[string]int, len(r.Also)+1)
 	for i, name := range r.Names() {
 		place := "name " + strconv.Itoa(i+1)
 		if i > 0 {
-			if reason := Check(TryLock, name, r.Owner, r.TTL, r.Durability); reason != "" {
+			if reason := Check(r.Op, name, r.Owner, r.TTL, r.Durability); reason != "" {
 				return place + ": " + reason
 			}
-			if j, dup := seen[name]; dup {
-				return place + " is name " + strconv.Itoa(j+1) + " again"
-			}
-			seen[name] = i
 		}
-		switch {
-		case IsSemaphore(name), IsRWLock(name), IsElection(name):
-			return place + " is a semaphore, a read/write lock or an election: a lock of several names takes plain locks"
-		case PartitionKey(name) != key:
-			return place + " has another partition key (the part before the last '/') than name 1: " +
-				"only names of one partition key are granted in one step"
+		if j, dup := seen[name]; dup {
+			return place + " is name " + strconv.Itoa(j+1) + " again"
+		}
+		seen[name] = i
+		if !IsPlain(name) {
+			return place + " is a semaphore, a read/write lock or an election: a request of several names takes plain locks"
 		}
 	}
 	return ""

@@ -121,6 +121,20 @@ func startEtcd(ctx context.Context, bin string) (srv *server, clientURL string, 
 	return srv, clientURL, err
 }
 
+// startEtcdClient starts a single-member etcd (startEtcd) and opens a
+// client to it.
+func startEtcdClient(ctx context.Context, bin string) (*server, *clientv3.Client, string, error) {
+	srv, endpoint, err := startEtcd(ctx, bin)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, "", errors.Join(err, srv.stop())
+	}
+	return srv, cli, endpoint, nil
+}
+
 // countedStream counts the messages sent on an etcd stream.
 type countedStream struct {
 	grpc.ClientStream

@@ -232,30 +232,22 @@ func openElectorate(ctx context.Context, name string, cfg FailoverConfig) (elect
 		if name == "kahuna:ephemeral" {
 			d = kahuna.Ephemeral
 		}
-		srv, _, grpcEndpoint, err := startKahuna(ctx, cfg.KahunaServer)
+		srv, c, grpcEndpoint, err := startKahunaClient(ctx, cfg.KahunaServer)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Logf("%s: kahuna started at %s (dir %s)", name, grpcEndpoint, srv.dir)
-		c, err := kahuna.Dial(ctx, []string{grpcEndpoint})
-		if err != nil {
-			return nil, errors.Join(err, srv.stop())
-		}
 		return &kahunaElectorate{srv: srv, c: c, endpoint: grpcEndpoint, d: d, ttl: cfg.TTL,
 			name: "failover-" + strings.ToLower(d.String())}, nil
 	case "etcd":
 		if cfg.TTL%time.Second != 0 {
 			return nil, fmt.Errorf("etcd: TTL %v is not whole seconds", cfg.TTL)
 		}
-		srv, endpoint, err := startEtcd(ctx, cfg.EtcdServer)
+		srv, cli, endpoint, err := startEtcdClient(ctx, cfg.EtcdServer)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Logf("%s: etcd started at %s (dir %s)", name, endpoint, srv.dir)
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, errors.Join(err, srv.stop())
-		}
 		return &etcdElectorate{srv: srv, cli: cli, endpoint: endpoint, ttl: int(cfg.TTL / time.Second),
 			prefix: etcdPrefix + "election/failover"}, nil
 	}

@@ -14,7 +14,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/kahunago/kahuna"
 )
@@ -149,26 +148,18 @@ func openIdle(ctx context.Context, name string, cfg IdleConfig) (idleSystem, err
 		if name == "kahuna:ephemeral" {
 			d = kahuna.Ephemeral
 		}
-		srv, _, grpcEndpoint, err := startKahuna(ctx, cfg.KahunaServer)
+		srv, c, _, err := startKahunaClient(ctx, cfg.KahunaServer)
 		if err != nil {
 			return nil, err
-		}
-		c, err := kahuna.Dial(ctx, []string{grpcEndpoint})
-		if err != nil {
-			return nil, errors.Join(err, srv.stop())
 		}
 		return &kahunaIdle{srv: srv, c: c, d: d, cfg: cfg}, nil
 	case "etcd":
 		if cfg.TTL%time.Second != 0 {
 			return nil, fmt.Errorf("etcd: TTL %v is not whole seconds", cfg.TTL)
 		}
-		srv, endpoint, err := startEtcd(ctx, cfg.Etcd)
+		srv, cli, _, err := startEtcdClient(ctx, cfg.Etcd)
 		if err != nil {
 			return nil, err
-		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, errors.Join(err, srv.stop())
 		}
 		return &etcdIdle{srv: srv, cli: cli, cfg: cfg}, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/bench"
 )
 
@@ -68,6 +69,20 @@ func startKahuna(ctx context.Context, bin string) (srv *server, httpEndpoint, gr
 		}
 	}, func(ctx context.Context) error { return healthy(ctx, httpEndpoint) })
 	return srv, httpEndpoint, grpcEndpoint, err
+}
+
+// startKahunaClient starts a kahuna node (startKahuna) and dials its
+// native gRPC endpoint.
+func startKahunaClient(ctx context.Context, bin string) (*server, *kahuna.Client, string, error) {
+	srv, _, grpcEndpoint, err := startKahuna(ctx, bin)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, err := kahuna.Dial(ctx, []string{grpcEndpoint})
+	if err != nil {
+		return nil, nil, "", errors.Join(err, srv.stop())
+	}
+	return srv, c, grpcEndpoint, nil
 }
 
 func healthy(ctx context.Context, endpoint string) error {
