@@ -159,7 +159,7 @@ func checkBatchAnswers(t *testing.T, l kahuna.Locker, node kahuna.Locker, d kahu
 		t.Fatalf("extend batch: each %v, %v; want each %v", each, err, want)
 	}
 	for _, r := range append(mine, "theirs") {
-		info, got, err := node.Get(ctx, r, d)
+		info, got, err := getAnswered(ctx, t, node, r, d)
 		if err != nil || got.Status != kahuna.Got {
 			t.Fatalf("get %s: %v %v", r, got.Status, err)
 		}
@@ -174,7 +174,7 @@ func checkBatchAnswers(t *testing.T, l kahuna.Locker, node kahuna.Locker, d kahu
 		t.Fatalf("unlock batch: each %v, %v; want each %v", each, err, want)
 	}
 	for _, r := range append(mine, "theirs") {
-		_, got, _ := node.Get(ctx, r, d)
+		_, got, _ := getAnswered(ctx, t, node, r, d)
 		if (got.Status == kahuna.Got) != (r == "theirs") {
 			t.Fatalf("%s after the unlock batch: %v", r, got.Status)
 		}
@@ -186,6 +186,19 @@ func checkBatchAnswers(t *testing.T, l kahuna.Locker, node kahuna.Locker, d kahu
 	}
 	if res, err := l.Unlock(ctx, "theirs", []byte("them"), d); err != nil || res.Status != kahuna.Unlocked {
 		t.Fatalf("unlock theirs: %v %v", res.Status, err)
+	}
+}
+
+// getAnswered is l's Get of r, asked again while it answers MustRetry (a
+// member whose leader lease is being renewed on a loaded machine).
+func getAnswered(ctx context.Context, t *testing.T, l kahuna.Locker, r string, d kahuna.Durability) (kahuna.LockInfo, kahuna.Result, error) {
+	t.Helper()
+	for try := 0; ; try++ {
+		info, res, err := l.Get(ctx, r, d)
+		if err != nil || res.Status != kahuna.MustRetry || try == 100 {
+			return info, res, err
+		}
+		time.Sleep(20 * time.Millisecond) // back off before asking again
 	}
 }
 
