@@ -117,10 +117,8 @@ func (s *Session) releaseAll(ctx context.Context, locks []*Lock) error {
 			}
 			switch st {
 			case Unlocked, LockDoesNotExist, InvalidOwner: // released, or gone already
-			case Errored, WaitingForReplication, MustRetry:
+			default: // the outcome open, or a refusal: asked alone, it is retried or says why
 				alone = append(alone, lk)
-			default:
-				alone = append(alone, lk) // asked alone, it says why
 			}
 		}
 	}
@@ -206,17 +204,14 @@ var errBatchRefused = errors.New("kahuna: batch refused")
 // and returns each lock's status. A Locker that cannot take a batch makes
 // the session stop trying (noBatch) and the batch errBatchRefused.
 func (s *Session) sendBatch(ctx context.Context, op lease.Op, locks []*Lock) ([]Status, time.Time, error) {
-	req := lease.Request{Op: op, Resource: locks[0].resource, Owner: []byte(s.id), Durability: s.o.durability, Also: []string{}}
+	req := lease.Request{Op: op, Resource: locks[0].resource, Owner: []byte(s.id), Durability: s.o.durability}
 	if op == lease.Extend {
 		req.TTL = s.o.ttl
 	}
-	for _, lk := range locks[1:] {
+	for _, lk := range locks[1:] { // none for one name: the call itself
 		req.Also = append(req.Also, lk.resource)
 	}
 	sent := s.lease.clock.Now()
-	if len(locks) == 1 { // no batch of one name: the call itself
-		req.Also = nil
-	}
 	c, why := req.Check()
 	if why != "" {
 		return nil, sent, errBatchRefused

@@ -31,8 +31,7 @@ func (r *Ring) doEach(ctx context.Context, req Request) (Response, error) {
 		calls[j] = c
 		r.actors[i].mailbox.postInline(c)
 	}
-	out := Response{Status: done(req.Op), Each: make([]lease.Status, len(names))}
-	failed := false
+	out := Response{Each: make([]lease.Status, len(names))}
 	for j, c := range calls {
 		var resp Response
 		if c == nil {
@@ -54,17 +53,10 @@ func (r *Ring) doEach(ctx context.Context, req Request) (Response, error) {
 			}
 		}
 		out.Each[j] = resp.Status
-		if !failed && resp.Status != done(req.Op) {
-			out.Status, out.Reason, failed = resp.Status, resp.Reason, true
+		if out.Reason == "" && resp.Status == lease.InvalidInput {
+			out.Reason = resp.Reason
 		}
 	}
+	out.Status = lease.BatchStatus(req.Op, out.Each)
 	return out, nil
-}
-
-// done is the status of op done: Extended or Unlocked.
-func done(op lease.Op) lease.Status {
-	if op == lease.Unlock {
-		return lease.Unlocked
-	}
-	return lease.Extended
 }

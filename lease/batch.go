@@ -28,6 +28,21 @@ func (r *Request) IsBatch() bool {
 	return r.Also != nil && (r.Op == Extend || r.Op == Unlock)
 }
 
+// BatchStatus is a batch's status from each name's: Extended (Unlocked,
+// for an Unlock) when every name's is, else the first other one.
+func BatchStatus(op Op, each []Status) Status {
+	done := Extended
+	if op == Unlock {
+		done = Unlocked
+	}
+	for _, s := range each {
+		if s != done {
+			return s
+		}
+	}
+	return done
+}
+
 // IsPlain reports whether name is a plain lock's: not a semaphore's, a
 // read/write lock's or an election's.
 func IsPlain(name string) bool {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/kahunago/kahuna/actors"
@@ -31,6 +32,13 @@ func (n *Node) doBatch(ctx context.Context, c lease.Checked, forwarded bool) (le
 		places[p] = append(places[p], j)
 	}
 	each := make([]lease.Status, len(names))
+	if len(order) == 1 { // one partition (a forwarded share is): no goroutine
+		statuses, err := n.share(ctx, req, names, places[order[0]], order[0], forwarded)
+		if err != nil {
+			return lease.Result{}, err
+		}
+		return lease.Result{Status: lease.BatchStatus(req.Op, statuses), Each: statuses}, nil
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -56,7 +64,7 @@ func (n *Node) doBatch(ctx context.Context, c lease.Checked, forwarded bool) (le
 	if gone != nil {
 		return lease.Result{}, gone
 	}
-	return batchResult(req.Op, each), nil
+	return lease.Result{Status: lease.BatchStatus(req.Op, each), Each: each}, nil
 }
 
 // share runs the names at places of req, all of partition p, here or on
@@ -80,7 +88,7 @@ func (n *Node) share(ctx context.Context, req lease.Request, names []string, pla
 	}
 	resp, err := n.ring.Do(ctx, actors.Request{Request: sub, Partition: p})
 	switch {
-	case err == actors.ErrClosed:
+	case errors.Is(err, actors.ErrClosed):
 		return fill(len(places), lease.Errored), nil // in flight: it may have applied
 	case err != nil:
 		return nil, err
@@ -110,21 +118,4 @@ func fill(n int, s lease.Status) []lease.Status {
 		out[i] = s
 	}
 	return out
-}
-
-// batchResult is a batch's answer: Extended or Unlocked when every name
-// was, else the first other status, with each name's.
-func batchResult(op lease.Op, each []lease.Status) lease.Result {
-	ok := lease.Extended
-	if op == lease.Unlock {
-		ok = lease.Unlocked
-	}
-	r := lease.Result{Status: ok, Each: each}
-	for _, s := range each {
-		if s != ok {
-			r.Status = s
-			break
-		}
-	}
-	return r
 }
