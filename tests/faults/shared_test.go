@@ -236,13 +236,17 @@ func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
 }
 
 // frozenBehind says why a control's scenario did not arise ("" if it
-// did): no freeze of a holder outlasted its lease while others' holds
-// that conflict with it acted (for a semaphore, the limit of others at
-// one instant; for a read/write lock, a writer, or anyone while the
-// frozen one wrote). Without that, a thawed holder that goes on acting
-// meets no one, whatever its handle does.
+// did): no holder acted both before and after a freeze that outlasted its
+// lease while others' holds that conflict with it acted (for a semaphore,
+// the limit of others at one instant; for a read/write lock, a writer, or
+// anyone while the frozen one wrote). Without that, a thawed holder meets
+// no one, whatever its handle does: a freeze may begin after its last act,
+// or an answer that came in during the freeze may have ended its Context.
 func frozenBehind(kind string, r sharedRunResult) string {
 	for _, f := range r.frozen {
+		if !slices.ContainsFunc(r.acts, func(a checker.Act) bool { return a.Holder == f.holder && a.Start < f.from && a.End > f.to }) {
+			continue
+		}
 		var during []checker.Act
 		for _, a := range r.acts {
 			if a.Holder != f.holder && a.Start < f.to && a.End > f.from {
@@ -261,7 +265,7 @@ func frozenBehind(kind string, r sharedRunResult) string {
 			}
 		}
 	}
-	return fmt.Sprintf("no holder was frozen while holds that conflict with its own acted (%d freezes of a holder)", len(r.frozen))
+	return fmt.Sprintf("no holder acted across a freeze while holds that conflict with its own acted (%d freezes of a holder)", len(r.frozen))
 }
 
 // sharedUntested says what a run did not test of what it is for: grants
@@ -315,10 +319,11 @@ func TestFaultsSharedLocks(t *testing.T) {
 // TestFaultsSharedLocksControls: a holder whose handle ignores its
 // deadline (acts until an answer says the lease is gone) is caught when a
 // freeze outlasts its lease: thawed, it acts while its permit or lock was
-// granted again. A run whose freezes met no conflicting hold
+// granted again. A run where no holder acted across such a freeze
 // (frozenBehind) could not catch it either way, so it is run again with
-// the next seed, at most three runs; a run where one did and nothing was
-// found fails at once. (The engine's own protections of these kinds, the
+// the next seed, at most three runs (a handle that keeps its deadline
+// never acts across one, so three such runs fail the control); a run
+// where one did and nothing was found fails at once. (The engine's own protections of these kinds, the
 // limit and the token rule, have their controls in TestSemaphoreChecker
 // and TestRWLockChecker.)
 func TestFaultsSharedLocksControls(t *testing.T) {
