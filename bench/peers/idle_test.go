@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +26,10 @@ func TestRunIdle(t *testing.T) {
 		if r.Err != nil {
 			t.Fatalf("%s: %v", r.System, r.Err)
 		}
-		if r.Busy <= 0 || r.Client <= 0 {
-			t.Fatalf("%s: server %.2f%%, client %.2f%% with the sessions: nothing measured", r.System, r.Busy, r.Client)
+		// A second of a few sessions may take less than one clock tick
+		// (10 ms) of a server's CPU: TestProcessCPU checks the reading.
+		if r.Idle < 0 || r.Busy < 0 || r.Client < 0 {
+			t.Fatalf("%s: idle %.2f%%, server %.2f%%, client %.2f%% with the sessions", r.System, r.Idle, r.Busy, r.Client)
 		}
 	}
 	var table strings.Builder
@@ -38,5 +41,35 @@ func TestRunIdle(t *testing.T) {
 	}
 	if r := RunIdle(ctx, IdleConfig{Systems: []string{"nope"}, Progress: io.Discard, Logf: t.Logf}); r[0].Err == nil {
 		t.Fatal("an unknown system ran")
+	}
+}
+
+// ProcessCPU reads a process's CPU over a window: this one's, while a
+// goroutine spins through it.
+func TestProcessCPU(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	got, err := processCPU(context.Background(), os.Getpid(), 500*time.Millisecond)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One core spinning; a loaded machine may give it less than all.
+	if got < 20 {
+		t.Fatalf("%.2f%% of a core while a goroutine spun, want at least 20%%", got)
+	}
+	if _, err := processCPU(context.Background(), -1, time.Millisecond); err == nil {
+		t.Fatal("no error for a process that does not exist")
 	}
 }
