@@ -171,6 +171,10 @@ type slot struct {
 	queueTail *call
 	queued    int  // calls in queue (at most Config.MaxQueued)
 	dropped   bool // the partition was dropped while a write was in flight
+	// storedTTL is the lease the stored record grants (renew.go); renewed:
+	// a renewal kept in memory has moved the lease past the record's.
+	storedTTL time.Duration
+	renewed   bool
 
 	// waiters wait for the lock to be free, oldest first (at most
 	// lease.MaxWaiters). They live only in this actor's memory, that is in
@@ -218,6 +222,9 @@ type lockActor struct {
 	// pending counts the calls Ring.Do sent to this actor that it has not
 	// taken from its mailbox yet (bounded by MaxPending).
 	pending atomic.Int64
+	// reigns and kept are what renewals kept in memory need (renew.go).
+	reigns map[int]reign
+	kept   map[string]keptLease
 	// held is the writes decided while handling the current message,
 	// proposed once it is handled (proposeHeld): until then, later writes
 	// of the same resource decided in that message join their record.
@@ -231,6 +238,8 @@ func newLockActor(cfg Config, root *actor.RootContext) *lockActor {
 		entries:   make(map[string]*slot),
 		loading:   make(map[string]*loading),
 		floors:    make(map[int]int64),
+		reigns:    make(map[int]reign),
+		kept:      make(map[string]keptLease),
 		countdown: collectEvery,
 	}
 }
@@ -383,6 +392,7 @@ func (a *lockActor) handle(c *call) {
 		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
 		return
 	}
+	a.reignSince(req.Partition, a.cfg.Now())
 	s := a.entries[req.Resource]
 	if s == nil {
 		a.load(req.Resource, req.Partition, c) // decided once its record is read (proceed)
@@ -525,6 +535,11 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	ownOwner(&req.Request, &d)
+	if kind == lease.Persistent && a.renewInMemory(&req.Request, s, &d) {
+		a.changed(s, d.Next, lease.Persistent, Extended, now)
+		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
+		return
+	}
 	if kind == lease.Ephemeral {
 		if !a.windowRoom(c, s.partition, term, d.Token, req.TTL) {
 			return
@@ -789,6 +804,7 @@ func (a *lockActor) windowRoom(c *call, p int, term uint64, token int64, ttl tim
 // uncache drops s from the cache. Its token is kept in the partition's
 // floor if an ephemeral grant set it, since no store knows it.
 func (a *lockActor) uncache(s *slot) {
+	a.keep(s)
 	if s.kind == lease.Ephemeral && s.State != lease.Absent && s.Token >= a.floors[s.partition] && !a.cfg.UnsafeNoEvictionFloor {
 		a.floors[s.partition] = s.Token + 1
 	}
@@ -847,7 +863,7 @@ func (a *lockActor) complete(c *call) {
 	case c.err == nil:
 		now := a.cfg.Now()
 		a.changed(s, c.decision.Next, lease.Persistent, eventOf(c.req.Op), now)
-		s.index = c.index
+		s.index, s.storedTTL, s.renewed = c.index, storedTTL(&c.rec), false
 		if h != nil {
 			a.changed(s, h.decision.Next, lease.Persistent, Acquired, now)
 			h.reply <- Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited}
@@ -1100,7 +1116,8 @@ func (a *lockActor) notGranted(w *call, st lease.Status) lease.Status {
 // MustRetry. An entry with a write in flight is forgotten when the write
 // completes.
 func (a *lockActor) drop(p int) {
-	delete(a.floors, p) // the next reign's base is above them
+	delete(a.floors, p)          // the next reign's base is above them
+	a.forgetKept(p, time.Time{}) // the next reign's floor is above them
 	for _, l := range a.loading {
 		if l.partition == p {
 			l.dropped = true // what is read may predate the new leader's fence

@@ -156,6 +156,7 @@ type fixture struct {
 	backend *fakeBackend
 	clock   *fakeClock
 	serving []atomic.Bool
+	term    atomic.Uint64 // the leader term Serving reports (1 unless a test moves it)
 	queued  chan string
 	waiting chan string     // a call joined a wait queue
 	timers  chan *fakeTimer // expiry timers set by the actors
@@ -184,12 +185,13 @@ func newFixture(t *testing.T, actors, toRemove int, tune ...func(*Config)) *fixt
 	for i := range f.serving {
 		f.serving[i].Store(true)
 	}
+	f.term.Store(1)
 	cfg := Config{
 		Actors:               actors,
 		CacheEntryTTL:        time.Minute,
 		CacheEntriesToRemove: toRemove,
 		Backend:              f.backend,
-		Serving:              func(p int) (uint64, bool) { return 1, f.serving[p].Load() },
+		Serving:              func(p int) (uint64, bool) { return f.term.Load(), f.serving[p].Load() },
 		Now:                  f.clock.Now,
 		onQueued:             func(r string) { f.queued <- r },
 		onWait:               func(r string) { f.waiting <- r },
@@ -345,7 +347,7 @@ func TestRetryableFailureKeepsEntry(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
 	f.backend.setHold("r", true)
-	ch := f.async(lease.Extend, "r", "a", lease.Persistent)
+	ch := f.doAsync(longerExtend("r", "a")) // recorded: a renewal within the stored lease is not
 	p := <-f.backend.held
 	p.c.Committed(0, fmt.Errorf("queue full: %w", durability.ErrRetry))
 	if r := <-ch; r.Status != lease.MustRetry {
@@ -542,8 +544,9 @@ func TestFencedWriteAnswersMustRetryAndReloads(t *testing.T) {
 	f.backend.store["r"] = rec
 	f.backend.mu.Unlock()
 	loads := f.backend.loads.Load()
-	// a extends on its stale cache: rejected, not acknowledged.
-	if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.MustRetry {
+	// a extends (for longer than its stored lease: recorded) on its stale
+	// cache: rejected, not acknowledged.
+	if r := f.do(t, lease.Extend, "r", "a", 2*time.Minute, lease.Persistent); r.Status != lease.MustRetry {
 		t.Fatalf("extend on a stale entry = %+v, want MustRetry", r)
 	}
 	// Reloaded: the lock is free, b gets the next token.

@@ -23,10 +23,11 @@ import (
 // forward and new entries start at "now", so until that bound is
 // CacheEntryTTL old no entry can qualify and the scan is skipped.
 func (a *lockActor) collect() {
+	now := a.cfg.Now()
+	a.forgetKept(-1, now)
 	if len(a.entries) < collectMinEntries {
 		return
 	}
-	now := a.cfg.Now()
 	if now.Sub(a.oldestUse) < a.cfg.CacheEntryTTL {
 		return // nothing can be idle long enough yet: skip the scan
 	}

@@ -143,7 +143,7 @@ func TestGroupDoesNotQueueBehindAWrite(t *testing.T) {
 	if got := answer(t, pending); got.Status != lease.Locked {
 		t.Fatal(got)
 	}
-	extend := f.doAsync(Request{Request: lease.Request{Op: lease.Extend, Resource: "acct/2", Owner: []byte("b"), TTL: time.Minute, Durability: lease.Persistent}})
+	extend := f.doAsync(Request{Request: lease.Request{Op: lease.Extend, Resource: "acct/2", Owner: []byte("b"), TTL: 2 * time.Minute, Durability: lease.Persistent}})
 	p = <-f.backend.held
 	if r, _ := f.ring.Do(ctx, groupReq("a", accounts...)); r.Status != lease.Busy {
 		t.Fatalf("group beside the holder's extend in flight: %v, want Busy", r.Status)

@@ -64,7 +64,10 @@ func (a *lockActor) loaded(m *loaded) {
 	if m.err == nil && !m.l.dropped {
 		s = &slot{resource: m.resource, partition: m.l.partition, lastUsed: now}
 		if m.found {
-			s.Entry, s.index, s.kind = entryOf(&m.rec, now), m.rec.Index, lease.Persistent
+			s.Entry, s.index, s.kind, s.storedTTL = entryOf(&m.rec, now), m.rec.Index, lease.Persistent, storedTTL(&m.rec)
+			if since, ok := a.reignSince(m.l.partition, now); ok {
+				a.floorLease(&s.Entry, &m.rec, m.l.partition, since)
+			}
 		} else {
 			s.Token = m.rec.Token // the store's floor: a first grant's token
 		}

@@ -192,7 +192,7 @@ func TestWaiterLeavingBehindWriteIsDropped(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
 	f.backend.setHold("r", true)
-	ext := f.async(lease.Extend, "r", "a", lease.Persistent)
+	ext := f.doAsync(longerExtend("r", "a"))
 	p := <-f.backend.held
 	ctx, cancel := context.WithCancel(context.Background())
 	w := f.startWait(ctx, "r", "gone", lease.WaitForever, lease.Persistent)

@@ -102,6 +102,11 @@ type Config struct {
 	// holder alone: a late proclaim undoes a later one. A negative
 	// control, never for production.
 	UnsafeProclaimAnyValue bool
+	// UnsafeNoRenewalFloor loads a persistent lease at its stored expiry
+	// alone, though renewals kept in a former leader's memory may have
+	// promised it longer (renew.go): a new leader grants it early. A
+	// negative control, never for production.
+	UnsafeNoRenewalFloor bool
 	// UnsafeGroupPartial proposes the grants of a lock of several names
 	// one by one, and even when another of its names was not granted: a
 	// partial grant. A negative control, never for production.

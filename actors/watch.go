@@ -80,8 +80,9 @@ type Event struct {
 	Token   int64
 	Expires time.Time // the end of the lease, on the actors' clock
 	// Revision counts the lock's writes: each grant, extension and release
-	// moves it on by one. An Expired event carries the revision of the
-	// lease that ended.
+	// moves it on by one, but for a persistent renewal kept in memory
+	// (renew.go), which is not stored. An Expired event carries the
+	// revision of the lease that ended.
 	Revision   uint64
 	Durability lease.Durability // how the lock was granted
 	// Current marks a watch's first event: the state when it started

@@ -46,7 +46,7 @@ func TestWatchEventsInOrder(t *testing.T) {
 			}
 			f.do(t, lease.TryLock, "r", "a", time.Minute, d)
 			expect(t, next(t, w), Acquired, "a", 0, 1)
-			f.do(t, lease.Extend, "r", "a", time.Minute, d)
+			f.do(t, lease.Extend, "r", "a", 2*time.Minute, d) // longer than granted: recorded
 			expect(t, next(t, w), Extended, "a", 0, 2)
 			f.do(t, lease.Unlock, "r", "a", 0, d)
 			expect(t, next(t, w), Released, "", 0, 3)
@@ -294,7 +294,7 @@ func TestWatchSemaphoreHolders(t *testing.T) {
 func TestWatchNoExpiryWhileAnExtendIsInFlight(t *testing.T) {
 	f, w, timer := watchedHolder(t)
 	f.holdWrites(t, "r")
-	extended := f.doAsync(Request{Request: lease.Request{Op: lease.Extend, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Persistent}, Partition: 1})
+	extended := f.doAsync(longerExtend("r", "a"))
 	p := <-f.backend.held // decided while live, not committed yet
 	f.clock.Advance(time.Minute + time.Millisecond)
 	timer.fire()

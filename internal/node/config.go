@@ -108,6 +108,7 @@ type TestingKnobs struct {
 	UnsafePermitOvercommit bool // a semaphore's live permits, a read/write lock's holders, are granted over
 	UnsafeProclaimAnyValue bool // a proclaim is taken from any value of the holder's candidate ID: a late one undoes a later one
 	UnsafeGroupPartial     bool // the grants of a lock of several names are proposed one by one, even when one name was not granted
+	UnsafeNoRenewalFloor   bool // a persistent lease is loaded at its stored expiry alone, though renewals kept in memory promised it longer
 	UnsafeNoSweepFloor     bool // a swept free record's token does not raise the partition's token floor
 	UnsafeGroupApart       bool // a group's records (a grant of several names) are applied one by one, not all or nothing
 	UnsafeUnsureNotGranted bool // a waiter whose grant may have applied is told Busy or MustRetry

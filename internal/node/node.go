@@ -247,6 +247,7 @@ func open(c Config) (*Node, error) {
 		UnsafePermitOvercommit: cfg.knobs.UnsafePermitOvercommit,
 		UnsafeProclaimAnyValue: cfg.knobs.UnsafeProclaimAnyValue,
 		UnsafeGroupPartial:     cfg.knobs.UnsafeGroupPartial,
+		UnsafeNoRenewalFloor:   cfg.knobs.UnsafeNoRenewalFloor,
 		UnsafeUnsureNotGranted: cfg.knobs.UnsafeUnsureNotGranted,
 		UnsafeDropHandedOver:   cfg.knobs.UnsafeDropHandedOver,
 		Now:                    cfg.Clock,

@@ -142,6 +142,15 @@ func WithGroupPartial(cfg kahuna.Config) kahuna.Config {
 	return cfg
 }
 
+// WithoutRenewalFloor returns cfg with a persistent lease loaded at its
+// stored expiry alone: a new leader (or a restarted node) forgets that
+// renewals kept in its predecessor's memory promised it longer. A negative
+// control: a holder must be found acting while a new owner holds.
+func WithoutRenewalFloor(cfg kahuna.Config) kahuna.Config {
+	knobs(&cfg).UnsafeNoRenewalFloor = true
+	return cfg
+}
+
 // WithGroupApart returns cfg with a grant of several names in one record
 // group applied record by record: one the fence refuses leaves the others
 // applied. A negative control: a partial grant must be caught.

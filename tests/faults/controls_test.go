@@ -184,6 +184,22 @@ var negativeControls = []negativeControl{
 		}(),
 	},
 	{
+		// A persistent lock's renewals are kept in its leader's memory, and
+		// a new leader loads a lease at its stored expiry alone instead of
+		// giving it at least its TTL from the new reign: a holder renewed
+		// by the old leader past its stored expiry loses the lock at a
+		// leader change, to the next contender, while it still holds by
+		// its handle. Caught by the exclusion checker (the holder's belief
+		// overlaps the next grant) or the linearizability checker.
+		name: "renewal-floor-off", seed: 110, by: "exclusion|linearizability",
+		opts: func() runOpts {
+			o := handleRun(4*time.Second, kahuna.Persistent, []faultKind{fTransfer, fCrashLeader})
+			o.mod = testknobs.WithoutRenewalFloor
+			o.linTimeout = 20 * time.Second
+			return o
+		}(),
+	},
+	{
 		// A waiter whose hand-off's record timed out (it may hold the lock)
 		// is told MustRetry or Busy when it is refused later: the
 		// stall-handoff schedule's waiter, granted again from the record as

@@ -1,0 +1,153 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// records is how many records the backend has applied.
+func (b *fakeBackend) records() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.index
+}
+
+// expiresIn is how long from now the lease of res runs, as a Get reads it.
+func (f *fixture) expiresIn(t *testing.T, res string) time.Duration {
+	t.Helper()
+	r := f.do(t, lease.Get, res, "", 0, lease.Persistent)
+	if r.Status != lease.Got {
+		t.Fatalf("get %s: %v", res, r.Status)
+	}
+	return r.Expires.Sub(f.clock.Now())
+}
+
+// A holder's renewal of a persistent lock for no longer than its stored
+// lease writes no record and keeps the revision; a longer one, and every
+// other write, is recorded.
+func TestRenewalKeptInMemory(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
+		t.Fatalf("lock: %v", r.Status)
+	}
+	stored := f.backend.records()
+	f.clock.Advance(30 * time.Second)
+	for _, ttl := range []time.Duration{time.Minute, 10 * time.Second, time.Minute} {
+		if r := f.do(t, lease.Extend, "r", "a", ttl, lease.Persistent); r.Status != lease.Extended {
+			t.Fatalf("extend %v: %v", ttl, r.Status)
+		}
+		if got := f.expiresIn(t, "r"); got != ttl {
+			t.Fatalf("after an extend of %v the lease runs %v", ttl, got)
+		}
+	}
+	if got := f.backend.records(); got != stored {
+		t.Fatalf("%d records for renewals within the stored lease, want none", got-stored)
+	}
+	if r := f.do(t, lease.Extend, "r", "b", time.Minute, lease.Persistent); r.Status != lease.InvalidOwner {
+		t.Fatalf("another owner's extend: %v", r.Status)
+	}
+	if r := f.do(t, lease.Extend, "r", "a", 2*time.Minute, lease.Persistent); r.Status != lease.Extended {
+		t.Fatalf("longer extend: %v", r.Status)
+	}
+	if got := f.backend.records(); got != stored+1 {
+		t.Fatalf("a longer lease wrote %d records, want 1", got-stored)
+	}
+	if r := f.do(t, lease.Unlock, "r", "a", 0, lease.Persistent); r.Status != lease.Unlocked {
+		t.Fatalf("unlock: %v", r.Status)
+	}
+	if got := f.backend.records(); got != stored+2 {
+		t.Fatalf("the release wrote %d records, want 1", got-stored-1)
+	}
+}
+
+// A new reign loads a lease at least its stored TTL from the reign's
+// start: a renewal a former leader kept in memory may have promised that
+// long. Its negative control loads the stored expiry alone, and grants the
+// lock while the renewed lease runs.
+func TestRenewalFloorAfterLeaderChange(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		f := newFixture(t, 1, 100, func(c *Config) { c.UnsafeNoRenewalFloor = control })
+		start := f.clock.Now()
+		f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+		f.clock.Advance(50 * time.Second)
+		if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended {
+			t.Fatalf("extend: %v", r.Status)
+		}
+		// Another leader's reign (the renewal is lost with the old one's
+		// memory), past the stored expiry, inside the renewed lease.
+		if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		f.term.Store(2)
+		f.clock.Advance(20 * time.Second)
+		reign := f.clock.Now()
+		r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent)
+		if control {
+			if r.Status != lease.Locked {
+				t.Fatalf("control: %v, want b granted inside a's renewed lease (the control broken)", r.Status)
+			}
+			continue
+		}
+		if r.Status != lease.Busy {
+			t.Fatalf("b at %v: %v, want Busy: a's renewal runs to %v", f.clock.Now().Sub(start), r.Status, 110*time.Second)
+		}
+		if got, want := f.expiresIn(t, "r"), reign.Add(time.Minute).Sub(f.clock.Now()); got != want {
+			t.Fatalf("the loaded lease runs %v, want a full TTL from the reign (%v)", got, want)
+		}
+		f.clock.Advance(time.Minute + time.Millisecond)
+		if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Locked || r.Token != 1 {
+			t.Fatalf("b after the floor: %v token %d", r.Status, r.Token)
+		}
+	}
+}
+
+// An entry renewed in memory and dropped from the cache within the reign
+// (a write of it whose outcome is unknown) leaves its lease behind for the
+// reload: the stored expiry and the reign's floor are both older.
+func TestRenewalKeptAcrossAReload(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	f.clock.Advance(50 * time.Second)
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // to 110 s
+	f.holdWrites(t, "r")
+	unlock := f.doAsync(Request{Request: lease.Request{Op: lease.Unlock, Resource: "r", Owner: []byte("a"), Durability: lease.Persistent}, Partition: 1})
+	p := <-f.backend.held
+	p.c.Committed(0, errors.New("lost on the way")) // outcome unknown: the entry is dropped
+	if r := answer(t, unlock); r.Status != lease.Errored {
+		t.Fatalf("unlock: %v, want Errored", r.Status)
+	}
+	f.backend.setHold("r", false)
+	f.clock.Advance(20 * time.Second) // 70 s: past the stored expiry and the reign's floor
+	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Busy {
+		t.Fatalf("b inside a's renewed lease: %v, want Busy", r.Status)
+	}
+	f.clock.Advance(40*time.Second + time.Millisecond) // past 110 s
+	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Locked {
+		t.Fatalf("b after a's renewed lease: %v", r.Status)
+	}
+}
+
+// longerExtend is owner's Extend of a persistent res for two minutes:
+// longer than the fixtures' one-minute grants, so it is recorded.
+func longerExtend(res, owner string) Request {
+	return Request{Request: lease.Request{Op: lease.Extend, Resource: res, Owner: []byte(owner), TTL: 2 * time.Minute, Durability: lease.Persistent}, Partition: 1}
+}
+
+// A renewal kept in memory is told to watchers as Extended, with the new
+// expiry and the revision left as it was.
+func TestRenewalKeptInMemoryIsWatched(t *testing.T) {
+	f, w, _ := watchedHolder(t) // a holds r for a minute, at revision 1
+	f.clock.Advance(10 * time.Second)
+	if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended {
+		t.Fatalf("extend: %v", r.Status)
+	}
+	ev := next(t, w)
+	expect(t, ev, Extended, "a", 0, 1)
+	if !ev.Expires.Equal(f.clock.Now().Add(time.Minute)) {
+		t.Fatalf("event expires %v after now, want a minute", ev.Expires.Sub(f.clock.Now()))
+	}
+}
