@@ -592,6 +592,7 @@ func recordOf(resource string, e *lease.Entry, base, term uint64, now time.Time)
 		Slots:          slotsOf(e),
 		RW:             e.RW,
 		Exclusive:      e.Exclusive,
+		Renewed:        e.Renewed,
 		Base:           base,
 		Term:           term,
 	}
@@ -717,6 +718,7 @@ func (a *lockActor) decideLease(e lease.Entry, r *lease.Request, now time.Time) 
 	if a.cfg.UnsafeTokenRepeat && r.Op == lease.TryLock && d.Write {
 		repeatToken(e, &d)
 	}
+	markRenewed(e, r, &d)
 	return d
 }
 

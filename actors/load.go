@@ -111,7 +111,7 @@ func entryOf(rec *durability.Record, now time.Time) lease.Entry {
 		Expires:  now.Add(time.Duration(rec.ExpiresMs-now.UnixMilli()) * time.Millisecond),
 	}
 	if rec.Locked {
-		e.State, e.Owner = lease.Held, rec.Owner
+		e.State, e.Owner, e.Renewed = lease.Held, rec.Owner, rec.Renewed
 	}
 	if rec.Limit > 0 || rec.RW {
 		e.Owner, e.Limit, e.RW, e.Exclusive = nil, rec.Limit, rec.RW, rec.Exclusive

@@ -9,24 +9,27 @@ import (
 )
 
 // A persistent lock's renewals are kept in the leader's memory, as etcd
-// keeps its leases' keepalives. A holder's Extend of a plain lock that
-// asks for no longer a lease than its stored record's TTL (the record's
-// expiry less its last change) writes no record: the entry's lease moves
-// in the cache, and the holder is answered at once, under the leader's
-// lease, as an ephemeral lock's Extend is. Its revision does not move: a
-// revision counts the lock's stored writes. An Extend that asks for a
-// longer lease, a proclaim, and every other write are recorded as before.
+// keeps its leases' keepalives. A holder's first Extend of a plain lock is
+// recorded, and marks the record renewed (lease.Entry.Renewed). Its later
+// Extends that ask for no longer a lease than the stored record's TTL (the
+// record's expiry less its last change) write no record: the entry's
+// lease moves in the cache, and the holder is answered at once, under the
+// leader's lease, as an ephemeral lock's Extend is. Their revision does
+// not move: a revision counts the lock's stored writes. An Extend that
+// asks for a longer lease, a proclaim, and every other write are recorded
+// as before; a grant to a new owner or a release clears the mark.
 //
-// What the store then says of such a lease is only a lower bound, so a
-// lease loaded from it is given at least its stored TTL from the start of
-// this node's reign over the partition (the first time the actor saw it
-// served in the current term): every renewal a former leader answered was
-// decided before that reign began, so ended no later than the floor. That
-// is the cost: a lock whose holder died is held for up to one TTL past a
-// leader change or a restart, as an etcd lease is. Within a reign an entry
-// renewed in memory is never evicted while its lease runs (no live lease
-// is), and one dropped from the cache for a write whose outcome is unknown
-// leaves its renewed expiry behind (kept) for the reload.
+// What the store says of a renewed lease is only a lower bound, so one
+// loaded from it is given at least its stored TTL from the start of this
+// node's reign over the partition (the first time the actor saw it served
+// in the current term): every renewal a former leader answered was decided
+// before that reign began, so ended no later than the floor. That is the
+// cost: a renewed lock whose holder died is held for up to one TTL past a
+// leader change or a restart, as an etcd lease is; a lock never renewed
+// keeps its stored expiry. Within a reign an entry renewed in memory is
+// never evicted while its lease runs (no live lease is), and one dropped
+// from the cache for a write whose outcome is unknown leaves its renewed
+// lease behind (kept) for the reload.
 
 // reign is when this actor first saw partition p served in term.
 type reign struct {
@@ -58,10 +61,24 @@ func (a *lockActor) reignSince(p int, now time.Time) (time.Time, bool) {
 	return r.since, true
 }
 
+// markRenewed sets what d leaves of e's Renewed: set by an Extend of a
+// lock's holder, kept by its other writes, cleared by a grant to a new
+// owner or a release.
+func markRenewed(e lease.Entry, r *lease.Request, d *lease.Decision) {
+	switch {
+	case d.Next.State != lease.Held || d.Next.IsShared() || r.Op == lease.TryLock && d.Next.Token != e.Token:
+		d.Next.Renewed = false
+	case r.Op == lease.Extend && d.Write:
+		d.Next.Renewed = true
+	}
+}
+
 // renewInMemory reports whether d, the decision on req over s, is a
-// renewal kept in memory; if so it makes d's entry keep the revision.
+// renewal kept in memory: the stored record says the lease was renewed by
+// a recorded Extend, and d asks no longer a lease than it grants. If so it
+// makes d's entry keep the revision.
 func (a *lockActor) renewInMemory(req *lease.Request, s *slot, d *lease.Decision) bool {
-	if req.Op != lease.Extend || d.Status != lease.Extended || !d.Write ||
+	if req.Op != lease.Extend || d.Status != lease.Extended || !d.Write || !s.Renewed ||
 		req.NewOwner != nil || s.IsShared() || s.kind != lease.Persistent || s.storedTTL <= 0 || req.TTL > s.storedTTL {
 		return false
 	}
@@ -84,7 +101,7 @@ func storedTTL(rec *durability.Record) time.Duration {
 // of this node's reign, or the lease the cache held when it dropped this
 // grant within the reign.
 func (a *lockActor) floorLease(e *lease.Entry, rec *durability.Record, p int, since time.Time) {
-	if e.State != lease.Held || e.IsShared() {
+	if e.State != lease.Held || e.IsShared() || !rec.Renewed {
 		return
 	}
 	if k, ok := a.kept[rec.Resource]; ok {

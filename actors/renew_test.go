@@ -26,15 +26,21 @@ func (f *fixture) expiresIn(t *testing.T, res string) time.Duration {
 	return r.Expires.Sub(f.clock.Now())
 }
 
-// A holder's renewal of a persistent lock for no longer than its stored
-// lease writes no record and keeps the revision; a longer one, and every
-// other write, is recorded.
+// A holder's first renewal of a persistent lock is recorded (it marks the
+// record renewed); the later ones for no longer than the stored lease
+// write no record and keep the revision; a longer one, and every other
+// write, is recorded.
 func TestRenewalKeptInMemory(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
 		t.Fatalf("lock: %v", r.Status)
 	}
+	granted := f.backend.records()
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent)
 	stored := f.backend.records()
+	if rec, _, _ := f.backend.Load(1, "r"); stored != granted+1 || !rec.Renewed {
+		t.Fatalf("the first renewal wrote %d records (renewed %v), want one marking the record renewed", stored-granted, rec.Renewed)
+	}
 	f.clock.Advance(30 * time.Second)
 	for _, ttl := range []time.Duration{time.Minute, 10 * time.Second, time.Minute} {
 		if r := f.do(t, lease.Extend, "r", "a", ttl, lease.Persistent); r.Status != lease.Extended {
@@ -73,8 +79,10 @@ func TestRenewalFloorAfterLeaderChange(t *testing.T) {
 		f := newFixture(t, 1, 100, func(c *Config) { c.UnsafeNoRenewalFloor = control })
 		start := f.clock.Now()
 		f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-		f.clock.Advance(50 * time.Second)
-		if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended {
+		f.clock.Advance(10 * time.Second)
+		f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // recorded: to 70 s
+		f.clock.Advance(40 * time.Second)
+		if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended { // in memory: to 110 s
 			t.Fatalf("extend: %v", r.Status)
 		}
 		// Another leader's reign (the renewal is lost with the old one's
@@ -83,7 +91,7 @@ func TestRenewalFloorAfterLeaderChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.term.Store(2)
-		f.clock.Advance(20 * time.Second)
+		f.clock.Advance(30 * time.Second)
 		reign := f.clock.Now()
 		r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent)
 		if control {
@@ -111,8 +119,10 @@ func TestRenewalFloorAfterLeaderChange(t *testing.T) {
 func TestRenewalKeptAcrossAReload(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-	f.clock.Advance(50 * time.Second)
-	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // to 110 s
+	f.clock.Advance(10 * time.Second)
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // recorded: to 70 s
+	f.clock.Advance(40 * time.Second)
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // in memory: to 110 s
 	f.holdWrites(t, "r")
 	unlock := f.doAsync(Request{Request: lease.Request{Op: lease.Unlock, Resource: "r", Owner: []byte("a"), Durability: lease.Persistent}, Partition: 1})
 	p := <-f.backend.held
@@ -121,11 +131,11 @@ func TestRenewalKeptAcrossAReload(t *testing.T) {
 		t.Fatalf("unlock: %v, want Errored", r.Status)
 	}
 	f.backend.setHold("r", false)
-	f.clock.Advance(20 * time.Second) // 70 s: past the stored expiry and the reign's floor
+	f.clock.Advance(30 * time.Second) // 80 s: past the stored expiry and the reign's floor
 	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Busy {
 		t.Fatalf("b inside a's renewed lease: %v, want Busy", r.Status)
 	}
-	f.clock.Advance(40*time.Second + time.Millisecond) // past 110 s
+	f.clock.Advance(30*time.Second + time.Millisecond) // past 110 s
 	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Locked {
 		t.Fatalf("b after a's renewed lease: %v", r.Status)
 	}
@@ -141,13 +151,34 @@ func longerExtend(res, owner string) Request {
 // expiry and the revision left as it was.
 func TestRenewalKeptInMemoryIsWatched(t *testing.T) {
 	f, w, _ := watchedHolder(t) // a holds r for a minute, at revision 1
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent)
+	expect(t, next(t, w), Extended, "a", 0, 2) // the first renewal: recorded
 	f.clock.Advance(10 * time.Second)
 	if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended {
 		t.Fatalf("extend: %v", r.Status)
 	}
 	ev := next(t, w)
-	expect(t, ev, Extended, "a", 0, 1)
+	expect(t, ev, Extended, "a", 0, 2)
 	if !ev.Expires.Equal(f.clock.Now().Add(time.Minute)) {
 		t.Fatalf("event expires %v after now, want a minute", ev.Expires.Sub(f.clock.Now()))
+	}
+}
+
+// A lock never renewed keeps its stored expiry across a reign: no floor,
+// so a holder that died frees it when its lease ends, as before.
+func TestUnrenewedLockHasNoFloor(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	f.clock.Advance(30 * time.Second)
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	f.term.Store(2)
+	if got := f.expiresIn(t, "r"); got != 30*time.Second {
+		t.Fatalf("loaded in the new reign, the lease runs %v, want its stored 30s", got)
+	}
+	f.clock.Advance(30*time.Second + time.Millisecond)
+	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Locked {
+		t.Fatalf("b after a's stored lease: %v", r.Status)
 	}
 }

@@ -93,6 +93,7 @@ type lockInput struct {
 	call, ret  int64  // ret = MaxInt64 for a pending effect
 	node, term uint64 // a Reign's
 	grace      bool   // a Reign's (Op.Grace)
+	persistent bool   // a Reign's: of a persistent resource
 }
 
 type lockOutput struct {
@@ -482,6 +483,22 @@ func (m *model) closure(s lockState, ret int64) []lockState {
 // from s, before merging.
 func (m *model) stepOne(s lockState, i lockInput, out any) []lockState {
 	var next []lockState
+	if i.kind == Reign && i.persistent {
+		// A persistent lock outlives the reign, and the new leader gives
+		// its lease at least its stored TTL from when it began serving
+		// (renewals are kept in the old leader's memory): the holder keeps
+		// it, its end no earlier than before, and later by as much as
+		// the new leader's floor (unbounded here: only liveness depends on
+		// it). Pending effects may apply before, or after.
+		for _, c := range m.closure(s, i.ret) {
+			if c.holder != "" {
+				c.expHi = math.MaxInt64
+			}
+			c.now = max(c.now, i.call)
+			next = append(next, m.normalize(c))
+		}
+		return next
+	}
 	if i.kind == Reign {
 		// A new leader starts serving with no ephemeral lock, or, after a
 		// planned move, with the old leader's live leases handed over: the
@@ -653,6 +670,9 @@ func (m *model) porcupine() porcupine.Model {
 		},
 		DescribeOperation: func(in, out any) string {
 			i := in.(lockInput)
+			if i.kind == Reign && i.persistent {
+				return fmt.Sprintf("reign(node %d, term %d) → the lock kept, its lease perhaps longer", i.node, i.term)
+			}
 			if i.kind == Reign {
 				return fmt.Sprintf("reign(node %d, term %d) → every lock lost or handed over", i.node, i.term)
 			}
@@ -689,7 +709,8 @@ const reignClient = 1 << 20
 
 // build turns the operations of one resource into a model and porcupine's
 // history. A Reign of an ephemeral resource becomes an operation that
-// resets the lock, once, somewhere in its window. Indeterminate operations become registrations; indeterminate
+// resets the lock, once, somewhere in its window; of a persistent one, an
+// operation that keeps the lock and lifts the bound on its lease's end. Indeterminate operations become registrations; indeterminate
 // Gets, and failures that changed nothing and say nothing (MustRetry,
 // InvalidInput), are left out.
 func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
@@ -718,10 +739,8 @@ func build(ops []Op, margin time.Duration) (*model, []porcupine.Operation) {
 			m.lastMention[mentioned] = max(m.lastMention[mentioned], end)
 		}
 		switch {
-		case o.Kind == Reign && !o.Ephemeral:
-			continue // persistent locks outlive reigns
 		case o.Kind == Reign:
-			in.node, in.term, in.grace = o.Node, uint64(o.Token), o.Grace
+			in.node, in.term, in.grace, in.persistent = o.Node, uint64(o.Token), o.Grace, !o.Ephemeral
 			out = append(out, porcupine.Operation{ClientId: reignClient + int(o.Node), Input: in, Call: in.call, Output: lockOutput{}, Return: in.ret, Metadata: o.ID})
 		case o.Outcome == Indeterminate && o.Kind == Get:
 			continue

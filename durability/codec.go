@@ -23,7 +23,7 @@ import (
 //	         varint(LastModifiedMs) uvarint(len) owner [slots]
 //	stored = flags|flagIndexed:byte uvarint(Index) varint(Token) … owner [slots]
 //	flags  = flagLocked | flagIndexed (stored only) | flagRemove | flagSlots
-//	         | flagRW | flagExclusive | flagLimit
+//	         | flagRW | flagExclusive | flagLimit | flagRenewed
 //	slots  = uvarint(n) (uvarint(len) owner varint(expires ms) varint(token)){n}
 //	         [uvarint(limit), with flagLimit]
 //
@@ -78,6 +78,7 @@ const (
 	flagRW           byte = 1 << 4 // with flagSlots: a read/write lock's holders (Record.RW)
 	flagExclusive    byte = 1 << 5 // with flagRW: its holder is the writer
 	flagLimit        byte = 1 << 6 // with flagSlots, not flagRW: a limit below the slot count follows the slots
+	flagRenewed      byte = 1 << 7 // the holder's renewals may be kept in the leader's memory (Record.Renewed)
 	// maxRecordBytes caps one encoded record. The design limits resource and
 	// owner to about 1 KiB each; this keeps a batch far below badger's and
 	// dragonboat's size limits whatever a caller sends.
@@ -249,6 +250,9 @@ func appendValue(b []byte, rec *Record) []byte {
 	}
 	if shrunk(rec) {
 		flags |= flagLimit
+	}
+	if rec.Renewed {
+		flags |= flagRenewed
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, rec.Token)
@@ -479,7 +483,7 @@ func storedOrder(v []byte) (order, error) {
 	d := decoder{b: v}
 	var o order
 	f := d.byte()
-	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots|flagRW|flagExclusive|flagLimit) != 0 {
+	if f&^(flagLocked|flagIndexed|flagRemove|flagSlots|flagRW|flagExclusive|flagLimit|flagRenewed) != 0 {
 		d.fail()
 	}
 	if f&flagIndexed != 0 {
@@ -552,7 +556,7 @@ func (d *decoder) bytes(n uint64) []byte {
 // command form (which never does).
 func (d *decoder) value(rec *Record, stored bool) {
 	flags := d.byte()
-	known := flagLocked | flagRemove | flagSlots | flagRW | flagExclusive | flagLimit
+	known := flagLocked | flagRemove | flagSlots | flagRW | flagExclusive | flagLimit | flagRenewed
 	if stored {
 		known |= flagIndexed
 	}
@@ -561,6 +565,7 @@ func (d *decoder) value(rec *Record, stored bool) {
 	}
 	rec.Locked = flags&flagLocked != 0
 	rec.Remove = flags&flagRemove != 0
+	rec.Renewed = flags&flagRenewed != 0
 	rec.Index = 0
 	if flags&flagIndexed != 0 {
 		rec.Index = d.uvarint()

@@ -13,6 +13,7 @@ import (
 func sampleRecords() []Record {
 	return []Record{
 		{Resource: "tenant/a/x", Owner: []byte("owner-1"), ExpiresMs: 1_700_000_000_123, Token: 1, Revision: 1, Locked: true, LastModifiedMs: 1_700_000_000_000},
+		{Resource: "tenant/a/renewed", Owner: []byte("owner-2"), ExpiresMs: 1_700_000_030_000, Token: 3, Revision: 2, Locked: true, LastModifiedMs: 1_700_000_000_000, Renewed: true},
 		{Resource: "tenant/a/y", Token: 7, Revision: 42, LastModifiedMs: -1},
 		{Resource: "", Owner: []byte{0, 0xff}, ExpiresMs: math.MinInt64, Token: math.MaxInt64, Revision: math.MaxUint64, Locked: true, LastModifiedMs: math.MaxInt64},
 		{Resource: "ünïcødé/资源", Owner: bytes.Repeat([]byte{'o'}, 300), Token: -5, Revision: 0},
@@ -144,11 +145,14 @@ func TestDecodeBatchRejectsCorrupt(t *testing.T) {
 	if err := decodeStored([]byte{0, 0, 0, 0, 0, 0, 9}, &Record{}); !errors.Is(err, errCorrupt) {
 		t.Errorf("value with trailing byte accepted: %v", err)
 	}
-	if err := decodeStored([]byte{0x80, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
-		t.Errorf("stored value with an unknown flag accepted: %v", err)
+	// Every bit of the flags byte has a meaning (flagRenewed is the last):
+	// what is refused is a combination that means nothing.
+	if err := decodeStored([]byte{flagSlots | flagRW | flagLimit, 0, 0, 0, 0, 0, 0}, &Record{}); !errors.Is(err, errCorrupt) {
+		t.Errorf("a read/write lock with a limit accepted: %v", err)
 	}
-	if _, err := storedOrder([]byte{0x80, 0, 0}); !errors.Is(err, errCorrupt) {
-		t.Errorf("storedOrder accepted an unknown flag: %v", err)
+	var rec Record
+	if err := decodeStored([]byte{flagLocked | flagRenewed, 0, 0, 0, 0, 0}, &rec); err != nil || !rec.Renewed || !rec.Locked {
+		t.Errorf("a renewed lock's stored value: %+v %v", rec, err)
 	}
 }
 

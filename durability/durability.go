@@ -38,6 +38,12 @@ type Record struct {
 	// Limit 0): its readers, or its writer when Exclusive.
 	RW, Exclusive bool
 
+	// Renewed says the holder's lease was renewed by a recorded Extend:
+	// its later renewals may be kept in the leader's memory only, so the
+	// stored expiry is a lower bound, and a new leader gives the lease at
+	// least its TTL (ExpiresMs less LastModifiedMs) from its own start.
+	Renewed bool
+
 	// Base, in a proposal, is the Index of the stored record the decision
 	// was made from (0: none stored). The state machine applies the record
 	// only if the stored one is still at Base (compare-and-set).

@@ -173,6 +173,11 @@ type Entry struct {
 	// RW, for a read/write lock (rwlock.go), says Slots are its holders:
 	// readers, or one writer when Exclusive. Token is its write epoch.
 	RW, Exclusive bool
+	// Renewed, for a lock held persistently, says its holder's lease was
+	// renewed by a recorded Extend: its later renewals may be kept in the
+	// leader's memory (the store's expiry is then a lower bound). The lock
+	// actors set and read it; the decisions here leave it as it was.
+	Renewed bool
 	// Floor is the least token a grant to a new owner may take, whatever
 	// Token says: it carries tokens the entry does not know of (ephemeral
 	// grants of an earlier leader, or of an evicted entry). Every Next
