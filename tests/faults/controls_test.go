@@ -193,7 +193,7 @@ var negativeControls = []negativeControl{
 		// overlaps the next grant) or the linearizability checker.
 		name: "renewal-floor-off", seed: 110, by: "exclusion|linearizability",
 		opts: func() runOpts {
-			o := handleRun(4*time.Second, kahuna.Persistent, []faultKind{fTransfer, fCrashLeader})
+			o := renewRun(4 * time.Second)
 			o.mod = testknobs.WithoutRenewalFloor
 			o.linTimeout = 20 * time.Second
 			return o

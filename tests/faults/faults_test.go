@@ -300,6 +300,17 @@ func handleRun(d time.Duration, dur kahuna.Durability, kinds []faultKind) runOpt
 		clients: []clientMode{handle, handle, handle, direct, handle, pool, handle, forwarding, handle, handle, handle}}
 }
 
+// renewRun is a run of leader transfers on persistent locks held for two
+// to four TTLs of 600 ms each and renewed every third of it (so past the
+// first renewal in the leader's memory), three resources of one partition
+// with handle clients waiting for each: a leader change in the middle of
+// a hold finds its stored lease older than the renewed one.
+func renewRun(d time.Duration) runOpts {
+	return runOpts{d: d, dur: kahuna.Persistent, kinds: []faultKind{fTransfer}, gapMin: 100 * time.Millisecond, gapMax: 300 * time.Millisecond,
+		onePartition: true, perPartition: 3, handles: handleOpts{renew: true, ttl: 600 * time.Millisecond},
+		clients: []clientMode{handle, handle, handle, handle, handle, handle, handle, handle, handle, direct}}
+}
+
 // stallHandOffRun is a run of the stall-handoff schedule on persistent
 // locks: four resources of one partition, each with two or three handle
 // clients that hold it to the end of their lease and wait up to 5 s for
@@ -344,6 +355,16 @@ func requireArose(t *testing.T, run faultRun, arose func(faultRun) string) {
 	if why := arose(run); why != "" {
 		t.Errorf("seed %d: %s: the run did not test what it is for", run.seed, why)
 	}
+}
+
+// renewedThroughReigns says why run had no renewed hold through a leader
+// change ("" if it had: holds renewed for two TTLs or more, and reigns
+// begun while they ran).
+func renewedThroughReigns(run faultRun) string {
+	if run.handles.holds.Load() == 0 || run.begun == 0 {
+		return fmt.Sprintf("%d holds, %d reigns begun: no renewed hold through a leader change", run.handles.holds.Load(), run.begun)
+	}
+	return ""
 }
 
 // handOffsUnknown says why run left no hand-off's outcome unknown ("" if
@@ -1237,6 +1258,7 @@ func TestFaultsHandles(t *testing.T) {
 		{"handles", 41, handleRun(runLength(4*time.Second), kahuna.Persistent, scheduleKinds(t)), lateExtendsApplied},
 		{"handles-grace", 37, handleRun(runLength(4*time.Second), kahuna.Ephemeral, scheduleKinds(t)), lateExtendsApplied},
 		{"stall-handoff", 25, stallHandOffRun(runLength(5 * time.Second)), handOffsUnknown},
+		{"renewals", 43, renewRun(runLength(4 * time.Second)), renewedThroughReigns},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := c.opts

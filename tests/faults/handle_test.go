@@ -41,7 +41,11 @@ type handleOpts struct {
 	// extending it, then unlock (the stall-handoff schedule: the lease of
 	// a holder whose Unlock's record is stuck runs out meanwhile).
 	full bool
-	ttl  time.Duration // every grant's (0: faultTTL)
+	// renew: hold every lock for two to four TTLs, extending it by its
+	// TTL every third of it, as a KeepAlive does (renewals past the first
+	// are kept in the leader's memory), while the others wait for it.
+	renew bool
+	ttl   time.Duration // every grant's (0: faultTTL)
 	// acquire is added to every Acquire's options (a control's knob).
 	acquire []kahuna.AcquireOption
 }
@@ -120,6 +124,8 @@ func act(lock *kahuna.Lock, d time.Duration) bool {
 func (cl *handleClient) hold(res string) {
 	opts := []kahuna.AcquireOption{kahuna.WithTTL(cl.o.ttl), kahuna.WithDurability(cl.d)}
 	switch {
+	case cl.o.renew:
+		opts = append(opts, kahuna.WithWait(10*cl.o.ttl))
 	case cl.o.full:
 		// Waiters stay in the queue through a stalled hand-off.
 		opts = append(opts, kahuna.WithWait(3*time.Second+time.Duration(cl.rng.IntN(2000))*time.Millisecond))
@@ -156,6 +162,20 @@ func (cl *handleClient) hold(res string) {
 // work is a holder's critical section; it reports whether the lock is
 // still held at its end.
 func (cl *handleClient) work(lock *kahuna.Lock) bool {
+	if cl.o.renew {
+		for i := 6 + cl.rng.IntN(7); i > 0; i-- {
+			if !act(lock, cl.o.ttl/3) {
+				return false
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)
+			err := lock.Extend(ctx, cl.o.ttl)
+			cancel()
+			if errors.Is(err, kahuna.ErrLockLost) {
+				return false
+			}
+		}
+		return act(lock, time.Duration(cl.rng.IntN(50))*time.Millisecond)
+	}
 	if cl.o.full {
 		// Up to just before the deadline: the lease runs out soon after the
 		// Unlock is sent.
