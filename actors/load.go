@@ -61,13 +61,15 @@ func (a *lockActor) loaded(m *loaded) {
 	}
 	now := a.cfg.Now()
 	var s *slot
-	if m.err == nil && !m.l.dropped {
+	// A record read while the partition is not served is not taken (its
+	// calls start over, and are answered MustRetry): without a reign it
+	// could not be given its renewal floor.
+	since, serving := a.reignSince(m.l.partition, now)
+	if m.err == nil && !m.l.dropped && serving {
 		s = &slot{resource: m.resource, partition: m.l.partition, lastUsed: now}
 		if m.found {
 			s.Entry, s.index, s.kind, s.storedTTL = entryOf(&m.rec, now), m.rec.Index, lease.Persistent, storedTTL(&m.rec)
-			if since, ok := a.reignSince(m.l.partition, now); ok {
-				a.floorLease(&s.Entry, &m.rec, m.l.partition, since)
-			}
+			a.floorLease(&s.Entry, &m.rec, m.l.partition, since)
 		} else {
 			s.Token = m.rec.Token // the store's floor: a first grant's token
 		}

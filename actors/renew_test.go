@@ -182,3 +182,35 @@ func TestUnrenewedLockHasNoFloor(t *testing.T) {
 		t.Fatalf("b after a's stored lease: %v", r.Status)
 	}
 }
+
+// A read that completes while the partition is not served for a moment
+// (its leader lease lapsing within the term) is not taken: its calls are
+// answered MustRetry, and once serving resumes the record is read again
+// and given its renewal floor, so a renewal a former leader kept in
+// memory still holds.
+func TestRenewalFloorForALoadWhileNotServing(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	f.clock.Advance(10 * time.Second)
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // recorded: to 70 s
+	f.clock.Advance(40 * time.Second)
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // in memory: to 110 s
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	f.term.Store(2)
+	f.clock.Advance(30 * time.Second) // 80 s: past the stored expiry
+	f.blockLoads("r")
+	waiting := f.async(lease.Get, "r", "", lease.Persistent)
+	<-f.backend.loadEntered
+	f.serving[1].Store(false)
+	f.backend.blockLoad = ""
+	close(f.backend.loadRelease)
+	if r := <-waiting; r.Status != lease.MustRetry {
+		t.Fatalf("a read completed while not serving: %+v, want MustRetry", r)
+	}
+	f.serving[1].Store(true)
+	if r := f.do(t, lease.TryLock, "r", "b", time.Minute, lease.Persistent); r.Status != lease.Busy {
+		t.Fatalf("b inside a's renewed lease once serving resumes: %v, want Busy", r.Status)
+	}
+}

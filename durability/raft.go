@@ -276,30 +276,35 @@ func readShard[T any](r *Raft, p int, what string, read func(getter, uint64) (T,
 // runs with no txn or lock held and a long scan never holds up Close.
 const releasedPage = 256
 
-// Released calls fn, in key order, for stored records of partition p that are
-// free at nowMs minus grace: Unlocked with LastModifiedMs <= cutoffMs, or Locked
-// with ExpiresMs <= cutoffMs; it stops early when fn returns false, and after
+// Released calls fn, in key order from the first resource after after ("":
+// the partition's first), for stored records of partition p that are free at
+// nowMs minus grace: Unlocked with LastModifiedMs <= cutoffMs, or Locked with
+// ExpiresMs <= cutoffMs; it stops early when fn returns false, and after
 // limit records (limit <= 0: no limit). Records are read from local storage.
 //
 // Records are read a page at a time, each page a consistent view, and fn
 // runs between pages: it may call the backend, and a record it is given
 // may have changed since (a Remove decided from it is fenced by its Base).
 // Corrupt records are skipped.
-func (r *Raft) Released(p int, cutoffMs int64, limit int, fn func(Record) bool) error {
+func (r *Raft) Released(p int, cutoffMs int64, after string, limit int, fn func(Record) bool) error {
 	if err := r.checkPartition(p); err != nil {
 		return err
 	}
 	var (
-		from   []byte // the first key to examine; nil: the partition's first
+		from   = shardKey(nil, shardID(p), keyRecord) // the first key to examine
+		first  = true
 		sent   int
 		warned bool
 	)
+	if after != "" {
+		from = append(recordKey(nil, shardID(p), []byte(after)), 0) // the key right after after's
+	}
 	for {
 		page := releasedPage
 		if limit > 0 {
 			page = min(page, limit-sent)
 		}
-		recs, next, err := r.releasedPage(p, cutoffMs, from, page, &warned)
+		recs, next, err := r.releasedPage(p, cutoffMs, from, page, first, &warned)
 		if err != nil {
 			return fmt.Errorf("durability: scan partition %d for released records: %w", p, err)
 		}
@@ -312,18 +317,15 @@ func (r *Raft) Released(p int, cutoffMs int64, limit int, fn func(Record) bool) 
 		if next == nil || (limit > 0 && sent >= limit) {
 			return nil
 		}
-		from = next
+		from, first = next, false
 	}
 }
 
 // releasedPage examines up to releasedPage records of partition p from key
 // from on and returns the free ones, at most want, and the key to go on
-// from (nil once the partition's records are exhausted).
-func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, warned *bool) ([]Record, []byte, error) {
-	first := from == nil
-	if first {
-		from = shardKey(nil, shardID(p), keyRecord)
-	}
+// from (nil once the partition's records are exhausted). first marks a
+// scan's first page.
+func (r *Raft) releasedPage(p int, cutoffMs int64, from []byte, want int, first bool, warned *bool) ([]Record, []byte, error) {
 	return r.scanPage(p, shardKey(nil, shardID(p), keyRecord), from, want, first, warned, func(rec *Record) bool {
 		return rec.Locked && rec.ExpiresMs <= cutoffMs || !rec.Locked && rec.LastModifiedMs <= cutoffMs
 	})

@@ -676,7 +676,7 @@ func TestReleased(t *testing.T) {
 	scan := func(limit, stopAt int) []Record {
 		t.Helper()
 		var got []Record
-		err := r.Released(1, cutoff, limit, func(rc Record) bool {
+		err := r.Released(1, cutoff, "", limit, func(rc Record) bool {
 			got = append(got, rc)
 			return len(got) != stopAt
 		})
@@ -696,11 +696,25 @@ func TestReleased(t *testing.T) {
 	if got := scan(0, 0); len(got) != len(want) {
 		t.Fatal("a scan changed what is stored")
 	}
-	if err := r.Released(3, cutoff, 0, func(Record) bool { return true }); !errors.Is(err, errPartition) {
+	// From after a resource: the free records past it, whether it is one
+	// (r0300 is free) or not (r0302 is unlocked too recently).
+	for _, c := range []struct {
+		after string
+		from  int // index in want
+	}{{"r0300", 151}, {"r0302", 152}, {"r0999", len(want)}} {
+		var got []Record
+		if err := r.Released(1, cutoff, c.after, 20, func(rc Record) bool { got = append(got, rc); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if w := want[c.from:min(c.from+20, len(want))]; len(got) != len(w) || len(w) > 0 && !reflect.DeepEqual(got, w) {
+			t.Errorf("after %s: %d records from %v, want %d from %v", c.after, len(got), got[:min(len(got), 1)], len(w), w[:min(len(w), 1)])
+		}
+	}
+	if err := r.Released(3, cutoff, "", 0, func(Record) bool { return true }); !errors.Is(err, errPartition) {
 		t.Fatalf("partition out of range: %v", err)
 	}
 	r.dbClosed = true
-	if err := r.Released(1, cutoff, 0, func(Record) bool { return true }); !errors.Is(err, ErrClosed) {
+	if err := r.Released(1, cutoff, "", 0, func(Record) bool { return true }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed: %v", err)
 	}
 }
@@ -811,7 +825,7 @@ func TestRemoveSingleNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var released []Record
-	if err := n.Released(1, 10, 0, func(r Record) bool { released = append(released, r); return true }); err != nil {
+	if err := n.Released(1, 10, "", 0, func(r Record) bool { released = append(released, r); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(released) != 1 || !sameRecord(released[0], free) || released[0].Index == 0 {
@@ -850,7 +864,7 @@ func TestRemoveSingleNode(t *testing.T) {
 	if _, err := n.TokenFloor(1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("TokenFloor after Close: %v", err)
 	}
-	if err := n.Released(1, 10, 0, func(Record) bool { return true }); !errors.Is(err, ErrClosed) {
+	if err := n.Released(1, 10, "", 0, func(Record) bool { return true }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Released after Close: %v", err)
 	}
 }

@@ -5,8 +5,11 @@
 // The leader of a partition scans its stored records for free ones (Unlocked,
 // or Locked with the lease ended) whose last change is older than the
 // retention, and asks the lock actor of each to remove it (actors.Ring.Forget).
-// The actor removes a record only if it is still the one the scan saw and
-// nothing waits on it; the removal is a fenced Raft record like any write,
+// The actor removes a record only if it is still the one the scan saw, its
+// lease has ended in the actor's memory too (a renewal kept in memory moves
+// a persistent lease past its stored expiry) and nothing waits on it. Each
+// pass goes on from the last record the previous one was given, so records
+// that stay do not keep those after them from being swept. The removal is a fenced Raft record like any write,
 // and raises the partition's token floor, so the name's next grant still
 // gets a larger token than any it had.
 package sweep
@@ -23,7 +26,7 @@ import (
 
 // Store finds removal candidates (durability.Raft).
 type Store interface {
-	Released(p int, cutoffMs int64, limit int, fn func(durability.Record) bool) error
+	Released(p int, cutoffMs int64, after string, limit int, fn func(durability.Record) bool) error
 }
 
 // Forgetter removes one record if it is still free (actors.Ring).
@@ -57,6 +60,9 @@ type Sweeper struct {
 	store   Store
 	forget  Forgetter
 	removed atomic.Uint64
+
+	mu    sync.Mutex
+	after map[int]string // by partition: where the next pass goes on from ("": the start)
 }
 
 // New returns a Sweeper; Run starts it.
@@ -76,7 +82,7 @@ func New(cfg Config, store Store, forget Forgetter) *Sweeper {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sweeper{cfg: cfg, store: store, forget: forget}
+	return &Sweeper{cfg: cfg, store: store, forget: forget, after: make(map[int]string)}
 }
 
 // Removed counts the records this node removed since it started.
@@ -129,13 +135,23 @@ func (s *Sweeper) partition(ctx context.Context, p int) (int, error) {
 	cutoff := s.cfg.Now().Add(-s.cfg.Retention).UnixMilli()
 	// Collected first: the actors' removals must not run inside the scan's
 	// read transaction.
-	err := s.store.Released(p, cutoff, s.cfg.Batch, func(r durability.Record) bool {
+	s.mu.Lock()
+	after := s.after[p]
+	s.mu.Unlock()
+	err := s.store.Released(p, cutoff, after, s.cfg.Batch, func(r durability.Record) bool {
 		found = append(found, candidate{r.Resource, r.Index})
 		return true
 	})
 	if err != nil {
 		return 0, err
 	}
+	s.mu.Lock()
+	if len(found) < s.cfg.Batch {
+		delete(s.after, p) // the scan reached the end: the next starts over
+	} else {
+		s.after[p] = found[len(found)-1].resource
+	}
+	s.mu.Unlock()
 	// Many removals in flight at once, so they share Raft entries and
 	// fsyncs (one at a time, a sweep removes about a thousand a second).
 	var (

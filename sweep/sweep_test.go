@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,12 +14,17 @@ type fakeStore struct {
 	cutoffs []int64
 }
 
-func (s *fakeStore) Released(p int, cutoffMs int64, limit int, fn func(durability.Record) bool) error {
+func (s *fakeStore) Released(p int, cutoffMs int64, after string, limit int, fn func(durability.Record) bool) error {
 	s.cutoffs = append(s.cutoffs, cutoffMs)
-	for i, r := range s.records[p] {
-		if limit > 0 && i >= limit || !fn(r) {
+	sent := 0
+	for _, r := range s.records[p] { // in key order
+		if r.Resource <= after {
+			continue
+		}
+		if limit > 0 && sent >= limit || !fn(r) {
 			break
 		}
+		sent++
 	}
 	return nil
 }
@@ -59,5 +65,26 @@ func TestPass(t *testing.T) {
 	}
 	if s.Removed() != 1 {
 		t.Fatalf("Removed() = %d", s.Removed())
+	}
+}
+
+// Each pass goes on from where the last stopped, so candidates that stay
+// (a lock renewed in its leader's memory past its stored lease, one
+// waited on) do not keep those after them from being swept forever.
+func TestPassGoesOnWhereTheLastStopped(t *testing.T) {
+	store := &fakeStore{records: map[int][]durability.Record{
+		0: {{Resource: "a"}, {Resource: "b"}, {Resource: "c"}},
+	}}
+	forget := &fakeForgetter{keep: map[string]bool{"a": true, "b": true}}
+	s := New(Config{Partitions: 1, Retention: time.Minute, Batch: 2, Parallel: 1, Serving: func(int) bool { return true }}, store, forget)
+	if got := s.Pass(context.Background()); got != 0 {
+		t.Fatalf("first pass removed %d, want 0 (a and b stay)", got)
+	}
+	if got := s.Pass(context.Background()); got != 1 {
+		t.Fatalf("second pass removed %d, want 1 (c, after the first pass's last)", got)
+	}
+	s.Pass(context.Background()) // the end was reached: from the start again
+	if want := []string{"a", "b", "c", "a", "b"}; fmt.Sprint(forget.asked) != fmt.Sprint(want) {
+		t.Fatalf("asked to forget %v, want %v", forget.asked, want)
 	}
 }

@@ -76,7 +76,7 @@ func (n *Node) ServingTerm(p int) (serving, leads bool, term uint64) {
 func (n *Node) StoredRecords() (int, error) {
 	total := 0
 	for p := range n.cfg.Partitions {
-		err := n.backend.Released(p, math.MaxInt64, 0, func(durability.Record) bool { total++; return true })
+		err := n.backend.Released(p, math.MaxInt64, "", 0, func(durability.Record) bool { total++; return true })
 		if err != nil {
 			return 0, err
 		}
