@@ -192,7 +192,6 @@ type reignCount struct {
 	// the partition (its leader lease live by its own clock): two leaders
 	// at once, which the takeover wait exists to prevent.
 	twoLeaders []checker.Violation
-	began      []time.Duration // when each reign began (the recorder's time)
 }
 
 // overlaps returns the two-leaders findings so far.
@@ -239,9 +238,6 @@ func (c *faultCluster) watchReigns(rec *checker.Recorder, byPartition map[int][]
 		}
 		reigns.total.Add(1)
 		reigns.of[p].Add(1)
-		reigns.mu.Lock()
-		reigns.began = append(reigns.began, to)
-		reigns.mu.Unlock()
 	}
 	sink := func(node uint64, p int, term uint64, serve func()) {
 		from := rec.Now()

@@ -57,10 +57,6 @@ type handleStats struct {
 	// late: short Extends delivered late; lateApplied: those answered
 	// Extended (a live lease shortened after a longer Extend).
 	late, lateApplied atomic.Int64
-	// applied are the late short Extends answered Extended: when they
-	// were sent (the recorder's time) and for how long.
-	appliedMu sync.Mutex
-	applied   []lateExtend
 	// waitsErrored: waiting Locks answered Errored (a grant of unknown
 	// outcome, the waiter may hold the lock); waitsUnknown: answered by a
 	// call error.
@@ -72,10 +68,6 @@ func (s *handleStats) String() string {
 	return fmt.Sprintf("%d holds (%d lost at their deadline), %d late short extends delivered (%d applied), waits answered Errored %d, unknown %d, unlocks answered Errored %d",
 		s.holds.Load(), s.holdsLost.Load(), s.late.Load(), s.lateApplied.Load(), s.waitsErrored.Load(), s.waitsUnknown.Load(), s.unlocksErrored.Load())
 }
-
-// lateExtend is a late short Extend, sent at at, that shortened a live
-// lease to ttl.
-type lateExtend struct{ at, ttl time.Duration }
 
 // lateKey marks an Extend's context: the handleLocker delivers it late.
 type lateKey struct{}
@@ -379,15 +371,11 @@ func (l *handleLocker) extendLate(ctx context.Context, res string, owner []byte,
 		}
 		sctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)
 		defer cancel()
-		sent := l.cl.rec.Now()
 		r, err := lockerOf(n, to).Extend(sctx, res, owner, ttl, d)
 		endCall(p, to, r, kahuna.LockInfo{}, err)
 		l.cl.st.late.Add(1)
 		if err == nil && r.Status == kahuna.Extended {
 			l.cl.st.lateApplied.Add(1)
-			l.cl.st.appliedMu.Lock()
-			l.cl.st.applied = append(l.cl.st.applied, lateExtend{at: sent, ttl: ttl})
-			l.cl.st.appliedMu.Unlock()
 		}
 	})
 	<-ctx.Done()
