@@ -16,8 +16,8 @@ import (
 // lease moves in the cache, and the holder is answered at once, under the
 // leader's lease, as an ephemeral lock's Extend is. Their revision does
 // not move: a revision counts the lock's stored writes. An Extend that
-// asks for a longer lease, a proclaim, and every other write are recorded
-// as before; a grant to a new owner or a release clears the mark.
+// asks for a longer lease or ends the lease earlier, a proclaim, and every
+// other write are recorded as before; a grant to a new owner or a release clears the mark.
 //
 // What the store says of a renewed lease is only a lower bound, so one
 // loaded from it is given at least its stored TTL from the start of this
@@ -75,11 +75,15 @@ func markRenewed(e lease.Entry, r *lease.Request, d *lease.Decision) {
 
 // renewInMemory reports whether d, the decision on req over s, is a
 // renewal kept in memory: the stored record says the lease was renewed by
-// a recorded Extend, and d asks no longer a lease than it grants. If so it
-// makes d's entry keep the revision.
+// a recorded Extend, and d asks no longer a lease than it grants, nor ends
+// the lease earlier than it ends now. If so it makes d's entry keep the
+// revision. (An Extend that shortens the lease is recorded: the store then
+// says no more than the holder asked for, so a new leader's floor counts
+// from the shorter lease.)
 func (a *lockActor) renewInMemory(req *lease.Request, s *slot, d *lease.Decision) bool {
 	if req.Op != lease.Extend || d.Status != lease.Extended || !d.Write || !s.Renewed ||
-		req.NewOwner != nil || s.IsShared() || s.kind != lease.Persistent || s.storedTTL <= 0 || req.TTL > s.storedTTL {
+		req.NewOwner != nil || s.IsShared() || s.kind != lease.Persistent || s.storedTTL <= 0 || req.TTL > s.storedTTL ||
+		d.Next.Expires.Before(s.Expires) {
 		return false
 	}
 	d.Next.Revision = s.Revision

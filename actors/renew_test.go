@@ -41,18 +41,28 @@ func TestRenewalKeptInMemory(t *testing.T) {
 	if rec, _, _ := f.backend.Load(1, "r"); stored != granted+1 || !rec.Renewed {
 		t.Fatalf("the first renewal wrote %d records (renewed %v), want one marking the record renewed", stored-granted, rec.Renewed)
 	}
-	f.clock.Advance(30 * time.Second)
-	for _, ttl := range []time.Duration{time.Minute, 10 * time.Second, time.Minute} {
-		if r := f.do(t, lease.Extend, "r", "a", ttl, lease.Persistent); r.Status != lease.Extended {
-			t.Fatalf("extend %v: %v", ttl, r.Status)
+	// Each after the one before, the 10 s one with 5 s left: none
+	// shortens the lease.
+	for _, c := range []struct{ after, ttl time.Duration }{{30 * time.Second, time.Minute}, {55 * time.Second, 10 * time.Second}, {time.Second, time.Minute}} {
+		f.clock.Advance(c.after)
+		if r := f.do(t, lease.Extend, "r", "a", c.ttl, lease.Persistent); r.Status != lease.Extended {
+			t.Fatalf("extend %v: %v", c.ttl, r.Status)
 		}
-		if got := f.expiresIn(t, "r"); got != ttl {
-			t.Fatalf("after an extend of %v the lease runs %v", ttl, got)
+		if got := f.expiresIn(t, "r"); got != c.ttl {
+			t.Fatalf("after an extend of %v the lease runs %v", c.ttl, got)
 		}
 	}
 	if got := f.backend.records(); got != stored {
 		t.Fatalf("%d records for renewals within the stored lease, want none", got-stored)
 	}
+	// One that shortens the lease (10 s with a minute left) is recorded.
+	if r := f.do(t, lease.Extend, "r", "a", 10*time.Second, lease.Persistent); r.Status != lease.Extended {
+		t.Fatalf("shortening extend: %v", r.Status)
+	}
+	if got := f.backend.records(); got != stored+1 {
+		t.Fatalf("a shortening extend wrote %d records, want 1", got-stored)
+	}
+	stored++
 	if r := f.do(t, lease.Extend, "r", "b", time.Minute, lease.Persistent); r.Status != lease.InvalidOwner {
 		t.Fatalf("another owner's extend: %v", r.Status)
 	}
