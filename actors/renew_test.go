@@ -16,6 +16,20 @@ func (b *fakeBackend) records() uint64 {
 	return b.index
 }
 
+// renewedInMemory has a hold r from 0 s for a minute, renewed at 10 s
+// (recorded: to 70 s) and at 50 s (in memory: to 110 s); it leaves the
+// clock at 50 s.
+func renewedInMemory(t *testing.T, f *fixture) {
+	t.Helper()
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
+	f.clock.Advance(10 * time.Second)
+	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent)
+	f.clock.Advance(40 * time.Second)
+	if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended {
+		t.Fatalf("extend: %v", r.Status)
+	}
+}
+
 // expiresIn is how long from now the lease of res runs, as a Get reads it.
 func (f *fixture) expiresIn(t *testing.T, res string) time.Duration {
 	t.Helper()
@@ -88,13 +102,7 @@ func TestRenewalFloorAfterLeaderChange(t *testing.T) {
 	for _, control := range []bool{false, true} {
 		f := newFixture(t, 1, 100, func(c *Config) { c.UnsafeNoRenewalFloor = control })
 		start := f.clock.Now()
-		f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-		f.clock.Advance(10 * time.Second)
-		f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // recorded: to 70 s
-		f.clock.Advance(40 * time.Second)
-		if r := f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Extended { // in memory: to 110 s
-			t.Fatalf("extend: %v", r.Status)
-		}
+		renewedInMemory(t, f)
 		// Another leader's reign (the renewal is lost with the old one's
 		// memory), past the stored expiry, inside the renewed lease.
 		if err := f.ring.DropPartition(context.Background(), 1); err != nil {
@@ -128,11 +136,7 @@ func TestRenewalFloorAfterLeaderChange(t *testing.T) {
 // reload: the stored expiry and the reign's floor are both older.
 func TestRenewalKeptAcrossAReload(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-	f.clock.Advance(10 * time.Second)
-	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // recorded: to 70 s
-	f.clock.Advance(40 * time.Second)
-	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // in memory: to 110 s
+	renewedInMemory(t, f)
 	f.holdWrites(t, "r")
 	unlock := f.doAsync(Request{Request: lease.Request{Op: lease.Unlock, Resource: "r", Owner: []byte("a"), Durability: lease.Persistent}, Partition: 1})
 	p := <-f.backend.held
@@ -200,11 +204,7 @@ func TestUnrenewedLockHasNoFloor(t *testing.T) {
 // memory still holds.
 func TestRenewalFloorForALoadWhileNotServing(t *testing.T) {
 	f := newFixture(t, 1, 100)
-	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
-	f.clock.Advance(10 * time.Second)
-	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // recorded: to 70 s
-	f.clock.Advance(40 * time.Second)
-	f.do(t, lease.Extend, "r", "a", time.Minute, lease.Persistent) // in memory: to 110 s
+	renewedInMemory(t, f)
 	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
