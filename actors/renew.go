@@ -79,7 +79,9 @@ func markRenewed(e lease.Entry, r *lease.Request, d *lease.Decision) {
 // the lease earlier than it ends now. If so it makes d's entry keep the
 // revision. (An Extend that shortens the lease is recorded: the store then
 // says no more than the holder asked for, so a new leader's floor counts
-// from the shorter lease.)
+// from the shorter lease. It also keeps every lease of a reign ending no
+// earlier than the floor a reload would give it, so an entry evicted after
+// its lease ended is not read back held.)
 func (a *lockActor) renewInMemory(req *lease.Request, s *slot, d *lease.Decision) bool {
 	if req.Op != lease.Extend || d.Status != lease.Extended || !d.Write || !s.Renewed ||
 		req.NewOwner != nil || s.IsShared() || s.kind != lease.Persistent || s.storedTTL <= 0 || req.TTL > s.storedTTL ||

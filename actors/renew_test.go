@@ -224,3 +224,36 @@ func TestRenewalFloorForALoadWhileNotServing(t *testing.T) {
 		t.Fatalf("b inside a's renewed lease once serving resumes: %v, want Busy", r.Status)
 	}
 }
+
+// Within a reign a lease never ends before its renewal floor (every
+// recorded renewal ends later than the floor it gives, and one that would
+// end the lease earlier is recorded), so an entry evicted once its lease
+// ended and read again does not come back held: a Get that saw the lock
+// free never sees its old holder again.
+func TestRenewalFloorDoesNotReviveAnEndedLease(t *testing.T) {
+	f := newFixture(t, 1, 100, func(c *Config) { c.MaxEntries = 1 })
+	renewedInMemory(t, f) // 50 s, to 110 s
+	if err := f.ring.DropPartition(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	f.term.Store(2) // a reign from 50 s: the floor is 110 s
+	if got := f.expiresIn(t, "r"); got != time.Minute {
+		t.Fatalf("loaded in the new reign, the lease runs %v, want a minute", got)
+	}
+	if r := f.do(t, lease.Extend, "r", "a", 10*time.Second, lease.Persistent); r.Status != lease.Extended {
+		t.Fatalf("extend: %v", r.Status)
+	}
+	f.clock.Advance(11 * time.Second) // 61 s: the lease ended at 60 s
+	free := f.do(t, lease.Get, "r", "", 0, lease.Persistent)
+	if free.Status == lease.Got && string(free.Owner) == "a" {
+		t.Fatalf("after its lease ended: %+v", free)
+	}
+	// Another name takes the actor's only entry: r, lapsed, is evicted.
+	if r := f.do(t, lease.TryLock, "x", "c", time.Minute, lease.Ephemeral); r.Status != lease.Locked {
+		t.Fatalf("x: %v", r.Status)
+	}
+	f.do(t, lease.Unlock, "x", "c", 0, lease.Ephemeral)
+	if again := f.do(t, lease.Get, "r", "", 0, lease.Persistent); again.Status != free.Status || string(again.Owner) != string(free.Owner) {
+		t.Fatalf("read again after its eviction: %+v, want as before it (%+v)", again, free)
+	}
+}
