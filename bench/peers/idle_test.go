@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -47,20 +48,15 @@ func TestRunIdle(t *testing.T) {
 // ProcessCPU reads a process's CPU over a window: this one's, while a
 // goroutine spins through it.
 func TestProcessCPU(t *testing.T) {
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for !stop.Load() { // spins: the CPU to be read
 		}
 	}()
 	got, err := processCPU(context.Background(), os.Getpid(), 500*time.Millisecond)
-	close(stop)
+	stop.Store(true)
 	<-done
 	if err != nil {
 		t.Fatal(err)
