@@ -192,6 +192,14 @@ type reignCount struct {
 	// the partition (its leader lease live by its own clock): two leaders
 	// at once, which the takeover wait exists to prevent.
 	twoLeaders []checker.Violation
+	// starts are the reigns countReigns saw begin: partition and instant.
+	starts []reignStart
+}
+
+// reignStart is when a reign of a partition began, as countReigns saw it.
+type reignStart struct {
+	partition int
+	at        time.Time
 }
 
 // overlaps returns the two-leaders findings so far.
