@@ -392,7 +392,6 @@ func (a *lockActor) handle(c *call) {
 		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
 		return
 	}
-	a.reignSince(req.Partition, a.cfg.Now())
 	s := a.entries[req.Resource]
 	if s == nil {
 		a.load(req.Resource, req.Partition, c) // decided once its record is read (proceed)
@@ -535,7 +534,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		kind = req.Durability
 	}
 	ownOwner(&req.Request, &d)
-	if kind == lease.Persistent && a.renewInMemory(&req.Request, s, &d) {
+	if kind == lease.Persistent && a.renewInMemory(&req.Request, s, &d) { // kind: s's, for an Extend
 		a.changed(s, d.Next, lease.Persistent, Extended, now)
 		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
 		return

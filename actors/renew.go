@@ -21,9 +21,11 @@ import (
 //
 // What the store says of a renewed lease is only a lower bound, so one
 // loaded from it is given at least its stored TTL from the start of this
-// node's reign over the partition (the first time the actor saw it served
-// in the current term): every renewal a former leader answered was decided
-// before that reign began, so ended no later than the floor. That is the
+// node's reign over the partition (as the actor counts it: its first read
+// of a record of the partition in the current term, which comes after the
+// node began to serve): every renewal a former leader answered was decided
+// before that, so ended no later than the floor. Every entry of the reign
+// is read after it, so the floor stays put while the reign lasts. That is the
 // cost: a renewed lock whose holder died is held for up to one TTL past a
 // leader change or a restart, as an etcd lease is; a lock never renewed
 // keeps its stored expiry. Within a reign an entry renewed in memory is
@@ -31,7 +33,7 @@ import (
 // from the cache for a write whose outcome is unknown leaves its renewed
 // lease behind (kept) for the reload.
 
-// reign is when this actor first saw partition p served in term.
+// reign is when this actor first read a record of partition p in term.
 type reign struct {
 	term  uint64
 	since time.Time
@@ -84,7 +86,7 @@ func markRenewed(e lease.Entry, r *lease.Request, d *lease.Decision) {
 // its lease ended is not read back held.)
 func (a *lockActor) renewInMemory(req *lease.Request, s *slot, d *lease.Decision) bool {
 	if req.Op != lease.Extend || d.Status != lease.Extended || !d.Write || !s.Renewed ||
-		req.NewOwner != nil || s.IsShared() || s.kind != lease.Persistent || s.storedTTL <= 0 || req.TTL > s.storedTTL ||
+		req.NewOwner != nil || s.IsShared() || s.storedTTL <= 0 || req.TTL > s.storedTTL ||
 		d.Next.Expires.Before(s.Expires) {
 		return false
 	}
