@@ -1,15 +1,14 @@
 package kahuna
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
-	"strconv"
 	"time"
 
 	"github.com/kahunago/kahuna/lease"
+	"github.com/kahunago/kahuna/transport"
 )
 
 // An election is a lock whose holder is the leader: the lock "election:"
@@ -228,46 +227,24 @@ func Leader(ctx context.Context, l Locker, name string) (LeaderInfo, error) {
 }
 
 // valueOf is the value in an election lock's owner.
-func valueOf(owner []byte) []byte {
-	if len(owner) < candidateIDLen {
-		return nil
-	}
-	return append([]byte(nil), owner[candidateIDLen:]...)
-}
+func valueOf(owner []byte) []byte { return transport.ElectionValue(owner) }
 
 // ElectionEventKind says what an ElectionEvent reports.
-type ElectionEventKind uint8
+type ElectionEventKind = transport.ElectionEventKind
 
 const (
 	// Elected: a leader was elected, with Value and Epoch.
-	Elected ElectionEventKind = iota + 1
+	Elected = transport.Elected
 	// Vacant: no leader. Epoch is the last term's (-1: never had one).
-	Vacant
+	Vacant = transport.Vacant
 	// Proclaimed: the leader of the term Epoch set a new Value.
-	Proclaimed
+	Proclaimed = transport.Proclaimed
 )
 
-func (k ElectionEventKind) String() string {
-	switch k {
-	case Elected:
-		return "elected"
-	case Vacant:
-		return "vacant"
-	case Proclaimed:
-		return "proclaimed"
-	}
-	return "ElectionEventKind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// ElectionEvent is one change of an election's leadership.
-type ElectionEvent struct {
-	Kind  ElectionEventKind
-	Value []byte
-	Epoch int64
-	// Revision is the election lock's revision at this event: Observe
-	// again with WatchFrom(Revision) to resume after it.
-	Revision uint64
-}
+// ElectionEvent is one change of an election's leadership: Kind, Value,
+// Epoch, and Revision, the election lock's revision at this event
+// (Observe again with WatchFrom(Revision) to resume after it).
+type ElectionEvent = transport.ElectionEvent
 
 // Observe yields the election's leadership as it changes: first its
 // current state (Elected or Vacant), then each change, in order: Elected
@@ -284,38 +261,15 @@ func Observe(ctx context.Context, w Watcher, name string, opts ...WatchOption) i
 			yield(ElectionEvent{}, &StatusError{Op: "observe", Resource: name, Status: InvalidInput, Reason: reason})
 			return
 		}
-		var last *ElectionEvent
+		var fold transport.ElectionFold
 		for ev, err := range Watch(ctx, w, ElectionPrefix+name, opts...) {
 			if err != nil {
 				yield(ElectionEvent{}, err)
 				return
 			}
-			e := electionEvent(ev)
-			if last != nil && last.Epoch == e.Epoch && (last.Kind == Vacant) == (e.Kind == Vacant) {
-				if e.Kind == Vacant || bytes.Equal(last.Value, e.Value) {
-					last.Revision = e.Revision // a renewal, or the same state seen again
-					continue
-				}
-				e.Kind = Proclaimed // the same term with another value
-			}
-			if !yield(e, nil) {
+			if e, ok := fold.Next(ev); ok && !yield(e, nil) {
 				return
 			}
-			last = &e
 		}
 	}
-}
-
-// electionEvent is what a watch event of an election's lock says of the
-// election.
-func electionEvent(ev WatchEvent) ElectionEvent {
-	switch ev.Kind {
-	case EventAcquired, EventExtended:
-		return ElectionEvent{Kind: Elected, Value: valueOf(ev.Owner), Epoch: ev.FencingToken, Revision: ev.Revision}
-	}
-	e := ElectionEvent{Kind: Vacant, Epoch: ev.FencingToken, Revision: ev.Revision}
-	if ev.Revision == 0 {
-		e.Epoch = -1 // never locked
-	}
-	return e
 }

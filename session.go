@@ -28,7 +28,7 @@ import (
 
 // SessionPrefix is what a session's ID is prefixed with to name its own
 // lease: `kahunactl get session:ID` shows it.
-const SessionPrefix = "session:"
+const SessionPrefix = lease.SessionPrefix
 
 var (
 	// ErrSessionClosed is the cause of the Contexts of a Session and of
@@ -98,27 +98,10 @@ func NewSession(ctx context.Context, l Locker, opts ...AcquireOption) (*Session,
 // WithSession, which gets it back with its fencing token unchanged if the
 // session still holds it.
 func ResumeSession(ctx context.Context, l Locker, id string, opts ...AcquireOption) (*Session, error) {
-	if reason := checkSessionID(id); reason != "" {
+	if reason := lease.CheckSessionID(id); reason != "" {
 		return nil, &StatusError{Op: "resume session", Resource: id, Status: InvalidInput, Reason: reason}
 	}
 	return startSession(ctx, l, id, opts, true)
-}
-
-// checkSessionID says why id cannot be a session's ID (32 lowercase hex
-// characters, as NewSession mints), or "".
-func checkSessionID(id string) string {
-	if id == "" {
-		return "session ID is empty"
-	}
-	if len(id) != candidateIDLen {
-		return fmt.Sprintf("session ID is %d bytes, not %d", len(id), candidateIDLen)
-	}
-	for _, c := range []byte(id) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return "session ID is not lowercase hex"
-		}
-	}
-	return ""
 }
 
 func startSession(ctx context.Context, l Locker, id string, opts []AcquireOption, resume bool) (*Session, error) {

@@ -122,11 +122,14 @@ type nativeService struct {
 	s *Server
 }
 
-// registerNative offers the native service on g when the Locker waits.
+// registerNative offers the native services on g when the Locker waits:
+// Kahuna, Sessions and Election.
 func (s *Server) registerNative(g *grpc.Server) {
 	if _, ok := s.locker.(lease.WaitLocker); !ok {
 		return
 	}
+	v1.RegisterSessionsServer(g, &sessionsService{s: s})
+	v1.RegisterElectionServer(g, &electionService{s: s})
 	if s.noLockStream {
 		v1.RegisterKahunaServer(g, &unaryOnlyNative{nativeService{s: s}})
 		return

@@ -259,6 +259,58 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{3}
 }
 
+type ElectionEventKind int32
+
+const (
+	ElectionEventKind_ELECTION_EVENT_KIND_UNSPECIFIED ElectionEventKind = 0
+	ElectionEventKind_ELECTION_EVENT_KIND_ELECTED     ElectionEventKind = 1
+	ElectionEventKind_ELECTION_EVENT_KIND_VACANT      ElectionEventKind = 2
+	ElectionEventKind_ELECTION_EVENT_KIND_PROCLAIMED  ElectionEventKind = 3
+)
+
+// Enum value maps for ElectionEventKind.
+var (
+	ElectionEventKind_name = map[int32]string{
+		0: "ELECTION_EVENT_KIND_UNSPECIFIED",
+		1: "ELECTION_EVENT_KIND_ELECTED",
+		2: "ELECTION_EVENT_KIND_VACANT",
+		3: "ELECTION_EVENT_KIND_PROCLAIMED",
+	}
+	ElectionEventKind_value = map[string]int32{
+		"ELECTION_EVENT_KIND_UNSPECIFIED": 0,
+		"ELECTION_EVENT_KIND_ELECTED":     1,
+		"ELECTION_EVENT_KIND_VACANT":      2,
+		"ELECTION_EVENT_KIND_PROCLAIMED":  3,
+	}
+)
+
+func (x ElectionEventKind) Enum() *ElectionEventKind {
+	p := new(ElectionEventKind)
+	*p = x
+	return p
+}
+
+func (x ElectionEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ElectionEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_transport_proto_kahuna_v1_proto_enumTypes[4].Descriptor()
+}
+
+func (ElectionEventKind) Type() protoreflect.EnumType {
+	return &file_transport_proto_kahuna_v1_proto_enumTypes[4]
+}
+
+func (x ElectionEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ElectionEventKind.Descriptor instead.
+func (ElectionEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{4}
+}
+
 type LockRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Resource string                 `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
@@ -1021,6 +1073,1136 @@ func (x *BatchResponses) GetResponses() []*lockspb.GrpcBatchClientLockResponse {
 	return nil
 }
 
+type CreateSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TtlMs         int64                  `protobuf:"varint,1,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Durability    Durability             `protobuf:"varint,2,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSessionRequest) Reset() {
+	*x = CreateSessionRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSessionRequest) ProtoMessage() {}
+
+func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
+func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CreateSessionRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *CreateSessionRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_EPHEMERAL
+}
+
+type CreateSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// STATUS_LOCKED with the ID, else why not (reason for
+	// STATUS_INVALID_INPUT).
+	Status Status `protobuf:"varint,1,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
+	// 32 lowercase hex characters: the owner of the session's locks.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	ServedFrom    string `protobuf:"bytes,4,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSessionResponse) Reset() {
+	*x = CreateSessionResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSessionResponse) ProtoMessage() {}
+
+func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
+func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CreateSessionResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_LOCKED
+}
+
+func (x *CreateSessionResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CreateSessionResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CreateSessionResponse) GetServedFrom() string {
+	if x != nil {
+		return x.ServedFrom
+	}
+	return ""
+}
+
+// A candidacy of a session in an election: owned by the session's ID
+// followed by value.
+type Candidacy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Candidacy) Reset() {
+	*x = Candidacy{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Candidacy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Candidacy) ProtoMessage() {}
+
+func (x *Candidacy) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Candidacy.ProtoReflect.Descriptor instead.
+func (*Candidacy) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Candidacy) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *Candidacy) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type KeepAliveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, echoed in the answer.
+	RequestId  int64      `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Id         string     `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	TtlMs      int64      `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Durability Durability `protobuf:"varint,4,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	// At most 63 locks (the session's lease makes 64 names, the limit of a
+	// batch) and 16 KiB of names; more take more messages.
+	Locks         []string     `protobuf:"bytes,5,rep,name=locks,proto3" json:"locks,omitempty"`
+	Candidacies   []*Candidacy `protobuf:"bytes,6,rep,name=candidacies,proto3" json:"candidacies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveRequest) Reset() {
+	*x = KeepAliveRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveRequest) ProtoMessage() {}
+
+func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *KeepAliveRequest) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *KeepAliveRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *KeepAliveRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *KeepAliveRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_EPHEMERAL
+}
+
+func (x *KeepAliveRequest) GetLocks() []string {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *KeepAliveRequest) GetCandidacies() []*Candidacy {
+	if x != nil {
+		return x.Candidacies
+	}
+	return nil
+}
+
+type KeepAliveResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId int64                  `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The session's own lease: STATUS_EXTENDED, or STATUS_LOCK_DOES_NOT_EXIST
+	// (or STATUS_INVALID_OWNER) when it is gone; STATUS_ERRORED or
+	// STATUS_MUST_RETRY when the outcome is unknown (ask again).
+	Status Status `protobuf:"varint,2,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
+	// Each lock's answer, in the order of locks, and each candidacy's, in
+	// the order of candidacies, as status.
+	Locks       []Status `protobuf:"varint,3,rep,packed,name=locks,proto3,enum=kahuna.v1.Status" json:"locks,omitempty"`
+	Candidacies []Status `protobuf:"varint,4,rep,packed,name=candidacies,proto3,enum=kahuna.v1.Status" json:"candidacies,omitempty"`
+	// For STATUS_INVALID_INPUT: what is wrong with the message (nothing was
+	// renewed).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResponse) Reset() {
+	*x = KeepAliveResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResponse) ProtoMessage() {}
+
+func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *KeepAliveResponse) GetRequestId() int64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *KeepAliveResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_LOCKED
+}
+
+func (x *KeepAliveResponse) GetLocks() []Status {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetCandidacies() []Status {
+	if x != nil {
+		return x.Candidacies
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CloseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Durability    Durability             `protobuf:"varint,2,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	Locks         []string               `protobuf:"bytes,3,rep,name=locks,proto3" json:"locks,omitempty"`
+	Candidacies   []*Candidacy           `protobuf:"bytes,4,rep,name=candidacies,proto3" json:"candidacies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CloseSessionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CloseSessionRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_EPHEMERAL
+}
+
+func (x *CloseSessionRequest) GetLocks() []string {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *CloseSessionRequest) GetCandidacies() []*Candidacy {
+	if x != nil {
+		return x.Candidacies
+	}
+	return nil
+}
+
+type CloseSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's own lease: STATUS_UNLOCKED, or STATUS_LOCK_DOES_NOT_EXIST
+	// when it was gone already.
+	Status        Status   `protobuf:"varint,1,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
+	Locks         []Status `protobuf:"varint,2,rep,packed,name=locks,proto3,enum=kahuna.v1.Status" json:"locks,omitempty"`
+	Candidacies   []Status `protobuf:"varint,3,rep,packed,name=candidacies,proto3,enum=kahuna.v1.Status" json:"candidacies,omitempty"`
+	Reason        string   `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CloseSessionResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_LOCKED
+}
+
+func (x *CloseSessionResponse) GetLocks() []Status {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *CloseSessionResponse) GetCandidacies() []Status {
+	if x != nil {
+		return x.Candidacies
+	}
+	return nil
+}
+
+func (x *CloseSessionResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CampaignRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Election string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	Value    []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The session the candidacy belongs to, with its TTL and durability.
+	SessionId     string     `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TtlMs         int64      `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Durability    Durability `protobuf:"varint,5,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	WaitMs        int64      `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CampaignRequest) Reset() {
+	*x = CampaignRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CampaignRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CampaignRequest) ProtoMessage() {}
+
+func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
+func (*CampaignRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CampaignRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *CampaignRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *CampaignRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CampaignRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *CampaignRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_EPHEMERAL
+}
+
+func (x *CampaignRequest) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type CampaignResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
+	Epoch  int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// How long the campaign waited, as the server measured it.
+	WaitedMs      int64  `protobuf:"varint,3,opt,name=waited_ms,json=waitedMs,proto3" json:"waited_ms,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	ServedFrom    string `protobuf:"bytes,5,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CampaignResponse) Reset() {
+	*x = CampaignResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CampaignResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CampaignResponse) ProtoMessage() {}
+
+func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
+func (*CampaignResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CampaignResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_LOCKED
+}
+
+func (x *CampaignResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CampaignResponse) GetWaitedMs() int64 {
+	if x != nil {
+		return x.WaitedMs
+	}
+	return 0
+}
+
+func (x *CampaignResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CampaignResponse) GetServedFrom() string {
+	if x != nil {
+		return x.ServedFrom
+	}
+	return ""
+}
+
+type ProclaimRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Election  string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The value the leader holds now, and the one it proclaims.
+	Value         []byte     `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	NewValue      []byte     `protobuf:"bytes,4,opt,name=new_value,json=newValue,proto3" json:"new_value,omitempty"`
+	TtlMs         int64      `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Durability    Durability `protobuf:"varint,6,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProclaimRequest) Reset() {
+	*x = ProclaimRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProclaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProclaimRequest) ProtoMessage() {}
+
+func (x *ProclaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProclaimRequest.ProtoReflect.Descriptor instead.
+func (*ProclaimRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ProclaimRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ProclaimRequest) GetNewValue() []byte {
+	if x != nil {
+		return x.NewValue
+	}
+	return nil
+}
+
+func (x *ProclaimRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *ProclaimRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_EPHEMERAL
+}
+
+type ResignRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Durability    Durability             `protobuf:"varint,4,opt,name=durability,proto3,enum=kahuna.v1.Durability" json:"durability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResignRequest) Reset() {
+	*x = ResignRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResignRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResignRequest) ProtoMessage() {}
+
+func (x *ResignRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
+func (*ResignRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResignRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *ResignRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResignRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ResignRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_EPHEMERAL
+}
+
+type ElectionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	ServedFrom    string                 `protobuf:"bytes,3,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionResponse) Reset() {
+	*x = ElectionResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionResponse) ProtoMessage() {}
+
+func (x *ElectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionResponse.ProtoReflect.Descriptor instead.
+func (*ElectionResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ElectionResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_LOCKED
+}
+
+func (x *ElectionResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ElectionResponse) GetServedFrom() string {
+	if x != nil {
+		return x.ServedFrom
+	}
+	return ""
+}
+
+type LeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderRequest) Reset() {
+	*x = LeaderRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderRequest) ProtoMessage() {}
+
+func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
+func (*LeaderRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LeaderRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+type LeaderResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=kahuna.v1.Status" json:"status,omitempty"`
+	Value  []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Epoch  int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The leader's lease end, wall clock in Unix milliseconds.
+	ExpiresMs int64 `protobuf:"varint,4,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
+	// The leader's session.
+	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	ServedFrom    string `protobuf:"bytes,7,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaderResponse) Reset() {
+	*x = LeaderResponse{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaderResponse) ProtoMessage() {}
+
+func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
+func (*LeaderResponse) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaderResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_LOCKED
+}
+
+func (x *LeaderResponse) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *LeaderResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LeaderResponse) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
+func (x *LeaderResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LeaderResponse) GetServedFrom() string {
+	if x != nil {
+		return x.ServedFrom
+	}
+	return ""
+}
+
+type ObserveRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Election string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	// The last revision the client has seen (0: none).
+	FromRevision  uint64 `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ObserveRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetFromRevision() uint64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+type ElectionEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  ElectionEventKind      `protobuf:"varint,1,opt,name=kind,proto3,enum=kahuna.v1.ElectionEventKind" json:"kind,omitempty"`
+	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The term's epoch; for VACANT the last term's (-1: never had a leader).
+	Epoch int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The election lock's revision: observe again from it to resume after
+	// this event.
+	Revision      uint64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	ServedFrom    string `protobuf:"bytes,5,opt,name=served_from,json=servedFrom,proto3" json:"served_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectionEvent) Reset() {
+	*x = ElectionEvent{}
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectionEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectionEvent) ProtoMessage() {}
+
+func (x *ElectionEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_transport_proto_kahuna_v1_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectionEvent.ProtoReflect.Descriptor instead.
+func (*ElectionEvent) Descriptor() ([]byte, []int) {
+	return file_transport_proto_kahuna_v1_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ElectionEvent) GetKind() ElectionEventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ElectionEventKind_ELECTION_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *ElectionEvent) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ElectionEvent) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ElectionEvent) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ElectionEvent) GetServedFrom() string {
+	if x != nil {
+		return x.ServedFrom
+	}
+	return ""
+}
+
 var File_transport_proto_kahuna_v1_proto protoreflect.FileDescriptor
 
 const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
@@ -1091,7 +2273,113 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\rBatchRequests\x127\n" +
 	"\brequests\x18\x01 \x03(\v2\x1b.GrpcBatchClientLockRequestR\brequests\"L\n" +
 	"\x0eBatchResponses\x12:\n" +
-	"\tresponses\x18\x01 \x03(\v2\x1c.GrpcBatchClientLockResponseR\tresponses*A\n" +
+	"\tresponses\x18\x01 \x03(\v2\x1c.GrpcBatchClientLockResponseR\tresponses\"d\n" +
+	"\x14CreateSessionRequest\x12\x15\n" +
+	"\x06ttl_ms\x18\x01 \x01(\x03R\x05ttlMs\x125\n" +
+	"\n" +
+	"durability\x18\x02 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
+	"durability\"\x8b\x01\n" +
+	"\x15CreateSessionResponse\x12)\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vserved_from\x18\x04 \x01(\tR\n" +
+	"servedFrom\"=\n" +
+	"\tCandidacy\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xdd\x01\n" +
+	"\x10KeepAliveRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x125\n" +
+	"\n" +
+	"durability\x18\x04 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
+	"durability\x12\x14\n" +
+	"\x05locks\x18\x05 \x03(\tR\x05locks\x126\n" +
+	"\vcandidacies\x18\x06 \x03(\v2\x14.kahuna.v1.CandidacyR\vcandidacies\"\xd3\x01\n" +
+	"\x11KeepAliveResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x03R\trequestId\x12)\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12'\n" +
+	"\x05locks\x18\x03 \x03(\x0e2\x11.kahuna.v1.StatusR\x05locks\x123\n" +
+	"\vcandidacies\x18\x04 \x03(\x0e2\x11.kahuna.v1.StatusR\vcandidacies\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xaa\x01\n" +
+	"\x13CloseSessionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\n" +
+	"durability\x18\x02 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
+	"durability\x12\x14\n" +
+	"\x05locks\x18\x03 \x03(\tR\x05locks\x126\n" +
+	"\vcandidacies\x18\x04 \x03(\v2\x14.kahuna.v1.CandidacyR\vcandidacies\"\xb7\x01\n" +
+	"\x14CloseSessionResponse\x12)\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12'\n" +
+	"\x05locks\x18\x02 \x03(\x0e2\x11.kahuna.v1.StatusR\x05locks\x123\n" +
+	"\vcandidacies\x18\x03 \x03(\x0e2\x11.kahuna.v1.StatusR\vcandidacies\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xc9\x01\n" +
+	"\x0fCampaignRequest\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x125\n" +
+	"\n" +
+	"durability\x18\x05 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
+	"durability\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\"\xa9\x01\n" +
+	"\x10CampaignResponse\x12)\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12\x1b\n" +
+	"\twaited_ms\x18\x03 \x01(\x03R\bwaitedMs\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vserved_from\x18\x05 \x01(\tR\n" +
+	"servedFrom\"\xcd\x01\n" +
+	"\x0fProclaimRequest\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1b\n" +
+	"\tnew_value\x18\x04 \x01(\fR\bnewValue\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x125\n" +
+	"\n" +
+	"durability\x18\x06 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
+	"durability\"\x97\x01\n" +
+	"\rResignRequest\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x125\n" +
+	"\n" +
+	"durability\x18\x04 \x01(\x0e2\x15.kahuna.v1.DurabilityR\n" +
+	"durability\"v\n" +
+	"\x10ElectionResponse\x12)\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vserved_from\x18\x03 \x01(\tR\n" +
+	"servedFrom\"+\n" +
+	"\rLeaderRequest\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\"\xde\x01\n" +
+	"\x0eLeaderResponse\x12)\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x11.kahuna.v1.StatusR\x06status\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\x04 \x01(\x03R\texpiresMs\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vserved_from\x18\a \x01(\tR\n" +
+	"servedFrom\"Q\n" +
+	"\x0eObserveRequest\x12\x1a\n" +
+	"\belection\x18\x01 \x01(\tR\belection\x12#\n" +
+	"\rfrom_revision\x18\x02 \x01(\x04R\ffromRevision\"\xaa\x01\n" +
+	"\rElectionEvent\x120\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1c.kahuna.v1.ElectionEventKindR\x04kind\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\x12\x1f\n" +
+	"\vserved_from\x18\x05 \x01(\tR\n" +
+	"servedFrom*A\n" +
 	"\n" +
 	"Durability\x12\x18\n" +
 	"\x14DURABILITY_EPHEMERAL\x10\x00\x12\x19\n" +
@@ -1120,7 +2408,12 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_ACQUIRED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_EXTENDED\x10\x02\x12\x17\n" +
 	"\x13EVENT_TYPE_RELEASED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_EXPIRED\x10\x042\xd8\x03\n" +
+	"\x12EVENT_TYPE_EXPIRED\x10\x04*\x9d\x01\n" +
+	"\x11ElectionEventKind\x12#\n" +
+	"\x1fELECTION_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bELECTION_EVENT_KIND_ELECTED\x10\x01\x12\x1e\n" +
+	"\x1aELECTION_EVENT_KIND_VACANT\x10\x02\x12\"\n" +
+	"\x1eELECTION_EVENT_KIND_PROCLAIMED\x10\x032\xd8\x03\n" +
 	"\x06Kahuna\x127\n" +
 	"\x04Lock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12M\n" +
 	"\n" +
@@ -1129,7 +2422,17 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\vForwardLock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12@\n" +
 	"\fForwardWatch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01\x12@\n" +
 	"\x05Batch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x01\x12G\n" +
-	"\fForwardBatch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x01B1Z/github.com/kahunago/kahuna/transport/kahunav1pbb\x06proto3"
+	"\fForwardBatch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x012\xed\x01\n" +
+	"\bSessions\x12K\n" +
+	"\x06Create\x12\x1f.kahuna.v1.CreateSessionRequest\x1a .kahuna.v1.CreateSessionResponse\x12J\n" +
+	"\tKeepAlive\x12\x1b.kahuna.v1.KeepAliveRequest\x1a\x1c.kahuna.v1.KeepAliveResponse(\x010\x01\x12H\n" +
+	"\x05Close\x12\x1e.kahuna.v1.CloseSessionRequest\x1a\x1f.kahuna.v1.CloseSessionResponse2\xd6\x02\n" +
+	"\bElection\x12C\n" +
+	"\bCampaign\x12\x1a.kahuna.v1.CampaignRequest\x1a\x1b.kahuna.v1.CampaignResponse\x12C\n" +
+	"\bProclaim\x12\x1a.kahuna.v1.ProclaimRequest\x1a\x1b.kahuna.v1.ElectionResponse\x12?\n" +
+	"\x06Resign\x12\x18.kahuna.v1.ResignRequest\x1a\x1b.kahuna.v1.ElectionResponse\x12=\n" +
+	"\x06Leader\x12\x18.kahuna.v1.LeaderRequest\x1a\x19.kahuna.v1.LeaderResponse\x12@\n" +
+	"\aObserve\x12\x19.kahuna.v1.ObserveRequest\x1a\x18.kahuna.v1.ElectionEvent0\x01B1Z/github.com/kahunago/kahuna/transport/kahunav1pbb\x06proto3"
 
 var (
 	file_transport_proto_kahuna_v1_proto_rawDescOnce sync.Once
@@ -1143,58 +2446,110 @@ func file_transport_proto_kahuna_v1_proto_rawDescGZIP() []byte {
 	return file_transport_proto_kahuna_v1_proto_rawDescData
 }
 
-var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_transport_proto_kahuna_v1_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_transport_proto_kahuna_v1_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_transport_proto_kahuna_v1_proto_goTypes = []any{
 	(Durability)(0),                             // 0: kahuna.v1.Durability
 	(Status)(0),                                 // 1: kahuna.v1.Status
 	(LockOp)(0),                                 // 2: kahuna.v1.LockOp
 	(EventType)(0),                              // 3: kahuna.v1.EventType
-	(*LockRequest)(nil),                         // 4: kahuna.v1.LockRequest
-	(*Grant)(nil),                               // 5: kahuna.v1.Grant
-	(*LockResponse)(nil),                        // 6: kahuna.v1.LockResponse
-	(*LockStreamRequest)(nil),                   // 7: kahuna.v1.LockStreamRequest
-	(*LockStreamResponse)(nil),                  // 8: kahuna.v1.LockStreamResponse
-	(*WatchRequest)(nil),                        // 9: kahuna.v1.WatchRequest
-	(*WatchEvent)(nil),                          // 10: kahuna.v1.WatchEvent
-	(*Holder)(nil),                              // 11: kahuna.v1.Holder
-	(*BatchRequests)(nil),                       // 12: kahuna.v1.BatchRequests
-	(*BatchResponses)(nil),                      // 13: kahuna.v1.BatchResponses
-	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 14: GrpcBatchClientLockRequest
-	(*lockspb.GrpcBatchClientLockResponse)(nil), // 15: GrpcBatchClientLockResponse
+	(ElectionEventKind)(0),                      // 4: kahuna.v1.ElectionEventKind
+	(*LockRequest)(nil),                         // 5: kahuna.v1.LockRequest
+	(*Grant)(nil),                               // 6: kahuna.v1.Grant
+	(*LockResponse)(nil),                        // 7: kahuna.v1.LockResponse
+	(*LockStreamRequest)(nil),                   // 8: kahuna.v1.LockStreamRequest
+	(*LockStreamResponse)(nil),                  // 9: kahuna.v1.LockStreamResponse
+	(*WatchRequest)(nil),                        // 10: kahuna.v1.WatchRequest
+	(*WatchEvent)(nil),                          // 11: kahuna.v1.WatchEvent
+	(*Holder)(nil),                              // 12: kahuna.v1.Holder
+	(*BatchRequests)(nil),                       // 13: kahuna.v1.BatchRequests
+	(*BatchResponses)(nil),                      // 14: kahuna.v1.BatchResponses
+	(*CreateSessionRequest)(nil),                // 15: kahuna.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),               // 16: kahuna.v1.CreateSessionResponse
+	(*Candidacy)(nil),                           // 17: kahuna.v1.Candidacy
+	(*KeepAliveRequest)(nil),                    // 18: kahuna.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),                   // 19: kahuna.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),                 // 20: kahuna.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),                // 21: kahuna.v1.CloseSessionResponse
+	(*CampaignRequest)(nil),                     // 22: kahuna.v1.CampaignRequest
+	(*CampaignResponse)(nil),                    // 23: kahuna.v1.CampaignResponse
+	(*ProclaimRequest)(nil),                     // 24: kahuna.v1.ProclaimRequest
+	(*ResignRequest)(nil),                       // 25: kahuna.v1.ResignRequest
+	(*ElectionResponse)(nil),                    // 26: kahuna.v1.ElectionResponse
+	(*LeaderRequest)(nil),                       // 27: kahuna.v1.LeaderRequest
+	(*LeaderResponse)(nil),                      // 28: kahuna.v1.LeaderResponse
+	(*ObserveRequest)(nil),                      // 29: kahuna.v1.ObserveRequest
+	(*ElectionEvent)(nil),                       // 30: kahuna.v1.ElectionEvent
+	(*lockspb.GrpcBatchClientLockRequest)(nil),  // 31: GrpcBatchClientLockRequest
+	(*lockspb.GrpcBatchClientLockResponse)(nil), // 32: GrpcBatchClientLockResponse
 }
 var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	0,  // 0: kahuna.v1.LockRequest.durability:type_name -> kahuna.v1.Durability
 	2,  // 1: kahuna.v1.LockRequest.op:type_name -> kahuna.v1.LockOp
 	1,  // 2: kahuna.v1.LockResponse.status:type_name -> kahuna.v1.Status
-	5,  // 3: kahuna.v1.LockResponse.grants:type_name -> kahuna.v1.Grant
+	6,  // 3: kahuna.v1.LockResponse.grants:type_name -> kahuna.v1.Grant
 	1,  // 4: kahuna.v1.LockResponse.each:type_name -> kahuna.v1.Status
-	4,  // 5: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
-	6,  // 6: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
+	5,  // 5: kahuna.v1.LockStreamRequest.lock:type_name -> kahuna.v1.LockRequest
+	7,  // 6: kahuna.v1.LockStreamResponse.lock:type_name -> kahuna.v1.LockResponse
 	3,  // 7: kahuna.v1.WatchEvent.type:type_name -> kahuna.v1.EventType
 	0,  // 8: kahuna.v1.WatchEvent.durability:type_name -> kahuna.v1.Durability
-	11, // 9: kahuna.v1.WatchEvent.holders:type_name -> kahuna.v1.Holder
-	14, // 10: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
-	15, // 11: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
-	4,  // 12: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
-	7,  // 13: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
-	9,  // 14: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
-	4,  // 15: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	9,  // 16: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	12, // 17: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
-	12, // 18: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
-	6,  // 19: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	8,  // 20: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
-	10, // 21: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	6,  // 22: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	10, // 23: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	13, // 24: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
-	13, // 25: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 9: kahuna.v1.WatchEvent.holders:type_name -> kahuna.v1.Holder
+	31, // 10: kahuna.v1.BatchRequests.requests:type_name -> GrpcBatchClientLockRequest
+	32, // 11: kahuna.v1.BatchResponses.responses:type_name -> GrpcBatchClientLockResponse
+	0,  // 12: kahuna.v1.CreateSessionRequest.durability:type_name -> kahuna.v1.Durability
+	1,  // 13: kahuna.v1.CreateSessionResponse.status:type_name -> kahuna.v1.Status
+	0,  // 14: kahuna.v1.KeepAliveRequest.durability:type_name -> kahuna.v1.Durability
+	17, // 15: kahuna.v1.KeepAliveRequest.candidacies:type_name -> kahuna.v1.Candidacy
+	1,  // 16: kahuna.v1.KeepAliveResponse.status:type_name -> kahuna.v1.Status
+	1,  // 17: kahuna.v1.KeepAliveResponse.locks:type_name -> kahuna.v1.Status
+	1,  // 18: kahuna.v1.KeepAliveResponse.candidacies:type_name -> kahuna.v1.Status
+	0,  // 19: kahuna.v1.CloseSessionRequest.durability:type_name -> kahuna.v1.Durability
+	17, // 20: kahuna.v1.CloseSessionRequest.candidacies:type_name -> kahuna.v1.Candidacy
+	1,  // 21: kahuna.v1.CloseSessionResponse.status:type_name -> kahuna.v1.Status
+	1,  // 22: kahuna.v1.CloseSessionResponse.locks:type_name -> kahuna.v1.Status
+	1,  // 23: kahuna.v1.CloseSessionResponse.candidacies:type_name -> kahuna.v1.Status
+	0,  // 24: kahuna.v1.CampaignRequest.durability:type_name -> kahuna.v1.Durability
+	1,  // 25: kahuna.v1.CampaignResponse.status:type_name -> kahuna.v1.Status
+	0,  // 26: kahuna.v1.ProclaimRequest.durability:type_name -> kahuna.v1.Durability
+	0,  // 27: kahuna.v1.ResignRequest.durability:type_name -> kahuna.v1.Durability
+	1,  // 28: kahuna.v1.ElectionResponse.status:type_name -> kahuna.v1.Status
+	1,  // 29: kahuna.v1.LeaderResponse.status:type_name -> kahuna.v1.Status
+	4,  // 30: kahuna.v1.ElectionEvent.kind:type_name -> kahuna.v1.ElectionEventKind
+	5,  // 31: kahuna.v1.Kahuna.Lock:input_type -> kahuna.v1.LockRequest
+	8,  // 32: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
+	10, // 33: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
+	5,  // 34: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
+	10, // 35: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	13, // 36: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
+	13, // 37: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
+	15, // 38: kahuna.v1.Sessions.Create:input_type -> kahuna.v1.CreateSessionRequest
+	18, // 39: kahuna.v1.Sessions.KeepAlive:input_type -> kahuna.v1.KeepAliveRequest
+	20, // 40: kahuna.v1.Sessions.Close:input_type -> kahuna.v1.CloseSessionRequest
+	22, // 41: kahuna.v1.Election.Campaign:input_type -> kahuna.v1.CampaignRequest
+	24, // 42: kahuna.v1.Election.Proclaim:input_type -> kahuna.v1.ProclaimRequest
+	25, // 43: kahuna.v1.Election.Resign:input_type -> kahuna.v1.ResignRequest
+	27, // 44: kahuna.v1.Election.Leader:input_type -> kahuna.v1.LeaderRequest
+	29, // 45: kahuna.v1.Election.Observe:input_type -> kahuna.v1.ObserveRequest
+	7,  // 46: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	9,  // 47: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	11, // 48: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	7,  // 49: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	11, // 50: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	14, // 51: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
+	14, // 52: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
+	16, // 53: kahuna.v1.Sessions.Create:output_type -> kahuna.v1.CreateSessionResponse
+	19, // 54: kahuna.v1.Sessions.KeepAlive:output_type -> kahuna.v1.KeepAliveResponse
+	21, // 55: kahuna.v1.Sessions.Close:output_type -> kahuna.v1.CloseSessionResponse
+	23, // 56: kahuna.v1.Election.Campaign:output_type -> kahuna.v1.CampaignResponse
+	26, // 57: kahuna.v1.Election.Proclaim:output_type -> kahuna.v1.ElectionResponse
+	26, // 58: kahuna.v1.Election.Resign:output_type -> kahuna.v1.ElectionResponse
+	28, // 59: kahuna.v1.Election.Leader:output_type -> kahuna.v1.LeaderResponse
+	30, // 60: kahuna.v1.Election.Observe:output_type -> kahuna.v1.ElectionEvent
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_transport_proto_kahuna_v1_proto_init() }
@@ -1207,10 +2562,10 @@ func file_transport_proto_kahuna_v1_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_kahuna_v1_proto_rawDesc), len(file_transport_proto_kahuna_v1_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   10,
+			NumEnums:      5,
+			NumMessages:   26,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   3,
 		},
 		GoTypes:           file_transport_proto_kahuna_v1_proto_goTypes,
 		DependencyIndexes: file_transport_proto_kahuna_v1_proto_depIdxs,

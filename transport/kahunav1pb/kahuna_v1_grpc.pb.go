@@ -414,3 +414,532 @@ var Kahuna_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "transport/proto/kahuna_v1.proto",
 }
+
+const (
+	Sessions_Create_FullMethodName    = "/kahuna.v1.Sessions/Create"
+	Sessions_KeepAlive_FullMethodName = "/kahuna.v1.Sessions/KeepAlive"
+	Sessions_Close_FullMethodName     = "/kahuna.v1.Sessions/Close"
+)
+
+// SessionsClient is the client API for Sessions service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Sessions: one lease kept alive for many locks and election candidacies
+// (docs/sessions.md). A session is the lock "session:" + its ID, held by
+// the ID; a lock held in the session is a lock held by the ID (take it
+// with Lock, owner = the ID's bytes, ttl_ms and durability the session's),
+// and a candidacy is an Election Campaign with the session's ID. The
+// server keeps no list of a session's locks: KeepAlive and Close name
+// them, and answer name by name, which is how the client learns that it
+// still holds each.
+type SessionsClient interface {
+	// Create starts a session of ttl_ms with a fresh ID the server picks.
+	Create(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
+	// KeepAlive renews, for each message, one session's lease, the locks it
+	// names and the candidacies it names, each for the session's TTL from
+	// when the server takes the message, and answers with request_id once
+	// every name is answered. The session's lease and its locks go as one
+	// batch (one call per partition leader). Messages are answered as they
+	// complete, out of order; one stream keeps any number of sessions alive.
+	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// Close releases the locks and candidacies it names, and then the
+	// session's own lease. Closing a session that is gone releases what is
+	// still held by it and answers the session LOCK_DOES_NOT_EXIST.
+	Close(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+}
+
+type sessionsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewSessionsClient(cc grpc.ClientConnInterface) SessionsClient {
+	return &sessionsClient{cc}
+}
+
+func (c *sessionsClient) Create(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSessionResponse)
+	err := c.cc.Invoke(ctx, Sessions_Create_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionsClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Sessions_ServiceDesc.Streams[0], Sessions_KeepAlive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[KeepAliveRequest, KeepAliveResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessions_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
+
+func (c *sessionsClient) Close(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionResponse)
+	err := c.cc.Invoke(ctx, Sessions_Close_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SessionsServer is the server API for Sessions service.
+// All implementations must embed UnimplementedSessionsServer
+// for forward compatibility.
+//
+// Sessions: one lease kept alive for many locks and election candidacies
+// (docs/sessions.md). A session is the lock "session:" + its ID, held by
+// the ID; a lock held in the session is a lock held by the ID (take it
+// with Lock, owner = the ID's bytes, ttl_ms and durability the session's),
+// and a candidacy is an Election Campaign with the session's ID. The
+// server keeps no list of a session's locks: KeepAlive and Close name
+// them, and answer name by name, which is how the client learns that it
+// still holds each.
+type SessionsServer interface {
+	// Create starts a session of ttl_ms with a fresh ID the server picks.
+	Create(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
+	// KeepAlive renews, for each message, one session's lease, the locks it
+	// names and the candidacies it names, each for the session's TTL from
+	// when the server takes the message, and answers with request_id once
+	// every name is answered. The session's lease and its locks go as one
+	// batch (one call per partition leader). Messages are answered as they
+	// complete, out of order; one stream keeps any number of sessions alive.
+	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// Close releases the locks and candidacies it names, and then the
+	// session's own lease. Closing a session that is gone releases what is
+	// still held by it and answers the session LOCK_DOES_NOT_EXIST.
+	Close(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	mustEmbedUnimplementedSessionsServer()
+}
+
+// UnimplementedSessionsServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedSessionsServer struct{}
+
+func (UnimplementedSessionsServer) Create(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
+}
+func (UnimplementedSessionsServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
+	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedSessionsServer) Close(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedSessionsServer) mustEmbedUnimplementedSessionsServer() {}
+func (UnimplementedSessionsServer) testEmbeddedByValue()                  {}
+
+// UnsafeSessionsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to SessionsServer will
+// result in compilation errors.
+type UnsafeSessionsServer interface {
+	mustEmbedUnimplementedSessionsServer()
+}
+
+func RegisterSessionsServer(s grpc.ServiceRegistrar, srv SessionsServer) {
+	// If the following call panics, it indicates UnimplementedSessionsServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Sessions_ServiceDesc, srv)
+}
+
+func _Sessions_Create_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServer).Create(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessions_Create_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServer).Create(ctx, req.(*CreateSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sessions_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionsServer).KeepAlive(&grpc.GenericServerStream[KeepAliveRequest, KeepAliveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Sessions_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
+
+func _Sessions_Close_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionsServer).Close(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sessions_Close_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionsServer).Close(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Sessions_ServiceDesc is the grpc.ServiceDesc for Sessions service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Sessions_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "kahuna.v1.Sessions",
+	HandlerType: (*SessionsServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Create",
+			Handler:    _Sessions_Create_Handler,
+		},
+		{
+			MethodName: "Close",
+			Handler:    _Sessions_Close_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "KeepAlive",
+			Handler:       _Sessions_KeepAlive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "transport/proto/kahuna_v1.proto",
+}
+
+const (
+	Election_Campaign_FullMethodName = "/kahuna.v1.Election/Campaign"
+	Election_Proclaim_FullMethodName = "/kahuna.v1.Election/Proclaim"
+	Election_Resign_FullMethodName   = "/kahuna.v1.Election/Resign"
+	Election_Leader_FullMethodName   = "/kahuna.v1.Election/Leader"
+	Election_Observe_FullMethodName  = "/kahuna.v1.Election/Observe"
+)
+
+// ElectionClient is the client API for Election service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Election: leader election on sessions (docs/election.md). An election
+// is the lock "election:" + its name; its leader is the holder, and the
+// leader's epoch is the lock's fencing token, which only grows across
+// every term, leader change, restart and failover: the fencing token the
+// leader passes to what it writes. A candidacy is held by its session's
+// ID followed by its value, with the session's TTL, and kept alive by the
+// session's KeepAlive.
+type ElectionClient interface {
+	// Campaign waits in the election's first-in first-out queue, for up to
+	// wait_ms (-1: until the call's deadline or cancellation), and answers
+	// STATUS_LOCKED with the epoch once elected; STATUS_BUSY when the wait
+	// ended with another leader. A caller that cancels leaves the queue.
+	// Campaigning again with the same session and value while leading is
+	// answered with the same epoch.
+	Campaign(ctx context.Context, in *CampaignRequest, opts ...grpc.CallOption) (*CampaignResponse, error)
+	// Proclaim sets a new value within the term: the epoch stays. It is a
+	// compare-and-set of the leader's value (value, to new_value), so a
+	// late or repeated proclaim changes nothing it should not; answered
+	// STATUS_EXTENDED, or STATUS_INVALID_OWNER / STATUS_LOCK_DOES_NOT_EXIST
+	// when the leadership is lost.
+	Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ElectionResponse, error)
+	// Resign steps down (or withdraws nothing if not leading): answered
+	// STATUS_UNLOCKED, or STATUS_INVALID_OWNER / STATUS_LOCK_DOES_NOT_EXIST
+	// when the leadership was lost already. Safe to retry.
+	Resign(ctx context.Context, in *ResignRequest, opts ...grpc.CallOption) (*ElectionResponse, error)
+	// Leader reads the live leader from the partition's leader:
+	// STATUS_GOT with its value and epoch, or STATUS_LOCK_DOES_NOT_EXIST
+	// when there is none.
+	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error)
+	// Observe streams the election's leadership: first its current state
+	// (ELECTED or VACANT), then each change in order: ELECTED for each new
+	// term, PROCLAIMED for a new value in the term, VACANT when a term ends
+	// with no successor yet. A renewal is not a change. It ends as Watch
+	// does (UNAVAILABLE: observe again from the last revision).
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ElectionEvent], error)
+}
+
+type electionClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewElectionClient(cc grpc.ClientConnInterface) ElectionClient {
+	return &electionClient{cc}
+}
+
+func (c *electionClient) Campaign(ctx context.Context, in *CampaignRequest, opts ...grpc.CallOption) (*CampaignResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CampaignResponse)
+	err := c.cc.Invoke(ctx, Election_Campaign_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionClient) Proclaim(ctx context.Context, in *ProclaimRequest, opts ...grpc.CallOption) (*ElectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ElectionResponse)
+	err := c.cc.Invoke(ctx, Election_Proclaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionClient) Resign(ctx context.Context, in *ResignRequest, opts ...grpc.CallOption) (*ElectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ElectionResponse)
+	err := c.cc.Invoke(ctx, Election_Resign_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionClient) Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaderResponse)
+	err := c.cc.Invoke(ctx, Election_Leader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ElectionEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Election_ServiceDesc.Streams[0], Election_Observe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ObserveRequest, ElectionEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Election_ObserveClient = grpc.ServerStreamingClient[ElectionEvent]
+
+// ElectionServer is the server API for Election service.
+// All implementations must embed UnimplementedElectionServer
+// for forward compatibility.
+//
+// Election: leader election on sessions (docs/election.md). An election
+// is the lock "election:" + its name; its leader is the holder, and the
+// leader's epoch is the lock's fencing token, which only grows across
+// every term, leader change, restart and failover: the fencing token the
+// leader passes to what it writes. A candidacy is held by its session's
+// ID followed by its value, with the session's TTL, and kept alive by the
+// session's KeepAlive.
+type ElectionServer interface {
+	// Campaign waits in the election's first-in first-out queue, for up to
+	// wait_ms (-1: until the call's deadline or cancellation), and answers
+	// STATUS_LOCKED with the epoch once elected; STATUS_BUSY when the wait
+	// ended with another leader. A caller that cancels leaves the queue.
+	// Campaigning again with the same session and value while leading is
+	// answered with the same epoch.
+	Campaign(context.Context, *CampaignRequest) (*CampaignResponse, error)
+	// Proclaim sets a new value within the term: the epoch stays. It is a
+	// compare-and-set of the leader's value (value, to new_value), so a
+	// late or repeated proclaim changes nothing it should not; answered
+	// STATUS_EXTENDED, or STATUS_INVALID_OWNER / STATUS_LOCK_DOES_NOT_EXIST
+	// when the leadership is lost.
+	Proclaim(context.Context, *ProclaimRequest) (*ElectionResponse, error)
+	// Resign steps down (or withdraws nothing if not leading): answered
+	// STATUS_UNLOCKED, or STATUS_INVALID_OWNER / STATUS_LOCK_DOES_NOT_EXIST
+	// when the leadership was lost already. Safe to retry.
+	Resign(context.Context, *ResignRequest) (*ElectionResponse, error)
+	// Leader reads the live leader from the partition's leader:
+	// STATUS_GOT with its value and epoch, or STATUS_LOCK_DOES_NOT_EXIST
+	// when there is none.
+	Leader(context.Context, *LeaderRequest) (*LeaderResponse, error)
+	// Observe streams the election's leadership: first its current state
+	// (ELECTED or VACANT), then each change in order: ELECTED for each new
+	// term, PROCLAIMED for a new value in the term, VACANT when a term ends
+	// with no successor yet. A renewal is not a change. It ends as Watch
+	// does (UNAVAILABLE: observe again from the last revision).
+	Observe(*ObserveRequest, grpc.ServerStreamingServer[ElectionEvent]) error
+	mustEmbedUnimplementedElectionServer()
+}
+
+// UnimplementedElectionServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedElectionServer struct{}
+
+func (UnimplementedElectionServer) Campaign(context.Context, *CampaignRequest) (*CampaignResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Campaign not implemented")
+}
+func (UnimplementedElectionServer) Proclaim(context.Context, *ProclaimRequest) (*ElectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Proclaim not implemented")
+}
+func (UnimplementedElectionServer) Resign(context.Context, *ResignRequest) (*ElectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resign not implemented")
+}
+func (UnimplementedElectionServer) Leader(context.Context, *LeaderRequest) (*LeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Leader not implemented")
+}
+func (UnimplementedElectionServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ElectionEvent]) error {
+	return status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedElectionServer) mustEmbedUnimplementedElectionServer() {}
+func (UnimplementedElectionServer) testEmbeddedByValue()                  {}
+
+// UnsafeElectionServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ElectionServer will
+// result in compilation errors.
+type UnsafeElectionServer interface {
+	mustEmbedUnimplementedElectionServer()
+}
+
+func RegisterElectionServer(s grpc.ServiceRegistrar, srv ElectionServer) {
+	// If the following call panics, it indicates UnimplementedElectionServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Election_ServiceDesc, srv)
+}
+
+func _Election_Campaign_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CampaignRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServer).Campaign(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Election_Campaign_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServer).Campaign(ctx, req.(*CampaignRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Election_Proclaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProclaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServer).Proclaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Election_Proclaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServer).Proclaim(ctx, req.(*ProclaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Election_Resign_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResignRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServer).Resign(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Election_Resign_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServer).Resign(ctx, req.(*ResignRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Election_Leader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServer).Leader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Election_Leader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServer).Leader(ctx, req.(*LeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Election_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ObserveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ElectionServer).Observe(m, &grpc.GenericServerStream[ObserveRequest, ElectionEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Election_ObserveServer = grpc.ServerStreamingServer[ElectionEvent]
+
+// Election_ServiceDesc is the grpc.ServiceDesc for Election service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Election_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "kahuna.v1.Election",
+	HandlerType: (*ElectionServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Campaign",
+			Handler:    _Election_Campaign_Handler,
+		},
+		{
+			MethodName: "Proclaim",
+			Handler:    _Election_Proclaim_Handler,
+		},
+		{
+			MethodName: "Resign",
+			Handler:    _Election_Resign_Handler,
+		},
+		{
+			MethodName: "Leader",
+			Handler:    _Election_Leader_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Observe",
+			Handler:       _Election_Observe_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "transport/proto/kahuna_v1.proto",
+}

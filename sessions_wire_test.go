@@ -1,0 +1,344 @@
+package kahuna_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/internal/testcluster"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+)
+
+// wireServices are the Sessions, Election and Kahuna services of one
+// member, over gRPC.
+type wireServices struct {
+	sessions v1.SessionsClient
+	election v1.ElectionClient
+	kahuna   v1.KahunaClient
+}
+
+func dialServices(t *testing.T, endpoint string) wireServices {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return wireServices{v1.NewSessionsClient(conn), v1.NewElectionClient(conn), v1.NewKahunaClient(conn)}
+}
+
+// expiresOf is when the lock resource's live lease ends, read from the
+// partition's leader (zero if it is not held by owner).
+func expiresOf(t *testing.T, c *testcluster.Cluster, resource, owner string) time.Time {
+	t.Helper()
+	n := c.Node(c.Leader(c.Node(1).Partition(resource)))
+	info, r, err := n.Get(context.Background(), resource, kahuna.Persistent)
+	if err != nil || r.Status != kahuna.Got || string(info.Owner) != owner {
+		return time.Time{}
+	}
+	return info.Expires
+}
+
+// TestSessionsAndElectionServices: a client in another language, through
+// a member that leads none of the names (every call is forwarded), creates
+// a session, takes two locks and a candidacy in it, renews them all with
+// one KeepAlive message (a name it does not hold is answered as not held),
+// proclaims, reads the leader, observes the election, and closes the
+// session, which frees everything; for both durabilities.
+func TestSessionsAndElectionServices(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	ctx := context.Background()
+	for _, d := range []v1.Durability{v1.Durability_DURABILITY_PERSISTENT, v1.Durability_DURABILITY_EPHEMERAL} {
+		t.Run(d.String(), func(t *testing.T) {
+			prefix := strings.ToLower(d.String())
+			election := prefix + "-ledger"
+			_, follower := leaderAndFollower(c, kahuna.ElectionPrefix+election)
+			locks := namesNotLedBy(c, follower, prefix, 2)
+			w := dialServices(t, c.Member(follower).Endpoint)
+
+			created, err := w.sessions.Create(ctx, &v1.CreateSessionRequest{TtlMs: 2000, Durability: d})
+			if err != nil || created.GetStatus() != v1.Status_STATUS_LOCKED || len(created.GetId()) != 32 {
+				t.Fatalf("Create: %v %v", created, err)
+			}
+			id := created.GetId()
+			for _, name := range locks {
+				r, err := w.kahuna.Lock(ctx, &v1.LockRequest{Resource: name, Owner: []byte(id), TtlMs: 2000, Durability: d})
+				if err != nil || r.GetStatus() != v1.Status_STATUS_LOCKED {
+					t.Fatalf("Lock %s in the session: %v %v", name, r, err)
+				}
+			}
+			camp, err := w.election.Campaign(ctx, &v1.CampaignRequest{Election: election, Value: []byte("host-1"), SessionId: id, TtlMs: 2000, Durability: d})
+			if err != nil || camp.GetStatus() != v1.Status_STATUS_LOCKED {
+				t.Fatalf("Campaign: %v %v", camp, err)
+			}
+			epoch := camp.GetEpoch()
+
+			// A rival session waits; its campaign is answered Busy at once
+			// with no wait.
+			rival, err := w.sessions.Create(ctx, &v1.CreateSessionRequest{TtlMs: 2000, Durability: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := w.election.Campaign(ctx, &v1.CampaignRequest{Election: election, Value: []byte("host-2"), SessionId: rival.GetId(), TtlMs: 2000, Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_BUSY {
+				t.Fatalf("a rival's campaign while led: %v %v, want Busy", r, err)
+			}
+			observed := observe(t, w.election, election)
+			if ev := <-observed; ev.GetKind() != v1.ElectionEventKind_ELECTION_EVENT_KIND_ELECTED || string(ev.GetValue()) != "host-1" || ev.GetEpoch() != epoch {
+				t.Fatalf("first observed event: %v, want elected host-1 epoch %d", ev, epoch)
+			}
+
+			// One message renews the session, its locks and its candidacy,
+			// here to a TTL ten times the first, so the renewal shows in
+			// each lease's end.
+			ka, err := w.sessions.KeepAlive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now()
+			if err := ka.Send(&v1.KeepAliveRequest{RequestId: 7, Id: id, TtlMs: 20000, Durability: d,
+				Locks:       append(locks, prefix+"/not-held"),
+				Candidacies: []*v1.Candidacy{{Election: election, Value: []byte("host-1")}}}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ka.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ext, gone := v1.Status_STATUS_EXTENDED, v1.Status_STATUS_LOCK_DOES_NOT_EXIST
+			if got.GetRequestId() != 7 || got.GetStatus() != ext || !equalStatuses(got.GetLocks(), ext, ext, gone) || !equalStatuses(got.GetCandidacies(), ext) {
+				t.Fatalf("KeepAlive: %v, want request 7, the session, two locks and the candidacy extended and the third name not held", got)
+			}
+			for _, name := range append(locks, kahuna.SessionPrefix+id) {
+				if end := expiresOf(t, c, name, id); end.Before(before.Add(15 * time.Second)) {
+					t.Fatalf("%s's lease ends at %v after the KeepAlive, want 20 s after %v", name, end, before)
+				}
+			}
+			if end := expiresOf(t, c, kahuna.ElectionPrefix+election, id+"host-1"); end.Before(before.Add(15 * time.Second)) {
+				t.Fatalf("the candidacy's lease ends at %v after the KeepAlive, want 20 s after %v", end, before)
+			}
+
+			// Proclaim, then read the leader.
+			if r, err := w.election.Proclaim(ctx, &v1.ProclaimRequest{Election: election, SessionId: id, Value: []byte("host-1"), NewValue: []byte("host-1b"), TtlMs: 20000, Durability: d}); err != nil || r.GetStatus() != ext {
+				t.Fatalf("Proclaim: %v %v", r, err)
+			}
+			if r, err := w.election.Proclaim(ctx, &v1.ProclaimRequest{Election: election, SessionId: id, Value: []byte("stale"), NewValue: []byte("x"), TtlMs: 20000, Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_OWNER {
+				t.Fatalf("Proclaim from a value the leader does not hold: %v %v, want InvalidOwner", r, err)
+			}
+			leader, err := w.election.Leader(ctx, &v1.LeaderRequest{Election: election})
+			if err != nil || leader.GetStatus() != v1.Status_STATUS_GOT || string(leader.GetValue()) != "host-1b" || leader.GetEpoch() != epoch || leader.GetSessionId() != id {
+				t.Fatalf("Leader: %v %v, want host-1b epoch %d of session %s", leader, err, epoch, id)
+			}
+			if ev := <-observed; ev.GetKind() != v1.ElectionEventKind_ELECTION_EVENT_KIND_PROCLAIMED || string(ev.GetValue()) != "host-1b" || ev.GetEpoch() != epoch {
+				t.Fatalf("observed after the proclaim: %v", ev)
+			}
+
+			// The rival waits in the queue; closing the session resigns
+			// the leader and elects the rival with a higher epoch.
+			won := make(chan *v1.CampaignResponse, 1)
+			go func() {
+				r, err := w.election.Campaign(ctx, &v1.CampaignRequest{Election: election, Value: []byte("host-2"), SessionId: rival.GetId(), TtlMs: 20000, Durability: d, WaitMs: 30000})
+				if err != nil {
+					r = &v1.CampaignResponse{Status: v1.Status_STATUS_ERRORED, Reason: err.Error()}
+				}
+				won <- r
+			}()
+			closed, err := w.sessions.Close(ctx, &v1.CloseSessionRequest{Id: id, Durability: d, Locks: locks,
+				Candidacies: []*v1.Candidacy{{Election: election, Value: []byte("host-1b")}}})
+			un := v1.Status_STATUS_UNLOCKED
+			if err != nil || closed.GetStatus() != un || !equalStatuses(closed.GetLocks(), un, un) || !equalStatuses(closed.GetCandidacies(), un) {
+				t.Fatalf("Close: %v %v", closed, err)
+			}
+			for _, name := range append(locks, kahuna.SessionPrefix+id) {
+				if end := expiresOf(t, c, name, id); !end.IsZero() {
+					t.Fatalf("%s is still held by the session after Close", name)
+				}
+			}
+			if r := <-won; r.GetStatus() != v1.Status_STATUS_LOCKED || r.GetEpoch() <= epoch {
+				t.Fatalf("the rival's campaign after the close: %v, want elected with an epoch above %d", r, epoch)
+			}
+			// The leadership is gone: observed as such, and KeepAlive says
+			// the session is.
+			for ev := range observed {
+				if ev.GetKind() == v1.ElectionEventKind_ELECTION_EVENT_KIND_ELECTED {
+					if string(ev.GetValue()) != "host-2" || ev.GetEpoch() <= epoch {
+						t.Fatalf("observed after the close: %v", ev)
+					}
+					break
+				}
+			}
+			if err := ka.Send(&v1.KeepAliveRequest{RequestId: 8, Id: id, TtlMs: 2000, Durability: d}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ka.Recv(); err != nil || got.GetStatus() != gone {
+				t.Fatalf("KeepAlive of a closed session: %v %v, want LockDoesNotExist", got, err)
+			}
+			if r, err := w.election.Resign(ctx, &v1.ResignRequest{Election: election, SessionId: id, Value: []byte("host-1b"), Durability: d}); err != nil || r.GetStatus() == un {
+				t.Fatalf("Resign of a leadership already lost: %v %v, want it to say it was not held", r, err)
+			}
+			if r, err := w.election.Resign(ctx, &v1.ResignRequest{Election: election, SessionId: rival.GetId(), Value: []byte("host-2"), Durability: d}); err != nil || r.GetStatus() != un {
+				t.Fatalf("the rival's Resign: %v %v", r, err)
+			}
+			if r, err := w.election.Leader(ctx, &v1.LeaderRequest{Election: election}); err != nil || r.GetStatus() != gone {
+				t.Fatalf("Leader with none: %v %v, want LockDoesNotExist", r, err)
+			}
+		})
+	}
+}
+
+// namesNotLedBy are k lock names of distinct partition keys, starting
+// with prefix, whose partitions member id does not lead.
+func namesNotLedBy(c *testcluster.Cluster, id uint64, prefix string, k int) []string {
+	var names []string
+	for i := 0; len(names) < k; i++ {
+		name := fmt.Sprintf("%s-%d/lock", prefix, i)
+		if leader, _ := leaderAndFollower(c, name); leader != id {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// observe streams the election's events on a channel, closed when the
+// stream ends (at the test's end).
+func observe(t *testing.T, e v1.ElectionClient, election string) <-chan *v1.ElectionEvent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st, err := e.Observe(ctx, &v1.ObserveRequest{Election: election})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan *v1.ElectionEvent, 16)
+	go func() {
+		defer close(out)
+		for {
+			ev, err := st.Recv()
+			if err != nil {
+				return
+			}
+			out <- ev
+		}
+	}()
+	return out
+}
+
+func equalStatuses(got []v1.Status, want ...v1.Status) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSessionsServiceBadInput: each malformed call is answered
+// InvalidInput with a reason naming what is wrong, and renews or releases
+// nothing.
+func TestSessionsServiceBadInput(t *testing.T) {
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	w := dialServices(t, "http://"+n.ListenAddress())
+	ctx := context.Background()
+	d := v1.Durability_DURABILITY_PERSISTENT
+	created, err := w.sessions.Create(ctx, &v1.CreateSessionRequest{TtlMs: 2000, Durability: d})
+	if err != nil || created.GetStatus() != v1.Status_STATUS_LOCKED {
+		t.Fatal(created, err)
+	}
+	id := created.GetId()
+	if r, err := w.kahuna.Lock(ctx, &v1.LockRequest{Resource: "held", Owner: []byte(id), TtlMs: 2000, Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_LOCKED {
+		t.Fatal(r, err)
+	}
+	ends := func() [2]time.Time {
+		var out [2]time.Time
+		for i, name := range []string{"held", kahuna.SessionPrefix + id} {
+			info, _, err := n.Get(ctx, name, kahuna.Persistent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = info.Expires
+		}
+		return out
+	}
+	before := ends()
+
+	many := make([]string, 64)
+	for i := range many {
+		many[i] = "n" + strings.Repeat("x", i)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *v1.KeepAliveRequest
+		want string
+	}{
+		{"no ID", &v1.KeepAliveRequest{TtlMs: 20000, Durability: d, Locks: []string{"held"}}, "session ID is empty"},
+		{"short ID", &v1.KeepAliveRequest{Id: "abc", TtlMs: 20000, Durability: d, Locks: []string{"held"}}, "session ID is 3 bytes, not 32"},
+		{"upper-case ID", &v1.KeepAliveRequest{Id: strings.ToUpper(id), TtlMs: 20000, Durability: d}, "not lowercase hex"},
+		{"64 locks", &v1.KeepAliveRequest{Id: id, TtlMs: 20000, Durability: d, Locks: many}, "64 locks, over the limit of 63"},
+		{"a semaphore", &v1.KeepAliveRequest{Id: id, TtlMs: 20000, Durability: d, Locks: []string{"held", "semaphore:s"}}, "name 3 is a semaphore"},
+		{"an empty name", &v1.KeepAliveRequest{Id: id, TtlMs: 20000, Durability: d, Locks: []string{"held", ""}}, "name 3"},
+		{"a TTL over the limit", &v1.KeepAliveRequest{Id: id, TtlMs: 1 << 40, Durability: d, Locks: []string{"held"}}, "ttl"},
+		{"no TTL", &v1.KeepAliveRequest{Id: id, Durability: d, Locks: []string{"held"}}, "ttl 0s is not positive"},
+		{"an empty election", &v1.KeepAliveRequest{Id: id, TtlMs: 20000, Durability: d, Candidacies: []*v1.Candidacy{{}}}, "candidacy 1: election name is empty"},
+		{"a value over the limit", &v1.KeepAliveRequest{Id: id, TtlMs: 20000, Durability: d, Candidacies: []*v1.Candidacy{{Election: "e", Value: make([]byte, kahuna.MaxElectionValue+1)}}}, "candidacy 1: value is"},
+	} {
+		ka, err := w.sessions.KeepAlive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ka.Send(tc.req); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ka.Recv()
+		if err != nil || got.GetStatus() != v1.Status_STATUS_INVALID_INPUT || !strings.Contains(got.GetReason(), tc.want) {
+			t.Errorf("%s: %v %v, want InvalidInput with %q", tc.name, got, err, tc.want)
+		}
+		_ = ka.CloseSend()
+		if after := ends(); after != before {
+			t.Fatalf("%s changed a lease's end: %v → %v", tc.name, before, after)
+		}
+	}
+
+	if r, err := w.sessions.Create(ctx, &v1.CreateSessionRequest{Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_INPUT || r.GetId() != "" || !strings.Contains(r.GetReason(), "ttl") {
+		t.Errorf("Create with no TTL: %v %v", r, err)
+	}
+	if r, err := w.sessions.Close(ctx, &v1.CloseSessionRequest{Id: "nope", Durability: d, Locks: []string{"held"}}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_INPUT {
+		t.Errorf("Close with a malformed ID: %v %v", r, err)
+	}
+	if r, err := w.sessions.Close(ctx, &v1.CloseSessionRequest{Id: id, Durability: d, Locks: []string{"held", "rwlock:x"}}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_INPUT {
+		t.Errorf("Close with a read/write lock among the locks: %v %v", r, err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *v1.CampaignRequest
+		want string
+	}{
+		{"an empty election", &v1.CampaignRequest{SessionId: id, TtlMs: 2000, Durability: d}, "election name is empty"},
+		{"a value over the limit", &v1.CampaignRequest{Election: "e", Value: make([]byte, kahuna.MaxElectionValue+1), SessionId: id, TtlMs: 2000, Durability: d}, "value is"},
+		{"no session", &v1.CampaignRequest{Election: "e", TtlMs: 2000, Durability: d}, "session ID is empty"},
+		{"a TTL over the limit", &v1.CampaignRequest{Election: "e", SessionId: id, TtlMs: 1 << 40, Durability: d}, "ttl"},
+	} {
+		if r, err := w.election.Campaign(ctx, tc.req); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_INPUT || !strings.Contains(r.GetReason(), tc.want) {
+			t.Errorf("Campaign with %s: %v %v, want InvalidInput with %q", tc.name, r, err, tc.want)
+		}
+	}
+	if r, err := w.election.Proclaim(ctx, &v1.ProclaimRequest{Election: "e", SessionId: id, NewValue: make([]byte, kahuna.MaxElectionValue+1), TtlMs: 2000, Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_INPUT {
+		t.Errorf("Proclaim of a value over the limit: %v %v", r, err)
+	}
+	if r, err := w.election.Leader(ctx, &v1.LeaderRequest{}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_INPUT {
+		t.Errorf("Leader of an empty election: %v %v", r, err)
+	}
+	if after := ends(); after != before {
+		t.Fatalf("the bad calls changed a lease's end: %v → %v", before, after)
+	}
+	if r, _, _ := n.Get(ctx, "held", kahuna.Persistent); string(r.Owner) != id {
+		t.Fatalf("held's holder after the bad calls: %q", r.Owner)
+	}
+}
