@@ -1,8 +1,12 @@
 package kahuna_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -340,5 +344,146 @@ func TestSessionsServiceBadInput(t *testing.T) {
 	}
 	if r, _, _ := n.Get(ctx, "held", kahuna.Persistent); string(r.Owner) != id {
 		t.Fatalf("held's holder after the bad calls: %q", r.Owner)
+	}
+}
+
+// postJSON posts body to endpoint+path and decodes the JSON answer into
+// reply; it returns the HTTP status.
+func postJSON(t *testing.T, endpoint, path string, body, reply any) int {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(endpoint+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(reply); err != nil {
+		t.Fatalf("%s: decoding the answer: %v", path, err)
+	}
+	return resp.StatusCode
+}
+
+// restEvent is an election event as REST answers it.
+type restEvent struct {
+	Kind     int    `json:"kind"`
+	Value    []byte `json:"value"`
+	Epoch    int64  `json:"epoch"`
+	Revision uint64 `json:"revision"`
+}
+
+// TestSessionsAndElectionOverREST: the same services over REST through a
+// member that forwards: a session with a lock and a candidacy renewed by
+// one keep-alive, a proclaim seen by a long-polling observe that resumes
+// after the last event it got, the close, and bad input.
+func TestSessionsAndElectionOverREST(t *testing.T) {
+	c := startCluster(t, 4, nil)
+	const election = "rest-ledger"
+	_, follower := leaderAndFollower(c, kahuna.ElectionPrefix+election)
+	ep := c.Member(follower).Endpoint
+	lock := namesNotLedBy(c, follower, "rest", 1)[0]
+
+	var created struct {
+		Type   int    `json:"type"`
+		ID     string `json:"id"`
+		Reason string `json:"reason"`
+	}
+	if code := postJSON(t, ep, "/v1/sessions/create", map[string]any{"ttlMs": 2000, "durability": 1}, &created); code != 200 || created.Type != int(kahuna.Locked) || len(created.ID) != 32 {
+		t.Fatalf("create: %d %+v", code, created)
+	}
+	id := created.ID
+	var locked struct{ Type int }
+	if postJSON(t, ep, "/v1/locks/try-lock", map[string]any{"resource": lock, "owner": []byte(id), "expiresMs": 2000, "durability": 1}, &locked); locked.Type != int(kahuna.Locked) {
+		t.Fatalf("try-lock in the session: %+v", locked)
+	}
+	var camp struct {
+		Type  int   `json:"type"`
+		Epoch int64 `json:"epoch"`
+	}
+	if postJSON(t, ep, "/v1/elections/campaign", map[string]any{"election": election, "value": []byte("a"), "sessionId": id, "ttlMs": 2000, "durability": 1}, &camp); camp.Type != int(kahuna.Locked) {
+		t.Fatalf("campaign: %+v", camp)
+	}
+
+	var kept struct {
+		Type        int   `json:"type"`
+		Locks       []int `json:"locks"`
+		Candidacies []int `json:"candidacies"`
+	}
+	before := time.Now()
+	postJSON(t, ep, "/v1/sessions/keep-alive", map[string]any{"id": id, "ttlMs": 20000, "durability": 1, "locks": []string{lock},
+		"candidacies": []map[string]any{{"election": election, "value": []byte("a")}}}, &kept)
+	ext := int(kahuna.Extended)
+	if kept.Type != ext || !slices.Equal(kept.Locks, []int{ext}) || !slices.Equal(kept.Candidacies, []int{ext}) {
+		t.Fatalf("keep-alive: %+v", kept)
+	}
+	if end := expiresOf(t, c, lock, id); end.Before(before.Add(15 * time.Second)) {
+		t.Fatalf("the lock's lease ends at %v after the keep-alive, want 20 s after %v", end, before)
+	}
+
+	type observed struct {
+		Type   int         `json:"type"`
+		Events []restEvent `json:"events"`
+	}
+	var first observed
+	postJSON(t, ep, "/v1/elections/observe", map[string]any{"election": election, "waitMs": 10000}, &first)
+	if len(first.Events) != 1 || first.Events[0].Kind != int(kahuna.Elected) || string(first.Events[0].Value) != "a" || first.Events[0].Epoch != camp.Epoch {
+		t.Fatalf("observe from nothing: %+v, want elected a epoch %d", first, camp.Epoch)
+	}
+	next := make(chan observed, 1)
+	go func() {
+		var o observed
+		postJSON(t, ep, "/v1/elections/observe", map[string]any{"election": election, "waitMs": 20000, "last": first.Events[0]}, &o)
+		next <- o
+	}()
+	var proclaimed struct{ Type int }
+	postJSON(t, ep, "/v1/elections/proclaim", map[string]any{"election": election, "sessionId": id, "value": []byte("a"), "newValue": []byte("b"), "ttlMs": 20000, "durability": 1}, &proclaimed)
+	if proclaimed.Type != ext {
+		t.Fatalf("proclaim: %+v", proclaimed)
+	}
+	if o := <-next; len(o.Events) != 1 || o.Events[0].Kind != int(kahuna.Proclaimed) || string(o.Events[0].Value) != "b" || o.Events[0].Epoch != camp.Epoch {
+		t.Fatalf("observe after the last event, across a proclaim: %+v", o)
+	}
+	var leader struct {
+		Type      int    `json:"type"`
+		Value     []byte `json:"value"`
+		Epoch     int64  `json:"epoch"`
+		SessionID string `json:"sessionId"`
+	}
+	if postJSON(t, ep, "/v1/elections/leader", map[string]any{"election": election}, &leader); leader.Type != int(kahuna.Got) || string(leader.Value) != "b" || leader.Epoch != camp.Epoch || leader.SessionID != id {
+		t.Fatalf("leader: %+v", leader)
+	}
+
+	var closed struct {
+		Type        int   `json:"type"`
+		Locks       []int `json:"locks"`
+		Candidacies []int `json:"candidacies"`
+	}
+	un := int(kahuna.Unlocked)
+	postJSON(t, ep, "/v1/sessions/close", map[string]any{"id": id, "durability": 1, "locks": []string{lock},
+		"candidacies": []map[string]any{{"election": election, "value": []byte("b")}}}, &closed)
+	if closed.Type != un || !slices.Equal(closed.Locks, []int{un}) || !slices.Equal(closed.Candidacies, []int{un}) {
+		t.Fatalf("close: %+v", closed)
+	}
+	if end := expiresOf(t, c, lock, id); !end.IsZero() {
+		t.Fatal("the lock is still held after close")
+	}
+
+	// Bad input: a clear reason, or 400 for a body that is no request.
+	var bad struct {
+		Type   int    `json:"type"`
+		Reason string `json:"reason"`
+		Error  string `json:"error"`
+	}
+	if postJSON(t, ep, "/v1/sessions/keep-alive", map[string]any{"id": "xyz", "ttlMs": 1000}, &bad); bad.Type != int(kahuna.InvalidInput) || !strings.Contains(bad.Reason, "session ID") {
+		t.Errorf("keep-alive with a bad ID: %+v", bad)
+	}
+	bad.Type, bad.Reason = 0, ""
+	if postJSON(t, ep, "/v1/elections/observe", map[string]any{"election": "", "waitMs": 10}, &bad); bad.Type != int(kahuna.InvalidInput) || !strings.Contains(bad.Reason, "election name is empty") {
+		t.Errorf("observe of an empty election: %+v", bad)
+	}
+	if code := postJSON(t, ep, "/v1/elections/campaign", []int{1}, &bad); code != http.StatusBadRequest || bad.Error == "" {
+		t.Errorf("campaign with a body that is no object: %d %+v", code, bad)
 	}
 }

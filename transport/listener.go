@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/kahunago/kahuna/lease"
 )
 
 // Handler returns the mixed handler: gRPC requests (HTTP/2 with an
@@ -26,6 +28,9 @@ func (s *Server) newHandler() http.Handler {
 		if path != "" {
 			mux.Handle(path, guard(s.restHandler(restRoute(route))))
 		}
+	}
+	if _, ok := s.locker.(lease.WaitLocker); ok {
+		s.restSessions(mux, guard) // rest_sessions.go
 	}
 	if l, ok := s.locker.(Lister); ok {
 		mux.Handle(ListPath, guard(listHandler(l)))
