@@ -487,3 +487,28 @@ func TestSessionsAndElectionOverREST(t *testing.T) {
 		t.Errorf("campaign with a body that is no object: %d %+v", code, bad)
 	}
 }
+
+// TestCampaignOnASessionThatIsNotLive: a campaign on a closed session,
+// or one never created, is refused naming the session, and takes nothing.
+func TestCampaignOnASessionThatIsNotLive(t *testing.T) {
+	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+	w := dialServices(t, "http://"+n.ListenAddress())
+	ctx := context.Background()
+	d := v1.Durability_DURABILITY_PERSISTENT
+	created, err := w.sessions.Create(ctx, &v1.CreateSessionRequest{TtlMs: 5000, Durability: d})
+	if err != nil || created.GetStatus() != v1.Status_STATUS_LOCKED {
+		t.Fatal(created, err)
+	}
+	if r, err := w.sessions.Close(ctx, &v1.CloseSessionRequest{Id: created.GetId(), Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_UNLOCKED {
+		t.Fatal(r, err)
+	}
+	for _, id := range []string{created.GetId(), strings.Repeat("ab", 16)} {
+		r, err := w.election.Campaign(ctx, &v1.CampaignRequest{Election: "e", Value: []byte("v"), SessionId: id, TtlMs: 5000, Durability: d})
+		if err != nil || r.GetStatus() != v1.Status_STATUS_LOCK_DOES_NOT_EXIST || !strings.Contains(r.GetReason(), "session "+id+" is not live") {
+			t.Errorf("Campaign on session %s that is not live: %v %v", id, r, err)
+		}
+	}
+	if info, r, err := n.Get(ctx, kahuna.ElectionPrefix+"e", kahuna.Persistent); err != nil || r.Status != kahuna.LockDoesNotExist {
+		t.Fatalf("the election after the refused campaigns: %v %v %v, want no leader", info, r, err)
+	}
+}

@@ -36,6 +36,9 @@ func (x *electionService) Campaign(ctx context.Context, req *v1.CampaignRequest)
 	if why := checkCandidacy(req.GetElection(), req.GetSessionId(), req.GetValue()); why != "" {
 		return &v1.CampaignResponse{Status: v1.Status_STATUS_INVALID_INPUT, Reason: why, ServedFrom: x.s.opts.NodeName}, nil
 	}
+	if st, why := x.s.sessionLive(ctx, req.GetSessionId()); why != "" {
+		return &v1.CampaignResponse{Status: st, Reason: why, ServedFrom: x.s.opts.NodeName}, nil
+	}
 	resp, err := x.s.lock(ctx, x.s.locker, &v1.LockRequest{Resource: lease.ElectionPrefix + req.GetElection(),
 		Owner: candidateOwner(req.GetSessionId(), req.GetValue()), TtlMs: req.GetTtlMs(), WaitMs: req.GetWaitMs(), Durability: req.GetDurability()})
 	if err != nil {
@@ -67,6 +70,26 @@ func (x *electionService) Resign(ctx context.Context, req *v1.ResignRequest) (*v
 	}
 	return x.call(ctx, &v1.LockRequest{Op: v1.LockOp_LOCK_OP_UNLOCK, Resource: lease.ElectionPrefix + req.GetElection(),
 		Owner: candidateOwner(req.GetSessionId(), req.GetValue()), Durability: req.GetDurability()})
+}
+
+// sessionLive says whether session id's lease is live, read from its
+// partition's leader: "" if it is, else the status to answer a campaign
+// with and why. A campaign checks it first so that one on a closed or
+// expired session is refused with nothing changed; a session that ends
+// between the check and the grant leaves a candidacy that its next
+// keep-alive reports with the session gone, and that frees itself at its
+// lease's end.
+func (s *Server) sessionLive(ctx context.Context, id string) (v1.Status, string) {
+	info, res, _ := s.serve(ctx, s.locker, lease.Request{Op: lease.Get, Resource: lease.SessionPrefix + id})
+	switch {
+	case res.Status == lease.Got && string(info.Owner) == id:
+		return 0, ""
+	case res.Status == lease.Got || res.Status == lease.LockDoesNotExist:
+		return v1.Status_STATUS_LOCK_DOES_NOT_EXIST, "session " + id + " is not live: closed, expired or never created"
+	case res.Reason != "":
+		return v1.Status(res.Status), "reading the session: " + res.Reason
+	}
+	return v1.Status(res.Status), "reading the session: " + res.Status.String()
 }
 
 // call makes one lock call and answers it as an ElectionResponse.
