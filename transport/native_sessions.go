@@ -76,9 +76,11 @@ func (x *sessionsService) Close(ctx context.Context, req *v1.CloseSessionRequest
 // KeepAlive serves one KeepAlive stream: every message runs on a
 // goroutine of its own and is answered when done, so a slow partition
 // holds up no other session. At shutdown the messages received are
-// answered and the stream ends with OK.
+// answered (their calls do not wait, so they end by themselves) and the
+// stream ends with OK.
 func (x *sessionsService) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
-	ctx, cancel := x.s.untilDrain(stream.Context())
+	ctx := stream.Context()
+	draining, cancel := x.s.untilDrain(ctx)
 	defer cancel()
 	var (
 		mu       sync.Mutex
@@ -130,7 +132,7 @@ func (x *sessionsService) KeepAlive(stream grpc.BidiStreamingServer[v1.KeepAlive
 	var err error
 	select {
 	case err = <-recvErr:
-	case <-ctx.Done():
+	case <-draining.Done(): // shutdown, or the stream ended
 	}
 	mu.Lock()
 	stopping = true
