@@ -21,7 +21,9 @@ func (n *Node) startBalancer() {
 		Admin:      n.admin,
 		Logger:     n.cfg.Logger,
 		WaitMove:   spreadTimeout,
-		Node:       clusterNode{n},
+		// Raft gives a transfer up after an election timeout.
+		TransferRetry: time.Duration(durability.ElectionTicks+2) * n.raftRTT(),
+		Node:          clusterNode{n},
 	})
 }
 
@@ -53,6 +55,8 @@ func (c clusterNode) Endpoint(id uint64) string {
 func (c clusterNode) Leads(p int, term uint64) bool { return c.n.backend.Leads(p, term) }
 
 func (c clusterNode) MoveLeader(p int, term, to uint64) error { return c.n.moveLeader(p, term, to) }
+
+func (c clusterNode) RetryMove(p int, term, to uint64) error { return c.n.retryMove(p, term, to) }
 
 // ErrMemberRemoved: the ID was removed from the cluster; Raft never lets a
 // removed ID back (its log and votes are gone with it). Add the node under

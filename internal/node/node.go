@@ -512,6 +512,18 @@ func (n *Node) moveLeader(p int, term, to uint64) error {
 	return n.backend.TransferLeadership(p, to)
 }
 
+// retryMove asks again for a move of p in term that Raft dropped: the
+// lease dropped again (its renewal may have resumed once the first
+// request's grace ended), then moveLeader, if this node still leads p in
+// term.
+func (n *Node) retryMove(p int, term, to uint64) error {
+	again, ok := n.leadership.Relinquish(p)
+	if !ok || again != term || !n.backend.Leads(p, term) {
+		return fmt.Errorf("kahuna: partition %d is no longer led here in term %d", p, term)
+	}
+	return n.moveLeader(p, term, to)
+}
+
 // handOverTimeout bounds the hand-over before a planned move: past it the
 // move goes on, and the next leader waits the leases out instead.
 const handOverTimeout = time.Second
