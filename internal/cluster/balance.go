@@ -169,7 +169,7 @@ type Parts struct {
 	// (an election timeout), since Raft ignores a second request while
 	// one is under way. 0: never asked again.
 	TransferRetry time.Duration
-	Node     BalancerNode
+	Node          BalancerNode
 }
 
 // Balancer is one node's leader balancing (see the top of the file).
