@@ -145,10 +145,10 @@ type BalancerNode interface {
 	// MoveLeader hands p's live ephemeral leases of term over to the
 	// next leader, then asks Raft to move p to member to.
 	MoveLeader(p int, term, to uint64) error
-	// RetryMove asks again for a move of p in term that Raft dropped:
-	// it drops the lease again and moves p as MoveLeader does, if this
-	// node still leads p in term (else an error).
-	RetryMove(p int, term, to uint64) error
+	// AwaitMove waits, until ctx ends, for p to leave this node after
+	// MoveLeader, asking Raft again while it has not moved (Raft may drop
+	// a transfer), and returns how many times the move was asked.
+	AwaitMove(ctx context.Context, p int, term, to uint64) (tries int, err error)
 }
 
 // Parts are the node's parts a Balancer works with.
@@ -164,12 +164,7 @@ type Parts struct {
 	Logger     *slog.Logger
 	// WaitMove bounds the wait for a partition handed over to leave.
 	WaitMove time.Duration
-	// TransferRetry is how long a transfer Raft has not carried out is
-	// waited for before it is asked again: past Raft's own give-up time
-	// (an election timeout), since Raft ignores a second request while
-	// one is under way. 0: never asked again.
-	TransferRetry time.Duration
-	Node          BalancerNode
+	Node     BalancerNode
 }
 
 // Balancer is one node's leader balancing (see the top of the file).
@@ -320,37 +315,15 @@ func (b *Balancer) handOver(ctx context.Context, v balanceView, p int, to uint64
 	}
 	wctx, cancel := context.WithTimeout(ctx, b.WaitMove)
 	defer cancel()
-	for tries := 1; ; tries++ {
-		if err := b.waitMove(wctx, p); err == nil {
-			leader, _ := b.Leadership.LeaderOf(p)
-			b.Logger.Info("leader balancing: partition handed over", "partition", p, "leader", leader, "tries", tries)
-			return
-		}
-		if wctx.Err() != nil {
-			if ctx.Err() == nil {
-				b.Logger.Info("leader balancing: partition stayed on this node", "partition", p, "to", to, "tries", tries)
-			}
-			return
-		}
-		// Raft dropped the transfer. The usual cause: the target got the
-		// election timeout it was sent while it still had a committed
-		// entry to apply (the hand-over's, often), and dragonboat then
-		// skips the campaign, in case that entry changes the membership.
-		// By now it has applied it.
-		if err := b.Node.RetryMove(p, term, to); err != nil {
-			b.Logger.Info("leader balancing: transfer not asked again", "partition", p, "to", to, "err", err)
-			return
-		}
+	tries, err := b.Node.AwaitMove(wctx, p, term, to)
+	switch {
+	case err == nil:
+		leader, _ := b.Leadership.LeaderOf(p)
+		b.Logger.Info("leader balancing: partition handed over", "partition", p, "leader", leader, "tries", tries)
+	case ctx.Err() != nil: // closing
+	case wctx.Err() != nil:
+		b.Logger.Info("leader balancing: partition stayed on this node", "partition", p, "to", to, "tries", tries)
+	default:
+		b.Logger.Info("leader balancing: move abandoned", "partition", p, "to", to, "tries", tries, "err", err)
 	}
-}
-
-// waitMove waits, up to TransferRetry (or ctx's end), for p to leave this
-// node.
-func (b *Balancer) waitMove(ctx context.Context, p int) error {
-	if b.TransferRetry > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b.TransferRetry)
-		defer cancel()
-	}
-	return b.Leadership.WaitNotSelf(ctx, p)
 }

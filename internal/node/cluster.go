@@ -21,9 +21,7 @@ func (n *Node) startBalancer() {
 		Admin:      n.admin,
 		Logger:     n.cfg.Logger,
 		WaitMove:   spreadTimeout,
-		// Raft gives a transfer up after an election timeout.
-		TransferRetry: time.Duration(durability.ElectionTicks+2) * n.raftRTT(),
-		Node:          clusterNode{n},
+		Node:       clusterNode{n},
 	})
 }
 
@@ -56,7 +54,9 @@ func (c clusterNode) Leads(p int, term uint64) bool { return c.n.backend.Leads(p
 
 func (c clusterNode) MoveLeader(p int, term, to uint64) error { return c.n.moveLeader(p, term, to) }
 
-func (c clusterNode) RetryMove(p int, term, to uint64) error { return c.n.retryMove(p, term, to) }
+func (c clusterNode) AwaitMove(ctx context.Context, p int, term, to uint64) (int, error) {
+	return c.n.awaitMove(ctx, p, term, to)
+}
 
 // ErrMemberRemoved: the ID was removed from the cluster; Raft never lets a
 // removed ID back (its log and votes are gone with it). Add the node under

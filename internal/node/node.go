@@ -501,7 +501,17 @@ func (n *Node) transfer(p int, to uint64) error {
 		}
 		return &NotLeaderError{Partition: p, Leader: leader}
 	}
-	return n.moveLeader(p, term, to)
+	if err := n.moveLeader(p, term, to); err != nil {
+		return err
+	}
+	// Asked again in the background until it takes, as leader balancing
+	// does (awaitMove), for the time a caller would give it.
+	go func() {
+		ctx, cancel := context.WithTimeout(n.life, spreadTimeout)
+		defer cancel()
+		_, _ = n.awaitMove(ctx, p, term, to)
+	}()
+	return nil
 }
 
 // moveLeader, once this node no longer decides for p in term (it
@@ -512,16 +522,33 @@ func (n *Node) moveLeader(p int, term, to uint64) error {
 	return n.backend.TransferLeadership(p, to)
 }
 
-// retryMove asks again for a move of p in term that Raft dropped: the
-// lease dropped again (its renewal may have resumed once the first
-// request's grace ended), then moveLeader, if this node still leads p in
-// term.
-func (n *Node) retryMove(p int, term, to uint64) error {
-	again, ok := n.leadership.Relinquish(p)
-	if !ok || again != term || !n.backend.Leads(p, term) {
-		return fmt.Errorf("kahuna: partition %d is no longer led here in term %d", p, term)
+// awaitMove waits, until ctx ends, for p to leave this node once a move
+// of p in term to to was asked, and asks again every transferRetry. Raft
+// drops a transfer whose target still has a committed entry to apply when
+// it is told to campaign (dragonboat skips that campaign, in case the
+// entry changes the membership; the hand-over's own entry often is one)
+// and gives the transfer up after an election timeout, ignoring another
+// request until then; by the next request the target has applied it.
+// Each request drops the lease again first (its renewal may have resumed
+// once the last request's grace ended), and is made only while this node
+// still leads p in term. It returns how many times the move was asked.
+func (n *Node) awaitMove(ctx context.Context, p int, term, to uint64) (tries int, err error) {
+	retry := time.Duration(durability.ElectionTicks+2) * n.raftRTT()
+	for tries = 1; ; tries++ {
+		wctx, cancel := context.WithTimeout(ctx, retry)
+		err := n.leadership.WaitNotSelf(wctx, p)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return tries, err
+		}
+		again, ok := n.leadership.Relinquish(p)
+		if !ok || again != term || !n.backend.Leads(p, term) {
+			return tries, fmt.Errorf("kahuna: partition %d is no longer led here in term %d", p, term)
+		}
+		if err := n.moveLeader(p, term, to); err != nil {
+			return tries, err
+		}
 	}
-	return n.moveLeader(p, term, to)
 }
 
 // handOverTimeout bounds the hand-over before a planned move: past it the
