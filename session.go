@@ -287,15 +287,34 @@ func (s *Session) held() []*Lock {
 
 // endLocks ends the session and its locks when its lease is lost (with
 // cause): the locks' leases may outlive it on the server by a renewal,
-// but no one renews them now.
+// but no one renews them now. When the server said the session's own
+// lease is gone, the locks are then released (their holders have stopped:
+// their Contexts ended first), so their waiters need not wait for the
+// leases' ends; a session that is gone cannot be resumed meanwhile.
 func (s *Session) endLocks(cause error) {
 	s.mu.Lock()
 	s.lost = cause // no lock attaches after this
 	s.mu.Unlock()
-	for _, lk := range s.held() {
+	locks := s.held()
+	for _, lk := range locks {
 		lk.end(lost, cause)
 	}
 	s.cancel(cause)
+	if len(locks) > 0 && s.foundGone(cause) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			_ = s.releaseAll(ctx, locks) // best effort: the leases end anyway
+		}()
+	}
+}
+
+// foundGone reports whether cause says the server found the session's own
+// lease gone (not a lapse on this side, nor one of its locks lost).
+func (s *Session) foundGone(cause error) bool {
+	var se *StatusError
+	return errors.As(cause, &se) && se.Resource == s.lease.resource &&
+		(se.Status == LockDoesNotExist || se.Status == InvalidOwner)
 }
 
 // Close ends the session: renewals stop, the Contexts of the session and

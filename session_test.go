@@ -277,3 +277,53 @@ func TestSessionResume(t *testing.T) {
 		t.Fatalf("Leader after the session closed: %v, want ErrNoLeader", err)
 	}
 }
+
+// TestSessionFoundGoneReleasesItsLocks: when a renewal finds the session's
+// own lease gone (here an operator's unlock of session:ID), the session is
+// lost and its locks, their Contexts ended first, are released at once:
+// another owner gets each before the lease the last renewal gave it would
+// have ended.
+func TestSessionFoundGoneReleasesItsLocks(t *testing.T) {
+	ctx := context.Background()
+	n := openElectionNode(t, kahuna.Config{})
+	const ttl = 3 * time.Second // renewed every second
+	s, err := kahuna.NewSession(ctx, n, kahuna.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"gone/a", "gone-b/x"}
+	var locks []*kahuna.Lock
+	for _, r := range names {
+		lk, err := kahuna.Acquire(ctx, n, r, kahuna.WithSession(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	if r, err := n.Unlock(ctx, kahuna.SessionPrefix+s.ID(), []byte(s.ID()), kahuna.Persistent); err != nil || r.Status != kahuna.Unlocked {
+		t.Fatalf("unlock of the session's lease: %v %v", r, err)
+	}
+	select {
+	case <-s.Context().Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("the session outlived its lease's release by two TTLs")
+	}
+	if cause := context.Cause(s.Context()); !errors.Is(cause, kahuna.ErrSessionLost) {
+		t.Fatalf("the session ended with %v, want ErrSessionLost", cause)
+	}
+	for i, r := range names {
+		lk := locks[i]
+		if lk.Context().Err() == nil {
+			t.Fatalf("%s's Context is live after its session was lost", r)
+		}
+		// The server's lease ends no earlier than the handle's deadline.
+		other, err := kahuna.Acquire(ctx, n, r, kahuna.WithOwner([]byte("other")), kahuna.WithWait(time.Until(lk.Expires())))
+		if err != nil {
+			t.Fatalf("%s: another owner did not get it before the lease the session last renewed (%v): %v", r, lk.Expires(), err)
+		}
+		if other.FencingToken() <= lk.FencingToken() {
+			t.Fatalf("%s: token %d after the session's %d", r, other.FencingToken(), lk.FencingToken())
+		}
+		_ = other.Unlock(ctx)
+	}
+}
