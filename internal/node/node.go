@@ -523,7 +523,9 @@ func (n *Node) moveLeader(p int, term, to uint64) error {
 }
 
 // awaitMove waits, until ctx ends, for p to leave this node once a move
-// of p in term to to was asked, and asks again every transferRetry. Raft
+// of p in term to to was asked, and asks again every election timeout
+// and two ticks while to is reachable over Raft (each request leaves p
+// unserved for a while: not for a target that cannot take it). Raft
 // drops a transfer whose target still has a committed entry to apply when
 // it is told to campaign (dragonboat skips that campaign, in case the
 // entry changes the membership; the hand-over's own entry often is one)
@@ -540,6 +542,9 @@ func (n *Node) awaitMove(ctx context.Context, p int, term, to uint64) (tries int
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return tries, err
+		}
+		if !n.peers.reachable(to) {
+			return tries, fmt.Errorf("kahuna: node %d is not reachable over Raft", to)
 		}
 		again, ok := n.leadership.Relinquish(p)
 		if !ok || again != term || !n.backend.Leads(p, term) {

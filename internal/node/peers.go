@@ -66,6 +66,13 @@ func (ps *peers) stats() []PeerStats {
 	return out
 }
 
+// reachable reports whether member id is reachable over Raft now.
+func (ps *peers) reachable(id uint64) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.up[id]
+}
+
 // get returns the forwarding client of member id. It speaks the
 // node-to-node stream and does not retry MustRetry: the hop is one try,
 // the original caller decides whether to retry. Its call errors wrap
