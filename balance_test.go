@@ -327,3 +327,28 @@ func TestTransferTakesWhenRaftDropsIt(t *testing.T) {
 		t.Error("no grants checked: the workload did not run")
 	}
 }
+
+// TestTransferToAnUnreachableMemberIsNotAskedAgain: a transfer to a member
+// that is down cannot take, so it is not asked again; each request leaves
+// the partition unserved for the transfer grace (1 s), and asked again
+// until 3 s it would leave it unserved about 4 s.
+func TestTransferToAnUnreachableMemberIsNotAskedAgain(t *testing.T) {
+	c := startCluster(t, 1, func(id uint64, cfg *kahuna.Config) {
+		cfg.LeaderBalanceCooldown = -1
+		cfg.RaftRTT = 30 * time.Millisecond
+	})
+	c.Transfer(0, 1)
+	stopNode(t, c, 3) // node 1's Raft finds it gone at its next heartbeat, a tick away
+	testcluster.Eventually(t, "partition 0 served by node 1", func() bool { _, serving := c.Node(1).Leader(0); return serving })
+	asked := time.Now()
+	if err := c.Node(1).TransferLeadership(0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, serving := c.Node(1).Leader(0); serving {
+		t.Fatal("partition 0 still served right after the transfer was asked: the lease was not dropped")
+	}
+	testcluster.Eventually(t, "partition 0 served by node 1 again", func() bool { _, serving := c.Node(1).Leader(0); return serving })
+	if unserved := time.Since(asked); unserved > 2500*time.Millisecond {
+		t.Fatalf("partition 0 unserved for %v after a transfer to a member that is down, want about the 1 s grace", unserved)
+	}
+}
