@@ -59,9 +59,9 @@ func (x *sessionsService) Close(ctx context.Context, req *v1.CloseSessionRequest
 	if why := checkSessionCall(req.GetId(), req.GetLocks(), req.GetCandidacies()); why != "" {
 		return &v1.CloseSessionResponse{Status: v1.Status_STATUS_INVALID_INPUT, Reason: why}, nil
 	}
-	// Candidacies first, then the locks with the session's own lease last
-	// in the batch: a lease.Request's names are released each on its own,
-	// so the order only matters to a reader between them.
+	// Candidacies first, then the session's lease and its locks in one
+	// batch, each name released on its own: the order only shows to a
+	// reader between the two steps.
 	cands, err := x.s.candidacies(ctx, v1.LockOp_LOCK_OP_UNLOCK, req.GetId(), 0, req.GetDurability(), req.GetCandidacies())
 	if err != nil {
 		return nil, err
