@@ -370,6 +370,24 @@ func (l *Leadership) RelinquishSteady(p int) (term uint64, ok bool) {
 	return r.term, true
 }
 
+// RelinquishAgain drops the lease of p again before a move asked in term
+// is asked of Raft once more (Raft may drop a transfer): only while this
+// node still reigns over p in term and no membership change of p is
+// pending. Checked and done under the same lock as Suspend, so a move
+// asked again and a change never overlap, whatever the first request's
+// grace allowed since. It reports whether it relinquished.
+func (l *Leadership) RelinquishAgain(p int, term uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.parts[p].Load()
+	if r == nil || r.term != term || r.changing {
+		return false
+	}
+	l.parts[p].Store(&reign{term: r.term, renewAfter: l.mono() + int64(l.opts.TransferGrace), relinquish: true, waiting: r.waiting})
+	l.notify()
+	return true
+}
+
 // Suspend drops the lease of p, which this node must serve in a fenced
 // term, before it proposes a membership change of p, and keeps it dropped
 // (Serving false, no renewal, no new lease from a takeover in the same

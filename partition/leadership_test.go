@@ -232,6 +232,44 @@ func TestLeadershipRelinquishSteady(t *testing.T) {
 	}
 }
 
+// RelinquishAgain, a move asked once more, refuses while a membership
+// change is pending and for another term, and otherwise stops serving for
+// the grace.
+func TestLeadershipRelinquishAgain(t *testing.T) {
+	prover := &fakeProver{}
+	prover.confirmOK.Store(true)
+	l := NewLeadership(1, Options{Lease: 40 * time.Millisecond, TransferGrace: 300 * time.Millisecond})
+	l.Start(prover, &fakePurger{})
+	defer l.Close()
+	if l.RelinquishAgain(0, 3) {
+		t.Fatal("RelinquishAgain of a partition without a reign")
+	}
+	l.Observe(durability.LeaderEvent{Partition: 0, LeaderID: 1, Term: 3, IsSelf: true})
+	eventually(t, 5*time.Second, "serving", func() bool { return serving(l, 0) })
+	term, ok := l.Suspend(0)
+	if !ok {
+		t.Fatal("Suspend of a served partition refused")
+	}
+	if l.RelinquishAgain(0, term) {
+		t.Fatal("RelinquishAgain during a membership change")
+	}
+	l.Resume(0, term)
+	eventually(t, 5*time.Second, "serving after Resume", func() bool { return serving(l, 0) })
+	if l.RelinquishAgain(0, term+1) {
+		t.Fatal("RelinquishAgain for another term")
+	}
+	if !l.RelinquishAgain(0, term) {
+		t.Fatal("RelinquishAgain of the reign's term refused")
+	}
+	if serving(l, 0) {
+		t.Fatal("served right after RelinquishAgain")
+	}
+	if _, ok := l.Suspend(0); ok {
+		t.Fatal("Suspend right after a move was asked again")
+	}
+	eventually(t, 5*time.Second, "served again after the grace", func() bool { return serving(l, 0) })
+}
+
 func TestTakeoverWaitFor(t *testing.T) {
 	rtt := 10 * time.Millisecond
 	if got, want := TakeoverWaitFor(rtt, 10), 101*time.Millisecond; got != want {

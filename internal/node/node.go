@@ -533,7 +533,9 @@ func (n *Node) moveLeader(p int, term, to uint64) error {
 // request until then; by the next request the target has applied it.
 // Each request drops the lease again first (its renewal may have resumed
 // once the last request's grace ended), and is made only while this node
-// still leads p in term. It returns how many times the move was asked.
+// still leads p in term and no membership change of p is pending (one may
+// have begun once that grace ended). It returns how many times the move
+// was asked.
 func (n *Node) awaitMove(ctx context.Context, p int, term, to uint64) (tries int, err error) {
 	retry := time.Duration(durability.ElectionTicks+2) * n.raftRTT()
 	for tries = 1; ; tries++ {
@@ -546,9 +548,8 @@ func (n *Node) awaitMove(ctx context.Context, p int, term, to uint64) (tries int
 		if !n.peers.reachable(to) {
 			return tries, fmt.Errorf("kahuna: node %d is not reachable over Raft", to)
 		}
-		again, ok := n.leadership.Relinquish(p)
-		if !ok || again != term || !n.backend.Leads(p, term) {
-			return tries, fmt.Errorf("kahuna: partition %d is no longer led here in term %d", p, term)
+		if !n.leadership.RelinquishAgain(p, term) || !n.backend.Leads(p, term) {
+			return tries, fmt.Errorf("kahuna: partition %d is no longer led here in term %d, or a membership change of it is pending", p, term)
 		}
 		if err := n.moveLeader(p, term, to); err != nil {
 			return tries, err
