@@ -184,6 +184,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 			// Notice a peer that vanished without closing the
 			// connection, so calls on it fail instead of hanging.
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+			grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow), // server.go
 		}
 		if cfg.token != nil {
 			dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tokenCreds{cfg.token}))

@@ -141,9 +141,23 @@ func NewServer(l lease.Locker, opts ServerOptions) *Server {
 	return s
 }
 
+// Fixed HTTP/2 flow-control windows, on the server and the client. Setting
+// them turns off grpc's bandwidth estimation, which on a stream of small
+// requests and answers sends a PING after nearly every burst it receives
+// (the first data after each PING's ack starts a new sample): a write and
+// a read more on each side per round trip. On one hot lock that was 0.7
+// writes of the node per grant and 15% of the grants a second
+// (docs/benchmarks.md). Lock messages are small; these bound what a peer
+// may send unread, as grpc's 64 KiB default does.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
+
 func (s *Server) newGRPCServer() *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.opts.MaxRequestBytes),
+		grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow),
 		grpc.UnaryInterceptor(s.authUnary), // auth.go
 		grpc.StreamInterceptor(s.authStream),
 		// Batch stream messages are (de)coded by hand, the rest by the
