@@ -34,6 +34,7 @@ type batchStream struct {
 	target string // the endpoint, for errors
 	conn   *grpc.ClientConn
 	method *streamMethod
+	frames *frameDialer    // nil: gRPC only (frames.go)
 	ctx    context.Context // the client's: ends on Close
 	wg     *sync.WaitGroup // the client's goroutines
 	wake   chan struct{}   // holds a token while calls are queued for an idle writer
@@ -136,9 +137,9 @@ func streamDesc(fullMethod string) *grpc.StreamDesc {
 	panic("transport: no stream " + fullMethod)
 }
 
-func newBatchStream(ctx context.Context, wg *sync.WaitGroup, target string, conn *grpc.ClientConn, method *streamMethod) *batchStream {
-	s := &batchStream{target: target, conn: conn, method: method, ctx: ctx, wg: wg, wake: make(chan struct{}, 1),
-		locks: &lockCalls{target: target, conn: conn, ctx: ctx, wg: wg}}
+func newBatchStream(ctx context.Context, wg *sync.WaitGroup, target string, conn *grpc.ClientConn, method *streamMethod, frames *frameDialer) *batchStream {
+	s := &batchStream{target: target, conn: conn, method: method, frames: frames, ctx: ctx, wg: wg, wake: make(chan struct{}, 1),
+		locks: &lockCalls{target: target, conn: conn, frames: frames, ctx: ctx, wg: wg}}
 	wg.Add(1)
 	go s.writeLoop()
 	return s
@@ -326,6 +327,24 @@ func (s *batchStream) stream() (*clientStream, error) {
 		var ctx context.Context
 		ctx, cancel = context.WithCancel(s.ctx)
 		var err error
+		if s.method.packed && s.frames.use() {
+			kind := frameKindBatch
+			if s.method == packedServerMethod {
+				kind = frameKindForward
+			}
+			fs, err := s.frames.open(ctx, kind)
+			if err == nil {
+				cs = fs
+				break
+			}
+			if !errors.Is(err, errNoFrames) {
+				cancel()
+				if refused := unauthenticated(s.target, err); refused != nil {
+					return nil, refused
+				}
+				return nil, fmt.Errorf("opening a stream to %s: %w", s.target, err)
+			}
+		}
 		cs, err = s.conn.NewStream(ctx, s.method.desc, s.method.name, grpc.ForceCodecV2(wireCodec{}))
 		if err != nil {
 			cancel()

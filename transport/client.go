@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type clientConfig struct {
 	tls                *tls.Config
 	insecureSkipVerify bool
 	streams            int
+	noFrames           bool // gRPC only, never kahuna's framing
 	mustRetryBudget    time.Duration
 	forwarding         bool
 	token              func() string // nil: no token (auth.go)
@@ -62,6 +64,14 @@ func WithInsecureSkipVerify() ClientOption {
 // DefaultStreamsPerEndpoint; values below 1 mean 1).
 func WithStreamsPerEndpoint(n int) ClientOption {
 	return func(cfg *clientConfig) { cfg.streams = max(n, 1) }
+}
+
+// WithGRPCOnly makes the client speak gRPC to cleartext endpoints too. By
+// default its batch streams and LockStreams to an http:// endpoint use
+// kahuna's own framing on the same port (one stream to a TCP connection,
+// no HTTP/2), and gRPC with an endpoint that does not speak it.
+func WithGRPCOnly() ClientOption {
+	return func(cfg *clientConfig) { cfg.noFrames = true }
 }
 
 // WithMustRetryBudget sets how long TryLock, Extend, Unlock and Get keep
@@ -189,13 +199,19 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 		if cfg.token != nil {
 			dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tokenCreds{cfg.token}))
 		}
+		// One dialer an endpoint: the first stream that finds it does not
+		// speak kahuna's framing turns it off for them all.
+		var frames *frameDialer
+		if p.creds.Info().SecurityProtocol == "insecure" && !cfg.noFrames {
+			frames = &frameDialer{addr: strings.TrimPrefix(p.target, "dns:///"), token: cfg.token}
+		}
 		for range cfg.streams {
 			conn, err := grpc.NewClient(p.target, dialOpts...)
 			if err != nil {
 				c.Close()
 				return nil, fmt.Errorf("transport: endpoint %q: %w", p.raw, err)
 			}
-			ep.streams = append(ep.streams, newBatchStream(life, &c.wg, p.raw, conn, method))
+			ep.streams = append(ep.streams, newBatchStream(life, &c.wg, p.raw, conn, method, frames))
 		}
 	}
 	if err := c.open(ctx); err != nil {

@@ -19,7 +19,7 @@ import (
 func TestNoPingsPerCall(t *testing.T) {
 	srv := startServer(t, newFake(), ServerOptions{NodeName: "n1"})
 	p := startFrameCounter(t, srv.native)
-	c := dial(t, []string{"http://" + p.addr})
+	c := dial(t, []string{"http://" + p.addr}, WithGRPCOnly())
 	ctx := testCtx(t)
 	const calls = 200
 	for i := range calls {

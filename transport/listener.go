@@ -74,12 +74,12 @@ func (s *Server) ServeHTTP(lis net.Listener) error {
 	if s.noFastREST {
 		fast = nil
 	}
-	sn := newSniffer(lis, s.opts.SniffTimeout, fast)
+	sn := newSniffer(lis, s.opts.SniffTimeout, s.serveFrames, fast, false)
 	s.mu.Lock()
 	s.sniffers = append(s.sniffers, sn)
 	s.mu.Unlock()
 	grpcDone := make(chan error, 1)
-	go func() { grpcDone <- s.ServeGRPC(sn.grpcs) }()
+	go func() { grpcDone <- s.serveGRPC(sn.grpcs) }()
 	hs := s.newHTTPServer()
 	err := s.serveHTTP(hs, sn.https, hs.Serve)
 	if errors.Is(err, ErrServerClosed) {
@@ -103,8 +103,9 @@ func (s *Server) ServeTLS(lis net.Listener, certFile, keyFile string) error {
 }
 
 // ServeGRPC serves gRPC alone on lis with grpc-go's own HTTP/2 server,
-// which is faster than gRPC through the mixed handler. It returns nil
-// after Shutdown or Close, else the listener's error.
+// which is faster than gRPC through the mixed handler, and kahuna's own
+// framing beside it (frames.go). It returns nil after Shutdown or Close,
+// else the listener's error.
 func (s *Server) ServeGRPC(lis net.Listener) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -113,6 +114,14 @@ func (s *Server) ServeGRPC(lis net.Listener) error {
 		lis.Close()
 		return ErrServerClosed
 	}
+	// What is neither framed nor HTTP/2 goes to grpc too, which closes it.
+	sn := newSniffer(lis, s.opts.SniffTimeout, s.serveFrames, nil, true)
+	return s.serveGRPC(sn.grpcs)
+}
+
+// serveGRPC serves lis, whose connections speak HTTP/2, with the native
+// grpc.Server.
+func (s *Server) serveGRPC(lis net.Listener) error {
 	err := s.native.Serve(lis)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return ErrServerClosed

@@ -28,6 +28,7 @@ var errNoLockStream = errors.New("transport: no lock stream")
 type lockCalls struct {
 	target string // the endpoint, for errors
 	conn   *grpc.ClientConn
+	frames *frameDialer    // nil: gRPC only (frames.go)
 	ctx    context.Context // the client's: ends on Close
 	wg     *sync.WaitGroup // the client's goroutines
 	openMu sync.Mutex      // one stream opening at a time
@@ -147,7 +148,14 @@ func (l *lockCalls) open() error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(l.ctx)
-	cs, err := v1.NewKahunaClient(l.conn).LockStream(ctx)
+	var cs grpc.BidiStreamingClient[v1.LockStreamRequest, v1.LockStreamResponse]
+	fs, err := l.frames.openIfUsed(ctx, frameKindLocks)
+	switch {
+	case fs != nil:
+		cs = lockClientFrames{fs}
+	case err == nil:
+		cs, err = v1.NewKahunaClient(l.conn).LockStream(ctx)
+	}
 	if err != nil {
 		cancel()
 		return fmt.Errorf("opening a lock stream to %s: %w", l.target, err)

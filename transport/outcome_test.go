@@ -296,7 +296,7 @@ func TestNeverSentIsNotApplied(t *testing.T) {
 		must(t, err)
 		life, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
-		s := newBatchStream(life, &wg, "closed", conn, batchServerMethod)
+		s := newBatchStream(life, &wg, "closed", conn, batchServerMethod, nil)
 		defer func() { s.close(); cancel(); wg.Wait() }()
 		cl := newCall()
 		cl.encode(1, lease.TryLock, "r", []byte("A"), time.Second, pers)

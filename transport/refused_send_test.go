@@ -72,7 +72,7 @@ func TestSendToARefusedStreamGivesTheRefusal(t *testing.T) {
 				cancel()
 				wg.Wait()
 			}()
-			s := newBatchStream(ctx, &wg, "fake", nil, batchClientMethod)
+			s := newBatchStream(ctx, &wg, "fake", nil, batchClientMethod, nil)
 			st := &clientStream{ClientStream: fake, cancel: func() {}, pending: make(map[int32]*call)}
 			s.cur = st
 			wg.Add(1)

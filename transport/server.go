@@ -107,6 +107,7 @@ type Server struct {
 	https    map[*http.Server]struct{}
 	sniffers []*sniffer  // of the ServeHTTP listeners (tests read their counts)
 	fast     *http1Conns // the REST fast path of the ServeHTTP listeners (http1.go)
+	frames   frameConns  // streams in kahuna's own framing, on either port (frames.go)
 
 	noLockStream bool // tests: serve the native service without LockStream
 	noFastREST   bool // tests: serve every HTTP/1.x connection with net/http
@@ -268,6 +269,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		wg.Go(s.native.GracefulStop)
 		wg.Go(s.fast.shutdown)
+		wg.Go(s.frames.shutdown)
 		wg.Wait()
 		s.mixed.Stop()
 	}()
@@ -292,6 +294,7 @@ func (s *Server) Close() error {
 		}
 	}
 	s.fast.close()
+	s.frames.close()
 	s.native.Stop()
 	s.mixed.Stop()
 	return errors.Join(errs...)

@@ -31,6 +31,10 @@ type sniffer struct {
 	grpcs   *sniffed
 	https   *sniffed
 	http1   func(c net.Conn, toHTTPS func(net.Conn))
+	// grpcOnly: no HTTP half; http1 hands on to the gRPC half.
+	grpcOnly bool
+	// frames serves a connection in kahuna's framing (frames.go).
+	frames func(net.Conn)
 
 	mu     sync.Mutex
 	open   int // halves not yet closed
@@ -39,16 +43,22 @@ type sniffer struct {
 
 	// Counted for tests: connections handed to each half, and dropped
 	// (silent or failed before deciding).
-	toGRPC, toHTTP, dropped atomic.Int64
+	toGRPC, toHTTP, toFrames, dropped atomic.Int64
 }
 
-func newSniffer(root net.Listener, timeout time.Duration, http1 func(net.Conn, func(net.Conn))) *sniffer {
+// newSniffer splits root. With grpcOnly set, what is not HTTP/2 goes to
+// http1 with the gRPC half to hand it on to (grpc closes what is not
+// HTTP/2), and the HTTP half is closed from the start.
+func newSniffer(root net.Listener, timeout time.Duration, frames func(net.Conn), http1 func(net.Conn, func(net.Conn)), grpcOnly bool) *sniffer {
 	if timeout <= 0 {
 		timeout = DefaultSniffTimeout
 	}
-	s := &sniffer{root: root, timeout: timeout, http1: http1, open: 2, closed: make(chan struct{})}
+	s := &sniffer{root: root, timeout: timeout, frames: frames, http1: http1, grpcOnly: grpcOnly, open: 2, closed: make(chan struct{})}
 	s.grpcs = &sniffed{s: s, conns: make(chan net.Conn), done: make(chan struct{})}
 	s.https = &sniffed{s: s, conns: make(chan net.Conn), done: make(chan struct{})}
+	if grpcOnly {
+		s.https.Close()
+	}
 	go s.acceptLoop()
 	return s
 }
@@ -97,12 +107,21 @@ func (s *sniffer) classify(c net.Conn) {
 		s.grpcs.deliver(pc)
 		return
 	}
-	s.toHTTP.Add(1)
-	if s.http1 != nil {
-		s.http1(pc, s.https.deliver)
+	if s.frames != nil && n > 0 && buf[0] == framesMagic[0] {
+		s.toFrames.Add(1)
+		s.frames(pc)
 		return
 	}
-	s.https.deliver(pc)
+	s.toHTTP.Add(1)
+	next := s.https.deliver
+	if s.grpcOnly {
+		next = s.grpcs.deliver
+	}
+	if s.http1 != nil {
+		s.http1(pc, next)
+		return
+	}
+	next(pc)
 }
 
 // halfClosed closes the root once both halves are closed.

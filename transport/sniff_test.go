@@ -48,10 +48,10 @@ func rawHTTP(t *testing.T, addr, req string) *http.Response {
 // HTTP/1.x one to net/http, including requests shorter than the preface
 // and an "Upgrade: h2c" that is answered over HTTP/1.1.
 func TestSharedPortSplitsByPreface(t *testing.T) {
-	srv := startServer(t, newFake(), ServerOptions{})
+	srv := startServer(t, newWaitingFake(), ServerOptions{})
 	sn := shared(t, srv)
 
-	c := dial(t, []string{"http://" + srv.mixed})
+	c := dial(t, []string{"http://" + srv.mixed}, WithGRPCOnly())
 	for i := range 5 {
 		if r, err := c.TryLock(testCtx(t), "split", []byte("A"), time.Second, pers); err != nil || r.Status != lease.Locked && i == 0 {
 			t.Fatalf("gRPC on the shared port: %v, %v", r, err)
@@ -60,6 +60,13 @@ func TestSharedPortSplitsByPreface(t *testing.T) {
 	grpcConns := sn.toGRPC.Load()
 	if h := sn.toHTTP.Load(); grpcConns == 0 || h != 0 {
 		t.Fatalf("after a gRPC client: %d connections to gRPC, %d to HTTP, want some and 0", grpcConns, h)
+	}
+	// A client in kahuna's framing (the default on http://) gets it.
+	if r, err := dial(t, []string{"http://" + srv.mixed}).TryLock(testCtx(t), "split", []byte("A"), time.Second, pers); err != nil || r.Status != lease.Locked {
+		t.Fatalf("framed on the shared port: %v, %v", r, err)
+	}
+	if f, h := sn.toFrames.Load(), sn.toHTTP.Load(); f == 0 || h != 0 || sn.toGRPC.Load() != grpcConns {
+		t.Fatalf("after a framed client: %d connections framed, %d to HTTP, %d more to gRPC, want some, 0 and 0", f, h, sn.toGRPC.Load()-grpcConns)
 	}
 
 	newREST(t, srv.mixed).post("/v1/locks/get-info", `{"resource":"split","durability":1}`)

@@ -1,0 +1,244 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// A client on an http:// endpoint speaks kahuna's framing on both ports,
+// Locks and batch calls alike, and no connection of its reaches grpc.
+func TestFramesOnBothPorts(t *testing.T) {
+	srv := startServer(t, newWaitingFake(), ServerOptions{})
+	for _, addr := range []string{srv.native, srv.mixed} {
+		before := srv.frames.accepted.Load()
+		c := dial(t, []string{"http://" + addr}, WithStreamsPerEndpoint(1))
+		ctx := testCtx(t)
+		if r, err := c.TryLock(ctx, "r/"+addr, []byte("A"), time.Minute, eph); err != nil || r.Status != lease.Locked {
+			t.Fatalf("TryLock at %s: %v %v", addr, r, err)
+		}
+		if r, err := c.Lock(ctx, "free/"+addr, []byte("A"), time.Minute, time.Second, eph); err != nil || r.Status != lease.Locked {
+			t.Fatalf("Lock at %s: %v %v", addr, r, err)
+		}
+		if n := srv.frames.accepted.Load() - before; n != 2 {
+			t.Fatalf("%d framed streams at %s, want 2 (a batch stream and a LockStream)", n, addr)
+		}
+	}
+	if sn := shared(t, srv); sn.toGRPC.Load() != 0 || sn.toFrames.Load() != 2 {
+		t.Fatalf("shared port: %d connections to gRPC and %d framed, want 0 and 2", sn.toGRPC.Load(), sn.toFrames.Load())
+	}
+}
+
+// A server that does not serve the native streams (an older kahuna)
+// closes a framed hello; the client then speaks gRPC to it.
+func TestFramesFallBackToGRPC(t *testing.T) {
+	srv := startServer(t, newWaitingFake(), ServerOptions{})
+	srv.noLockStream = true
+	c := dial(t, []string{"http://" + srv.native})
+	if r, err := c.TryLock(testCtx(t), "r", []byte("A"), time.Minute, eph); err != nil || r.Status != lease.Locked {
+		t.Fatalf("TryLock: %v %v", r, err)
+	}
+	if d := c.endpoints[0].streams[0].frames; d.use() {
+		t.Fatal("the client still means to frame streams to a server that closed its hello")
+	}
+	if n := srv.frames.accepted.Load(); n != 0 {
+		t.Fatalf("%d framed streams accepted", n)
+	}
+}
+
+// A port that answers the hello in another protocol (the REST port of an
+// older kahuna answers 400) turns the framing off for its endpoint.
+func TestFramesOffWhenAnsweredInHTTP(t *testing.T) {
+	lis := listen(t)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64)
+				c.Read(buf)
+				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	t.Cleanup(func() { lis.Close() })
+	d := &frameDialer{addr: lis.Addr().String()}
+	if _, err := d.open(testCtx(t), frameKindBatch); !errors.Is(err, errNoFrames) {
+		t.Fatalf("open = %v, want errNoFrames", err)
+	}
+	if d.use() {
+		t.Fatal("the dialer is still on")
+	}
+}
+
+// The token travels in the hello: a wrong one is refused before anything
+// is served, as ErrUnauthenticated and not applied.
+func TestFramesNeedAToken(t *testing.T) {
+	tk, _ := NewTokens("alpha")
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{Tokens: tk})
+	bad := dial(t, []string{"http://" + srv.native}, WithToken("wrong"))
+	_, err := bad.TryLock(testCtx(t), "r", []byte("A"), time.Minute, eph)
+	if !errors.Is(err, lease.ErrUnauthenticated) || !errors.Is(err, lease.ErrNotApplied) {
+		t.Fatalf("TryLock with a wrong token: %v, want ErrUnauthenticated, not applied", err)
+	}
+	if n := w.served.Load(); n != 0 {
+		t.Fatalf("%d requests of a refused client reached the Locker", n)
+	}
+	good := dial(t, []string{"http://" + srv.native}, WithToken("alpha"))
+	if r, err := good.TryLock(testCtx(t), "r", []byte("A"), time.Minute, eph); err != nil || r.Status != lease.Locked {
+		t.Fatalf("TryLock with a listed token: %v %v", r, err)
+	}
+	if n := srv.frames.accepted.Load(); n == 0 {
+		t.Fatal("the listed client's call was not framed")
+	}
+}
+
+// Shutdown answers a call the Locker holds, then ends the stream cleanly:
+// the framed client gets its answer, and later calls fail.
+func TestFramesShutdownAnswersInFlight(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		w := newWaitingFake()
+		g := newGate("parked")
+		w.hook = g.hook
+		srv := startServer(t, w, ServerOptions{})
+		addr := srv.mixed
+		if native {
+			addr = srv.native
+		}
+		c := dial(t, []string{"http://" + addr}, WithStreamsPerEndpoint(1))
+		done := make(chan error, 1)
+		go func() {
+			r, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Second, pers)
+			if err == nil && r.Status != lease.Locked {
+				err = status.Errorf(codes.Unknown, "status %v", r.Status)
+			}
+			done <- err
+		}()
+		<-g.arrived
+		shut := make(chan error, 1)
+		go func() { shut <- srv.Shutdown(testCtx(t)) }()
+		<-srv.draining
+		close(g.release)
+		if err := <-done; err != nil {
+			t.Fatalf("native=%v: in-flight call = %v, want answered Locked", native, err)
+		}
+		if err := <-shut; err != nil {
+			t.Fatalf("native=%v: Shutdown = %v", native, err)
+		}
+		if _, err := c.TryLock(testCtx(t), "after", []byte("A"), time.Second, pers); err == nil {
+			t.Fatalf("native=%v: call after Shutdown succeeded", native)
+		}
+		if srv.frames.accepted.Load() == 0 {
+			t.Fatalf("native=%v: no framed stream", native)
+		}
+	}
+}
+
+// A connection cut while a call is in the server (Close, a crash) leaves
+// the call's outcome unknown: only the server's end frame says that what
+// is unanswered was never processed, never the connection's end alone.
+func TestFramesConnectionCutIsUnknown(t *testing.T) {
+	w := newWaitingFake()
+	g := newGate("parked")
+	w.hook = g.hook
+	defer close(g.release)
+	srv := startServer(t, w, ServerOptions{})
+	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Second, pers)
+		done <- err
+	}()
+	<-g.arrived
+	srv.Close()
+	err := <-done
+	if err == nil || errors.Is(err, lease.ErrNotApplied) {
+		t.Fatalf("call in flight when the connection was cut = %v, want a failure of unknown outcome", err)
+	}
+	if srv.frames.accepted.Load() == 0 {
+		t.Fatal("no framed stream")
+	}
+}
+
+// Bad input on a framed connection ends that connection alone, with a
+// status when the hello was good, and changes nothing.
+func TestFramesBadInput(t *testing.T) {
+	w := newWaitingFake()
+	srv := startServer(t, w, ServerOptions{MaxRequestBytes: 1 << 10})
+	hello := func(kind byte) []byte {
+		return binary.BigEndian.AppendUint16(append([]byte(framesMagic), kind), 0)
+	}
+	for _, tc := range []struct {
+		name   string
+		send   []byte
+		status codes.Code // of the end frame; OK: the server closes without one
+	}{
+		{"unknown kind", hello('x'), codes.OK},
+		{"bad magic", append([]byte("\x00KF9"), hello('b')[4:]...), codes.OK},
+		{"frame over the limit", binary.BigEndian.AppendUint32(hello(frameKindBatch), 1<<20), codes.ResourceExhausted},
+		{"not a Batch message", append(binary.BigEndian.AppendUint32(hello(frameKindBatch), 3), 0xff, 0xff, 0xff), codes.Unknown},
+		{"not a LockStream message", append(binary.BigEndian.AppendUint32(hello(frameKindLocks), 3), 0xff, 0xff, 0xff), codes.Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", srv.native)
+			must(t, err)
+			defer conn.Close()
+			must(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err = conn.Write(tc.send)
+			must(t, err)
+			r := bufio.NewReader(conn)
+			answer, err := r.ReadByte()
+			if tc.status == codes.OK {
+				if err == nil {
+					t.Fatalf("answered %q, want the connection closed", answer)
+				}
+				return
+			}
+			if err != nil || answer != frameAccepted {
+				t.Fatalf("answer %q, %v: want accepted", answer, err)
+			}
+			f := &frameConn{conn: conn, r: r}
+			if _, err := f.read(1 << 20); status.Code(err) == codes.OK || err == errCleanEnd {
+				t.Fatalf("read = %v, want an end with an error status", err)
+			} else if tc.status != codes.Unknown && status.Code(err) != tc.status {
+				t.Fatalf("read = %v, want %v", err, tc.status)
+			}
+		})
+	}
+	if n := w.served.Load(); n != 0 {
+		t.Fatalf("%d requests reached the Locker", n)
+	}
+	c := dial(t, []string{"http://" + srv.native})
+	if r, err := c.TryLock(testCtx(t), "after", []byte("A"), time.Minute, eph); err != nil || r.Status != lease.Locked {
+		t.Fatalf("TryLock after the bad connections: %v %v", r, err)
+	}
+}
+
+// A client's end of its half is seen by the server as the end of the
+// stream's requests, as gRPC's CloseSend.
+func TestFramesCloseSendIsEOF(t *testing.T) {
+	srv := startServer(t, newWaitingFake(), ServerOptions{})
+	d := &frameDialer{addr: srv.native}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	st, err := d.open(ctx, frameKindBatch)
+	must(t, err)
+	must(t, st.CloseSend())
+	if err := st.RecvMsg(new(replyPack)); err != io.EOF {
+		t.Fatalf("RecvMsg after CloseSend = %v, want the server's clean end (io.EOF)", err)
+	}
+}
