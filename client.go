@@ -146,6 +146,14 @@ func WithInsecureSkipVerify() ClientOption {
 	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithInsecureSkipVerify()) }
 }
 
+// WithGRPCOnly makes the client speak gRPC to http:// endpoints too. By
+// default its streams to an http:// endpoint use kahuna's own framing on the
+// same port, one stream to a TCP connection without HTTP/2 (a node that does
+// not speak it is spoken to in gRPC); https:// endpoints are always gRPC.
+func WithGRPCOnly() ClientOption {
+	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithGRPCOnly()) }
+}
+
 // WithMustRetryBudget sets how long TryLock, Extend, Unlock and Get retry
 // MustRetry answers, with jittered backoff (1 to 50 ms), before they
 // return the MustRetry status (default 30 s): a node that refuses work,
@@ -156,10 +164,11 @@ func WithMustRetryBudget(d time.Duration) ClientOption {
 	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithMustRetryBudget(d)) }
 }
 
-// Dial connects to nodes at endpoints: "http://host:port" (cleartext, h2c
-// for gRPC) or "https://host:port" (TLS). Calls go round robin over the
-// endpoints; any node serves any lock. Over gRPC, calls are multiplexed on
-// long-lived batch streams, as Kahuna's clients do, and the client learns
+// Dial connects to nodes at endpoints: "http://host:port" (cleartext:
+// kahuna's own framing, else h2c for gRPC) or "https://host:port" (TLS,
+// gRPC). Calls go round robin over the endpoints; any node serves any lock.
+// Calls are multiplexed on long-lived batch streams, as Kahuna's clients
+// do over gRPC, and the client learns
 // each partition's leader: a node that forwarded a call names the leader's
 // client URL in the answer (Result.ServedFrom, the member's
 // --initial-cluster-endpoints URL), and when that is one of endpoints, the

@@ -51,7 +51,7 @@ func TestBadFlagsSayWhy(t *testing.T) {
 	}{
 		{[]string{"--concurrency", "0"}, "--concurrency must be ≥ 1, got 0"},
 		{[]string{"--workload", "burst"}, `--workload "burst": want one of lock, hot, extend, get, mixed`},
-		{[]string{"--target", "zookeeper"}, `unknown target "zookeeper" (have embedded, mutex, grpc, rest)`},
+		{[]string{"--target", "zookeeper"}, `unknown target "zookeeper" (have embedded, mutex, grpc, native, rest)`},
 		{[]string{"--compare", "embedded,kahuna-embedded"}, `target "kahuna-embedded" given twice`},
 		{[]string{"--target", "rest:ephemeral"}, `target "rest:ephemeral" needs --endpoints`},
 		{[]string{"--compare", "embedded:durable"}, `target "embedded:durable": --durability "durable"`},

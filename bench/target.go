@@ -118,7 +118,7 @@ func (r Registry) usage() string {
 // DefaultTargets are the targets of the core module: kahuna itself, in
 // process and over the wire, and the mutex baseline.
 func DefaultTargets() Registry {
-	return Registry{EmbeddedTarget(), MutexTarget(), GRPCTarget(), RESTTarget()}
+	return Registry{EmbeddedTarget(), MutexTarget(), GRPCTarget(), NativeTarget(), RESTTarget()}
 }
 
 // Shared is a System whose one Locker serves every worker.

@@ -28,12 +28,23 @@ func GRPCTarget() Target {
 		Name:    "grpc",
 		Aliases: []string{"kahuna-grpc"},
 		About:   "a kahuna node over gRPC at --endpoints (http:// = h2c, https://), or without them an in-process node on a loopback port",
-		Open:    openGRPC,
+		Open:    func(ctx context.Context, s Settings) (System, error) { return openGRPC(ctx, s, kahuna.WithGRPCOnly()) },
 	}
 }
 
-func openGRPC(ctx context.Context, s Settings) (System, error) {
-	var opts []kahuna.ClientOption
+// NativeTarget is GRPCTarget with kahuna.Client's default wire: kahuna's own
+// framing on the same port to http:// endpoints (gRPC to https:// ones, and
+// to a node that does not speak the framing).
+func NativeTarget() Target {
+	return Target{
+		Name:    "native",
+		Aliases: []string{"kahuna-native"},
+		About:   "as grpc, with kahuna.Client's default wire: kahuna's own framing to http:// endpoints",
+		Open:    func(ctx context.Context, s Settings) (System, error) { return openGRPC(ctx, s) },
+	}
+}
+
+func openGRPC(ctx context.Context, s Settings, opts ...kahuna.ClientOption) (System, error) {
 	if s.Insecure {
 		opts = append(opts, kahuna.WithInsecureSkipVerify())
 	}

@@ -28,7 +28,7 @@ func serve(t *testing.T, l lease.Locker) string {
 // every call and status, as the gRPC client does.
 func TestWireTargetsAgainstTheServer(t *testing.T) {
 	endpoint := serve(t, NewMutexLocker())
-	for _, target := range []Target{RESTTarget(), GRPCTarget()} {
+	for _, target := range []Target{RESTTarget(), GRPCTarget(), NativeTarget()} {
 		t.Run(target.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -82,7 +82,7 @@ func TestWireTargetsAgainstTheServer(t *testing.T) {
 func TestWireTargetsRun(t *testing.T) {
 	c := testConfig(WorkloadLock)
 	c.Endpoints = []string{serve(t, NewMutexLocker())}
-	for _, target := range []Target{RESTTarget(), GRPCTarget()} {
+	for _, target := range []Target{RESTTarget(), GRPCTarget(), NativeTarget()} {
 		res := run(t, c, target)
 		if res.Aggregate.Count == 0 || res.Aggregate.Errors != 0 || res.AllocsPerOp != nil {
 			t.Errorf("%s: %+v %v, allocs %v", target.Name, res.Aggregate, res.Errors, res.AllocsPerOp)

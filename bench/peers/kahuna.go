@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/bench"
@@ -37,7 +36,7 @@ func withServer(t bench.Target, o *Options) bench.Target {
 		// targets do (the shared REST port serves gRPC at the same speed
 		// since it hands HTTP/2 connections to the same server).
 		endpoint := httpEndpoint
-		if strings.HasPrefix(t.Name, "grpc") {
+		if t.Name == "grpc" || t.Name == "native" {
 			endpoint = grpcEndpoint
 		}
 		s.Logger.Info("kahuna started", "endpoint", endpoint, "dir", srv.dir)

@@ -30,15 +30,15 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.RedisAppendfsyncAlways, "redis-appendfsync-always", false, "redis with --start-server: append-only file fsynced on every write (durable), instead of no persistence")
 	fs.StringVar(&o.EtcdEndpoints, "etcd-endpoints", "http://127.0.0.1:2379", "etcd: comma-separated client URLs (without --start-server)")
 	fs.StringVar(&o.EtcdServer, "etcd-server", "etcd", "etcd: the server binary --start-server runs")
-	fs.StringVar(&o.KahunaServer, "kahuna-server", "kahuna", "grpc, rest with --start-server and no --endpoints: the node binary to run (go build -o /tmp/kahuna ./cmd/kahuna)")
+	fs.StringVar(&o.KahunaServer, "kahuna-server", "kahuna", "grpc, native, rest with --start-server and no --endpoints: the node binary to run (go build -o /tmp/kahuna ./cmd/kahuna)")
 }
 
 // Targets is kahuna-bench's registry plus redis and etcd, configured by o;
-// its wire targets (grpc, rest) can start their own node too.
+// its wire targets (grpc, native, rest) can start their own node too.
 func Targets(o *Options) bench.Registry {
 	reg := bench.DefaultTargets()
 	for i, t := range reg {
-		if t.NeedsEndpoints || t.Name == "grpc" {
+		if t.NeedsEndpoints || t.Name == "grpc" || t.Name == "native" {
 			reg[i] = withServer(t, o)
 		}
 	}
