@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks a 3-process cluster: starts scripts/cluster.sh in a temp dir,
-# waits for "cluster ready", runs kahuna-bench's lock workload over gRPC
-# against all three nodes' client URLs (the shared ports, which the nodes
+# waits for "cluster ready", runs kahuna-bench's lock workload with the Go
+# client's default wire (kahuna's framing; TARGET=grpc for gRPC) against all
+# three nodes' client URLs (the shared ports, which the nodes
 # name in ServedFrom, so the client learns the leaders) for each
 # durability, prints the leaders
 # before and after each run (leader changes under load lose ephemeral
@@ -47,7 +48,7 @@ echo "leaders of partitions 0..7: $(leaders)"
 for d in ${DURABILITIES:-ephemeral persistent}; do
   echo
   echo "== $d"
-  "$bindir/kahuna-bench" --target grpc \
+  "$bindir/kahuna-bench" --target "${TARGET:-native}" \
     --endpoints http://127.0.0.1:2070,http://127.0.0.1:3070,http://127.0.0.1:4070 \
     --durability "$d" --progress=false "$@"
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

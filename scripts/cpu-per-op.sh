@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CPU per lock op, server and client, side by side: Redis (go-redis), kahuna
-# over REST and kahuna over gRPC, one after another with the same workload
+# over REST, kahuna over gRPC and over its own framing (the Go client's
+# default), one after another with the same workload
 # (kahuna-bench's lock workload: 64 callers, TryLock + Unlock, 10,000 keys,
 # ephemeral, no warm-up so that every op counted ran inside the CPU window).
 # Both processes share the machine's cores, so on a small machine the ops/s
@@ -51,3 +52,4 @@ run() {
 run redis "$redis" "$dir/kahuna-bench-peers" --target redis --redis-addr 127.0.0.1:6391
 run kahuna-rest "$node" "$dir/kahuna-bench" --target rest --endpoints http://127.0.0.1:2270
 run kahuna-grpc "$node" "$dir/kahuna-bench" --target grpc --endpoints http://127.0.0.1:2272
+run kahuna-native "$node" "$dir/kahuna-bench" --target native --endpoints http://127.0.0.1:2272

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${1:?usage: scripts/node-bench.sh KAHUNA_BINARY [kahuna-bench-peers flags]}"
 shift
-compare="${COMPARE:-kahuna-grpc:ephemeral,kahuna-grpc:persistent,redis}"
+compare="${COMPARE:-kahuna-native:ephemeral,kahuna-native:persistent,kahuna-grpc:ephemeral,redis}"
 dir="$(mktemp -d "${TMPDIR:-/tmp}/kahuna-node-bench.XXXXXX")"
 (cd bench/peers && go build -o "$dir/kahuna-bench-peers" ./cmd/kahuna-bench-peers)
 "$bin" --host 127.0.0.1 --http-ports 2170 --grpc-cleartext-ports 2172 --raft-port 2173 \

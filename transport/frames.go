@@ -256,7 +256,13 @@ func (s *Server) serveFrames(c net.Conn) {
 	defer s.frames.remove(c)
 	defer c.Close()
 	f := &frameConn{conn: c, r: bufio.NewReaderSize(c, frameReadBuffer)}
-	_ = c.SetReadDeadline(time.Now().Add(s.opts.SniffTimeout + DefaultSniffTimeout))
+	// The hello is bounded as the sniff was: a silent connection holds
+	// nothing for long.
+	timeout := s.opts.SniffTimeout
+	if timeout <= 0 {
+		timeout = DefaultSniffTimeout
+	}
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	var hello [len(framesMagic) + 1]byte
 	if _, err := io.ReadFull(f.r, hello[:]); err != nil || string(hello[:len(framesMagic)]) != framesMagic {
 		return
