@@ -69,7 +69,8 @@ func WithStreamsPerEndpoint(n int) ClientOption {
 // WithGRPCOnly makes the client speak gRPC to cleartext endpoints too. By
 // default its batch streams and LockStreams to an http:// endpoint use
 // kahuna's own framing on the same port (one stream to a TCP connection,
-// no HTTP/2), and gRPC with an endpoint that does not speak it.
+// no HTTP/2), and gRPC with an endpoint that does not speak it (trying the
+// framing again a minute later).
 func WithGRPCOnly() ClientOption {
 	return func(cfg *clientConfig) { cfg.noFrames = true }
 }
@@ -200,7 +201,7 @@ func Dial(ctx context.Context, endpoints []string, opts ...ClientOption) (*Clien
 			dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tokenCreds{cfg.token}))
 		}
 		// One dialer an endpoint: the first stream that finds it does not
-		// speak kahuna's framing turns it off for them all.
+		// speak kahuna's framing turns it off for them all, for a while.
 		var frames *frameDialer
 		if p.creds.Info().SecurityProtocol == "insecure" && !cfg.noFrames {
 			frames = &frameDialer{addr: strings.TrimPrefix(p.target, "dns:///"), token: cfg.token}

@@ -24,21 +24,25 @@ var errNoFrames = errors.New("transport: the endpoint does not speak kahuna's fr
 
 const framesDialTimeout = 5 * time.Second
 
-// frameDialer opens framed streams to one cleartext endpoint, until the
-// endpoint shows it does not speak the framing: then the client uses gRPC
-// with it for good.
+// frameDialer opens framed streams to one cleartext endpoint. When the
+// endpoint shows it does not speak the framing, the client uses gRPC with
+// it for framesOff before it tries again: a node closing at shutdown
+// looks the same as one of an older version, and the upgraded node that
+// replaces it should get the framing back.
 type frameDialer struct {
-	addr  string        // host:port
-	token func() string // nil: no token
-	off   atomic.Bool
+	addr     string        // host:port
+	token    func() string // nil: no token
+	offUntil atomic.Int64  // unix nanoseconds
 }
 
+const framesOff = time.Minute
+
 // use reports whether streams to the endpoint are to be framed.
-func (d *frameDialer) use() bool { return d != nil && !d.off.Load() }
+func (d *frameDialer) use() bool { return d != nil && time.Now().UnixNano() >= d.offUntil.Load() }
 
 // open dials a stream of the kind. errNoFrames means the endpoint does not
-// speak the framing (and turns it off); a refusal is a status error, as
-// gRPC's.
+// speak the framing (and turns it off for framesOff); a refusal is a
+// status error, as gRPC's.
 func (d *frameDialer) open(ctx context.Context, kind byte) (*frameClientStream, error) {
 	dctx, cancel := context.WithTimeout(ctx, framesDialTimeout)
 	defer cancel()
@@ -75,7 +79,7 @@ func (d *frameDialer) open(ctx context.Context, kind byte) (*frameClientStream, 
 	case errors.Is(err, io.EOF), err == nil && answer != frameAccepted && answer != frameRefused:
 		// Closed at the hello, or answered in another protocol (the
 		// REST port of an older kahuna answers 400).
-		d.off.Store(true)
+		d.offUntil.Store(time.Now().Add(framesOff).UnixNano())
 		return nil, errNoFrames
 	case err != nil:
 		return nil, err
@@ -88,9 +92,8 @@ func (d *frameDialer) open(ctx context.Context, kind byte) (*frameClientStream, 
 	}
 	_ = c.SetDeadline(time.Time{})
 	ok = true
-	st := &frameClientStream{frameConn: &frameConn{conn: c, r: r}, ctx: ctx}
-	st.stop = context.AfterFunc(ctx, func() { c.Close() })
-	return st, nil
+	context.AfterFunc(ctx, func() { c.Close() })
+	return &frameClientStream{frameConn: &frameConn{conn: c, r: r}, ctx: ctx}, nil
 }
 
 // openIfUsed opens a framed stream of the kind if the endpoint speaks the
@@ -110,8 +113,7 @@ func (d *frameDialer) openIfUsed(ctx context.Context, kind byte) (*frameClientSt
 // batch stream's client drives it unchanged; its context's end closes it.
 type frameClientStream struct {
 	*frameConn
-	ctx  context.Context
-	stop func() bool
+	ctx context.Context
 }
 
 // Header carries the mark of a Batch stream: a framed stream is one.

@@ -48,8 +48,17 @@ func TestFramesFallBackToGRPC(t *testing.T) {
 	if r, err := c.TryLock(testCtx(t), "r", []byte("A"), time.Minute, eph); err != nil || r.Status != lease.Locked {
 		t.Fatalf("TryLock: %v %v", r, err)
 	}
-	if d := c.endpoints[0].streams[0].frames; d.use() {
+	d := c.endpoints[0].streams[0].frames
+	if d.use() {
 		t.Fatal("the client still means to frame streams to a server that closed its hello")
+	}
+	// For a while only: an upgraded node at the same address gets it back.
+	if until := time.Unix(0, d.offUntil.Load()); time.Until(until) > framesOff {
+		t.Fatalf("framing off until %v, more than %v from now", until, framesOff)
+	}
+	d.offUntil.Store(time.Now().Add(-time.Second).UnixNano())
+	if !d.use() {
+		t.Fatal("the framing is still off once its while is over")
 	}
 	if n := srv.frames.accepted.Load(); n != 0 {
 		t.Fatalf("%d framed streams accepted", n)
