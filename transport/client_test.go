@@ -375,28 +375,40 @@ func TestClientContextCancel(t *testing.T) {
 	}
 }
 
+// TestClientServerClosedMidCall: a call the server holds when it closes
+// has an unknown outcome, on either wire: a framed connection that ends
+// without the server's end frame broke, like a gRPC stream without OK.
 func TestClientServerClosedMidCall(t *testing.T) {
-	f := newFake()
-	g := newGate("parked")
-	f.hook = g.hook
-	defer close(g.release)
-	srv := startServer(t, f, ServerOptions{})
-	c := dial(t, []string{"http://" + srv.native})
+	for _, framed := range []bool{false, true} {
+		w := newWaitingFake() // serves the native streams, so framing is offered
+		g := newGate("parked")
+		w.hook = g.hook
+		srv := startServer(t, w, ServerOptions{})
+		opts := []ClientOption{}
+		if !framed {
+			opts = append(opts, WithGRPCOnly())
+		}
+		c := dial(t, []string{"http://" + srv.native}, opts...)
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Second, pers)
-		done <- err
-	}()
-	<-g.arrived
-	srv.Close()
-	err := <-done
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnsent) || errors.Is(err, lease.ErrNotApplied) {
-		t.Fatalf("TryLock on a closed server = %v, want a transport error with unknown outcome", err)
-	}
-	// Later calls fail fast, not hang.
-	if _, err := c.TryLock(testCtx(t), "r", []byte("A"), time.Second, pers); err == nil {
-		t.Fatal("TryLock with the server gone succeeded")
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Second, pers)
+			done <- err
+		}()
+		<-g.arrived
+		srv.Close()
+		err := <-done
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnsent) || errors.Is(err, lease.ErrNotApplied) {
+			t.Fatalf("framed=%v: TryLock on a closed server = %v, want a transport error with unknown outcome", framed, err)
+		}
+		// Later calls fail fast, not hang.
+		if _, err := c.TryLock(testCtx(t), "r", []byte("A"), time.Second, pers); err == nil {
+			t.Fatalf("framed=%v: TryLock with the server gone succeeded", framed)
+		}
+		if got := srv.frames.accepted.Load() > 0; got != framed {
+			t.Fatalf("framed=%v: framed streams accepted: %v", framed, got)
+		}
+		close(g.release)
 	}
 }
 

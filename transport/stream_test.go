@@ -154,39 +154,49 @@ func TestStreamBoundsInFlight(t *testing.T) {
 }
 
 // TestShutdownAnswersInFlight: Shutdown lets a call parked in the Locker
-// finish and answer before the stream and the server end.
+// finish and answer before the stream and the server end, on either port
+// and either wire (gRPC, kahuna's framing).
 func TestShutdownAnswersInFlight(t *testing.T) {
 	for _, native := range []bool{false, true} {
-		f := newFake()
-		g := newGate("parked")
-		f.hook = g.hook
-		srv := startServer(t, f, ServerOptions{})
-		addr := srv.mixed
-		if native {
-			addr = srv.native
-		}
-		c := dial(t, []string{"http://" + addr}, WithStreamsPerEndpoint(1))
-		done := make(chan error, 1)
-		go func() {
-			r, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Second, pers)
-			if err == nil && r.Status != lease.Locked {
-				err = status.Errorf(codes.Unknown, "status %v", r.Status)
+		for _, framed := range []bool{false, true} {
+			w := newWaitingFake() // serves the native streams, so framing is offered
+			g := newGate("parked")
+			w.hook = g.hook
+			srv := startServer(t, w, ServerOptions{})
+			addr := srv.mixed
+			if native {
+				addr = srv.native
 			}
-			done <- err
-		}()
-		<-g.arrived
-		shut := make(chan error, 1)
-		go func() { shut <- srv.Shutdown(testCtx(t)) }()
-		<-srv.draining // shutdown has begun
-		close(g.release)
-		if err := <-done; err != nil {
-			t.Fatalf("native=%v: in-flight call = %v, want answered Locked", native, err)
-		}
-		if err := <-shut; err != nil {
-			t.Fatalf("native=%v: Shutdown = %v", native, err)
-		}
-		if _, err := c.TryLock(testCtx(t), "after", []byte("A"), time.Second, pers); err == nil {
-			t.Fatalf("native=%v: call after Shutdown succeeded", native)
+			opts := []ClientOption{WithStreamsPerEndpoint(1)}
+			if !framed {
+				opts = append(opts, WithGRPCOnly())
+			}
+			c := dial(t, []string{"http://" + addr}, opts...)
+			done := make(chan error, 1)
+			go func() {
+				r, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Second, pers)
+				if err == nil && r.Status != lease.Locked {
+					err = status.Errorf(codes.Unknown, "status %v", r.Status)
+				}
+				done <- err
+			}()
+			<-g.arrived
+			shut := make(chan error, 1)
+			go func() { shut <- srv.Shutdown(testCtx(t)) }()
+			<-srv.draining // shutdown has begun
+			close(g.release)
+			if err := <-done; err != nil {
+				t.Fatalf("native=%v framed=%v: in-flight call = %v, want answered Locked", native, framed, err)
+			}
+			if err := <-shut; err != nil {
+				t.Fatalf("native=%v framed=%v: Shutdown = %v", native, framed, err)
+			}
+			if _, err := c.TryLock(testCtx(t), "after", []byte("A"), time.Second, pers); err == nil {
+				t.Fatalf("native=%v framed=%v: call after Shutdown succeeded", native, framed)
+			}
+			if got := srv.frames.accepted.Load() > 0; got != framed {
+				t.Fatalf("native=%v framed=%v: framed streams accepted: %v", native, framed, got)
+			}
 		}
 	}
 }
