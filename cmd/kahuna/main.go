@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -144,8 +145,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	m.watch(nd)
+	extra := map[string]http.Handler{"/metrics": m.handler()}
+	if enablePprof {
+		maps.Copy(extra, pprofHandlers())
+	}
 	srv := nd.NewServer(node.ServerOptions{
-		Extra:           map[string]http.Handler{"/metrics": m.handler()},
+		Extra:           extra,
 		Observe:         m.observeWire,
 		Unauthenticated: openPaths(o),
 	})

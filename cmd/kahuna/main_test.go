@@ -196,16 +196,42 @@ func TestServeRestartAndShutdown(t *testing.T) {
 	if !strings.Contains(string(metrics), `kahuna_requests_total{durability="persistent",op="TryLock",status="Locked"} 1`) || !strings.Contains(string(metrics), `kahuna_held_locks{durability="persistent"} 1`) {
 		t.Fatalf("metrics lack the request or the held lock:\n%s", metrics)
 	}
+	if code := get(t, base+"/debug/pprof/cmdline"); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ without --enable-pprof: %d, want 404", code)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("shutdown exit %d", code)
 	}
 
+	args = append(args, "--enable-pprof")
 	cancel, done, _ = start()
 	defer func() { cancel(); <-done }()
 	if got := post("/v1/locks/try-lock", `{"resource":"bin/r","owner":"b3RoZXI=","expiresMs":1000,"durability":1}`); !strings.Contains(got, `"type":1`) {
 		t.Fatalf("after restart the lock should be busy: %s", got)
 	}
+	// --enable-pprof: an execution trace of the running node.
+	resp, err = http.Get(base + "/debug/pprof/trace?seconds=0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.HasPrefix(trace, []byte("go 1.")) {
+		t.Fatalf("/debug/pprof/trace with --enable-pprof: %d, %.40q", resp.StatusCode, trace)
+	}
+}
+
+// get returns the status of a GET of url.
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // -help starts with a usage line and what the command does, then the
