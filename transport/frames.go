@@ -112,13 +112,17 @@ func (f *frameConn) end(err error) error {
 	if len(msg) > maxTokenBytes {
 		msg = msg[:maxTokenBytes]
 	}
+	return f.sendRaw(appendStatus(binary.BigEndian.AppendUint32(nil, frameEnd), st.Code(), msg))
+}
+
+// sendRaw writes b as it is: the hello's answer, an end.
+func (f *frameConn) sendRaw(b []byte) error {
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
-	b := binary.BigEndian.AppendUint32(nil, frameEnd)
-	b = appendStatus(b, st.Code(), msg)
 	return f.send(b)
 }
 
+// send writes b; the caller holds wmu.
 func (f *frameConn) send(b []byte) error {
 	if err := f.conn.SetWriteDeadline(time.Now().Add(frameWriteTimeout)); err != nil {
 		return err
@@ -203,7 +207,7 @@ type frameConns struct {
 	accepted atomic.Int64 // streams accepted after their hello (tests read it)
 
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]bool // true once past its hello
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -215,10 +219,22 @@ func (t *frameConns) add(c net.Conn) bool {
 		return false
 	}
 	if t.conns == nil {
-		t.conns = map[net.Conn]struct{}{}
+		t.conns = map[net.Conn]bool{}
 	}
-	t.conns[c] = struct{}{}
+	t.conns[c] = false
 	t.wg.Add(1)
+	return true
+}
+
+// streaming marks c past its hello, unless the server is shutting down.
+func (t *frameConns) streaming(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = true
+	t.accepted.Add(1)
 	return true
 }
 
@@ -229,10 +245,23 @@ func (t *frameConns) remove(c net.Conn) {
 	t.wg.Done()
 }
 
-// shutdown waits for the streams, which the server's draining ends.
+// open is how many framed connections are open (tests).
+func (t *frameConns) open() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
+// shutdown waits for the streams, which the server's draining ends;
+// connections still in their hello are closed, so none holds it up.
 func (t *frameConns) shutdown() {
 	t.mu.Lock()
 	t.closed = true
+	for c, streaming := range t.conns {
+		if !streaming {
+			c.Close()
+		}
+	}
 	t.mu.Unlock()
 	t.wg.Wait()
 }
@@ -288,19 +317,13 @@ func (s *Server) serveFrames(c net.Conn) {
 			auth = []string{"Bearer " + token}
 		}
 		if why := check(t, auth); why != "" {
-			f.wmu.Lock()
-			_ = f.send(appendStatus([]byte{frameRefused}, codes.Unauthenticated, why))
-			f.wmu.Unlock()
+			_ = f.sendRaw(appendStatus([]byte{frameRefused}, codes.Unauthenticated, why))
 			return
 		}
 	}
-	f.wmu.Lock()
-	err = f.send([]byte{frameAccepted})
-	f.wmu.Unlock()
-	if err != nil {
-		return
+	if !s.frames.streaming(c) || f.sendRaw([]byte{frameAccepted}) != nil {
+		return // shutting down, or gone
 	}
-	s.frames.accepted.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &frameServerStream{frameConn: f, ctx: ctx, cancel: cancel, limit: s.opts.MaxRequestBytes}

@@ -184,3 +184,25 @@ func TestFramesCloseSendIsEOF(t *testing.T) {
 		t.Fatalf("RecvMsg after CloseSend = %v, want the server's clean end (io.EOF)", err)
 	}
 }
+
+// A connection silent in its hello does not hold Shutdown up: it is closed,
+// where streams past their hello are let wind down.
+func TestFramesShutdownNotHeldByAHello(t *testing.T) {
+	srv := startServer(t, newWaitingFake(), ServerOptions{SniffTimeout: time.Minute})
+	conn, err := net.Dial("tcp", srv.native)
+	must(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte(framesMagic[:2])) // a hello begun, never finished
+	must(t, err)
+	for srv.frames.open() == 0 { // until the server has taken it as framed
+		if testCtx(t).Err() != nil {
+			t.Fatal("the begun hello never reached the framing")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown = %v, with a connection silent in its hello", err)
+	}
+}
