@@ -30,8 +30,13 @@ import (
 // small write) and HTTP/2's flow control: on one hot lock, framed
 // hand-offs came about a fifth faster (docs/benchmarks.md).
 //
-// A connection opens with a hello: framesMagic, the stream's kind, and the
-// bearer token (2-byte length, then the token). The server answers
+// A connection opens with a hello: a header of helloHeader bytes
+// (framesMagic, the stream's kind, the bearer token's 2-byte length,
+// "\r\n\r\n", zeros), then the token. The header is as long as an HTTP/2
+// preface and ends a line early, so a server that does not speak the
+// framing refuses it at once: an HTTP/2 one reads a whole preface before it
+// closes a connection that does not open with one, and an HTTP/1.x one
+// answers the unparsable request line with 400. The server answers
 // frameAccepted, or frameRefused and a status (a code byte, a 2-byte
 // length, the message), then closes. Either side ends its half with a
 // frame of length frameEnd followed by a status, code 0 for a clean end: a
@@ -43,6 +48,9 @@ const (
 	// framesMagic starts no HTTP/2 preface, HTTP/1.x request or TLS
 	// record, so a sniffing listener tells it from those by its first byte.
 	framesMagic = "\x00KF1"
+
+	// helloHeader is the hello before the token (see above).
+	helloHeader = len(http2Preface)
 
 	frameKindBatch   byte = 'b' // kahuna.v1 Batch
 	frameKindForward byte = 'f' // kahuna.v1 ForwardBatch, between members
@@ -188,17 +196,32 @@ func readStatus(r *bufio.Reader) (codes.Code, string, error) {
 	return codes.Code(h[0]), string(msg), nil
 }
 
-// readString reads a 2-byte length and that many bytes.
-func readString(r *bufio.Reader) (string, error) {
-	var h [2]byte
+// appendHello appends the hello of a stream of kind with token (at most
+// maxTokenBytes).
+func appendHello(b []byte, kind byte, token string) []byte {
+	b = append(b, framesMagic...)
+	b = append(b, kind)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(token)))
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, make([]byte, helloHeader-len(framesMagic)-1-2-4)...)
+	return append(b, token...)
+}
+
+// readHello reads a hello: the stream's kind and the token.
+func readHello(r *bufio.Reader) (kind byte, token string, err error) {
+	var h [helloHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return "", err
+		return 0, "", err
 	}
-	b := make([]byte, binary.BigEndian.Uint16(h[:]))
-	if _, err := io.ReadFull(r, b); err != nil {
-		return "", err
+	if string(h[:len(framesMagic)]) != framesMagic {
+		return 0, "", errors.New("not a hello")
 	}
-	return string(b), nil
+	kind = h[len(framesMagic)]
+	t := make([]byte, binary.BigEndian.Uint16(h[len(framesMagic)+1:]))
+	if _, err := io.ReadFull(r, t); err != nil {
+		return 0, "", err
+	}
+	return kind, string(t), nil
 }
 
 // frameConns tracks the server's framed connections, so Close can cut
@@ -292,16 +315,11 @@ func (s *Server) serveFrames(c net.Conn) {
 		timeout = DefaultSniffTimeout
 	}
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	var hello [len(framesMagic) + 1]byte
-	if _, err := io.ReadFull(f.r, hello[:]); err != nil || string(hello[:len(framesMagic)]) != framesMagic {
-		return
-	}
-	token, err := readString(f.r)
+	kind, token, err := readHello(f.r)
 	if err != nil {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	kind := hello[len(framesMagic)]
 	method, ok := framesMethod(kind)
 	if !ok || s.noLockStream {
 		// Not a stream this server serves this way: it closes, and the

@@ -3,12 +3,12 @@ package transport
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -64,9 +64,7 @@ func (d *frameDialer) open(ctx context.Context, kind byte) (*frameClientStream, 
 	if len(token) > maxTokenBytes {
 		return nil, fmt.Errorf("transport: a token of %d bytes", len(token))
 	}
-	hello := append([]byte(framesMagic), kind)
-	hello = binary.BigEndian.AppendUint16(hello, uint16(len(token)))
-	hello = append(hello, token...)
+	hello := appendHello(nil, kind, token)
 	if deadline, set := dctx.Deadline(); set {
 		_ = c.SetDeadline(deadline)
 	}
@@ -76,9 +74,10 @@ func (d *frameDialer) open(ctx context.Context, kind byte) (*frameClientStream, 
 	r := bufio.NewReaderSize(c, frameReadBuffer)
 	answer, err := r.ReadByte()
 	switch {
-	case errors.Is(err, io.EOF), err == nil && answer != frameAccepted && answer != frameRefused:
-		// Closed at the hello, or answered in another protocol (the
-		// REST port of an older kahuna answers 400).
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), err == nil && answer != frameAccepted && answer != frameRefused:
+		// Closed at the hello (a reset when the hello was not all read),
+		// or answered in another protocol (an older kahuna's REST port
+		// answers 400).
 		d.offUntil.Store(time.Now().Add(framesOff).UnixNano())
 		return nil, errNoFrames
 	case err != nil:

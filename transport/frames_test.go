@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -65,31 +66,32 @@ func TestFramesFallBackToGRPC(t *testing.T) {
 	}
 }
 
-// A port that answers the hello in another protocol (the REST port of an
-// older kahuna answers 400) turns the framing off for its endpoint.
-func TestFramesOffWhenAnsweredInHTTP(t *testing.T) {
-	lis := listen(t)
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64)
-				c.Read(buf)
-				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
-			}()
+// The ports of an older kahuna, which do not speak the framing, turn it off
+// at the hello at once: its native port (grpc-go's server, which reads a
+// whole HTTP/2 preface before it closes a connection that does not open
+// with one) and its shared one (net/http, which answers a request line it
+// cannot parse with 400).
+func TestFramesOffAtAnOlderServer(t *testing.T) {
+	srv := startServer(t, newWaitingFake(), ServerOptions{})
+	grpcOnly := listen(t)
+	go srv.serveGRPC(grpcOnly) // no sniffing: a native port before the framing
+	httpOnly := listen(t)
+	hs := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: time.Minute}
+	go hs.Serve(httpOnly)
+	t.Cleanup(func() { hs.Close() })
+	for _, lis := range []net.Listener{grpcOnly, httpOnly} {
+		d := &frameDialer{addr: lis.Addr().String()}
+		// Not a timeout: the dial's own bound is 5 s, the test's 20 s.
+		if _, err := d.open(testCtx(t), frameKindBatch); !errors.Is(err, errNoFrames) {
+			t.Fatalf("open at %s = %v, want errNoFrames", lis.Addr(), err)
 		}
-	}()
-	t.Cleanup(func() { lis.Close() })
-	d := &frameDialer{addr: lis.Addr().String()}
-	if _, err := d.open(testCtx(t), frameKindBatch); !errors.Is(err, errNoFrames) {
-		t.Fatalf("open = %v, want errNoFrames", err)
+		if d.use() {
+			t.Fatal("the dialer is still on")
+		}
 	}
-	if d.use() {
-		t.Fatal("the dialer is still on")
+	c := dial(t, []string{"http://" + grpcOnly.Addr().String()})
+	if r, err := c.TryLock(testCtx(t), "r", []byte("A"), time.Minute, eph); err != nil || r.Status != lease.Locked {
+		t.Fatalf("TryLock at the older native port: %v %v", r, err)
 	}
 }
 
@@ -120,10 +122,8 @@ func TestFramesNeedAToken(t *testing.T) {
 // status when the hello was good, and changes nothing.
 func TestFramesBadInput(t *testing.T) {
 	w := newWaitingFake()
-	srv := startServer(t, w, ServerOptions{MaxRequestBytes: 1 << 10})
-	hello := func(kind byte) []byte {
-		return binary.BigEndian.AppendUint16(append([]byte(framesMagic), kind), 0)
-	}
+	srv := startServer(t, w, ServerOptions{MaxRequestBytes: 1 << 10, SniffTimeout: 300 * time.Millisecond}) // bounds the cut hello
+	hello := func(kind byte) []byte { return appendHello(nil, kind, "") }
 	for _, tc := range []struct {
 		name   string
 		send   []byte
@@ -131,6 +131,7 @@ func TestFramesBadInput(t *testing.T) {
 	}{
 		{"unknown kind", hello('x'), codes.OK},
 		{"bad magic", append([]byte("\x00KF9"), hello('b')[4:]...), codes.OK},
+		{"a hello cut short", hello('b')[:helloHeader-1], codes.OK},
 		{"frame over the limit", binary.BigEndian.AppendUint32(hello(frameKindBatch), 1<<20), codes.ResourceExhausted},
 		{"not a Batch message", append(binary.BigEndian.AppendUint32(hello(frameKindBatch), 3), 0xff, 0xff, 0xff), codes.Unknown},
 		{"not a LockStream message", append(binary.BigEndian.AppendUint32(hello(frameKindLocks), 3), 0xff, 0xff, 0xff), codes.Unknown},
