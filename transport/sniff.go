@@ -31,7 +31,7 @@ type sniffer struct {
 	grpcs   *sniffed
 	https   *sniffed
 	http1   func(c net.Conn, toHTTPS func(net.Conn))
-	// grpcOnly: no HTTP half; http1 hands on to the gRPC half.
+	// grpcOnly: no HTTP half; the rest goes to the gRPC half.
 	grpcOnly bool
 	// frames serves a connection in kahuna's framing (frames.go).
 	frames func(net.Conn)
@@ -46,9 +46,9 @@ type sniffer struct {
 	toGRPC, toHTTP, toFrames, dropped atomic.Int64
 }
 
-// newSniffer splits root. With grpcOnly set, what is not HTTP/2 goes to
-// http1 with the gRPC half to hand it on to (grpc closes what is not
-// HTTP/2), and the HTTP half is closed from the start.
+// newSniffer splits root. With grpcOnly set there is no HTTP half (it is
+// closed from the start): what is neither HTTP/2 nor framed goes to the
+// gRPC half too, whose server closes it.
 func newSniffer(root net.Listener, timeout time.Duration, frames func(net.Conn), http1 func(net.Conn, func(net.Conn)), grpcOnly bool) *sniffer {
 	if timeout <= 0 {
 		timeout = DefaultSniffTimeout
