@@ -38,15 +38,22 @@ func dialServices(t *testing.T, endpoint string) wireServices {
 }
 
 // expiresOf is when the lock resource's live lease ends, read from the
-// partition's leader (zero if it is not held by owner).
+// partition's leader (zero if it is not held by owner). The cluster's
+// balancer may be moving the partition: a leader between reigns answers
+// MustRetry, and the read is made again, at the leader of the moment.
 func expiresOf(t *testing.T, c *testcluster.Cluster, resource, owner string) time.Time {
 	t.Helper()
-	n := c.Node(c.Leader(c.Node(1).Partition(resource)))
-	info, r, err := n.Get(context.Background(), resource, kahuna.Persistent)
-	if err != nil || r.Status != kahuna.Got || string(info.Owner) != owner {
-		return time.Time{}
+	p := c.Node(1).Partition(resource)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, r, err := c.Node(c.Leader(p)).Get(context.Background(), resource, kahuna.Persistent)
+		switch {
+		case err == nil && r.Status == kahuna.Got && string(info.Owner) == owner:
+			return info.Expires
+		case err == nil && r.Status != kahuna.MustRetry, time.Now().After(deadline):
+			return time.Time{}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return info.Expires
 }
 
 // TestSessionsAndElectionServices: a client in another language, through
