@@ -327,22 +327,22 @@ func (s *batchStream) stream() (*clientStream, error) {
 		var ctx context.Context
 		ctx, cancel = context.WithCancel(s.ctx)
 		var err error
-		if s.method.packed && s.frames.use() {
+		if s.method.packed {
 			kind := frameKindBatch
 			if s.method == packedServerMethod {
 				kind = frameKindForward
 			}
-			fs, err := s.frames.open(ctx, kind)
-			if err == nil {
-				cs = fs
-				break
-			}
-			if !errors.Is(err, errNoFrames) {
+			fs, err := s.frames.openIfUsed(ctx, kind)
+			if err != nil {
 				cancel()
 				if refused := unauthenticated(s.target, err); refused != nil {
 					return nil, refused
 				}
 				return nil, fmt.Errorf("opening a stream to %s: %w", s.target, err)
+			}
+			if fs != nil {
+				cs = fs
+				break
 			}
 		}
 		cs, err = s.conn.NewStream(ctx, s.method.desc, s.method.name, grpc.ForceCodecV2(wireCodec{}))

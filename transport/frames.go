@@ -65,7 +65,9 @@ const (
 	// reading breaks the stream instead of holding its writer.
 	frameWriteTimeout = 10 * time.Second
 	frameReadBuffer   = 32 << 10
-	maxTokenBytes     = 1<<16 - 1
+	// maxShort bounds what goes behind a 2-byte length: a token, a
+	// status's message.
+	maxShort = 1<<16 - 1
 )
 
 // framesMethod is the gRPC method a kind stands for: its authorisation and
@@ -117,8 +119,8 @@ func (f *frameConn) write(data mem.BufferSlice) error {
 func (f *frameConn) end(err error) error {
 	st := status.Convert(err)
 	msg := st.Message()
-	if len(msg) > maxTokenBytes {
-		msg = msg[:maxTokenBytes]
+	if len(msg) > maxShort {
+		msg = msg[:maxShort]
 	}
 	return f.sendRaw(appendStatus(binary.BigEndian.AppendUint32(nil, frameEnd), st.Code(), msg))
 }
@@ -197,7 +199,7 @@ func readStatus(r *bufio.Reader) (codes.Code, string, error) {
 }
 
 // appendHello appends the hello of a stream of kind with token (at most
-// maxTokenBytes).
+// maxShort).
 func appendHello(b []byte, kind byte, token string) []byte {
 	b = append(b, framesMagic...)
 	b = append(b, kind)

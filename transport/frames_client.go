@@ -61,7 +61,7 @@ func (d *frameDialer) open(ctx context.Context, kind byte) (*frameClientStream, 
 	if d.token != nil {
 		token = d.token()
 	}
-	if len(token) > maxTokenBytes {
+	if len(token) > maxShort {
 		return nil, fmt.Errorf("transport: a token of %d bytes", len(token))
 	}
 	hello := appendHello(nil, kind, token)
