@@ -18,10 +18,19 @@ import (
 // Client never sends one (it takes the unary Lock instead).
 const MaxLocksPerStream = 4096
 
+// lockJob is one Lock of a LockStream: its id on the stream, and its
+// context, ended by a cancel message or the stream's end.
+type lockJob struct {
+	id     int64
+	req    *v1.LockRequest
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
 // lockStream serves one LockStream on l. Every Lock runs on a goroutine of
-// its own, as a unary Lock does, so a wait never holds up the stream's
-// other messages, and the reader keeps reading (cancels must get through
-// however many Locks wait). Each Lock's context is the stream's, ended on
+// its own (one of the stream's workers), as a unary Lock does, so a wait
+// never holds up the stream's other messages, and the reader keeps reading
+// (cancels must get through however many Locks wait). Each Lock's context is the stream's, ended on
 // its own by a cancel message; its wait is also ended by shutdown.
 func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	ctx := stream.Context()
@@ -50,21 +59,23 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		// A failed Send means the stream is broken: Recv reports it.
 		_ = stream.Send(resp)
 	}
-	serve := func(id int64, req *v1.LockRequest, callCtx context.Context, cancel context.CancelFunc) {
+	serve := func(j lockJob) {
 		defer wg.Done()
-		wctx, cancelWait := context.WithCancel(callCtx)
+		wctx, cancelWait := context.WithCancel(j.ctx)
 		stop := context.AfterFunc(drain, cancelWait)
-		resp, err := s.lockOn(callCtx, wctx, l, req)
+		resp, err := s.lockOn(j.ctx, wctx, l, j.req)
 		stop()
 		cancelWait()
 		mu.Lock()
-		delete(inflight, id)
+		delete(inflight, j.id)
 		mu.Unlock()
-		cancel()
+		j.cancel()
 		if err == nil { // else withdrawn, or the stream is gone: no answer is due
-			send(&v1.LockStreamResponse{RequestId: id, Lock: resp})
+			send(&v1.LockStreamResponse{RequestId: j.id, Lock: resp})
 		}
 	}
+	workers := newWorkers(serve, nil)
+	defer workers.close()
 
 	// answerNow answers a message that waits for nothing; called with mu
 	// held, so wg.Add is ordered before the drain's wg.Wait.
@@ -104,7 +115,7 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 				callCtx, cancel := context.WithCancel(ctx)
 				inflight[id] = cancel
 				wg.Add(1)
-				go serve(id, m.GetLock(), callCtx, cancel)
+				workers.run(lockJob{id: id, req: m.GetLock(), ctx: callCtx, cancel: cancel})
 			}
 			mu.Unlock()
 		}

@@ -19,7 +19,7 @@ import (
 // as soon as it is done: answers leave out of order and the sender matches
 // them by RequestId. l serves the requests.
 //
-// Messages are handled by the stream's workers (see batchWorkers):
+// Messages are handled by the stream's workers (see workers):
 // goroutines started on demand and kept until the stream ends, so a busy
 // stream does not pay for a new goroutine (and the growth of its stack) per
 // message.
@@ -89,7 +89,7 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 			done(m)
 		}
 	}
-	workers := newBatchWorkers(serve)
+	workers := newWorkers(serve, urgent)
 	defer workers.close()
 
 	go func() {
@@ -243,103 +243,12 @@ func (s *Server) answer(ctx context.Context, l lease.Locker, m *batchMsg) bool {
 	return true
 }
 
-// batchWorkers runs a stream's messages on reusable goroutines. A message
-// is queued and wakes the most recently idled worker, or starts a new one
-// when none is idle, so every message is served at once, as if on a
-// goroutine of its own; a worker that finishes takes the next queued
-// message without a hand-off. Unlocks and Extends are taken before
-// TryLocks and Gets: messages in flight on a stream are concurrent, so
+// urgent reports whether m releases or extends a lock: a stream's workers
+// serve these first. Messages in flight on a stream are concurrent, so
 // any order is correct, and serving releases first shortens how long a
 // contended lock stays held (with 64 callers on one lock, a release
 // otherwise waits behind every caller's TryLock).
-type batchWorkers struct {
-	serve  func(*batchMsg)
-	mu     sync.Mutex
-	urgent msgQueue        // Unlock and Extend
-	normal msgQueue        // TryLock, Get and malformed messages
-	idle   []chan struct{} // parked workers, a stack: the warmest is reused first
-	closed bool
-}
-
-func newBatchWorkers(serve func(*batchMsg)) *batchWorkers { return &batchWorkers{serve: serve} }
-
-// urgent reports whether m releases or extends a lock.
 func urgent(m *batchMsg) bool {
 	op, ok := batchOp(m.typ)
 	return ok && (op == lease.Unlock || op == lease.Extend)
-}
-
-// run queues m for a worker; it never blocks.
-func (w *batchWorkers) run(m *batchMsg) {
-	w.mu.Lock()
-	if urgent(m) {
-		w.urgent.push(m)
-	} else {
-		w.normal.push(m)
-	}
-	if n := len(w.idle); n > 0 {
-		wake := w.idle[n-1]
-		w.idle[n-1] = nil
-		w.idle = w.idle[:n-1]
-		w.mu.Unlock()
-		wake <- struct{}{}
-		return
-	}
-	w.mu.Unlock()
-	go w.work(make(chan struct{}, 1))
-}
-
-func (w *batchWorkers) work(wake chan struct{}) {
-	for {
-		w.mu.Lock()
-		m := w.urgent.pop()
-		if m == nil {
-			m = w.normal.pop()
-		}
-		if m == nil {
-			if w.closed {
-				w.mu.Unlock()
-				return
-			}
-			w.idle = append(w.idle, wake)
-			w.mu.Unlock()
-			<-wake
-			continue
-		}
-		w.mu.Unlock()
-		w.serve(m)
-	}
-}
-
-// close ends the workers once the queue is empty.
-func (w *batchWorkers) close() {
-	w.mu.Lock()
-	w.closed = true
-	idle := w.idle
-	w.idle = nil
-	w.mu.Unlock()
-	for _, wake := range idle {
-		wake <- struct{}{}
-	}
-}
-
-// msgQueue is a FIFO of messages.
-type msgQueue struct {
-	q    []*batchMsg
-	head int
-}
-
-func (q *msgQueue) push(m *batchMsg) { q.q = append(q.q, m) }
-
-func (q *msgQueue) pop() *batchMsg {
-	if q.head == len(q.q) {
-		return nil
-	}
-	m := q.q[q.head]
-	q.q[q.head] = nil
-	q.head++
-	if q.head == len(q.q) {
-		q.q, q.head = q.q[:0], 0
-	}
-	return m
 }

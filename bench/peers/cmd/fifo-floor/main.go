@@ -1,0 +1,415 @@
+// Command fifo-floor measures the fastest fair hand-off of one lock between
+// processes that Go reaches on this machine: a bare FIFO lock server and
+// its contenders, in two processes over loopback TCP, with nothing a lock
+// service needs (leases, fencing tokens, names, a wire format, auth,
+// metrics). Its figures are the floor under kahuna's hot-wait workload,
+// to quote beside kahuna-bench's and Redis's taken in the same sitting.
+//
+//	go run ./cmd/fifo-floor                       # 64 contenders, 6 s
+//	go run ./cmd/fifo-floor --contenders 8 --duration 10s
+//
+// Each contender loops as kahuna-bench's hot-wait does: Lock (it waits in
+// the server's queue, oldest first), and at once Unlock. Locks travel on
+// one connection and Unlocks on another, as the Go client's LockStream
+// and batch stream do. The server reads each connection on one
+// goroutine, decides under a mutex, and writes the next holder's grant
+// before the releaser's answer, on the reading goroutine: no hand-off to
+// another goroutine anywhere on the node's side. The hand-off is timed as
+// kahuna-bench times it: from the holder's call of Unlock to the next
+// holder's grant.
+//
+// It re-runs itself as the server, so both ends are separate processes.
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	serverEnv = "FIFO_FLOOR_SERVE"
+	hopsEnv   = "FIFO_FLOOR_HOPS"
+)
+
+// The hand-offs added (--hops), and their flag's text for the server.
+var (
+	nodeWorker, nodeWaiter, clientWriter bool
+	hopsSet                              string
+)
+
+func setHops(list string) error {
+	hopsSet = list
+	for _, h := range strings.Split(list, ",") {
+		switch strings.TrimSpace(h) {
+		case "":
+		case "node-worker":
+			nodeWorker = true
+		case "node-waiter":
+			nodeWaiter = true
+		case "client-writer":
+			clientWriter = true
+		default:
+			return fmt.Errorf("--hops: unknown hand-off %q (node-worker, node-waiter, client-writer)", h)
+		}
+	}
+	return nil
+}
+
+// A message is an op byte and a contender's number.
+const (
+	opLock     = 'L' // client: queue me
+	opUnlock   = 'U' // client: I let go
+	opGranted  = 'G' // server: you hold it
+	opReleased = 'R' // server: your Unlock is done
+	msgLen     = 5
+)
+
+func main() {
+	if addr := os.Getenv(serverEnv); addr != "" {
+		if err := setHops(os.Getenv(hopsEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
+			os.Exit(2)
+		}
+		if err := serve(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	contenders := flag.Int("contenders", 64, "contenders for the one lock")
+	duration := flag.Duration("duration", 6*time.Second, "measured time")
+	warmup := flag.Duration("warmup", 2*time.Second, "time before measuring")
+	hops := flag.String("hops", "", "comma-separated goroutine hand-offs to add, as a lock service's layers do: "+
+		"node-worker (the server hands each Unlock to a worker goroutine), node-waiter (a waiting Lock's own goroutine, woken by the release, writes its grant), "+
+		"client-writer (a writer goroutine writes the client's Unlocks)")
+	flag.Parse()
+	if err := setHops(*hops); err != nil {
+		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
+		os.Exit(2)
+	}
+	if err := run(*contenders, *duration, *warmup); err != nil {
+		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
+		os.Exit(1)
+	}
+}
+
+// conn is one connection; writes from several goroutines are whole
+// messages under mu.
+type conn struct {
+	c  net.Conn
+	mu sync.Mutex
+}
+
+func appendMsg(b []byte, op byte, id uint32) []byte {
+	return binary.BigEndian.AppendUint32(append(b, op), id)
+}
+
+func (c *conn) send(op byte, id uint32) error {
+	var m [msgLen]byte
+	m[0] = op
+	binary.BigEndian.PutUint32(m[1:], id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.c.Write(m[:])
+	return err
+}
+
+func run(contenders int, duration, warmup time.Duration) error {
+	if contenders < 1 || duration <= 0 || warmup < 0 {
+		return errors.New("--contenders must be at least 1, --duration positive, --warmup not negative")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := lis.Addr().String()
+	lis.Close() // the server process listens there
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), serverEnv+"="+addr, hopsEnv+"="+hopsSet)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	dial := func() (*conn, error) {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				return &conn{c: c}, nil
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("the server process did not listen: %w", err)
+			}
+		}
+	}
+	locks, err := dial()
+	if err != nil {
+		return err
+	}
+	defer locks.c.Close()
+	unlocks, err := dial()
+	if err != nil {
+		return err
+	}
+	defer unlocks.c.Close()
+
+	sendUnlock := func(id uint32) error { return unlocks.send(opUnlock, id) }
+	if clientWriter {
+		queue := make(chan uint32, contenders)
+		go func() {
+			buf := make([]byte, 0, msgLen*contenders)
+			for id := range queue {
+				buf = appendMsg(buf[:0], opUnlock, id)
+				for more := true; more; {
+					select {
+					case id := <-queue:
+						buf = appendMsg(buf, opUnlock, id)
+					default:
+						more = false
+					}
+				}
+				if _, err := unlocks.c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		sendUnlock = func(id uint32) error { queue <- id; return nil }
+	}
+	granted := make([]chan struct{}, contenders)
+	released := make([]chan struct{}, contenders)
+	for i := range granted {
+		granted[i], released[i] = make(chan struct{}, 1), make(chan struct{}, 1)
+	}
+	readErr := make(chan error, 2)
+	for _, c := range []*conn{locks, unlocks} {
+		go func() {
+			r := bufio.NewReader(c.c)
+			var m [msgLen]byte
+			for {
+				if _, err := io.ReadFull(r, m[:]); err != nil {
+					readErr <- err
+					return
+				}
+				id := binary.BigEndian.Uint32(m[1:])
+				if int(id) >= contenders {
+					readErr <- fmt.Errorf("server answered for contender %d of %d", id, contenders)
+					return
+				}
+				switch m[0] {
+				case opGranted:
+					granted[id] <- struct{}{}
+				case opReleased:
+					released[id] <- struct{}{}
+				default:
+					readErr <- fmt.Errorf("server sent op %q", m[0])
+					return
+				}
+			}
+		}()
+	}
+
+	var (
+		unlockCalled atomic.Int64 // ns: when the holder called Unlock
+		measuring    atomic.Bool
+		stop         atomic.Bool
+		mu           sync.Mutex
+		handoffs     []time.Duration
+		grants       = make([]int, contenders)
+		wg           sync.WaitGroup
+	)
+	for id := range contenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			defer func() {
+				mu.Lock()
+				handoffs = append(handoffs, mine...)
+				mu.Unlock()
+			}()
+			for !stop.Load() {
+				if locks.send(opLock, uint32(id)) != nil {
+					return
+				}
+				<-granted[id]
+				if measuring.Load() {
+					if at := unlockCalled.Load(); at != 0 {
+						mine = append(mine, time.Duration(time.Now().UnixNano()-at))
+					}
+					grants[id]++
+				}
+				unlockCalled.Store(time.Now().UnixNano())
+				if sendUnlock(uint32(id)) != nil {
+					return
+				}
+				<-released[id]
+			}
+		}()
+	}
+	select {
+	case err := <-readErr:
+		return err
+	case <-time.After(warmup):
+	}
+	measuring.Store(true)
+	select {
+	case err := <-readErr:
+		return err
+	case <-time.After(duration):
+	}
+	measuring.Store(false)
+	stop.Store(true)
+	// Every contender ends after its next grant: the queue drains.
+	wg.Wait()
+
+	total := 0
+	sum, sumSq := 0.0, 0.0
+	for _, g := range grants {
+		total += g
+		sum += float64(g)
+		sumSq += float64(g) * float64(g)
+	}
+	slices.Sort(handoffs)
+	q := func(p float64) time.Duration {
+		if len(handoffs) == 0 {
+			return 0
+		}
+		return handoffs[int(p*float64(len(handoffs)-1))].Round(100 * time.Nanosecond)
+	}
+	fmt.Printf("bare FIFO lock over loopback TCP, %d contenders, %v: %.0f grants/s, hand-off p50 %v p90 %v p99 %v, Jain %.3f, 2 requests per grant\n",
+		contenders, duration, float64(total)/duration.Seconds(), q(0.5), q(0.9), q(0.99), sum*sum/(float64(contenders)*sumSq))
+	return nil
+}
+
+// lockState is the server's one lock: its holder and the FIFO of waiters.
+type lockState struct {
+	mu      sync.Mutex
+	held    bool
+	holder  uint32
+	waiters []waiter
+}
+
+type waiter struct {
+	c    *conn
+	id   uint32
+	wake chan struct{} // node-waiter: the waiting Lock's goroutine writes its grant
+}
+
+func serve(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	st := &lockState{}
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := st.serveConn(&conn{c: nc}); err != nil && !errors.Is(err, io.EOF) {
+				fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
+			}
+		}()
+	}
+}
+
+func (st *lockState) serveConn(c *conn) error {
+	defer c.c.Close()
+	r := bufio.NewReader(c.c)
+	var m [msgLen]byte
+	var work chan uint32
+	if nodeWorker {
+		work = make(chan uint32, 256)
+		defer close(work)
+		go func() {
+			for id := range work {
+				if st.unlock(c, id) != nil {
+					return
+				}
+			}
+		}()
+	}
+	for {
+		if _, err := io.ReadFull(r, m[:]); err != nil {
+			return err
+		}
+		id := binary.BigEndian.Uint32(m[1:])
+		switch m[0] {
+		case opLock:
+			st.mu.Lock()
+			if st.held {
+				w := waiter{c: c, id: id}
+				if nodeWaiter {
+					w.wake = make(chan struct{})
+					go func() {
+						<-w.wake
+						_ = w.c.send(opGranted, w.id)
+					}()
+				}
+				st.waiters = append(st.waiters, w)
+				st.mu.Unlock()
+				continue
+			}
+			st.held, st.holder = true, id
+			st.mu.Unlock()
+			if err := c.send(opGranted, id); err != nil {
+				return err
+			}
+		case opUnlock:
+			if work != nil {
+				work <- id
+				continue
+			}
+			if err := st.unlock(c, id); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("op %q", m[0])
+		}
+	}
+}
+
+// unlock releases the lock id holds and grants it to the oldest waiter:
+// its grant is written first, then the releaser's answer.
+func (st *lockState) unlock(c *conn, id uint32) error {
+	st.mu.Lock()
+	if !st.held || st.holder != id {
+		st.mu.Unlock()
+		return fmt.Errorf("contender %d unlocked a lock it does not hold", id)
+	}
+	var next waiter
+	if len(st.waiters) > 0 {
+		next = st.waiters[0]
+		st.waiters = st.waiters[1:]
+		st.holder = next.id
+	} else {
+		st.held = false
+	}
+	st.mu.Unlock()
+	switch {
+	case next.wake != nil:
+		close(next.wake)
+	case next.c != nil:
+		if err := next.c.send(opGranted, next.id); err != nil {
+			return err
+		}
+	}
+	return c.send(opReleased, id)
+}
