@@ -204,13 +204,14 @@ func (s *Server) untilDrain(ctx context.Context) (context.Context, context.Cance
 func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	wctx, cancel := s.untilDrain(ctx)
 	defer cancel()
-	return s.lockOn(ctx, wctx, l, req)
+	return s.lockOn(wctx, func() bool { return ctx.Err() != nil }, l, req)
 }
 
-// lockOn serves one Lock for a caller whose call is ctx, waiting on wctx
-// (ctx, also ended by shutdown). It returns an error only when ctx ended:
-// the caller is gone and no answer is due.
-func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
+// lockOn serves one Lock, waiting on wctx: the caller's call, also ended
+// by shutdown. It returns an error only when wctx ended and withdrawn
+// reports that the caller is gone (not that the node is shutting down):
+// then no answer is due.
+func (s *Server) lockOn(wctx context.Context, withdrawn func() bool, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	start := time.Now()
 	wl, ok := l.(lease.WaitLocker)
 	if !ok {
@@ -265,8 +266,8 @@ func (s *Server) lockOn(ctx, wctx context.Context, l lease.Locker, req *v1.LockR
 		var err error
 		res, err = s.callLock(wctx, wl, c)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, status.FromContextError(ctx.Err()).Err()
+			if wctx.Err() != nil && withdrawn() {
+				return nil, status.FromContextError(wctx.Err()).Err()
 			}
 			res = lease.Result{Status: failedStatus(err)}
 			if wctx.Err() == nil {

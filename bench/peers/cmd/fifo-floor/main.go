@@ -82,11 +82,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 			os.Exit(2)
 		}
-		if err := serve(addr); err != nil {
-			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
-			os.Exit(1)
-		}
-		return
+		err := serve(addr)
+		fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
+		os.Exit(1)
 	}
 	contenders := flag.Int("contenders", 64, "contenders for the one lock")
 	duration := flag.Duration("duration", 6*time.Second, "measured time")
@@ -311,6 +309,7 @@ type waiter struct {
 	wake chan struct{} // node-waiter: the waiting Lock's goroutine writes its grant
 }
 
+// serve serves until its listener fails (the run kills it first).
 func serve(addr string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
