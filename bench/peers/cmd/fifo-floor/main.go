@@ -51,6 +51,7 @@ var (
 
 func setHops(list string) error {
 	hopsSet = list
+	nodeWorker, nodeWaiter, clientWriter = false, false, false
 	for _, h := range strings.Split(list, ",") {
 		switch strings.TrimSpace(h) {
 		case "":
@@ -97,10 +98,53 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
 		os.Exit(2)
 	}
-	if err := run(*contenders, *duration, *warmup); err != nil {
+	res, err := run(*contenders, *duration, *warmup)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
 		os.Exit(1)
 	}
+	fmt.Println(res)
+}
+
+// result is one run's grants per contender and hand-offs.
+type result struct {
+	duration time.Duration
+	grants   []int
+	handoffs []time.Duration // sorted
+}
+
+func (r result) total() int {
+	n := 0
+	for _, g := range r.grants {
+		n += g
+	}
+	return n
+}
+
+// jain is Jain's fairness index of the grants per contender: 1 when all
+// got as many, 1/N when one got them all.
+func (r result) jain() float64 {
+	sum, sumSq := 0.0, 0.0
+	for _, g := range r.grants {
+		sum += float64(g)
+		sumSq += float64(g) * float64(g)
+	}
+	if sumSq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(r.grants)) * sumSq)
+}
+
+func (r result) quantile(p float64) time.Duration {
+	if len(r.handoffs) == 0 {
+		return 0
+	}
+	return r.handoffs[int(p*float64(len(r.handoffs)-1))].Round(100 * time.Nanosecond)
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("bare FIFO lock over loopback TCP, %d contenders, %v: %.0f grants/s, hand-off p50 %v p90 %v p99 %v, Jain %.3f, 2 requests per grant",
+		len(r.grants), r.duration, float64(r.total())/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.9), r.quantile(0.99), r.jain())
 }
 
 // conn is one connection; writes from several goroutines are whole
@@ -124,25 +168,25 @@ func (c *conn) send(op byte, id uint32) error {
 	return err
 }
 
-func run(contenders int, duration, warmup time.Duration) error {
+func run(contenders int, duration, warmup time.Duration) (result, error) {
 	if contenders < 1 || duration <= 0 || warmup < 0 {
-		return errors.New("--contenders must be at least 1, --duration positive, --warmup not negative")
+		return result{}, errors.New("--contenders must be at least 1, --duration positive, --warmup not negative")
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	addr := lis.Addr().String()
 	lis.Close() // the server process listens there
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), serverEnv+"="+addr, hopsEnv+"="+hopsSet)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return err
+		return result{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	dial := func() (*conn, error) {
@@ -158,12 +202,12 @@ func run(contenders int, duration, warmup time.Duration) error {
 	}
 	locks, err := dial()
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	defer locks.c.Close()
 	unlocks, err := dial()
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	defer unlocks.c.Close()
 
@@ -195,6 +239,8 @@ func run(contenders int, duration, warmup time.Duration) error {
 		granted[i], released[i] = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
 	readErr := make(chan error, 2)
+	broken := make(chan struct{}) // closed by the first reader that fails
+	var breakOnce sync.Once
 	for _, c := range []*conn{locks, unlocks} {
 		go func() {
 			r := bufio.NewReader(c.c)
@@ -202,11 +248,13 @@ func run(contenders int, duration, warmup time.Duration) error {
 			for {
 				if _, err := io.ReadFull(r, m[:]); err != nil {
 					readErr <- err
+					breakOnce.Do(func() { close(broken) })
 					return
 				}
 				id := binary.BigEndian.Uint32(m[1:])
 				if int(id) >= contenders {
 					readErr <- fmt.Errorf("server answered for contender %d of %d", id, contenders)
+					breakOnce.Do(func() { close(broken) })
 					return
 				}
 				switch m[0] {
@@ -216,6 +264,7 @@ func run(contenders int, duration, warmup time.Duration) error {
 					released[id] <- struct{}{}
 				default:
 					readErr <- fmt.Errorf("server sent op %q", m[0])
+					breakOnce.Do(func() { close(broken) })
 					return
 				}
 			}
@@ -245,7 +294,11 @@ func run(contenders int, duration, warmup time.Duration) error {
 				if locks.send(opLock, uint32(id)) != nil {
 					return
 				}
-				<-granted[id]
+				select {
+				case <-granted[id]:
+				case <-broken:
+					return
+				}
 				if measuring.Load() {
 					if at := unlockCalled.Load(); at != 0 {
 						mine = append(mine, time.Duration(time.Now().UnixNano()-at))
@@ -256,43 +309,37 @@ func run(contenders int, duration, warmup time.Duration) error {
 				if sendUnlock(uint32(id)) != nil {
 					return
 				}
-				<-released[id]
+				select {
+				case <-released[id]:
+				case <-broken:
+					return
+				}
 			}
 		}()
 	}
 	select {
 	case err := <-readErr:
-		return err
+		return result{}, err
 	case <-time.After(warmup):
 	}
 	measuring.Store(true)
 	select {
 	case err := <-readErr:
-		return err
+		return result{}, err
 	case <-time.After(duration):
 	}
 	measuring.Store(false)
 	stop.Store(true)
 	// Every contender ends after its next grant: the queue drains.
 	wg.Wait()
+	select {
+	case err := <-readErr:
+		return result{}, err
+	default:
+	}
 
-	total := 0
-	sum, sumSq := 0.0, 0.0
-	for _, g := range grants {
-		total += g
-		sum += float64(g)
-		sumSq += float64(g) * float64(g)
-	}
 	slices.Sort(handoffs)
-	q := func(p float64) time.Duration {
-		if len(handoffs) == 0 {
-			return 0
-		}
-		return handoffs[int(p*float64(len(handoffs)-1))].Round(100 * time.Nanosecond)
-	}
-	fmt.Printf("bare FIFO lock over loopback TCP, %d contenders, %v: %.0f grants/s, hand-off p50 %v p90 %v p99 %v, Jain %.3f, 2 requests per grant\n",
-		contenders, duration, float64(total)/duration.Seconds(), q(0.5), q(0.9), q(0.99), sum*sum/(float64(contenders)*sumSq))
-	return nil
+	return result{duration: duration, grants: grants, handoffs: handoffs}, nil
 }
 
 // lockState is the server's one lock: its holder and the FIFO of waiters.
