@@ -1,0 +1,373 @@
+// Command wal-floor measures the fastest durable write service Go reaches
+// on this machine's disk and loopback: a bare server that appends each
+// request to one file and answers it after an fdatasync, group-committing
+// whatever arrived meanwhile, with callers in another process. Its figures
+// are the floor under kahuna's persistent lock workload (a TryLock and an
+// Unlock, two durable writes, per op), to quote beside kahuna-bench's and
+// Redis's (`appendfsync always`) taken in the same sitting.
+//
+//	go run ./cmd/wal-floor                      # 64 callers, 8 s
+//	go run ./cmd/wal-floor --callers 8 --record 128
+//
+// Each caller loops: write, wait for its answer, write again, wait; that
+// pair is one op, as kahuna-bench's lock op is two writes. The server
+// reads each connection on its own goroutine; one committer appends the
+// records queued since its last round, fdatasyncs the file once, and
+// answers them. Nothing else: no Raft, no state machine, no lock state.
+//
+// It re-runs itself as the server, so both ends are separate processes.
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	serverEnv = "WAL_FLOOR_SERVE"
+	dirEnv    = "WAL_FLOOR_DIR"
+	recordEnv = "WAL_FLOOR_RECORD"
+	msgLen    = 4 // a caller's number; the answer echoes it
+)
+
+func main() {
+	if addr := os.Getenv(serverEnv); addr != "" {
+		var size int
+		if _, err := fmt.Sscan(os.Getenv(recordEnv), &size); err != nil {
+			fmt.Fprintln(os.Stderr, "wal-floor server: record size:", err)
+			os.Exit(2)
+		}
+		err := serve(addr, os.Getenv(dirEnv), size)
+		fmt.Fprintln(os.Stderr, "wal-floor server:", err)
+		os.Exit(1)
+	}
+	callers := flag.Int("callers", 64, "callers, each with one write in flight")
+	conns := flag.Int("conns", 2, "connections the callers share")
+	record := flag.Int("record", 96, "bytes appended to the log per write (a kahuna lock record is about this size)")
+	duration := flag.Duration("duration", 8*time.Second, "measured time")
+	warmup := flag.Duration("warmup", 2*time.Second, "time before measuring")
+	dir := flag.String("dir", "", "directory for the log file (default: a temp dir, removed after)")
+	flag.Parse()
+	res, err := run(*callers, *conns, *record, *duration, *warmup, *dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wal-floor:", err)
+		os.Exit(1)
+	}
+	fmt.Println(res)
+}
+
+// result is one run's writes and their latencies.
+type result struct {
+	callers   int
+	duration  time.Duration
+	latencies []time.Duration // per write, sorted
+	rounds    uint64          // fdatasyncs during the measured time
+	answered  int64           // writes answered over the whole run
+}
+
+func (r result) quantile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	return r.latencies[int(p*float64(len(r.latencies)-1))].Round(time.Microsecond)
+}
+
+func (r result) String() string {
+	writes := float64(len(r.latencies))
+	perSync := 0.0
+	if r.rounds > 0 {
+		perSync = writes / float64(r.rounds)
+	}
+	return fmt.Sprintf("group-committed log over loopback TCP, %d callers, %v: %.0f ops/s (two durable writes each), write p50 %v p99 %v, %.1f writes per fdatasync",
+		r.callers, r.duration, writes/2/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.99), perSync)
+}
+
+func run(callers, nconns, record int, duration, warmup time.Duration, dir string) (result, error) {
+	if callers < 1 || nconns < 1 || record < 1 || duration <= 0 || warmup < 0 {
+		return result{}, errors.New("--callers, --conns and --record must be at least 1, --duration positive, --warmup not negative")
+	}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "wal-floor-")
+		if err != nil {
+			return result{}, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return result{}, err
+	}
+	addr := lis.Addr().String()
+	lis.Close() // the server process listens there
+	self, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), serverEnv+"="+addr, dirEnv+"="+dir, fmt.Sprint(recordEnv, "=", record))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return result{}, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+	conns := make([]*clientConn, nconns)
+	answers := make([]chan struct{}, callers)
+	for i := range answers {
+		answers[i] = make(chan struct{}, 1)
+	}
+	broken := make(chan struct{})
+	var breakOnce sync.Once
+	readErr := make(chan error, nconns)
+	for i := range conns {
+		c, err := dial(addr)
+		if err != nil {
+			return result{}, err
+		}
+		defer c.c.Close()
+		conns[i] = c
+		go func() {
+			r := bufio.NewReader(c.c)
+			var m [msgLen]byte
+			for {
+				if _, err := io.ReadFull(r, m[:]); err != nil {
+					readErr <- err
+					breakOnce.Do(func() { close(broken) })
+					return
+				}
+				id := binary.BigEndian.Uint32(m[:])
+				if int(id) >= callers {
+					readErr <- fmt.Errorf("server answered for caller %d of %d", id, callers)
+					breakOnce.Do(func() { close(broken) })
+					return
+				}
+				answers[id] <- struct{}{}
+			}
+		}()
+	}
+
+	var (
+		measuring atomic.Bool
+		stop      atomic.Bool
+		answered  atomic.Int64
+		mu        sync.Mutex
+		latencies []time.Duration
+		wg        sync.WaitGroup
+	)
+	for id := range callers {
+		c := conns[id%nconns]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			defer func() {
+				mu.Lock()
+				latencies = append(latencies, mine...)
+				mu.Unlock()
+			}()
+			for !stop.Load() {
+				t := time.Now()
+				if c.send(uint32(id)) != nil {
+					return
+				}
+				select {
+				case <-answers[id]:
+					answered.Add(1)
+				case <-broken:
+					return
+				}
+				if measuring.Load() {
+					mine = append(mine, time.Since(t))
+				}
+			}
+		}()
+	}
+	rounds := func() (uint64, error) { return readRounds(dir) }
+	select {
+	case err := <-readErr:
+		return result{}, err
+	case <-time.After(warmup):
+	}
+	r0, err := rounds()
+	if err != nil {
+		return result{}, err
+	}
+	measuring.Store(true)
+	select {
+	case err := <-readErr:
+		return result{}, err
+	case <-time.After(duration):
+	}
+	measuring.Store(false)
+	r1, err := rounds()
+	if err != nil {
+		return result{}, err
+	}
+	stop.Store(true)
+	wg.Wait()
+	slices.Sort(latencies)
+	return result{callers: callers, duration: duration, latencies: latencies, rounds: r1 - r0, answered: answered.Load()}, nil
+}
+
+type clientConn struct {
+	c  net.Conn
+	mu sync.Mutex
+}
+
+func (c *clientConn) send(id uint32) error {
+	var m [msgLen]byte
+	binary.BigEndian.PutUint32(m[:], id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.c.Write(m[:])
+	return err
+}
+
+func dial(addr string) (*clientConn, error) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			return &clientConn{c: c}, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the server process did not listen: %w", err)
+		}
+	}
+}
+
+// roundsFile is where the server keeps its count of fdatasyncs, so the
+// client can read how many writes each one carried.
+const roundsFile = "rounds"
+
+func readRounds(dir string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, roundsFile))
+	if err != nil {
+		return 0, fmt.Errorf("reading the server's count of fdatasyncs: %w", err)
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("the server's count of fdatasyncs is %d bytes", len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// pending is a write waiting for the committer: who asked, on which
+// connection.
+type pending struct {
+	c  *serverConn
+	id uint32
+}
+
+type serverConn struct {
+	c  net.Conn
+	mu sync.Mutex
+}
+
+// walLog is the server's one file and its group commit.
+type walLog struct {
+	f      *os.File
+	record int
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []pending
+}
+
+func serve(addr, dir string, record int) error {
+	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	lg := &walLog{f: f, record: record}
+	lg.cond = sync.NewCond(&lg.mu)
+	var rounds atomic.Uint64
+	go func() { // publish the count of fdatasyncs for the client
+		var b [8]byte
+		for {
+			binary.BigEndian.PutUint64(b[:], rounds.Load())
+			_ = os.WriteFile(filepath.Join(dir, roundsFile+".tmp"), b[:], 0o600)
+			_ = os.Rename(filepath.Join(dir, roundsFile+".tmp"), filepath.Join(dir, roundsFile))
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	go lg.commit(&rounds)
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			return err
+		}
+		go lg.read(&serverConn{c: nc})
+	}
+}
+
+func (lg *walLog) read(c *serverConn) {
+	defer c.c.Close()
+	r := bufio.NewReader(c.c)
+	var m [msgLen]byte
+	for {
+		if _, err := io.ReadFull(r, m[:]); err != nil {
+			return
+		}
+		lg.mu.Lock()
+		lg.queue = append(lg.queue, pending{c, binary.BigEndian.Uint32(m[:])})
+		lg.mu.Unlock()
+		lg.cond.Signal()
+	}
+}
+
+// commit appends every queued write, fdatasyncs once, and answers them;
+// writes that arrive meanwhile wait for the next round.
+func (lg *walLog) commit(rounds *atomic.Uint64) {
+	var (
+		batch []pending
+		buf   []byte
+		out   = map[*serverConn][]byte{}
+	)
+	for {
+		lg.mu.Lock()
+		for len(lg.queue) == 0 {
+			lg.cond.Wait()
+		}
+		batch, lg.queue = lg.queue, batch[:0]
+		lg.mu.Unlock()
+		buf = buf[:0]
+		for _, p := range batch {
+			rec := make([]byte, lg.record)
+			binary.BigEndian.PutUint32(rec, p.id)
+			buf = append(buf, rec...)
+		}
+		if _, err := lg.f.Write(buf); err != nil {
+			fmt.Fprintln(os.Stderr, "wal-floor server: append:", err)
+			os.Exit(1)
+		}
+		if err := fdatasync(lg.f); err != nil {
+			fmt.Fprintln(os.Stderr, "wal-floor server: fdatasync:", err)
+			os.Exit(1)
+		}
+		rounds.Add(1)
+		for _, p := range batch {
+			out[p.c] = binary.BigEndian.AppendUint32(out[p.c], p.id)
+		}
+		for c, b := range out {
+			c.mu.Lock()
+			_, _ = c.c.Write(b)
+			c.mu.Unlock()
+			out[c] = b[:0]
+		}
+	}
+}
