@@ -98,8 +98,9 @@ func CheckElection(terms []Term, observers [][]Observed) []Violation {
 		valuesOf[t.Epoch] = append([]string{t.Value}, t.Proclaimed...)
 	}
 	for i, seen := range observers {
-		lastEpoch := int64(-1)
-		lastIndex := -1 // the position in its term's values of the last value seen
+		lastEpoch := int64(-1) // the highest epoch seen
+		lastIndex := -1        // the position in indexEpoch's values of the last value seen
+		indexEpoch := int64(-1)
 		for j, ev := range seen {
 			if j > 0 && seen[j-1] == ev {
 				out = append(out, Violation{Checker: "election", Kind: "observe-duplicate",
@@ -117,9 +118,12 @@ func CheckElection(terms []Term, observers [][]Observed) []Violation {
 				out = append(out, Violation{Checker: "election", Kind: "observe-epoch-not-increasing",
 					Text: fmt.Sprintf("observer %d saw %v after epoch %d (event %d)", i, ev, lastEpoch, j)})
 			}
-			if ev.Epoch != lastEpoch {
+			// Compared within the epoch last seen, not the highest: in a
+			// broken run an older epoch may come back in between.
+			if ev.Epoch != indexEpoch {
 				lastIndex = -1
 			}
+			indexEpoch = ev.Epoch
 			lastEpoch = max(lastEpoch, ev.Epoch)
 			values, ok := valuesOf[ev.Epoch]
 			if !ok {

@@ -38,6 +38,11 @@ func TestCheckElection(t *testing.T) {
 			[][]Observed{{el("a", 0), pr("zz", 0)}}, []string{"observe-unknown-term"}},
 		{"proclaimed in another term", []Term{term(1, "a", 0, 0, 10), proclaiming(term(2, "b", 1, 11, 20), "b2")},
 			[][]Observed{{el("a", 0), pr("b2", 1)}}, []string{"observe-proclaim-other-term"}},
+		// Epochs that go back (a broken run's, as the negative controls
+		// make): a value's place is compared within the epoch it was seen
+		// in, not within the highest epoch seen so far.
+		{"observed an older term, then the newer again", []Term{proclaiming(term(1, "a", 3, 0, 10), "a2", "a3", "a4"), proclaiming(term(2, "b", 5, 11, 20), "b2")},
+			[][]Observed{{el("b2", 5), pr("a4", 3), el("b", 5)}}, []string{"observe-proclaim-other-term", "observe-epoch-not-increasing"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
