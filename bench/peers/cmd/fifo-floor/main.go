@@ -30,12 +30,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
 const (
@@ -172,33 +173,14 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 	if contenders < 1 || duration <= 0 || warmup < 0 {
 		return result{}, errors.New("--contenders must be at least 1, --duration positive, --warmup not negative")
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := twoproc.Start(serverEnv, hopsEnv+"="+hopsSet)
 	if err != nil {
 		return result{}, err
 	}
-	addr := lis.Addr().String()
-	lis.Close() // the server process listens there
-	self, err := os.Executable()
-	if err != nil {
-		return result{}, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), serverEnv+"="+addr, hopsEnv+"="+hopsSet)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer srv.Stop()
 	dial := func() (*conn, error) {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			c, err := net.Dial("tcp", addr)
-			if err == nil {
-				return &conn{c: c}, nil
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("the server process did not listen: %w", err)
-			}
-		}
+		c, err := srv.Dial()
+		return &conn{c: c}, err
 	}
 	locks, err := dial()
 	if err != nil {

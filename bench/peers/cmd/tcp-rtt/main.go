@@ -16,9 +16,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"time"
+
+	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
 const echoEnv = "TCP_RTT_ECHO"
@@ -44,31 +45,14 @@ func run(n, size int) error {
 	if n < 1 || size < 1 {
 		return fmt.Errorf("--n and --size must be at least 1")
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := twoproc.Start(echoEnv)
 	if err != nil {
 		return err
 	}
-	addr := lis.Addr().String()
-	lis.Close() // the echoing process listens there
-	self, err := os.Executable()
+	defer srv.Stop()
+	conn, err := srv.Dial()
 	if err != nil {
 		return err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), echoEnv+"="+addr)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	var conn net.Conn
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if conn, err = net.Dial("tcp", addr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the echoing process did not listen: %w", err)
-		}
 	}
 	defer conn.Close()
 	buf := make([]byte, size)

@@ -27,12 +27,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
 const (
@@ -106,23 +107,11 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := twoproc.Start(serverEnv, dirEnv+"="+dir, fmt.Sprint(recordEnv, "=", record))
 	if err != nil {
 		return result{}, err
 	}
-	addr := lis.Addr().String()
-	lis.Close() // the server process listens there
-	self, err := os.Executable()
-	if err != nil {
-		return result{}, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), serverEnv+"="+addr, dirEnv+"="+dir, fmt.Sprint(recordEnv, "=", record))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer srv.Stop()
 
 	conns := make([]*clientConn, nconns)
 	answers := make([]chan struct{}, callers)
@@ -133,11 +122,12 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 	var breakOnce sync.Once
 	readErr := make(chan error, nconns)
 	for i := range conns {
-		c, err := dial(addr)
+		nc, err := srv.Dial()
 		if err != nil {
 			return result{}, err
 		}
-		defer c.c.Close()
+		defer nc.Close()
+		c := &clientConn{c: nc}
 		conns[i] = c
 		go func() {
 			r := bufio.NewReader(c.c)
@@ -234,18 +224,6 @@ func (c *clientConn) send(id uint32) error {
 	defer c.mu.Unlock()
 	_, err := c.c.Write(m[:])
 	return err
-}
-
-func dial(addr string) (*clientConn, error) {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			return &clientConn{c: c}, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the server process did not listen: %w", err)
-		}
-	}
 }
 
 // roundsFile is where the server keeps its count of fdatasyncs, so the
