@@ -183,18 +183,23 @@ func (n *nativeService) ForwardWatch(req *v1.WatchRequest, stream grpc.ServerStr
 	return n.s.watch(n.s.forwarded, req, stream)
 }
 
-// untilDrain is ctx, also cancelled when the server starts shutting down,
-// so a waiting Lock or a Watch does not hold up a graceful stop.
+// errWaitDrained ends the waits of a server shutting down: a wait so ended
+// is answered, where one whose caller left is not.
+var errWaitDrained = errors.New("transport: the node is shutting down")
+
+// untilDrain is ctx, also cancelled when the server starts shutting down
+// (with the cause errWaitDrained), so a waiting Lock or a Watch does not
+// hold up a graceful stop.
 func (s *Server) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
 		case <-s.draining:
-			cancel()
+			cancel(errWaitDrained)
 		case <-ctx.Done():
 		}
 	}()
-	return ctx, cancel
+	return ctx, func() { cancel(nil) }
 }
 
 // lock serves one native Lock on l. Lock outcomes are statuses, as on
@@ -204,14 +209,13 @@ func (s *Server) untilDrain(ctx context.Context) (context.Context, context.Cance
 func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	wctx, cancel := s.untilDrain(ctx)
 	defer cancel()
-	return s.lockOn(wctx, func() bool { return ctx.Err() != nil }, l, req)
+	return s.lockOn(wctx, l, req)
 }
 
 // lockOn serves one Lock, waiting on wctx: the caller's call, also ended
-// by shutdown. It returns an error only when wctx ended and withdrawn
-// reports that the caller is gone (not that the node is shutting down):
-// then no answer is due.
-func (s *Server) lockOn(wctx context.Context, withdrawn func() bool, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
+// by shutdown (the cause errWaitDrained). It returns an error only when
+// wctx ended for another cause, the caller gone: then no answer is due.
+func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	start := time.Now()
 	wl, ok := l.(lease.WaitLocker)
 	if !ok {
@@ -266,7 +270,7 @@ func (s *Server) lockOn(wctx context.Context, withdrawn func() bool, l lease.Loc
 		var err error
 		res, err = s.callLock(wctx, wl, c)
 		if err != nil {
-			if wctx.Err() != nil && withdrawn() {
+			if wctx.Err() != nil && context.Cause(wctx) != errWaitDrained {
 				return nil, status.FromContextError(wctx.Err()).Err()
 			}
 			res = lease.Result{Status: failedStatus(err)}

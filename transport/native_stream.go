@@ -28,10 +28,8 @@ type lockJob struct {
 	cancel context.CancelCauseFunc
 }
 
-var (
-	errWithdrawn   = errors.New("transport: the Lock was withdrawn by a cancel message")
-	errWaitDrained = errors.New("transport: the node is shutting down")
-)
+// errWithdrawn ends a Lock withdrawn by a cancel message.
+var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel message")
 
 // lockStream serves one LockStream on l. Every Lock runs on a goroutine of
 // its own (one of the stream's workers), as a unary Lock does, so a wait
@@ -76,7 +74,7 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 	}
 	serve := func(j lockJob) {
 		defer wg.Done()
-		resp, err := s.lockOn(j.ctx, func() bool { return context.Cause(j.ctx) != errWaitDrained }, l, j.req)
+		resp, err := s.lockOn(j.ctx, l, j.req)
 		mu.Lock()
 		delete(inflight, j.id)
 		mu.Unlock()
