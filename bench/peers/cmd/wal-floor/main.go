@@ -21,7 +21,6 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -96,8 +95,8 @@ func (r result) String() string {
 }
 
 func run(callers, nconns, record int, duration, warmup time.Duration, dir string) (result, error) {
-	if callers < 1 || nconns < 1 || record < 1 || duration <= 0 || warmup < 0 {
-		return result{}, errors.New("--callers, --conns and --record must be at least 1, --duration positive, --warmup not negative")
+	if callers < 1 || nconns < 1 || record < msgLen || duration <= 0 || warmup < 0 {
+		return result{}, fmt.Errorf("--callers and --conns must be at least 1, --record at least %d, --duration positive, --warmup not negative", msgLen)
 	}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "wal-floor-")
@@ -127,6 +126,9 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 			return result{}, err
 		}
 		defer nc.Close()
+		if _, err := nc.Write([]byte{kindWrites}); err != nil {
+			return result{}, err
+		}
 		c := &clientConn{c: nc}
 		conns[i] = c
 		go func() {
@@ -185,7 +187,7 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 			}
 		}()
 	}
-	rounds := func() (uint64, error) { return readRounds(dir) }
+	rounds := func() (uint64, error) { return readRounds(srv) }
 	select {
 	case err := <-readErr:
 		return result{}, err
@@ -226,19 +228,28 @@ func (c *clientConn) send(id uint32) error {
 	return err
 }
 
-// roundsFile is where the server keeps its count of fdatasyncs, so the
-// client can read how many writes each one carried.
-const roundsFile = "rounds"
+// A connection's first byte says what it is for: writes, or one read of
+// the server's count of fdatasyncs (8 bytes, then the server closes it).
+const (
+	kindWrites byte = 'W'
+	kindRounds byte = 'R'
+)
 
-func readRounds(dir string) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dir, roundsFile))
+// readRounds asks the server how many fdatasyncs it has made.
+func readRounds(srv *twoproc.Server) (uint64, error) {
+	c, err := srv.Dial()
 	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	var b [8]byte
+	if _, err := c.Write([]byte{kindRounds}); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(c, b[:]); err != nil {
 		return 0, fmt.Errorf("reading the server's count of fdatasyncs: %w", err)
 	}
-	if len(b) != 8 {
-		return 0, fmt.Errorf("the server's count of fdatasyncs is %d bytes", len(b))
-	}
-	return binary.BigEndian.Uint64(b), nil
+	return binary.BigEndian.Uint64(b[:]), nil
 }
 
 // pending is a write waiting for the committer: who asked, on which
@@ -270,15 +281,6 @@ func serve(addr, dir string, record int) error {
 	lg := &walLog{f: f, record: record}
 	lg.cond = sync.NewCond(&lg.mu)
 	var rounds atomic.Uint64
-	go func() { // publish the count of fdatasyncs for the client
-		var b [8]byte
-		for {
-			binary.BigEndian.PutUint64(b[:], rounds.Load())
-			_ = os.WriteFile(filepath.Join(dir, roundsFile+".tmp"), b[:], 0o600)
-			_ = os.Rename(filepath.Join(dir, roundsFile+".tmp"), filepath.Join(dir, roundsFile))
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
 	go lg.commit(&rounds)
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -289,7 +291,19 @@ func serve(addr, dir string, record int) error {
 		if err != nil {
 			return err
 		}
-		go lg.read(&serverConn{c: nc})
+		go func() {
+			var kind [1]byte
+			if _, err := io.ReadFull(nc, kind[:]); err != nil {
+				nc.Close()
+				return
+			}
+			if kind[0] == kindRounds {
+				_, _ = nc.Write(binary.BigEndian.AppendUint64(nil, rounds.Load()))
+				nc.Close()
+				return
+			}
+			lg.read(&serverConn{c: nc})
+		}()
 	}
 }
 
@@ -314,6 +328,7 @@ func (lg *walLog) commit(rounds *atomic.Uint64) {
 	var (
 		batch []pending
 		buf   []byte
+		pad   = make([]byte, lg.record-msgLen) // a record is the caller's number, padded
 		out   = map[*serverConn][]byte{}
 	)
 	for {
@@ -325,9 +340,8 @@ func (lg *walLog) commit(rounds *atomic.Uint64) {
 		lg.mu.Unlock()
 		buf = buf[:0]
 		for _, p := range batch {
-			rec := make([]byte, lg.record)
-			binary.BigEndian.PutUint32(rec, p.id)
-			buf = append(buf, rec...)
+			buf = binary.BigEndian.AppendUint32(buf, p.id)
+			buf = append(buf, pad...)
 		}
 		if _, err := lg.f.Write(buf); err != nil {
 			fmt.Fprintln(os.Stderr, "wal-floor server: append:", err)
