@@ -221,15 +221,33 @@ func (c *faultCluster) countReigns() faultEffects {
 // ctx ends, and returns how many freezes it made: every 0.3 s to 1 s, for
 // ttl and up to ttl more, one picked at random, though each link that busy
 // says is busy (a leader, a holder) takes the pick but one time in odds.
+// When no link is busy it waits up to a second for one to be: a freeze of
+// a process that holds nothing tests little, and under load (a leader
+// fault, a slow machine) links spend much of a run waiting for a grant.
 // around, if not nil, is called as link i's freeze begins and returns
 // what to call when it ends.
 func freezer(ctx context.Context, seed uint64, links []*candidateLink, ttl time.Duration, odds int, busy func(int) bool, around func(i int) func()) int {
 	rng := rand.New(rand.NewPCG(seed, 0xf7ee2e)) // the nemesis has its own
+	anyBusy := func() bool {
+		for j := range links {
+			if busy(j) {
+				return true
+			}
+		}
+		return false
+	}
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return n
 		case <-time.After(time.Duration(300+rng.IntN(700)) * time.Millisecond):
+		}
+		for wait := time.Now().Add(time.Second); !anyBusy() && time.Now().Before(wait); {
+			select {
+			case <-ctx.Done():
+				return n
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 		i := rng.IntN(len(links))
 		for j := range links {

@@ -57,8 +57,8 @@ type sharedRunResult struct {
 }
 
 func (r sharedRunResult) String() string {
-	return fmt.Sprintf("%d grants (%d writes, %d abandoned), %d holds that acted (%d beside another's); faults %s (%s), %d freezes, %d reigns of the partition begun",
-		r.grants, r.writes, r.abandoned, len(r.acts), r.together, fmtCounts(r.faults), r.effects, r.freezes, r.reigns)
+	return fmt.Sprintf("%d grants (%d writes, %d abandoned), %d holds that acted (%d beside another's); faults %s (%s), %d freezes (%d of a holder), %d reigns of the partition begun",
+		r.grants, r.writes, r.abandoned, len(r.acts), r.together, fmtCounts(r.faults), r.effects, r.freezes, len(r.frozen), r.reigns)
 }
 
 func runShared(t *testing.T, seed uint64, o sharedOpts) sharedRunResult {
