@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,9 +134,11 @@ func TestNodeLockCancelLeavesNothing(t *testing.T) {
 	}
 }
 
-// Close does not wait for waiters: they get ErrClosed at once.
+// Close does not wait for waiters: they get ErrClosed at once, so the
+// calls in flight drain without Close giving up on them (which it logs).
 func TestNodeCloseEndsWaiters(t *testing.T) {
-	n, err := kahuna.Open(kahuna.Config{})
+	logs := &warnings{}
+	n, err := kahuna.Open(kahuna.Config{Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +152,31 @@ func TestNodeCloseEndsWaiters(t *testing.T) {
 	if a := <-w; !errors.Is(a.err, kahuna.ErrClosed) {
 		t.Fatalf("waiter at close: %+v %v, want ErrClosed", a.r, a.err)
 	}
+	if got := logs.messages(); slices.ContainsFunc(got, func(m string) bool { return strings.Contains(m, "in flight") }) {
+		t.Fatalf("Close warned %q: it waited for the waiter instead of ending its wait", got)
+	}
+}
+
+// warnings is a slog.Handler keeping the messages of warnings and errors.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+
+func (w *warnings) messages() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.msgs)
 }
 
 // A persistent hand-off is one committed grant: tokens keep growing, and

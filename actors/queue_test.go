@@ -603,3 +603,48 @@ func handOffUnknownThenRegrantFenced(t *testing.T, tune ...func(*Config)) (*fixt
 	f.backend.setHold("r", false)
 	return f, first.rec, <-w
 }
+
+// StopWaiting ends the waits under way and those that come after it with
+// ErrClosed and leaves no waiter queued, while other calls are served.
+func TestStopWaitingEndsWaits(t *testing.T) {
+	f := newFixture(t, 2, 100)
+	if r := f.do(t, lease.TryLock, "r", "holder", time.Minute, lease.Ephemeral); r.Status != lease.Locked {
+		t.Fatalf("holder: %+v", r)
+	}
+	wait := func() <-chan error {
+		errs := make(chan error, 1)
+		go func() {
+			_, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("w"), TTL: time.Minute, Durability: lease.Ephemeral, Wait: lease.WaitForever}, Partition: 1})
+			errs <- err
+		}()
+		return errs
+	}
+	ended := func(what string, errs <-chan error) {
+		t.Helper()
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("%s: %v, want ErrClosed", what, err)
+			}
+		case <-time.After(10 * time.Second): // a liveness check, not a speed one
+			t.Fatalf("%s: still waiting 10 s after StopWaiting", what)
+		}
+	}
+	under := wait()
+	<-f.waiting
+	f.ring.StopWaiting()
+	ended("a wait under way", under)
+	ended("a wait after StopWaiting", wait())
+	// The waits' leave messages are handled before a Get sent after them
+	// (an Unlock would overtake them: releases are served first).
+	f.sync(t, "r")
+	if s := f.stats(t); s.Waiters != 0 {
+		t.Fatalf("waiters = %d, want 0", s.Waiters)
+	}
+	if r := f.do(t, lease.Unlock, "r", "holder", 0, lease.Ephemeral); r.Status != lease.Unlocked {
+		t.Fatalf("unlock after StopWaiting: %+v", r)
+	}
+	if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.LockDoesNotExist {
+		t.Fatalf("after the release: %+v, want free (no waiter was left to take it)", r)
+	}
+}

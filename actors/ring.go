@@ -227,6 +227,9 @@ type Ring struct {
 	done   chan struct{}
 	closed atomic.Bool
 	once   sync.Once
+	// unwait is closed by StopWaiting: waiting calls leave their queues.
+	unwait     chan struct{}
+	unwaitOnce sync.Once
 }
 
 // NewRing spawns cfg.Actors lock actors.
@@ -256,9 +259,10 @@ func NewRing(cfg Config) (*Ring, error) {
 			// protoactor's Info lines (system started, dead letters) are noise here.
 			return slog.New(warnAndAbove{logger.Handler()}).With("lib", "protoactor")
 		})),
-		seed: maphash.MakeSeed(),
-		disp: &dispatcher{},
-		done: make(chan struct{}),
+		seed:   maphash.MakeSeed(),
+		disp:   &dispatcher{},
+		done:   make(chan struct{}),
+		unwait: make(chan struct{}),
 	}
 	r.calls.New = func() any { return &call{reply: make(chan Response, 1)} }
 	// A panic while handling one message is recovered inside the actor
@@ -349,6 +353,8 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 		case <-resp.raise:
 		case <-ctx.Done():
 			return Response{}, ctx.Err()
+		case <-r.unwait:
+			return Response{}, ErrClosed
 		case <-r.done:
 			return Response{}, ErrClosed
 		}
@@ -420,8 +426,9 @@ func (r *Ring) Forget(ctx context.Context, p int, resource string, index uint64)
 // wait runs a waiting TryLock. Its wait is timed here, on the caller's
 // goroutine, not in the actor: when it ends the actor is told (leave) and
 // answers Busy if the call is still queued, or has already answered the
-// grant. A caller whose ctx ends tells the actor too, so nothing is left in
-// the queue. A call the actor may still be told about is never recycled.
+// grant. A caller whose ctx ends, or whose wait StopWaiting ends, tells the
+// actor too, so nothing is left in the queue. A call the actor may still be
+// told about is never recycled.
 func (r *Ring) wait(ctx context.Context, c *call, pid *actor.PID) (Response, error) {
 	// The call outlives Do if ctx ends: it must not alias the caller's buffer.
 	c.req.Owner = append([]byte(nil), c.req.Owner...)
@@ -447,10 +454,22 @@ func (r *Ring) wait(ctx context.Context, c *call, pid *actor.PID) (Response, err
 		case <-ctx.Done():
 			r.system.Root.Send(pid, &leave{c: c})
 			return Response{}, ctx.Err()
+		case <-r.unwait:
+			r.system.Root.Send(pid, &leave{c: c})
+			return Response{}, ErrClosed // it may have been granted as it left
 		case <-r.done:
 			return Response{}, ErrClosed
 		}
 	}
+}
+
+// StopWaiting ends every wait, those under way and those to come, with
+// ErrClosed, while other calls are still served: an owner that is closing
+// answers its callers in flight without being held up by waiters. A
+// per-call context would do the same at the price of a context and a
+// registration with the owner's for every waiting call.
+func (r *Ring) StopWaiting() {
+	r.unwaitOnce.Do(func() { close(r.unwait) })
 }
 
 // DropPartition makes every actor forget its cached entries of partition p

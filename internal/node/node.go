@@ -707,6 +707,9 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)
 		n.endLife()
+		if n.ring != nil {
+			n.ring.StopWaiting()
+		}
 		if n.inflight.Load() == 0 {
 			n.drainOnce.Do(func() { close(n.drained) })
 		}

@@ -70,12 +70,9 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 	}
 	areq := actors.Request{Request: req, Partition: p}
 	if req.Wait != 0 {
-		// A waiter stops waiting when the node closes, so Close is not
-		// held up by it.
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(n.life, cancel)()
-		resp, err := n.ring.Do(wctx, areq)
+		// A waiter stops waiting when the node closes (Close calls
+		// StopWaiting), so Close is not held up by it.
+		resp, err := n.ring.Do(ctx, areq)
 		switch {
 		case errors.Is(err, actors.ErrClosed), err != nil && ctx.Err() == nil:
 			return lease.LockInfo{}, lease.Result{}, ErrClosed // it may have been granted as it left
