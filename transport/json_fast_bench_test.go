@@ -37,6 +37,9 @@ func BenchmarkJSONEncodeLockReplyFast(b *testing.B) {
 	for b.Loop() {
 		buf = appendLockReply(buf[:0], benchLockReply)
 	}
+	if want, _ := json.Marshal(benchLockReply); string(buf) != string(want) {
+		b.Fatalf("encoded %s, encoding/json %s", buf, want)
+	}
 }
 
 func BenchmarkJSONEncodeLockReplyStd(b *testing.B) {
