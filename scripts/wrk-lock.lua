@@ -4,6 +4,9 @@
 --
 --   wrk -t2 -c64 -d5s -s scripts/wrk-lock.lua http://127.0.0.1:2070
 --
+-- Headers given with -H are sent too (e.g. -H 'TE: trailers', which kahuna's
+-- REST fast path leaves to net/http).
+--
 -- Every request is counted by wrk; a lock op is two of them.
 local counter = 0
 local key = 0
@@ -19,5 +22,10 @@ request = function()
     path = "/v1/locks/try-unlock"
   end
   local body = '{"resource":"bench:' .. key .. '","owner":"' .. owner .. '","expiresMs":5000,"durability":0}'
-  return wrk.format("POST", path, {["Content-Type"] = "application/json"}, body)
+  -- wrk.format sends only the headers it is given: add those of -H.
+  local headers = {["Content-Type"] = "application/json"}
+  for name, value in pairs(wrk.headers) do
+    headers[name] = value
+  end
+  return wrk.format("POST", path, headers, body)
 end
