@@ -103,8 +103,24 @@ func run(server, addr string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var serve func() error
-	var shut func() error
+	serve, shut, err := newServer(server, n)
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- serve(ln) }()
+	fmt.Printf("rest-servers: %s on %s\n", server, ln.Addr())
+	select {
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		return shut()
+	}
+}
+
+// newServer returns what serves the lock routes of n on a listener with
+// the named HTTP server, and what shuts it down.
+func newServer(server string, n *kahuna.Node) (serve func(net.Listener) error, shut func() error, err error) {
 	switch server {
 	case "nethttp":
 		s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -122,7 +138,7 @@ func run(server, addr string) error {
 			w.WriteHeader(status)
 			_, _ = w.Write(out)
 		})}
-		serve, shut = func() error { return s.Serve(ln) }, func() error { return s.Shutdown(context.Background()) }
+		return s.Serve, func() error { return s.Shutdown(context.Background()) }, nil
 	case "fasthttp":
 		s := &fasthttp.Server{MaxRequestBodySize: maxBody, Handler: func(c *fasthttp.RequestCtx) {
 			status, out := serveLock(c, n, string(c.Path()), c.PostBody())
@@ -130,17 +146,7 @@ func run(server, addr string) error {
 			c.SetStatusCode(status)
 			c.SetBody(out)
 		}}
-		serve, shut = func() error { return s.Serve(ln) }, s.Shutdown
-	default:
-		return fmt.Errorf("--server %q: want nethttp or fasthttp", server)
+		return s.Serve, s.Shutdown, nil
 	}
-	errs := make(chan error, 1)
-	go func() { errs <- serve() }()
-	fmt.Printf("rest-servers: %s on %s\n", server, ln.Addr())
-	select {
-	case err := <-errs:
-		return err
-	case <-ctx.Done():
-		return shut()
-	}
+	return nil, nil, fmt.Errorf("--server %q: want nethttp or fasthttp", server)
 }
