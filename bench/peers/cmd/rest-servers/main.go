@@ -97,16 +97,16 @@ func run(server, addr string) error {
 		return fmt.Errorf("open the node: %w", err)
 	}
 	defer n.Close()
+	serve, shut, err := newServer(server, n)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	serve, shut, err := newServer(server, n)
-	if err != nil {
-		return err
-	}
 	errs := make(chan error, 1)
 	go func() { errs <- serve(ln) }()
 	fmt.Printf("rest-servers: %s on %s\n", server, ln.Addr())
