@@ -38,9 +38,9 @@ func (a *lockActor) collect() {
 			oldest = time.Time{} // scan cut short: the bound is unknown
 			break
 		}
-		if s.busy() || now.Sub(s.lastUsed) < a.cfg.CacheEntryTTL || s.Live(now) {
-			if s.lastUsed.Before(oldest) {
-				oldest = s.lastUsed
+		if used := a.epoch.Add(s.lastUsed); s.busy() || now.Sub(used) < a.cfg.CacheEntryTTL || s.Live(now) {
+			if used.Before(oldest) {
+				oldest = used
 			}
 			continue
 		}
@@ -98,7 +98,7 @@ func (a *lockActor) makeRoom(now time.Time) {
 // busy reports whether s holds what eviction must never lose: a write in
 // flight (its completion needs the entry), waiters or watchers.
 func (s *slot) busy() bool {
-	return s.inflight != nil || len(s.waiters) > 0 || len(s.watchers) > 0
+	return s.x != nil && (s.x.inflight != nil || len(s.x.waiters) > 0 || len(s.x.watchers) > 0)
 }
 
 // forgetIfBlank drops s if it holds nothing a miss would not load again:

@@ -66,7 +66,7 @@ func (a *lockActor) loaded(m *loaded) {
 	// could not be given its renewal floor.
 	since, serving := a.reignSince(m.l.partition, now)
 	if m.err == nil && !m.l.dropped && serving {
-		s = &slot{resource: m.resource, partition: m.l.partition, lastUsed: now}
+		s = &slot{resource: m.resource, partition: m.l.partition, lastUsed: a.since(now)}
 		if m.found {
 			s.Entry, s.index, s.kind, s.storedTTL = entryOf(&m.rec, now), m.rec.Index, lease.Persistent, storedTTL(&m.rec)
 			a.floorLease(&s.Entry, &m.rec, m.l.partition, since)

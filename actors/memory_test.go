@@ -214,3 +214,56 @@ func TestEndedWatchOfNeverLockedNameLeavesNoEntry(t *testing.T) {
 		t.Fatalf("%+v, want no entry after the watch ended", s)
 	}
 }
+
+// restingExtra reports whether the slot of res still has its extra part
+// after every message sent before has been handled (Held visits each
+// actor after them).
+func (f *fixture) restingExtra(t *testing.T, res string) bool {
+	t.Helper()
+	f.stats(t)
+	for _, a := range f.ring.actors {
+		if s := a.entries[res]; s != nil {
+			return s.x != nil
+		}
+	}
+	t.Fatalf("%s is not cached", res)
+	return false
+}
+
+// A slot's extra part (a write in flight, waiters, a timer, watchers) is
+// dropped once the lock is at rest again, so a held lock that had waiters,
+// watchers or a write takes no more memory than one that never had.
+func TestExtraDroppedAtRest(t *testing.T) {
+	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			if r := f.do(t, lease.TryLock, "r", "a", time.Minute, d); r.Status != lease.Locked {
+				t.Fatalf("lock: %+v", r)
+			}
+			if f.restingExtra(t, "r") {
+				t.Fatal("a held lock keeps its extra part after its grant")
+			}
+			w := f.waitFor(t, context.Background(), "r", "b", time.Hour, d)
+			if r := f.do(t, lease.Unlock, "r", "a", 0, d); r.Status != lease.Unlocked {
+				t.Fatalf("unlock: %+v", r)
+			}
+			if r := <-w; r.Status != lease.Locked {
+				t.Fatalf("waiter: %+v", r)
+			}
+			if f.restingExtra(t, "r") {
+				t.Fatal("the lock handed to its waiter keeps its extra part")
+			}
+			watch, err := f.ring.Watch(context.Background(), Request{Request: lease.Request{Resource: "r", Durability: d}, Partition: 1}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.restingExtra(t, "r") {
+				t.Fatal("a watched lock has no extra part")
+			}
+			watch.Stop()
+			if f.restingExtra(t, "r") {
+				t.Fatal("the lock keeps its extra part after its watch stopped")
+			}
+		})
+	}
+}

@@ -210,7 +210,7 @@ func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
 		}
 		a.entries[s.resource] = s
 	}
-	if len(s.watchers) >= MaxWatchers {
+	if len(s.watching()) >= MaxWatchers {
 		m.reply <- ErrTooManyWatchers
 		return
 	}
@@ -239,8 +239,9 @@ func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
 	if m.from == 0 || ev.Revision != m.from || ev.Kind == Expired {
 		m.w.c <- ev // a fresh buffer has room
 	}
-	s.watchers = append(s.watchers, m.w)
-	s.lastUsed = now
+	x := s.ext()
+	x.watchers = append(x.watchers, m.w)
+	s.lastUsed = a.since(now)
 	a.arm(s) // before the reply: once Watch returns, the expiry is watched
 	m.reply <- nil
 }
@@ -251,10 +252,11 @@ func (a *lockActor) unwatch(m *unwatch) {
 	if s == nil {
 		return
 	}
-	if i := slices.Index(s.watchers, m.w); i >= 0 {
-		s.watchers = slices.Delete(s.watchers, i, i+1)
+	if i := slices.Index(s.watching(), m.w); i >= 0 {
+		s.x.watchers = slices.Delete(s.x.watchers, i, i+1)
 		close(m.w.c)
 		a.arm(s)
+		s.tidy()
 		a.forgetIfBlank(s)
 	}
 }
@@ -268,7 +270,7 @@ func (a *lockActor) changed(s *slot, next lease.Entry, kind lease.Durability, wh
 		a.noteLapse(s, now)
 	}
 	s.Entry, s.kind, s.lapseTold = next, kind, false
-	if len(s.watchers) == 0 {
+	if len(s.watching()) == 0 {
 		return
 	}
 	ev := Event{Kind: what, Token: s.Token, Revision: s.Revision, Durability: kind}
@@ -290,7 +292,7 @@ func (a *lockActor) tellHolders(s *slot, ev *Event, now time.Time) {
 	if last, ok := s.LastLapse(now); ok {
 		ev.Expires = last
 	}
-	s.toldLive = len(ev.Holders)
+	s.ext().toldLive = len(ev.Holders)
 }
 
 // noteLapse tells s's watchers that its holder's lease has ended, once per
@@ -306,7 +308,7 @@ func (a *lockActor) noteLapse(s *slot, now time.Time) {
 	// A lapse seen in the cache is news only from the node that serves the
 	// partition: a deposed one (its lease out, no leader event yet) may
 	// miss an Extend made through the new leader. Its watchers re-watch.
-	if len(s.watchers) > 0 {
+	if len(s.watching()) > 0 {
 		if _, ok := a.cfg.Serving(s.partition); !ok {
 			a.endWatchers(s, ErrWatchMoved)
 			return
@@ -320,7 +322,7 @@ func (a *lockActor) noteLapse(s *slot, now time.Time) {
 // tells s's watchers that holders they were told of as live have lapsed
 // (one Expired, with the holders left), once per lapse.
 func (a *lockActor) noteHolderLapses(s *slot, now time.Time) {
-	if len(s.watchers) == 0 || len(lease.HoldersOf(&s.Entry, now)) >= s.toldLive {
+	if len(s.watching()) == 0 || len(lease.HoldersOf(&s.Entry, now)) >= s.x.toldLive {
 		return
 	}
 	if _, ok := a.cfg.Serving(s.partition); !ok {
@@ -335,10 +337,10 @@ func (a *lockActor) noteHolderLapses(s *slot, now time.Time) {
 // emit sends ev to every watcher of s, never waiting: a watcher without
 // room is ended with ErrWatchSlow.
 func (a *lockActor) emit(s *slot, ev Event) {
-	if len(s.watchers) == 0 {
+	if len(s.watching()) == 0 {
 		return
 	}
-	s.watchers = slices.DeleteFunc(s.watchers, func(w *Watch) bool {
+	s.x.watchers = slices.DeleteFunc(s.x.watchers, func(w *Watch) bool {
 		select {
 		case w.c <- ev:
 			return false
@@ -352,18 +354,20 @@ func (a *lockActor) emit(s *slot, ev Event) {
 
 // endWatchers ends every watch of s with err.
 func (a *lockActor) endWatchers(s *slot, err error) {
-	for _, w := range s.watchers {
+	for _, w := range s.watching() {
 		w.err = err
 		close(w.c)
 	}
-	s.watchers = nil
+	if s.x != nil {
+		s.x.watchers = nil
+	}
 }
 
 // watchedHeld reports whether s has watchers to tell of its holder's
 // lapse (of a shared kind's: of a holder they know of).
 func (s *slot) watchedHeld() bool {
 	if s.IsShared() {
-		return len(s.watchers) > 0 && s.toldLive > 0
+		return len(s.watching()) > 0 && s.x.toldLive > 0
 	}
-	return len(s.watchers) > 0 && s.State == lease.Held && !s.lapseTold
+	return len(s.watching()) > 0 && s.State == lease.Held && !s.lapseTold
 }

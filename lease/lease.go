@@ -155,7 +155,17 @@ const (
 // Entry is the state of one resource.
 type Entry struct {
 	State State
-	Owner []byte
+	// RW, for a read/write lock (rwlock.go), says Slots are its holders:
+	// readers, or one writer when Exclusive. Token is its write epoch.
+	RW, Exclusive bool
+	// Renewed, for a lock held persistently, says its holder's lease was
+	// renewed by a recorded Extend: its later renewals may be kept in the
+	// leader's memory (the store's expiry is then a lower bound). The lock
+	// actors set and read it; the decisions here leave it as it was.
+	// (The small fields are kept together: a node caches an Entry per
+	// lock, and padding between them would cost each a word.)
+	Renewed bool
+	Owner   []byte
 	// Expires is the end of the lease. Where it was granted it carries
 	// Go's monotonic reading, so wall-clock jumps cannot move it.
 	Expires time.Time
@@ -170,14 +180,6 @@ type Entry struct {
 	// Expires and Owner are derived from them. Limit is 0 for a lock.
 	Limit int
 	Slots []Slot
-	// RW, for a read/write lock (rwlock.go), says Slots are its holders:
-	// readers, or one writer when Exclusive. Token is its write epoch.
-	RW, Exclusive bool
-	// Renewed, for a lock held persistently, says its holder's lease was
-	// renewed by a recorded Extend: its later renewals may be kept in the
-	// leader's memory (the store's expiry is then a lower bound). The lock
-	// actors set and read it; the decisions here leave it as it was.
-	Renewed bool
 	// Floor is the least token a grant to a new owner may take, whatever
 	// Token says: it carries tokens the entry does not know of (ephemeral
 	// grants of an earlier leader, or of an evicted entry). Every Next
