@@ -146,6 +146,7 @@ type install struct {
 // and the lease, and how long the lease has left.
 type handed struct {
 	s    *slot
+	name string
 	left time.Duration
 }
 
@@ -163,30 +164,72 @@ type dropPartition struct {
 type slot struct {
 	lease.Entry
 	// kind is the durability of the grant Entry describes: Persistent when
-	// Entry is the stored record (as of index), Ephemeral when an
+	// Entry is the stored record (as of its index), Ephemeral when an
 	// in-memory grant (or its release) has moved it on. Extend and Unlock
 	// write the way the lock was granted, whatever durability they name.
-	kind lease.Durability
+	kind grantKind
 	// renewed: a renewal kept in memory has moved the lease past the
 	// stored record's (renew.go).
 	renewed   bool
-	lapseTold bool // the watchers have been told that Entry's lease lapsed
-	dropped   bool // the partition was dropped while a write was in flight
-	// index is the Raft index of the stored record (0: none stored): a
-	// persistent decision is applied only if the record is still at it
-	// (durability's compare-and-set).
-	index     uint64
-	resource  string
-	partition int
+	lapseTold bool          // the watchers have been told that Entry's lease lapsed
+	dropped   bool          // the partition was dropped while a write was in flight
+	part      int32         // the partition (partition())
 	lastUsed  time.Duration // when it was last used, as a.since says
-	storedTTL time.Duration // the lease the stored record grants (renew.go)
+	rec       *storedRef    // the stored record, nil if none
 	x         *slotExtra    // nil while the lock is at rest
+	// The resource's name is the key of the actor's map: not kept here.
+}
+
+// grantKind is a lease.Durability in a byte.
+type grantKind uint8
+
+func kindOf(d lease.Durability) grantKind { return grantKind(d) }
+
+func (k grantKind) durability() lease.Durability { return lease.Durability(k) }
+
+// storedRef is what a slot knows of its stored record.
+type storedRef struct {
+	// index is the record's Raft index: a persistent decision is applied
+	// only if the record is still at it (durability's compare-and-set).
+	index uint64
+	ttl   time.Duration // the lease the record grants (renew.go)
+}
+
+func (s *slot) partition() int { return int(s.part) }
+
+// index is the Raft index of the stored record (0: none stored).
+func (s *slot) index() uint64 {
+	if s.rec == nil {
+		return 0
+	}
+	return s.rec.index
+}
+
+// storedLease is the lease the stored record grants (0: none stored).
+func (s *slot) storedLease() time.Duration {
+	if s.rec == nil {
+		return 0
+	}
+	return s.rec.ttl
+}
+
+// stored notes the record stored for s: its index (0: none) and lease.
+func (s *slot) stored(index uint64, ttl time.Duration) {
+	switch {
+	case index == 0 && ttl == 0:
+		s.rec = nil
+	case s.rec == nil:
+		s.rec = &storedRef{index: index, ttl: ttl}
+	default:
+		s.rec.index, s.rec.ttl = index, ttl
+	}
 }
 
 // slotExtra is the part of a slot that a lock at rest does not need.
 type slotExtra struct {
-	inflight  *call // the call whose write is being committed
-	queue     *call // calls waiting for inflight, oldest first
+	name      string // the resource's, for a timer's wake to find s by
+	inflight  *call  // the call whose write is being committed
+	queue     *call  // calls waiting for inflight, oldest first
 	queueTail *call
 	queued    int // calls in queue (at most Config.MaxQueued)
 
@@ -208,10 +251,11 @@ type slotExtra struct {
 	toldLive int
 }
 
-// ext is s's extra part, allocated if s has none.
-func (s *slot) ext() *slotExtra {
+// ext is s's extra part, allocated if s, the slot of resource name, has
+// none.
+func (s *slot) ext(name string) *slotExtra {
 	if s.x == nil {
-		s.x = new(slotExtra)
+		s.x = &slotExtra{name: name}
 	}
 	return s.x
 }
@@ -322,7 +366,7 @@ func (a *lockActor) Receive(ctx actor.Context) {
 	case *unwatch:
 		a.unwatch(m)
 	case *wake:
-		if x := m.s.x; a.entries[m.s.resource] == m.s && x == m.x && m.gen == x.timerGen {
+		if x := m.x; x == m.s.x && a.entries[x.name] == m.s && m.gen == x.timerGen {
 			x.timer = nil
 			a.settle(m.s)
 		}
@@ -334,10 +378,10 @@ func (a *lockActor) Receive(ctx actor.Context) {
 	case *liveLeases:
 		now := a.cfg.Now()
 		var leases []durability.HandedLease
-		for _, s := range a.entries {
-			if s.partition == m.partition && s.kind == lease.Ephemeral && s.Live(now) {
+		for name, s := range a.entries {
+			if s.partition() == m.partition && s.kind.durability() == lease.Ephemeral && s.Live(now) {
 				leases = append(leases, durability.HandedLease{
-					Resource: s.resource, Owner: s.Owner, Token: s.Token, Revision: s.Revision,
+					Resource: name, Owner: s.Owner, Token: s.Token, Revision: s.Revision,
 					Left: s.Expires.Sub(now) + time.Nanosecond, // live up to and including Expires
 				})
 			}
@@ -351,16 +395,16 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		now := a.cfg.Now()
 		for _, h := range m.leases {
 			s := h.s
-			if a.entries[s.resource] != nil {
-				a.cfg.Logger.Warn("handed-over lease not installed: the name is cached already", "resource", s.resource)
+			if a.entries[h.name] != nil {
+				a.cfg.Logger.Warn("handed-over lease not installed: the name is cached already", "resource", h.name)
 				continue
 			}
 			// From now: the lease ends no earlier than on the node that
 			// handed it over, which measured left before this node began
 			// to take the partition over.
 			s.Expires, s.lastUsed = now.Add(h.left), a.since(now)
-			s.Floor = a.floor(s.partition)
-			a.entries[s.resource] = s
+			s.Floor = a.floor(s.partition())
+			a.entries[h.name] = s
 		}
 		a.publish()
 		m.ack <- struct{}{}
@@ -393,12 +437,12 @@ func (a *lockActor) Receive(ctx actor.Context) {
 func (a *lockActor) listLive(m *listLive) []lease.ListedLock {
 	now := a.cfg.Now()
 	var out []lease.ListedLock
-	for _, s := range a.entries {
-		if s.partition != m.partition || !s.Live(now) || !m.req.Wants(s.resource) {
+	for name, s := range a.entries {
+		if s.partition() != m.partition || !s.Live(now) || !m.req.Wants(name) {
 			continue
 		}
 		out = append(out, lease.ListedLock{
-			Resource: s.resource, Owner: bytes.Clone(s.Owner), FencingToken: s.Token, Durability: s.kind,
+			Resource: name, Owner: bytes.Clone(s.Owner), FencingToken: s.Token, Durability: s.kind.durability(),
 			Expires: s.Expires.Round(0), // the wall reading: the caller may be another process
 			Holders: lease.HoldersOf(&s.Entry, now),
 		})
@@ -522,24 +566,24 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 // still the free record stored at the index the sweep saw; otherwise c is
 // answered Busy and nothing changes.
 func (a *lockActor) forget(c *call, s *slot, cached bool, term uint64, now time.Time) {
-	if s.State == lease.Absent || s.kind != lease.Persistent || s.index != c.req.forgetAt || s.Live(now) || s.busy() {
+	if s.State == lease.Absent || s.kind.durability() != lease.Persistent || s.index() != c.req.forgetAt || s.Live(now) || s.busy() {
 		c.reply <- Response{Status: lease.Busy}
 		return
 	}
 	if !cached {
-		a.entries[s.resource] = s // for its write in flight; dropped once it completes
+		a.entries[c.req.Resource] = s // for its write in flight; dropped once it completes
 	}
 	c.decision = lease.Decision{Status: lease.Unlocked}
 	c.rec = durability.Record{
-		Resource:       s.resource,
+		Resource:       c.req.Resource,
 		Token:          s.Token,
 		Revision:       s.Revision + 1,
 		LastModifiedMs: now.UnixMilli(),
 		Remove:         true,
-		Base:           s.index,
+		Base:           s.index(),
 		Term:           term,
 	}
-	s.ext().inflight = c
+	s.ext(c.req.Resource).inflight = c
 	a.hold(c)
 }
 
@@ -561,7 +605,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 			return
 		}
 		c.queuedAt = now
-		x := s.ext()
+		x := s.ext(req.Resource)
 		x.waiters = append(x.waiters, c)
 		a.nwaiting++
 		if a.cfg.onWait != nil {
@@ -587,7 +631,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.reply <- resp
 		return
 	}
-	kind := s.kind // Extend and Unlock write the way the lock was granted
+	kind := s.kind.durability() // Extend and Unlock write the way the lock was granted
 	if req.Op == lease.TryLock {
 		kind = req.Durability
 	}
@@ -598,7 +642,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		return
 	}
 	if kind == lease.Ephemeral {
-		if !a.windowRoom(c, s.partition, term, d.Token, req.TTL) {
+		if !a.windowRoom(c, s.partition(), term, d.Token, req.TTL) {
 			return
 		}
 		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
@@ -624,8 +668,8 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		c.handoff = h
 		write = h.decision.Next
 	}
-	c.rec = recordOf(req.Resource, &write, s.index, term, now)
-	s.ext().inflight = c
+	c.rec = recordOf(req.Resource, &write, s.index(), term, now)
+	s.ext(req.Resource).inflight = c
 	if c.group { // proposed with the group's other records, by doAll
 		c.inbox = a.mailbox
 		c.reply <- Response{ready: true}
@@ -860,14 +904,15 @@ func (a *lockActor) windowRoom(c *call, p int, term uint64, token int64, ttl tim
 	return false
 }
 
-// uncache drops s from the cache. Its token is kept in the partition's
-// floor if an ephemeral grant set it, since no store knows it.
-func (a *lockActor) uncache(s *slot) {
-	a.keep(s)
-	if s.kind == lease.Ephemeral && s.State != lease.Absent && s.Token >= a.floors[s.partition] && !a.cfg.UnsafeNoEvictionFloor {
-		a.floors[s.partition] = s.Token + 1
+// uncache drops s, the slot of resource name, from the cache. Its token is
+// kept in the partition's floor if an ephemeral grant set it, since no
+// store knows it.
+func (a *lockActor) uncache(name string, s *slot) {
+	a.keep(name, s)
+	if s.kind.durability() == lease.Ephemeral && s.State != lease.Absent && s.Token >= a.floors[s.partition()] && !a.cfg.UnsafeNoEvictionFloor {
+		a.floors[s.partition()] = s.Token + 1
 	}
-	delete(a.entries, s.resource)
+	delete(a.entries, name)
 }
 
 // floor is the least token a first grant of a name of p, loaded now,
@@ -897,7 +942,7 @@ func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
 		return false
 	case needed, s.State != lease.Absent && !a.full():
-		a.entries[s.resource] = s
+		a.entries[c.req.Resource] = s
 		return true
 	}
 	a.decide(c, s, term, now) // a read: answered from s, which is not kept
@@ -923,7 +968,8 @@ func (a *lockActor) complete(c *call) {
 	case c.err == nil:
 		now := a.cfg.Now()
 		a.changed(s, c.decision.Next, lease.Persistent, eventOf(c.req.Op), now)
-		s.index, s.storedTTL, s.renewed = c.index, storedTTL(&c.rec), false
+		s.stored(c.index, storedTTL(&c.rec))
+		s.renewed = false
 		if h != nil {
 			a.changed(s, h.decision.Next, lease.Persistent, Acquired, now)
 			h.reply <- Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited}
@@ -986,9 +1032,9 @@ func (a *lockActor) complete(c *call) {
 	x.queue, x.queueTail, x.queued = nil, nil, 0
 	var replay []*call
 	if s.dropped {
-		a.uncache(s)
+		a.uncache(c.req.Resource, s)
 		a.stopTimer(s)
-		if _, ok := a.cfg.Serving(s.partition); ok {
+		if _, ok := a.cfg.Serving(s.partition()); ok {
 			// Decided again from the reloaded record, in their order.
 			replay = x.waiters
 			a.nwaiting -= len(x.waiters)
@@ -1054,7 +1100,7 @@ func (a *lockActor) handOff(s *slot) {
 		if s.blocks(w, now) {
 			return
 		}
-		term, ok := a.cfg.Serving(s.partition)
+		term, ok := a.cfg.Serving(s.partition())
 		if !ok {
 			a.flush(s, lease.MustRetry)
 			return
@@ -1102,7 +1148,7 @@ func (a *lockActor) arm(s *slot) {
 		// a shared kind's watchers hear of each holder's lapse.
 		at = lapse
 	}
-	x := s.ext()
+	x := s.x // waiters or watchers: set
 	if x.timer != nil && x.timerAt.Equal(at) {
 		return
 	}
@@ -1158,7 +1204,7 @@ func (a *lockActor) leave(m *leave) {
 	a.nwaiting--
 	if m.waitOver {
 		st := lease.Busy
-		if _, ok := a.cfg.Serving(s.partition); !ok {
+		if _, ok := a.cfg.Serving(s.partition()); !ok {
 			st = lease.MustRetry
 		}
 		c.reply <- Response{Status: a.notGranted(c, st)}
@@ -1189,7 +1235,7 @@ func (a *lockActor) drop(p int) {
 		}
 	}
 	for k, s := range a.entries {
-		if s.partition != p {
+		if s.partition() != p {
 			continue
 		}
 		a.flush(s, lease.MustRetry)

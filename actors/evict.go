@@ -33,7 +33,7 @@ func (a *lockActor) collect() {
 	}
 	budget := a.cfg.CacheEntriesToRemove
 	oldest := now
-	for _, s := range a.entries {
+	for name, s := range a.entries {
 		if budget <= 0 {
 			oldest = time.Time{} // scan cut short: the bound is unknown
 			break
@@ -44,7 +44,7 @@ func (a *lockActor) collect() {
 			}
 			continue
 		}
-		a.uncache(s)
+		a.uncache(name, s)
 		budget--
 		a.evictions.Add(1)
 	}
@@ -81,7 +81,7 @@ func (a *lockActor) room(now time.Time) bool {
 func (a *lockActor) makeRoom(now time.Time) {
 	budget := max(a.cfg.CacheEntriesToRemove, 1)
 	looked := 0
-	for _, s := range a.entries {
+	for name, s := range a.entries {
 		if budget <= 0 || looked >= pressureScan {
 			return
 		}
@@ -89,7 +89,7 @@ func (a *lockActor) makeRoom(now time.Time) {
 		if s.busy() || s.Live(now) {
 			continue
 		}
-		a.uncache(s)
+		a.uncache(name, s)
 		budget--
 		a.evictions.Add(1)
 	}
@@ -104,8 +104,8 @@ func (s *slot) busy() bool {
 // forgetIfBlank drops s if it holds nothing a miss would not load again:
 // no lock ever granted on it here nor stored, and nothing waiting on it
 // (a watch of a name never locked, ended).
-func (a *lockActor) forgetIfBlank(s *slot) {
-	if s.State == lease.Absent && s.index == 0 && !s.busy() && a.entries[s.resource] == s {
-		delete(a.entries, s.resource)
+func (a *lockActor) forgetIfBlank(name string, s *slot) {
+	if s.State == lease.Absent && s.index() == 0 && !s.busy() && a.entries[name] == s {
+		delete(a.entries, name)
 	}
 }

@@ -66,9 +66,10 @@ func (a *lockActor) loaded(m *loaded) {
 	// could not be given its renewal floor.
 	since, serving := a.reignSince(m.l.partition, now)
 	if m.err == nil && !m.l.dropped && serving {
-		s = &slot{resource: m.resource, partition: m.l.partition, lastUsed: a.since(now)}
+		s = &slot{part: int32(m.l.partition), lastUsed: a.since(now)}
 		if m.found {
-			s.Entry, s.index, s.kind, s.storedTTL = entryOf(&m.rec, now), m.rec.Index, lease.Persistent, storedTTL(&m.rec)
+			s.Entry, s.kind = entryOf(&m.rec, now), kindOf(lease.Persistent)
+			s.stored(m.rec.Index, storedTTL(&m.rec))
 			a.floorLease(&s.Entry, &m.rec, m.l.partition, since)
 		} else {
 			s.Token = m.rec.Token // the store's floor: a first grant's token

@@ -86,7 +86,7 @@ func markRenewed(e lease.Entry, r *lease.Request, d *lease.Decision) {
 // its lease ended is not read back held.)
 func (a *lockActor) renewInMemory(req *lease.Request, s *slot, d *lease.Decision) bool {
 	if req.Op != lease.Extend || d.Status != lease.Extended || !d.Write || !s.Renewed ||
-		req.NewOwner != nil || s.IsShared() || s.storedTTL <= 0 || req.TTL > s.storedTTL ||
+		req.NewOwner != nil || s.IsShared() || s.storedLease() <= 0 || req.TTL > s.storedLease() ||
 		d.Next.Expires.Before(s.Expires) {
 		return false
 	}
@@ -128,9 +128,9 @@ func (a *lockActor) floorLease(e *lease.Entry, rec *durability.Record, p int, si
 
 // keep leaves s's lease behind as it leaves the cache, if a renewal kept
 // in memory moved it past its record's.
-func (a *lockActor) keep(s *slot) {
-	if s.renewed && s.State == lease.Held && s.kind == lease.Persistent {
-		a.kept[s.resource] = keptLease{partition: s.partition, owner: s.Owner, token: s.Token, until: s.Expires}
+func (a *lockActor) keep(name string, s *slot) {
+	if s.renewed && s.State == lease.Held && s.kind.durability() == lease.Persistent {
+		a.kept[name] = keptLease{partition: s.partition(), owner: s.Owner, token: s.Token, until: s.Expires}
 	}
 }
 

@@ -564,12 +564,13 @@ func (r *Ring) Install(ctx context.Context, p int, leases []durability.HandedLea
 		if err != nil {
 			return fmt.Errorf("actors: install handed-over lease of %q: %w", l.Resource, err)
 		}
-		s := &slot{resource: l.Resource, partition: p}
+		s := &slot{part: int32(p)}
 		if found {
-			s.Entry, s.index = entryOf(&rec, cfg.Now()), rec.Index
+			s.Entry = entryOf(&rec, cfg.Now())
+			s.stored(rec.Index, 0)
 		}
-		s.State, s.Owner, s.Token, s.Revision, s.kind = lease.Held, l.Owner, l.Token, l.Revision, lease.Ephemeral
-		byActor[i] = append(byActor[i], handed{s: s, left: l.Left})
+		s.State, s.Owner, s.Token, s.Revision, s.kind = lease.Held, l.Owner, l.Token, l.Revision, kindOf(lease.Ephemeral)
+		byActor[i] = append(byActor[i], handed{s: s, name: l.Resource, left: l.Left})
 	}
 	acks := make(chan struct{}, len(byActor))
 	for i, h := range byActor {

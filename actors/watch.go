@@ -208,14 +208,15 @@ func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
 			m.reply <- ErrFull
 			return
 		}
-		a.entries[s.resource] = s
+		a.entries[m.w.res] = s
 	}
 	if len(s.watching()) >= MaxWatchers {
 		m.reply <- ErrTooManyWatchers
 		return
 	}
+	x := s.ext(m.w.res) // tellHolders below notes what the watchers were told
 	a.noteLapse(s, now) // the others hear of a lapse before the newcomer's state
-	ev := Event{Kind: Released, Token: s.Token, Revision: s.Revision, Durability: s.kind, Current: true}
+	ev := Event{Kind: Released, Token: s.Token, Revision: s.Revision, Durability: s.kind.durability(), Current: true}
 	if s.State == lease.Held {
 		ev.Kind, ev.Owner, ev.Expires = Acquired, s.Owner, s.Expires
 		if !s.Live(now) {
@@ -239,7 +240,6 @@ func (a *lockActor) watchOn(m *watchMsg, s *slot, cached bool) {
 	if m.from == 0 || ev.Revision != m.from || ev.Kind == Expired {
 		m.w.c <- ev // a fresh buffer has room
 	}
-	x := s.ext()
 	x.watchers = append(x.watchers, m.w)
 	s.lastUsed = a.since(now)
 	a.arm(s) // before the reply: once Watch returns, the expiry is watched
@@ -257,7 +257,7 @@ func (a *lockActor) unwatch(m *unwatch) {
 		close(m.w.c)
 		a.arm(s)
 		s.tidy()
-		a.forgetIfBlank(s)
+		a.forgetIfBlank(m.w.res, s)
 	}
 }
 
@@ -269,7 +269,7 @@ func (a *lockActor) changed(s *slot, next lease.Entry, kind lease.Durability, wh
 		// its old expiry may have passed since): it never lapsed.
 		a.noteLapse(s, now)
 	}
-	s.Entry, s.kind, s.lapseTold = next, kind, false
+	s.Entry, s.kind, s.lapseTold = next, kindOf(kind), false
 	if len(s.watching()) == 0 {
 		return
 	}
@@ -292,7 +292,7 @@ func (a *lockActor) tellHolders(s *slot, ev *Event, now time.Time) {
 	if last, ok := s.LastLapse(now); ok {
 		ev.Expires = last
 	}
-	s.ext().toldLive = len(ev.Holders)
+	s.x.toldLive = len(ev.Holders) // set: s has watchers, or is getting one (watchOn)
 }
 
 // noteLapse tells s's watchers that its holder's lease has ended, once per
@@ -309,13 +309,13 @@ func (a *lockActor) noteLapse(s *slot, now time.Time) {
 	// partition: a deposed one (its lease out, no leader event yet) may
 	// miss an Extend made through the new leader. Its watchers re-watch.
 	if len(s.watching()) > 0 {
-		if _, ok := a.cfg.Serving(s.partition); !ok {
+		if _, ok := a.cfg.Serving(s.partition()); !ok {
 			a.endWatchers(s, ErrWatchMoved)
 			return
 		}
 	}
 	s.lapseTold = true
-	a.emit(s, Event{Kind: Expired, Owner: s.Owner, Token: s.Token, Expires: s.Expires, Revision: s.Revision, Durability: s.kind})
+	a.emit(s, Event{Kind: Expired, Owner: s.Owner, Token: s.Token, Expires: s.Expires, Revision: s.Revision, Durability: s.kind.durability()})
 }
 
 // noteHolderLapses is noteLapse for a semaphore or a read/write lock: it
@@ -325,11 +325,11 @@ func (a *lockActor) noteHolderLapses(s *slot, now time.Time) {
 	if len(s.watching()) == 0 || len(lease.HoldersOf(&s.Entry, now)) >= s.x.toldLive {
 		return
 	}
-	if _, ok := a.cfg.Serving(s.partition); !ok {
+	if _, ok := a.cfg.Serving(s.partition()); !ok {
 		a.endWatchers(s, ErrWatchMoved) // as noteLapse: a deposed node's lapse is no news
 		return
 	}
-	ev := Event{Kind: Expired, Token: s.Token, Revision: s.Revision, Durability: s.kind}
+	ev := Event{Kind: Expired, Token: s.Token, Revision: s.Revision, Durability: s.kind.durability()}
 	a.tellHolders(s, &ev, now)
 	a.emit(s, ev)
 }
