@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -646,5 +648,47 @@ func TestStopWaitingEndsWaits(t *testing.T) {
 	}
 	if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.LockDoesNotExist {
 		t.Fatalf("after the release: %+v, want free (no waiter was left to take it)", r)
+	}
+}
+
+// slowRaise is a token window whose TTL bound is raised only when the test
+// says so.
+type slowRaise struct {
+	ttl    atomic.Int64 // the bound, in nanoseconds
+	asked  chan struct{}
+	raised chan struct{}
+}
+
+func (*slowRaise) TokenBase(int) int64 { return 0 }
+func (w *slowRaise) TokenWindow(int, uint64) (lease.Window, bool) {
+	return lease.Window{Limit: math.MaxInt64, Soon: math.MaxInt64, TTL: time.Duration(w.ttl.Load())}, true
+}
+func (w *slowRaise) RaiseTokens(int, uint64, int64) <-chan struct{} { return w.raised }
+func (w *slowRaise) RaiseTTL(int, uint64, time.Duration) <-chan struct{} {
+	w.asked <- struct{}{}
+	return w.raised
+}
+
+// StopWaiting ends waits for the lock, not a call that waits for its
+// partition's window to be raised: that one is served once the raise is
+// done.
+func TestStopWaitingLeavesRaises(t *testing.T) {
+	w := &slowRaise{asked: make(chan struct{}, 1), raised: make(chan struct{})}
+	w.ttl.Store(int64(time.Second))
+	f := newFixture(t, 1, 100, func(c *Config) { c.Tokens = w })
+	got := make(chan error, 1)
+	go func() {
+		r, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("a"), TTL: time.Minute, Durability: lease.Ephemeral}, Partition: 1})
+		if err == nil && r.Status != lease.Locked {
+			err = fmt.Errorf("answered %v, want Locked", r.Status)
+		}
+		got <- err
+	}()
+	<-w.asked // the TryLock waits for a raise of the TTL bound
+	f.ring.StopWaiting()
+	w.ttl.Store(int64(time.Hour))
+	close(w.raised)
+	if err := <-got; err != nil {
+		t.Fatalf("a TryLock waiting for a raise when StopWaiting was called: %v", err)
 	}
 }

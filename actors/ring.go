@@ -343,6 +343,10 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 		return r.doAll(ctx, req)
 	}
 	resp, err := r.do(ctx, req)
+	var unwait <-chan struct{} // StopWaiting ends a wait for the lock, not for a raise
+	if req.Wait != 0 {
+		unwait = r.unwait
+	}
 	for round := 1; err == nil && resp.raise != nil; round++ {
 		if round == raiseRounds {
 			resp.raise = nil // still no room: the MustRetry stands
@@ -353,7 +357,7 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 		case <-resp.raise:
 		case <-ctx.Done():
 			return Response{}, ctx.Err()
-		case <-r.unwait:
+		case <-unwait:
 			return Response{}, ErrClosed
 		case <-r.done:
 			return Response{}, ErrClosed
