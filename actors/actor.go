@@ -63,9 +63,9 @@ type call struct {
 // sends it back to the actor as its own message type.
 type completed call
 
-// Releases, extensions and write completions jump the mailbox queue of
-// other requests (the mailbox is protoactor's priority mailbox). Requests
-// in a mailbox are concurrent, so any order is correct; serving these first
+// Releases, extensions, write completions and leaves jump the mailbox
+// queue of other requests (the mailbox is protoactor's priority mailbox).
+// Requests in a mailbox are concurrent, so any order is correct; serving these first
 // frees a contended lock sooner (with 64 callers on one lock the release
 // otherwise waits behind every caller's TryLock) and unblocks the requests
 // queued behind a write.
@@ -101,6 +101,13 @@ type leave struct {
 	c        *call
 	waitOver bool
 }
+
+// GetPriority implements actor.PriorityMessage: a leave keeps its place
+// before the releases sent after it, which jump the queue of requests.
+// Behind them, a release would hand the lock to a waiter whose caller had
+// left (and had already sent its clean-up), leaving it held by no one
+// until its lease ends.
+func (*leave) GetPriority() int8 { return urgentPriority }
 
 // wake is sent by a slot's timer when its holder's lease should have
 // ended, so a lapsed holder is noticed without a request. gen tells a

@@ -188,6 +188,41 @@ func TestWaiterLeavesOnCancel(t *testing.T) {
 	}
 }
 
+// TestWaiterLeavesBeforeLaterRelease: a waiter whose caller left is out
+// of the queue before any release sent after it left is decided, though
+// releases jump the mailbox queue: a release sent after the leave (the
+// caller's own clean-up, or the holder's) never hands the lock to the
+// caller that left, who would hold it unseen until its lease ends.
+func TestWaiterLeavesBeforeLaterRelease(t *testing.T) {
+	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			f.blockActor()
+			f.do(t, lease.TryLock, "r", "a", time.Minute, d)
+			ctx, cancel := context.WithCancel(context.Background())
+			w := f.waitFor(t, ctx, "r", "gone", lease.WaitForever, d)
+			blocked := f.async(lease.TryLock, "block", "x", lease.Persistent)
+			<-f.backend.proposeEntered // the only actor is busy: what follows queues in its mailbox
+			cancel()
+			if r := <-w; r.Status != lease.Status(-1) { // its leave is queued when Do returns
+				t.Fatalf("cancelled waiter: %+v, want ctx's error", r)
+			}
+			c := f.ring.calls.Get().(*call)
+			c.req = Request{Request: lease.Request{Op: lease.Unlock, Resource: "r", Owner: []byte("a"), Durability: d}, Partition: 1}
+			f.ring.system.Root.Send(f.ring.route("r"), c) // queued behind the leave when Send returns
+			release := c.reply
+			close(f.backend.proposeRelease)
+			<-blocked
+			if r := <-release; r.Status != lease.Unlocked {
+				t.Fatalf("release: %+v", r)
+			}
+			if r := f.do(t, lease.Get, "r", "", 0, d); r.Status != lease.LockDoesNotExist && r.Status != lease.Unlocked {
+				t.Fatalf("after the release: %+v (owner %q): the lock went to the waiter that left", r, r.Owner)
+			}
+		})
+	}
+}
+
 // A waiter that leaves while it sits behind an in-flight write (not yet in
 // the wait queue) is dropped when the write completes.
 func TestWaiterLeavingBehindWriteIsDropped(t *testing.T) {
