@@ -96,10 +96,14 @@ func (c *call) Committed(index uint64, err error) {
 // leave tells the actor that a waiting call's wait ended (waitOver: answer
 // it Busy if it is still queued) or that its caller is gone (answer
 // nothing). Ring.Do sends it; the call's flags make it right whenever it
-// arrives, before or after the call itself is handled.
+// arrives, before or after the call itself is handled. A gone caller's
+// leave is acknowledged on left once handled: from then on no grant
+// reaches the call unless it was answered before (or a persistent
+// hand-off to it was in flight, whose outcome is then unknown).
 type leave struct {
 	c        *call
 	waitOver bool
+	left     chan<- struct{}
 }
 
 // GetPriority implements actor.PriorityMessage: a leave keeps its place
@@ -368,6 +372,9 @@ func (a *lockActor) Receive(ctx actor.Context) {
 		return // not a request: collections count requests
 	case *leave:
 		a.leave(m)
+		if m.left != nil {
+			close(m.left)
+		}
 	case *watchMsg:
 		a.watch(m)
 	case *unwatch:

@@ -188,38 +188,58 @@ func TestWaiterLeavesOnCancel(t *testing.T) {
 	}
 }
 
-// TestWaiterLeavesBeforeLaterRelease: a waiter whose caller left is out
-// of the queue before any release sent after it left is decided, though
-// releases jump the mailbox queue: a release sent after the leave (the
-// caller's own clean-up, or the holder's) never hands the lock to the
-// caller that left, who would hold it unseen until its lease ends.
-func TestWaiterLeavesBeforeLaterRelease(t *testing.T) {
+// TestLeavingWaiterNeverHoldsUnseen: a waiting caller that leaves (its
+// ctx ends) while a release is on its way to the actor gets the grant if
+// the release came first, or else leaves the queue before the release is
+// decided; it never returns with no lock while the lock is its. Releases
+// jump the mailbox queue, and the leave with them: behind them, a release
+// sent after the leave would hand the lock to the caller that left.
+func TestLeavingWaiterNeverHoldsUnseen(t *testing.T) {
 	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
-		t.Run(d.String(), func(t *testing.T) {
-			f := newFixture(t, 1, 100)
-			f.blockActor()
-			f.do(t, lease.TryLock, "r", "a", time.Minute, d)
-			ctx, cancel := context.WithCancel(context.Background())
-			w := f.waitFor(t, ctx, "r", "gone", lease.WaitForever, d)
-			blocked := f.async(lease.TryLock, "block", "x", lease.Persistent)
-			<-f.backend.proposeEntered // the only actor is busy: what follows queues in its mailbox
-			cancel()
-			if r := <-w; r.Status != lease.Status(-1) { // its leave is queued when Do returns
-				t.Fatalf("cancelled waiter: %+v, want ctx's error", r)
-			}
-			c := f.ring.calls.Get().(*call)
-			c.req = Request{Request: lease.Request{Op: lease.Unlock, Resource: "r", Owner: []byte("a"), Durability: d}, Partition: 1}
-			f.ring.system.Root.Send(f.ring.route("r"), c) // queued behind the leave when Send returns
-			release := c.reply
-			close(f.backend.proposeRelease)
-			<-blocked
-			if r := <-release; r.Status != lease.Unlocked {
-				t.Fatalf("release: %+v", r)
-			}
-			if r := f.do(t, lease.Get, "r", "", 0, d); r.Status != lease.LockDoesNotExist && r.Status != lease.Unlocked {
-				t.Fatalf("after the release: %+v (owner %q): the lock went to the waiter that left", r, r.Owner)
-			}
-		})
+		for _, releaseFirst := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%v/release-first=%v", d, releaseFirst), func(t *testing.T) {
+				left := make(chan string, 1)
+				f := newFixture(t, 1, 100, func(c *Config) { c.onLeave = func(r string) { left <- r } })
+				f.blockActor()
+				f.do(t, lease.TryLock, "r", "a", time.Minute, d)
+				ctx, cancel := context.WithCancel(context.Background())
+				w := f.waitFor(t, ctx, "r", "gone", lease.WaitForever, d)
+				blocked := f.async(lease.TryLock, "block", "x", lease.Persistent)
+				<-f.backend.proposeEntered // the only actor is busy: what follows queues in its mailbox
+				release := func() <-chan Response {
+					c := f.ring.calls.Get().(*call)
+					c.req = Request{Request: lease.Request{Op: lease.Unlock, Resource: "r", Owner: []byte("a"), Durability: d}, Partition: 1}
+					f.ring.system.Root.Send(f.ring.route("r"), c) // queued when Send returns
+					return c.reply
+				}
+				var released <-chan Response
+				if releaseFirst {
+					released = release()
+				}
+				cancel()
+				<-left
+				if !releaseFirst {
+					released = release()
+				}
+				close(f.backend.proposeRelease)
+				<-blocked
+				if r := <-released; r.Status != lease.Unlocked {
+					t.Fatalf("release: %+v", r)
+				}
+				got := <-w
+				held := f.do(t, lease.Get, "r", "", 0, d)
+				switch {
+				case releaseFirst && got.Status != lease.Locked:
+					t.Fatalf("the waiter that left after the release: %+v, want its grant", got)
+				case !releaseFirst && got.Status != lease.Status(-1):
+					t.Fatalf("the waiter that left before the release: %+v, want ctx's error", got)
+				case got.Status == lease.Locked && (held.Status != lease.Got || string(held.Owner) != "gone" || held.Token != got.Token):
+					t.Fatalf("granted %+v, but the lock is %+v", got, held)
+				case got.Status != lease.Locked && held.Status == lease.Got:
+					t.Fatalf("the waiter left with %+v, but the lock is held by %q: unseen", got, held.Owner)
+				}
+			})
+		}
 	}
 }
 

@@ -131,6 +131,7 @@ type Config struct {
 
 	onQueued  func(resource string)                   // test hook: a call waits behind a write
 	onWait    func(resource string)                   // test hook: a call joined the wait queue
+	onLeave   func(resource string)                   // test hook: a leaving caller's leave is queued
 	afterFunc func(d time.Duration, f func()) stopper // the holders' expiry timers (default time.AfterFunc; tests swap it)
 }
 
@@ -230,6 +231,7 @@ type Ring struct {
 	// unwait is closed by StopWaiting: waiting calls leave their queues.
 	unwait     chan struct{}
 	unwaitOnce sync.Once
+	onLeave    func(resource string) // Config.onLeave
 }
 
 // NewRing spawns cfg.Actors lock actors.
@@ -259,10 +261,11 @@ func NewRing(cfg Config) (*Ring, error) {
 			// protoactor's Info lines (system started, dead letters) are noise here.
 			return slog.New(warnAndAbove{logger.Handler()}).With("lib", "protoactor")
 		})),
-		seed:   maphash.MakeSeed(),
-		disp:   &dispatcher{},
-		done:   make(chan struct{}),
-		unwait: make(chan struct{}),
+		seed:    maphash.MakeSeed(),
+		disp:    &dispatcher{},
+		done:    make(chan struct{}),
+		unwait:  make(chan struct{}),
+		onLeave: cfg.onLeave,
 	}
 	r.calls.New = func() any { return &call{reply: make(chan Response, 1)} }
 	// A panic while handling one message is recovered inside the actor
@@ -431,8 +434,8 @@ func (r *Ring) Forget(ctx context.Context, p int, resource string, index uint64)
 // goroutine, not in the actor: when it ends the actor is told (leave) and
 // answers Busy if the call is still queued, or has already answered the
 // grant. A caller whose ctx ends, or whose wait StopWaiting ends, tells the
-// actor too, so nothing is left in the queue. A call the actor may still be
-// told about is never recycled.
+// actor too, so nothing is left in the queue (withdraw). A call the actor
+// may still be told about is never recycled.
 func (r *Ring) wait(ctx context.Context, c *call, pid *actor.PID) (Response, error) {
 	// The call outlives Do if ctx ends: it must not alias the caller's buffer.
 	c.req.Owner = append([]byte(nil), c.req.Owner...)
@@ -456,14 +459,39 @@ func (r *Ring) wait(ctx context.Context, c *call, pid *actor.PID) (Response, err
 			over, told = nil, true
 			r.system.Root.Send(pid, &leave{c: c, waitOver: true})
 		case <-ctx.Done():
-			r.system.Root.Send(pid, &leave{c: c})
-			return Response{}, ctx.Err()
+			return r.withdraw(c, pid, ctx.Err())
 		case <-r.unwait:
-			r.system.Root.Send(pid, &leave{c: c})
-			return Response{}, ErrClosed // it may have been granted as it left
+			return r.withdraw(c, pid, ErrClosed)
 		case <-r.done:
 			return Response{}, ErrClosed
 		}
+	}
+}
+
+// withdraw takes the waiting call c out of its actor's queue for a caller
+// that leaves with err, and returns once the actor has let it go: the
+// grant if the lock was granted to c first (a late answer is a real one),
+// else err. Returning before the actor has seen the leave would let a
+// release the caller sends next (its clean-up of an outcome it cannot
+// know) reach the actor first and find nothing to release, and the
+// hand-off that follows give the lock to a caller that has gone, for the
+// whole of its lease.
+func (r *Ring) withdraw(c *call, pid *actor.PID, err error) (Response, error) {
+	left := make(chan struct{})
+	r.system.Root.Send(pid, &leave{c: c, left: left})
+	if r.onLeave != nil {
+		r.onLeave(c.req.Resource)
+	}
+	select {
+	case <-left:
+	case <-r.done:
+		return Response{}, ErrClosed
+	}
+	select {
+	case resp := <-c.reply: // answered before it left
+		return resp, nil
+	default:
+		return Response{}, err // not granted, unless a persistent hand-off to it was in flight
 	}
 }
 
