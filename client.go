@@ -47,7 +47,9 @@ var (
 // lock, waits for up to wait (WaitForever: until ctx ends) in the
 // resource's FIFO queue on the server, and is granted the lock when its
 // holder releases it or its lease ends (see lease.WaitLocker). If ctx ends
-// first, the call leaves the queue. Against a server without the native
+// first, the call leaves the queue, and returns once the server has
+// answered its withdrawal: with the grant if the lock was granted to it
+// first, else ctx.Err(). Against a server without the native
 // service (or over REST) it polls TryLock until the wait ends.
 func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
 	if c.grpc != nil {

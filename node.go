@@ -76,8 +76,11 @@ func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl ti
 // that frees it: the holder's Unlock, or its lease's end. The queue is
 // that leader's memory only: when the partition moves, or the node stops
 // serving it or closes, its waiters are answered MustRetry (or ErrClosed)
-// and may retry. A wait of 0 is TryLock; a negative wait other than
-// WaitForever, or one over MaxWait, is InvalidInput and changes nothing.
+// and may retry. If ctx ends first, the call leaves the queue and returns
+// once the lock actor has let it go: with the grant if the lock was granted
+// to it first, else ctx.Err(). A wait of 0 is TryLock; a negative wait
+// other than WaitForever, or one over MaxWait, is InvalidInput and changes
+// nothing.
 func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error) {
 	return n.n.Lock(ctx, resource, owner, ttl, wait, d)
 }

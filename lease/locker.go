@@ -79,9 +79,11 @@ type WaitLocker interface {
 	// partition moved or its node stopped serving while it waited (nothing
 	// was applied; retry), InvalidInput for a wait that is negative (other
 	// than WaitForever) or over MaxWait, or what TryLock would answer. A
-	// wait of 0 is exactly TryLock. If ctx ends first, Lock returns
-	// ctx.Err() and the request leaves the queue; a grant made just before
-	// it left stands (the lease then lapses at its TTL, or its owner
-	// unlocks it).
+	// wait of 0 is exactly TryLock. If ctx ends first, the request leaves
+	// the queue, and Lock returns the grant if one was made before it left
+	// (a late answer is a real one), else ctx.Err(): the outcome is then
+	// unknown only where the leaving could not be confirmed (an unary call
+	// over the wire, a persistent hand-off under way), and an Unlock sent
+	// after it releases any grant it had (Acquire sends one).
 	Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error)
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kahunago/kahuna/lease"
 	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 )
 
@@ -23,8 +25,9 @@ var errNoLockStream = errors.New("transport: no lock stream")
 // stream's connection, re-opening it when it breaks. A Lock registers its
 // request id, sends, and waits for its answer, which the stream's reader
 // delivers; a Lock whose context ends first withdraws itself with a
-// cancel message, so it leaves the server's queue at once (a unary Lock
-// leaves it by its call's cancellation).
+// cancel message, so it leaves the server's queue at once, and waits for
+// the server's answer to it (a unary Lock leaves the queue by its call's
+// cancellation, which the server sees a moment later).
 type lockCalls struct {
 	target string // the endpoint, for errors
 	conn   *grpc.ClientConn
@@ -54,8 +57,10 @@ type lockAnswer struct {
 
 // do sends req on the stream and waits for its answer. It fails with
 // errNoLockStream, or an errUnsent error, when req certainly did not reach
-// the server; when ctx ends first it returns ctx.Err() and the Lock is
-// withdrawn; any other error leaves its outcome unknown.
+// the server; when ctx ends first the Lock is withdrawn, and it returns
+// the grant if the lock was granted first, else ctx.Err() once the server
+// has answered the withdrawal (or withdrawWait has passed); any other
+// error leaves its outcome unknown.
 func (l *lockCalls) do(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
 	st, id, ch, err := l.register()
 	if err != nil {
@@ -77,17 +82,37 @@ func (l *lockCalls) do(ctx context.Context, req *v1.LockRequest) (*v1.LockRespon
 	case a := <-ch:
 		return a.resp, a.err
 	case <-ctx.Done():
-		if !l.take(st, id) {
-			a := <-ch // answered as it left: take the answer
-			return a.resp, a.err
-		}
-		// A broken stream has withdrawn it already.
+		// Withdraw it and wait for the server to answer the withdrawal:
+		// the caller's next request may be a release, its clean-up of an
+		// outcome it cannot know, and sent before the Lock has left the
+		// queue it finds nothing to release while the hand-off that
+		// follows gives the lock to a caller that has gone, for its whole
+		// lease. A failed Send means a broken stream, which has withdrawn
+		// the Lock already: the reader fails it.
 		st.sendMu.Lock()
 		_ = st.stream.Send(&v1.LockStreamRequest{RequestId: id, Cancel: true})
 		st.sendMu.Unlock()
+		t := time.NewTimer(withdrawWait)
+		defer t.Stop()
+		var a lockAnswer
+		select {
+		case a = <-ch:
+		case <-t.C:
+			if l.take(st, id) {
+				return nil, ctx.Err()
+			}
+			a = <-ch // answered as it was given up
+		}
+		if a.err == nil && lease.Status(a.resp.GetStatus()) == lease.Locked {
+			return a.resp, nil // granted before it left: a late answer is a real one
+		}
 		return nil, ctx.Err()
 	}
 }
+
+// withdrawWait bounds the wait for the server's answer to a withdrawal
+// (its lock actor handles it at once; only a node in trouble takes long).
+const withdrawWait = time.Second
 
 // take removes id from st's pending Locks, reporting whether it was there
 // (false: its answer is being delivered).
@@ -182,7 +207,7 @@ func (l *lockCalls) readLoop(st *lockStreamConn) {
 		delete(st.pending, m.GetRequestId())
 		l.mu.Unlock()
 		if ch == nil {
-			continue // the answer to a withdrawn Lock
+			continue // the answer to a Lock given up on
 		}
 		a := lockAnswer{resp: m.GetLock()}
 		if a.resp == nil {

@@ -78,10 +78,18 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		mu.Lock()
 		delete(inflight, j.id)
 		mu.Unlock()
+		withdrawn := context.Cause(j.ctx) == errWithdrawn
 		j.cancel(nil)
-		if err == nil { // else withdrawn, or the stream is gone: no answer is due
+		switch {
+		case err == nil: // a grant that came before a cancel message is answered too
 			send(&v1.LockStreamResponse{RequestId: j.id, Lock: resp})
+		case withdrawn:
+			// The client waits for this before it cleans up: its release,
+			// sent after, finds the lock as the withdrawal left it.
+			send(&v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
+				Reason: "withdrawn by a cancel message", ServedFrom: s.opts.NodeName}})
 		}
+		// Else the stream is gone: no answer is due.
 	}
 	workers := newWorkers(serve, nil)
 	defer workers.close()

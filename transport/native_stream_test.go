@@ -222,11 +222,19 @@ func TestLockStreamBadMessages(t *testing.T) {
 		}
 		delete(want, id)
 	}
-	// Withdraw the waiting one: it leaves, unanswered.
+	// Withdraw the waiting one: it leaves, and then the withdrawal is
+	// answered (the client cleans up after this answer).
 	if err := st.Send(&v1.LockStreamRequest{RequestId: 1, Cancel: true}); err != nil {
 		t.Fatal(err)
 	}
 	recvWithin(t, w.left, "the withdrawn Lock leaving the server")
+	a, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GetRequestId() != 1 || lease.Status(a.GetLock().GetStatus()) != lease.Aborted || a.GetLock().GetReason() == "" {
+		t.Fatalf("answer to the withdrawal: %d %v %q, want 1 Aborted with a reason", a.GetRequestId(), lease.Status(a.GetLock().GetStatus()), a.GetLock().GetReason())
+	}
 }
 
 // The LockStream is behind the client tokens: a wrong one is refused and

@@ -52,7 +52,9 @@ type KahunaClient interface {
 	// Lock without a gRPC call (headers, trailers, a handler) per wait, so a
 	// hand-off reaches its waiter in one message. A message with cancel set
 	// withdraws the waiting Lock of that request_id: it leaves the queue and
-	// is not answered (unless it was decided first: that answer stands).
+	// is then answered, with the grant if it was decided first (that answer
+	// stands), else STATUS_ABORTED. A release sent after that answer finds
+	// the lock as the withdrawal left it.
 	// Every Lock still waiting when the stream breaks leaves the queue. At
 	// shutdown the server answers the Locks it received (a cut-short wait
 	// is ERRORED) and ends the stream with OK: a Lock left unanswered by a
@@ -204,7 +206,9 @@ type KahunaServer interface {
 	// Lock without a gRPC call (headers, trailers, a handler) per wait, so a
 	// hand-off reaches its waiter in one message. A message with cancel set
 	// withdraws the waiting Lock of that request_id: it leaves the queue and
-	// is not answered (unless it was decided first: that answer stands).
+	// is then answered, with the grant if it was decided first (that answer
+	// stands), else STATUS_ABORTED. A release sent after that answer finds
+	// the lock as the withdrawal left it.
 	// Every Lock still waiting when the stream breaks leaves the queue. At
 	// shutdown the server answers the Locks it received (a cut-short wait
 	// is ERRORED) and ends the stream with OK: a Lock left unanswered by a
