@@ -82,7 +82,7 @@ type WaitLocker interface {
 	// wait of 0 is exactly TryLock. If ctx ends first, the request leaves
 	// the queue, and Lock returns the grant if one was made before it left
 	// (a late answer is a real one), else ctx.Err(): the outcome is then
-	// unknown only where the leaving could not be confirmed (an unary call
+	// unknown only where the leaving could not be confirmed (a unary call
 	// over the wire, a persistent hand-off under way), and an Unlock sent
 	// after it releases any grant it had (Acquire sends one).
 	Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d Durability) (Result, error)

@@ -225,7 +225,8 @@ func requireTokenOrSecret(t, peer *Tokens, h http.Handler) http.Handler {
 
 // tokensFor is the set that guards a gRPC method: PeerTokens for the
 // node-to-node calls (Kahuna's forwarding stream, the native ForwardLock,
-// ForwardWatch and ForwardBatch), else Tokens, and Tokens for the rest.
+// ForwardLockStream, ForwardWatch and ForwardBatch), else Tokens, and
+// Tokens for the rest.
 func (s *Server) tokensFor(fullMethod string) *Tokens {
 	if peerMethod(fullMethod) && s.opts.PeerTokens != nil {
 		return s.opts.PeerTokens
@@ -294,7 +295,8 @@ func (tokenCreds) RequireTransportSecurity() bool { return false }
 // peerMethod reports whether a gRPC method is node-to-node.
 func peerMethod(fullMethod string) bool {
 	switch fullMethod {
-	case pb.Locker_BatchServerLockRequests_FullMethodName, v1.Kahuna_ForwardLock_FullMethodName, v1.Kahuna_ForwardWatch_FullMethodName, v1.Kahuna_ForwardBatch_FullMethodName:
+	case pb.Locker_BatchServerLockRequests_FullMethodName, v1.Kahuna_ForwardLock_FullMethodName, v1.Kahuna_ForwardLockStream_FullMethodName,
+		v1.Kahuna_ForwardWatch_FullMethodName, v1.Kahuna_ForwardBatch_FullMethodName:
 		return true
 	}
 	return false

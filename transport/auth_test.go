@@ -271,6 +271,20 @@ func TestAuthPeerTokensGuardTheForwardingStream(t *testing.T) {
 	if err := call(WithForwarding(), WithToken("secret")); err != nil {
 		t.Errorf("forwarding stream with the peer secret: %v", err)
 	}
+	// The same for a waiting Lock, which a member forwards on
+	// ForwardLockStream.
+	waiting := startServer(t, newWaitingFake(), ServerOptions{Tokens: clients, PeerTokens: peers})
+	lock := func(opts ...ClientOption) error {
+		c := dial(t, []string{"http://" + waiting.native}, opts...)
+		_, err := c.Lock(testCtx(t), "p", []byte("o"), time.Second, time.Second, lease.Ephemeral)
+		return err
+	}
+	if err := lock(WithForwarding(), WithToken("client")); !errors.Is(err, lease.ErrUnauthenticated) {
+		t.Errorf("forwarded Lock with a client token: %v, want Unauthenticated", err)
+	}
+	if err := lock(WithForwarding(), WithToken("secret")); err != nil {
+		t.Errorf("forwarded Lock with the peer secret: %v", err)
+	}
 	// A token source is read on every new stream: a rotated secret is
 	// used from the next stream on.
 	var cur atomic.Value

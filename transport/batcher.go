@@ -139,7 +139,7 @@ func streamDesc(fullMethod string) *grpc.StreamDesc {
 
 func newBatchStream(ctx context.Context, wg *sync.WaitGroup, target string, conn *grpc.ClientConn, method *streamMethod, frames *frameDialer) *batchStream {
 	s := &batchStream{target: target, conn: conn, method: method, frames: frames, ctx: ctx, wg: wg, wake: make(chan struct{}, 1),
-		locks: &lockCalls{target: target, conn: conn, frames: frames, ctx: ctx, wg: wg}}
+		locks: &lockCalls{target: target, conn: conn, frames: frames, ctx: ctx, wg: wg, forward: method == packedServerMethod}}
 	wg.Add(1)
 	go s.writeLoop()
 	return s

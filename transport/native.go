@@ -19,7 +19,7 @@ import (
 // the same gRPC servers and behind the same token checks: a blocking Lock
 // that waits in the resource's FIFO queue on the server, and a Watch
 // stream of a lock's changes. Its node-to-node forms (ForwardLock,
-// ForwardWatch) are served by ServerOptions.Forwarded and guarded by the
+// ForwardLockStream, ForwardWatch) are served by ServerOptions.Forwarded and guarded by the
 // cluster secret, like BatchServerLockRequests. A Server offers the
 // service when its Locker is a lease.WaitLocker (Watch, when it is also a
 // Watcher); a client that gets UNIMPLEMENTED talks to a plain Kahuna
@@ -146,6 +146,10 @@ func (unaryOnlyNative) LockStream(grpc.BidiStreamingServer[v1.LockStreamRequest,
 	return status.Error(codes.Unimplemented, "method LockStream not implemented")
 }
 
+func (unaryOnlyNative) ForwardLockStream(grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ForwardLockStream not implemented")
+}
+
 func (unaryOnlyNative) Batch(grpc.BidiStreamingServer[v1.BatchRequests, v1.BatchResponses]) error {
 	return status.Error(codes.Unimplemented, "method Batch not implemented")
 }
@@ -173,6 +177,11 @@ func (n *nativeService) ForwardBatch(stream grpc.BidiStreamingServer[v1.BatchReq
 
 func (n *nativeService) ForwardLock(ctx context.Context, req *v1.LockRequest) (*v1.LockResponse, error) {
 	return n.s.lock(ctx, n.s.forwarded, req)
+}
+
+// ForwardLockStream is LockStream served by the Forwarded Locker.
+func (n *nativeService) ForwardLockStream(stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
+	return n.s.lockStream(n.s.forwarded, stream)
 }
 
 func (n *nativeService) Watch(req *v1.WatchRequest, stream grpc.ServerStreamingServer[v1.WatchEvent]) error {

@@ -62,12 +62,14 @@ func (c *Client) noNative(err error) bool {
 
 // Lock implements lease.WaitLocker with the native service's Lock: one
 // call that waits on the server, in the resource's FIFO queue, for up to
-// wait (lease.WaitForever: until ctx ends). A client that gives up (ctx
-// ends) leaves the queue: the server sees the call cancelled. MustRetry
+// wait (lease.WaitForever: until ctx ends), sent on a LockStream (the
+// unary Lock against a server without one). A client that gives up (ctx
+// ends) withdraws it and returns once the server has answered the
+// withdrawal: with the grant if it came first, else ctx.Err(). MustRetry
 // answers are retried as TryLock's are, with what is left of the wait, for
 // the longer of the wait and the MustRetry budget (WaitForever: until ctx
-// ends); a forwarding client (WithForwarding) calls ForwardLock and
-// returns MustRetry as it is. Waited counts from this call. Against a
+// ends); a forwarding client (WithForwarding) sends on ForwardLockStream
+// (ForwardLock) and returns MustRetry as it is. Waited counts from this call. Against a
 // plain Kahuna server it returns ErrNoNative. An error other than ctx's
 // or ErrNoNative leaves the outcome unknown.
 func (c *Client) Lock(ctx context.Context, resource string, owner []byte, ttl, wait time.Duration, d lease.Durability) (lease.Result, error) {
@@ -108,11 +110,7 @@ func (c *Client) wait(ctx context.Context, r lease.Request) (lease.Result, error
 			resp *v1.LockResponse
 			err  error
 		)
-		if c.retry {
-			resp, err = c.lock(ctx, req)
-		} else {
-			resp, err = c.kahuna().ForwardLock(ctx, req)
-		}
+		resp, err = c.lock(ctx, req)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return lease.Result{}, ctx.Err()
@@ -177,7 +175,11 @@ func (c *Client) lock(ctx context.Context, req *v1.LockRequest) (*v1.LockRespons
 	bs := ep.pick()
 	resp, err := bs.locks.do(ctx, req)
 	if err != nil && (errors.Is(err, errNoLockStream) || errors.Is(err, errUnsent)) {
-		resp, err = v1.NewKahunaClient(bs.conn).Lock(ctx, req)
+		if c.retry {
+			resp, err = v1.NewKahunaClient(bs.conn).Lock(ctx, req)
+		} else {
+			resp, err = v1.NewKahunaClient(bs.conn).ForwardLock(ctx, req)
+		}
 	}
 	if key != "" && ctx.Err() == nil && (err != nil || lease.Status(resp.GetStatus()) == lease.MustRetry) {
 		c.routes.learn(key, nil)

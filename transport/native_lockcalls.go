@@ -29,12 +29,13 @@ var errNoLockStream = errors.New("transport: no lock stream")
 // the server's answer to it (a unary Lock leaves the queue by its call's
 // cancellation, which the server sees a moment later).
 type lockCalls struct {
-	target string // the endpoint, for errors
-	conn   *grpc.ClientConn
-	frames *frameDialer    // nil: gRPC only (frames.go)
-	ctx    context.Context // the client's: ends on Close
-	wg     *sync.WaitGroup // the client's goroutines
-	openMu sync.Mutex      // one stream opening at a time
+	target  string // the endpoint, for errors
+	conn    *grpc.ClientConn
+	frames  *frameDialer    // nil: gRPC only (frames.go)
+	forward bool            // a member's: ForwardLockStream, over gRPC
+	ctx     context.Context // the client's: ends on Close
+	wg      *sync.WaitGroup // the client's goroutines
+	openMu  sync.Mutex      // one stream opening at a time
 
 	mu  sync.Mutex
 	off bool // the server answered UNIMPLEMENTED: unary Locks only
@@ -174,10 +175,18 @@ func (l *lockCalls) open() error {
 	}
 	ctx, cancel := context.WithCancel(l.ctx)
 	var cs grpc.BidiStreamingClient[v1.LockStreamRequest, v1.LockStreamResponse]
-	fs, err := l.frames.openIfUsed(ctx, frameKindLocks)
+	var (
+		fs  *frameClientStream
+		err error
+	)
+	if !l.forward {
+		fs, err = l.frames.openIfUsed(ctx, frameKindLocks)
+	}
 	switch {
 	case fs != nil:
 		cs = lockClientFrames{fs}
+	case err == nil && l.forward:
+		cs, err = v1.NewKahunaClient(l.conn).ForwardLockStream(ctx)
 	case err == nil:
 		cs, err = v1.NewKahunaClient(l.conn).LockStream(ctx)
 	}

@@ -2413,13 +2413,14 @@ const file_transport_proto_kahuna_v1_proto_rawDesc = "" +
 	"\x1fELECTION_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bELECTION_EVENT_KIND_ELECTED\x10\x01\x12\x1e\n" +
 	"\x1aELECTION_EVENT_KIND_VACANT\x10\x02\x12\"\n" +
-	"\x1eELECTION_EVENT_KIND_PROCLAIMED\x10\x032\xd8\x03\n" +
+	"\x1eELECTION_EVENT_KIND_PROCLAIMED\x10\x032\xae\x04\n" +
 	"\x06Kahuna\x127\n" +
 	"\x04Lock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12M\n" +
 	"\n" +
 	"LockStream\x12\x1c.kahuna.v1.LockStreamRequest\x1a\x1d.kahuna.v1.LockStreamResponse(\x010\x01\x129\n" +
 	"\x05Watch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01\x12>\n" +
-	"\vForwardLock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12@\n" +
+	"\vForwardLock\x12\x16.kahuna.v1.LockRequest\x1a\x17.kahuna.v1.LockResponse\x12T\n" +
+	"\x11ForwardLockStream\x12\x1c.kahuna.v1.LockStreamRequest\x1a\x1d.kahuna.v1.LockStreamResponse(\x010\x01\x12@\n" +
 	"\fForwardWatch\x12\x17.kahuna.v1.WatchRequest\x1a\x15.kahuna.v1.WatchEvent0\x01\x12@\n" +
 	"\x05Batch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x01\x12G\n" +
 	"\fForwardBatch\x12\x18.kahuna.v1.BatchRequests\x1a\x19.kahuna.v1.BatchResponses(\x010\x012\xed\x01\n" +
@@ -2519,34 +2520,36 @@ var file_transport_proto_kahuna_v1_proto_depIdxs = []int32{
 	8,  // 32: kahuna.v1.Kahuna.LockStream:input_type -> kahuna.v1.LockStreamRequest
 	10, // 33: kahuna.v1.Kahuna.Watch:input_type -> kahuna.v1.WatchRequest
 	5,  // 34: kahuna.v1.Kahuna.ForwardLock:input_type -> kahuna.v1.LockRequest
-	10, // 35: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
-	13, // 36: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
-	13, // 37: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
-	15, // 38: kahuna.v1.Sessions.Create:input_type -> kahuna.v1.CreateSessionRequest
-	18, // 39: kahuna.v1.Sessions.KeepAlive:input_type -> kahuna.v1.KeepAliveRequest
-	20, // 40: kahuna.v1.Sessions.Close:input_type -> kahuna.v1.CloseSessionRequest
-	22, // 41: kahuna.v1.Election.Campaign:input_type -> kahuna.v1.CampaignRequest
-	24, // 42: kahuna.v1.Election.Proclaim:input_type -> kahuna.v1.ProclaimRequest
-	25, // 43: kahuna.v1.Election.Resign:input_type -> kahuna.v1.ResignRequest
-	27, // 44: kahuna.v1.Election.Leader:input_type -> kahuna.v1.LeaderRequest
-	29, // 45: kahuna.v1.Election.Observe:input_type -> kahuna.v1.ObserveRequest
-	7,  // 46: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
-	9,  // 47: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
-	11, // 48: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
-	7,  // 49: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
-	11, // 50: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
-	14, // 51: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
-	14, // 52: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
-	16, // 53: kahuna.v1.Sessions.Create:output_type -> kahuna.v1.CreateSessionResponse
-	19, // 54: kahuna.v1.Sessions.KeepAlive:output_type -> kahuna.v1.KeepAliveResponse
-	21, // 55: kahuna.v1.Sessions.Close:output_type -> kahuna.v1.CloseSessionResponse
-	23, // 56: kahuna.v1.Election.Campaign:output_type -> kahuna.v1.CampaignResponse
-	26, // 57: kahuna.v1.Election.Proclaim:output_type -> kahuna.v1.ElectionResponse
-	26, // 58: kahuna.v1.Election.Resign:output_type -> kahuna.v1.ElectionResponse
-	28, // 59: kahuna.v1.Election.Leader:output_type -> kahuna.v1.LeaderResponse
-	30, // 60: kahuna.v1.Election.Observe:output_type -> kahuna.v1.ElectionEvent
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
+	8,  // 35: kahuna.v1.Kahuna.ForwardLockStream:input_type -> kahuna.v1.LockStreamRequest
+	10, // 36: kahuna.v1.Kahuna.ForwardWatch:input_type -> kahuna.v1.WatchRequest
+	13, // 37: kahuna.v1.Kahuna.Batch:input_type -> kahuna.v1.BatchRequests
+	13, // 38: kahuna.v1.Kahuna.ForwardBatch:input_type -> kahuna.v1.BatchRequests
+	15, // 39: kahuna.v1.Sessions.Create:input_type -> kahuna.v1.CreateSessionRequest
+	18, // 40: kahuna.v1.Sessions.KeepAlive:input_type -> kahuna.v1.KeepAliveRequest
+	20, // 41: kahuna.v1.Sessions.Close:input_type -> kahuna.v1.CloseSessionRequest
+	22, // 42: kahuna.v1.Election.Campaign:input_type -> kahuna.v1.CampaignRequest
+	24, // 43: kahuna.v1.Election.Proclaim:input_type -> kahuna.v1.ProclaimRequest
+	25, // 44: kahuna.v1.Election.Resign:input_type -> kahuna.v1.ResignRequest
+	27, // 45: kahuna.v1.Election.Leader:input_type -> kahuna.v1.LeaderRequest
+	29, // 46: kahuna.v1.Election.Observe:input_type -> kahuna.v1.ObserveRequest
+	7,  // 47: kahuna.v1.Kahuna.Lock:output_type -> kahuna.v1.LockResponse
+	9,  // 48: kahuna.v1.Kahuna.LockStream:output_type -> kahuna.v1.LockStreamResponse
+	11, // 49: kahuna.v1.Kahuna.Watch:output_type -> kahuna.v1.WatchEvent
+	7,  // 50: kahuna.v1.Kahuna.ForwardLock:output_type -> kahuna.v1.LockResponse
+	9,  // 51: kahuna.v1.Kahuna.ForwardLockStream:output_type -> kahuna.v1.LockStreamResponse
+	11, // 52: kahuna.v1.Kahuna.ForwardWatch:output_type -> kahuna.v1.WatchEvent
+	14, // 53: kahuna.v1.Kahuna.Batch:output_type -> kahuna.v1.BatchResponses
+	14, // 54: kahuna.v1.Kahuna.ForwardBatch:output_type -> kahuna.v1.BatchResponses
+	16, // 55: kahuna.v1.Sessions.Create:output_type -> kahuna.v1.CreateSessionResponse
+	19, // 56: kahuna.v1.Sessions.KeepAlive:output_type -> kahuna.v1.KeepAliveResponse
+	21, // 57: kahuna.v1.Sessions.Close:output_type -> kahuna.v1.CloseSessionResponse
+	23, // 58: kahuna.v1.Election.Campaign:output_type -> kahuna.v1.CampaignResponse
+	26, // 59: kahuna.v1.Election.Proclaim:output_type -> kahuna.v1.ElectionResponse
+	26, // 60: kahuna.v1.Election.Resign:output_type -> kahuna.v1.ElectionResponse
+	28, // 61: kahuna.v1.Election.Leader:output_type -> kahuna.v1.LeaderResponse
+	30, // 62: kahuna.v1.Election.Observe:output_type -> kahuna.v1.ElectionEvent
+	47, // [47:63] is the sub-list for method output_type
+	31, // [31:47] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name

@@ -29,13 +29,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Kahuna_Lock_FullMethodName         = "/kahuna.v1.Kahuna/Lock"
-	Kahuna_LockStream_FullMethodName   = "/kahuna.v1.Kahuna/LockStream"
-	Kahuna_Watch_FullMethodName        = "/kahuna.v1.Kahuna/Watch"
-	Kahuna_ForwardLock_FullMethodName  = "/kahuna.v1.Kahuna/ForwardLock"
-	Kahuna_ForwardWatch_FullMethodName = "/kahuna.v1.Kahuna/ForwardWatch"
-	Kahuna_Batch_FullMethodName        = "/kahuna.v1.Kahuna/Batch"
-	Kahuna_ForwardBatch_FullMethodName = "/kahuna.v1.Kahuna/ForwardBatch"
+	Kahuna_Lock_FullMethodName              = "/kahuna.v1.Kahuna/Lock"
+	Kahuna_LockStream_FullMethodName        = "/kahuna.v1.Kahuna/LockStream"
+	Kahuna_Watch_FullMethodName             = "/kahuna.v1.Kahuna/Watch"
+	Kahuna_ForwardLock_FullMethodName       = "/kahuna.v1.Kahuna/ForwardLock"
+	Kahuna_ForwardLockStream_FullMethodName = "/kahuna.v1.Kahuna/ForwardLockStream"
+	Kahuna_ForwardWatch_FullMethodName      = "/kahuna.v1.Kahuna/ForwardWatch"
+	Kahuna_Batch_FullMethodName             = "/kahuna.v1.Kahuna/Batch"
+	Kahuna_ForwardBatch_FullMethodName      = "/kahuna.v1.Kahuna/ForwardBatch"
 )
 
 // KahunaClient is the client API for Kahuna service.
@@ -65,10 +66,13 @@ type KahunaClient interface {
 	// from the last revision), INVALID_ARGUMENT for bad input and
 	// RESOURCE_EXHAUSTED when the lock has too many watchers.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
-	// Node-to-node forms of Lock and Watch, guarded by the cluster secret:
-	// served only by the partition leader, never forwarded again (MUST_RETRY,
-	// or UNAVAILABLE, from any other node).
+	// Node-to-node forms of Lock, LockStream and Watch, guarded by the
+	// cluster secret: served only by the partition leader, never forwarded
+	// again (MUST_RETRY, or UNAVAILABLE, from any other node). A member
+	// forwards a waiting Lock on ForwardLockStream, so that a caller that
+	// leaves learns when the leader has let its Lock go.
 	ForwardLock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockResponse, error)
+	ForwardLockStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LockStreamRequest, LockStreamResponse], error)
 	ForwardWatch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	// Batch is Kahuna's BatchClientLockRequests stream with many requests
 	// to a message each way: the same envelopes, each request handled
@@ -147,9 +151,22 @@ func (c *kahunaClient) ForwardLock(ctx context.Context, in *LockRequest, opts ..
 	return out, nil
 }
 
+func (c *kahunaClient) ForwardLockStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LockStreamRequest, LockStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[2], Kahuna_ForwardLockStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LockStreamRequest, LockStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_ForwardLockStreamClient = grpc.BidiStreamingClient[LockStreamRequest, LockStreamResponse]
+
 func (c *kahunaClient) ForwardWatch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[2], Kahuna_ForwardWatch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[3], Kahuna_ForwardWatch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +185,7 @@ type Kahuna_ForwardWatchClient = grpc.ServerStreamingClient[WatchEvent]
 
 func (c *kahunaClient) Batch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequests, BatchResponses], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[3], Kahuna_Batch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[4], Kahuna_Batch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +198,7 @@ type Kahuna_BatchClient = grpc.BidiStreamingClient[BatchRequests, BatchResponses
 
 func (c *kahunaClient) ForwardBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[BatchRequests, BatchResponses], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[4], Kahuna_ForwardBatch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Kahuna_ServiceDesc.Streams[5], Kahuna_ForwardBatch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,10 +236,13 @@ type KahunaServer interface {
 	// from the last revision), INVALID_ARGUMENT for bad input and
 	// RESOURCE_EXHAUSTED when the lock has too many watchers.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
-	// Node-to-node forms of Lock and Watch, guarded by the cluster secret:
-	// served only by the partition leader, never forwarded again (MUST_RETRY,
-	// or UNAVAILABLE, from any other node).
+	// Node-to-node forms of Lock, LockStream and Watch, guarded by the
+	// cluster secret: served only by the partition leader, never forwarded
+	// again (MUST_RETRY, or UNAVAILABLE, from any other node). A member
+	// forwards a waiting Lock on ForwardLockStream, so that a caller that
+	// leaves learns when the leader has let its Lock go.
 	ForwardLock(context.Context, *LockRequest) (*LockResponse, error)
+	ForwardLockStream(grpc.BidiStreamingServer[LockStreamRequest, LockStreamResponse]) error
 	ForwardWatch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	// Batch is Kahuna's BatchClientLockRequests stream with many requests
 	// to a message each way: the same envelopes, each request handled
@@ -260,6 +280,9 @@ func (UnimplementedKahunaServer) Watch(*WatchRequest, grpc.ServerStreamingServer
 }
 func (UnimplementedKahunaServer) ForwardLock(context.Context, *LockRequest) (*LockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardLock not implemented")
+}
+func (UnimplementedKahunaServer) ForwardLockStream(grpc.BidiStreamingServer[LockStreamRequest, LockStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ForwardLockStream not implemented")
 }
 func (UnimplementedKahunaServer) ForwardWatch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method ForwardWatch not implemented")
@@ -345,6 +368,13 @@ func _Kahuna_ForwardLock_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Kahuna_ForwardLockStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(KahunaServer).ForwardLockStream(&grpc.GenericServerStream[LockStreamRequest, LockStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Kahuna_ForwardLockStreamServer = grpc.BidiStreamingServer[LockStreamRequest, LockStreamResponse]
+
 func _Kahuna_ForwardWatch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -397,6 +427,12 @@ var Kahuna_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _Kahuna_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ForwardLockStream",
+			Handler:       _Kahuna_ForwardLockStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "ForwardWatch",
