@@ -3,6 +3,7 @@ package kahuna_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -103,4 +104,120 @@ func cancelledWaitsStrandNothing(t *testing.T, l, got kahuna.Locker, res string,
 		t.Fatalf("only %d waits were cut short: the test did not exercise leaving", cancelled.Load())
 	}
 	t.Logf("%d waits cut short", cancelled.Load())
+}
+
+// TestCancelledTryLocksStrandNothing: callers whose context ends while
+// their TryLock is on its way (Acquire without a wait, deadlines about as
+// long as an attempt takes, 64 names, 32 callers) leave nothing behind, embedded and over the
+// wire: soon after the last caller has returned (a clean-up over the wire
+// follows its attempt's answer), every name is free, where a lock left
+// behind would stay held for its minute-long lease. A clean-up sent at
+// once used to overtake its TryLock (a release jumps a lock actor's
+// queue) and find nothing, and the TryLock then granted the lock to no
+// one.
+func TestCancelledTryLocksStrandNothing(t *testing.T) {
+	n := openElectionNode(t, kahuna.Config{})
+	ep, _, _ := serveCounted(t, n)
+	c := dial(t, ep)
+	for _, tc := range []struct {
+		name string
+		l    kahuna.Locker
+	}{{"embedded", n}, {"wire", c}} {
+		for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
+			t.Run(tc.name+"/"+d.String(), func(t *testing.T) {
+				cancelledTryLocksStrandNothing(t, tc.l, n, "try/"+tc.name+"/"+d.String(), d)
+			})
+		}
+	}
+}
+
+// TestCancelledForwardedTryLocksStrandNothing: the same through a member
+// that does not lead the names' partition.
+func TestCancelledForwardedTryLocksStrandNothing(t *testing.T) {
+	cl := startCluster(t, 1, nil)
+	leader, follower := leaderAndFollower(cl, "try/x")
+	ep, _, _ := serveCounted(t, cl.Node(follower))
+	c := dial(t, ep)
+	for _, tc := range []struct {
+		name string
+		l    kahuna.Locker
+	}{{"embedded", cl.Node(follower)}, {"wire", c}} {
+		for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
+			t.Run(tc.name+"/"+d.String(), func(t *testing.T) {
+				cancelledTryLocksStrandNothing(t, tc.l, cl.Node(leader), "try/"+tc.name+"/"+d.String(), d)
+			})
+		}
+	}
+}
+
+// cancelledTryLocksStrandNothing runs 32 callers for a second on 64 names
+// of prefix through l, each attempt with a deadline drawn up to four
+// times the time an attempt takes under that load (so that some are
+// granted and some cut short, on a quick machine or under the race
+// detector), and fails unless every name is free (as got reads it) soon
+// after.
+func cancelledTryLocksStrandNothing(t *testing.T, l, got kahuna.Locker, prefix string, d kahuna.Durability) {
+	name := func(k int) string { return fmt.Sprintf("%s/%d", prefix, k) }
+	var took atomic.Int64 // about the time of an attempt, in ns, as it goes
+	took.Store(int64(time.Millisecond))
+	var cancelled, held atomic.Int64
+	stop := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithTimeout(context.Background(), rand.N(4*time.Duration(took.Load())))
+				start := time.Now()
+				lk, err := kahuna.Acquire(ctx, l, name(rand.IntN(64)), kahuna.WithDurability(d), kahuna.WithTTL(time.Minute))
+				cancel()
+				switch {
+				case err == nil:
+					took.Store((7*took.Load() + int64(time.Since(start))) / 8)
+					held.Add(1)
+					if err := lk.Unlock(context.Background()); err != nil {
+						t.Errorf("unlock: %v", err)
+					}
+				case errors.Is(err, context.DeadlineExceeded):
+					took.Store(took.Load() * 17 / 16) // until some are granted
+					cancelled.Add(1)
+				case errors.Is(err, kahuna.ErrBusy):
+				default:
+					t.Errorf("acquire: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if cancelled.Load() < 50 || held.Load() < 50 {
+		t.Fatalf("%d attempts cut short, %d granted: the test did not exercise both", cancelled.Load(), held.Load())
+	}
+	t.Logf("%d attempts cut short, %d granted", cancelled.Load(), held.Load())
+	// Clean-ups over the wire follow their attempts' answers: wait for
+	// them, well short of the leases' minute.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h := heldName(t, got, name, d)
+		if h == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the last caller returned, %s", h)
+		}
+	}
+}
+
+// heldName describes the first of the 64 names that is held, or is "".
+func heldName(t *testing.T, n kahuna.Locker, name func(int) string, d kahuna.Durability) string {
+	t.Helper()
+	for k := range 64 {
+		info, r, err := n.Get(context.Background(), name(k), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status == kahuna.Got {
+			return fmt.Sprintf("%s is held by %x (token %d)", name(k), info.Owner, info.FencingToken)
+		}
+	}
+	return ""
 }

@@ -167,12 +167,19 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // If Acquire gives up while an attempt's outcome is unknown (the retry
 // budget ran out after Errored or a call error, or ctx ended with an
 // attempt in flight), the lock may be held by the owner without Acquire
-// knowing it. Acquire then makes a best-effort Unlock of that owner before
-// it returns (not under ctx, which may be over: for at most 2 s, and no
-// longer than the TTL), so the lock does not sit held until it expires,
-// unless the owner came from WithOwner (it may hold the lock through
-// another handle). It returns ctx.Err() if ctx ended, else the unknown
-// outcome: a *StatusError with Errored, or the call's error.
+// knowing it. Acquire then makes a best-effort Unlock of that owner (not
+// under ctx, which may be over: for at most 2 s, and no longer than the
+// TTL), so the lock does not sit held until it expires, unless the owner
+// came from WithOwner (it may hold the lock through another handle). The
+// Unlock must not overtake the attempt (a release jumps a lock actor's
+// queue of requests, and may travel on another connection): when ctx
+// ends, an attempt that waits on the server is withdrawn first, and one
+// that does not is left to finish on a goroutine of its own, which sends
+// the Unlock once the attempt is answered, after Acquire has returned
+// (a node that decides the lock itself refuses a TryLock whose caller
+// left, so there the Unlock goes at once). It returns ctx.Err() if ctx
+// ended, else the unknown outcome: a *StatusError with Errored, or the
+// call's error.
 //
 // The Lock's deadline counts from the send time of the earliest attempt
 // that may have granted the lease (a TryLock by the holder does not
@@ -257,13 +264,26 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 		if !forever {
 			wait = max(busyUntil.Sub(sent), 0)
 		}
-		switch {
-		case o.whole:
-			r, err = askWhole(ctx, l, resource, o, wait)
-		case serverWaits:
-			r, err = wl.Lock(ctx, resource, o.owner, o.ttl, wait, o.durability)
-		default:
-			r, err = l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
+		waitsThere := (o.whole && wait != 0 && o.also == nil) || (!o.whole && serverWaits)
+		if o.ownOwner && !waitsThere && ctx.Done() != nil && !decidesHere(l, resource, o.also) {
+			// The attempt is not withdrawn when ctx ends: its answer, late
+			// or not, says whether the owner must be released.
+			unknownBefore := unknown
+			var left bool
+			r, left, err = detached(ctx, max(o.ttl, cleanupTimeout),
+				func(actx context.Context) (Result, error) {
+					return attempt(actx, l, wl, resource, o, wait, serverWaits)
+				},
+				func(r Result, err error) {
+					if unknownBefore || mayHold(r, err) {
+						releaseUnseen(ctx, l, resource, o)
+					}
+				})
+			if left {
+				return nil, err
+			}
+		} else {
+			r, err = attempt(ctx, l, wl, resource, o, wait, serverWaits)
 		}
 		var (
 			until time.Time
@@ -351,6 +371,103 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 		}
 		step = min(step*2, maxBackoff)
 	}
+}
+
+// attempt is one request of Acquire for the lock: a TryLock, a Lock that
+// waits on the server for up to wait (serverWaits), or one only a Locker
+// that takes it whole carries (o.whole).
+func attempt(ctx context.Context, l Locker, wl WaitLocker, resource string, o acquireOptions, wait time.Duration, serverWaits bool) (Result, error) {
+	switch {
+	case o.whole:
+		return askWhole(ctx, l, resource, o, wait)
+	case serverWaits:
+		return wl.Lock(ctx, resource, o.owner, o.ttl, wait, o.durability)
+	}
+	return l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
+}
+
+// detached runs ask on a goroutine of its own, with a context that ends
+// after bound but not with ctx, and returns its answer; if ctx ends first
+// it returns ctx.Err() and left at once, and the goroutine hands ask's
+// answer, once it comes, to then. A request that does not wait on the
+// server is not withdrawn when its caller leaves: it may still be granted
+// after the caller's clean-up, had that been sent at once, has found
+// nothing to release (a release jumps a lock actor's queue of requests,
+// and may travel on another connection), and the lock would stay with an
+// owner no one knows of until its lease ends. Sent after the answer, the
+// clean-up comes after the grant.
+func detached(ctx context.Context, bound time.Duration, ask func(context.Context) (Result, error), then func(Result, error)) (r Result, left bool, err error) {
+	type answer struct {
+		r   Result
+		err error
+	}
+	var (
+		mu      sync.Mutex
+		gone    bool // the caller left: the answer goes to then
+		answers = make(chan answer, 1)
+	)
+	go func() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+		r, err := ask(actx)
+		cancel()
+		mu.Lock()
+		if !gone {
+			answers <- answer{r, err}
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		then(r, err)
+	}()
+	select {
+	case a := <-answers:
+		return a.r, false, a.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case a := <-answers: // answered as the caller left: take it
+		return a.r, false, a.err
+	default:
+		gone = true
+		return Result{}, true, ctx.Err()
+	}
+}
+
+// decidesHere reports whether l is a node that decides requests on
+// resource and also itself, now: its lock actors never grant a TryLock
+// whose caller has left before it was decided, so a clean-up sent at once
+// cannot be overtaken. (Should the node lose a partition between this
+// check and the request, the request is forwarded, and for that one
+// attempt a clean-up sent at once may overtake it, as detached explains.)
+func decidesHere(l Locker, resource string, also []string) bool {
+	n, ok := l.(*Node)
+	if !ok {
+		return false
+	}
+	if _, serving := n.Leader(n.Partition(resource)); !serving {
+		return false
+	}
+	for _, name := range also {
+		if _, serving := n.Leader(n.Partition(name)); !serving {
+			return false
+		}
+	}
+	return true
+}
+
+// mayHold reports whether an attempt that answered r, err may have left
+// its owner holding the lock.
+func mayHold(r Result, err error) bool {
+	if err != nil {
+		return true
+	}
+	switch r.Status {
+	case Busy, MustRetry, InvalidInput:
+		return false
+	}
+	return true
 }
 
 // askWhole is one attempt to take a lock whose request only a Locker

@@ -54,6 +54,12 @@ type call struct {
 	unsure   bool
 	waitOver bool // its wait ended: decide it as a TryLock from now on
 	gone     bool // its caller left (context ended): drop it unanswered
+	// abandoned: the caller of a TryLock that does not wait left before
+	// it was decided (set by Ring.do, read by the actor). Its caller's
+	// next request, a release to clean up, may be decided first (releases
+	// jump the queue); granted after that, the lock would have no holder
+	// anyone knows of. It is not granted then.
+	abandoned atomic.Bool
 	// group: one name of a lock of several names (group.go). Its write is
 	// held for the group, not proposed, and it never queues behind a write.
 	group bool
@@ -493,7 +499,7 @@ func (c *call) waits() bool {
 
 // handle decides one request, or queues it behind an in-flight write.
 func (a *lockActor) handle(c *call) {
-	if c.gone {
+	if c.gone || c.abandoned.Load() {
 		return // its caller left before it was decided: nothing to answer
 	}
 	req := &c.req
@@ -519,7 +525,7 @@ func (a *lockActor) handle(c *call) {
 // proceed decides c on s, the slot its resource's record was just loaded
 // into (not cached: admit decides whether it is).
 func (a *lockActor) proceed(c *call, s *slot) {
-	if c.gone {
+	if c.gone || c.abandoned.Load() {
 		return
 	}
 	term, ok := a.cfg.Serving(c.req.Partition)
@@ -808,6 +814,9 @@ func (f *call) pending() *lease.Entry {
 // foldOrHandle folds c into the record held for its resource (fold), or
 // else handles it.
 func (a *lockActor) foldOrHandle(c *call) {
+	if c.abandoned.Load() {
+		return
+	}
 	if s := a.entries[c.req.Resource]; s != nil && (s.x == nil || s.x.queue == nil) && a.fold(s, c) {
 		return
 	}

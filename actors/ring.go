@@ -411,7 +411,12 @@ func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 		return resp, nil
 	case <-done:
 		// The actor still owns c and will answer into its buffered
-		// channel: never recycle it.
+		// channel: never recycle it. A TryLock not decided yet is not
+		// granted now: a release its caller sends next to clean up may
+		// be decided first.
+		if c.req.Op == lease.TryLock {
+			c.abandoned.Store(true)
+		}
 		return Response{}, ctx.Err()
 	case <-r.done:
 		return Response{}, ErrClosed
