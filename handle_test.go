@@ -472,14 +472,25 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		f := &fakeLocker{clk: clk, script: map[string][]fakeAnswer{"trylock": {{status: Errored}, {err: context.Canceled}}}}
+		unlocked := make(chan struct{}, 1)
 		f.hook = func(op string, n int, _ context.Context) {
-			if op == "trylock" && n == 1 {
+			switch {
+			case op == "trylock" && n == 1:
 				cancel()
+			case op == "unlock":
+				unlocked <- struct{}{}
 			}
 		}
 		_, err := Acquire(ctx, f, "r", withClock(clk))
 		if err != context.Canceled {
 			t.Fatalf("got %v, want ctx.Err() unchanged", err)
+		}
+		// The clean-up follows the attempt's answer, which may come after
+		// Acquire has returned.
+		select {
+		case <-unlocked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no clean-up unlock within 10 s")
 		}
 		u := f.callsOf("unlock")
 		if len(u) != 1 || u[0].owner != f.callsOf("trylock")[0].owner {
