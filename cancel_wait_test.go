@@ -24,33 +24,28 @@ import (
 func TestCancelledWaitsStrandNothing(t *testing.T) {
 	n := openElectionNode(t, kahuna.Config{})
 	ep, _, _ := serveCounted(t, n)
-	c := dial(t, ep)
-	for _, tc := range []struct {
-		name string
-		l    kahuna.Locker
-	}{{"embedded", n}, {"wire", c}} {
-		for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
-			t.Run(tc.name+"/"+d.String(), func(t *testing.T) {
-				cancelledWaitsStrandNothing(t, tc.l, n, "hot/"+tc.name+"/"+d.String(), d)
-			})
-		}
-	}
+	eachWay(t, n, dial(t, ep), n, "hot", cancelledWaitsStrandNothing)
 }
 
 // TestCancelledForwardedWaitsStrandNothing: the same through a member
 // that does not lead the lock's partition and forwards to its leader.
 func TestCancelledForwardedWaitsStrandNothing(t *testing.T) {
-	cl := startCluster(t, 1, nil)
+	cl := startCluster(t, 1, nil) // one partition: every name's leader is the same
 	leader, follower := leaderAndFollower(cl, "hot")
 	ep, _, _ := serveCounted(t, cl.Node(follower))
-	c := dial(t, ep)
+	eachWay(t, cl.Node(follower), dial(t, ep), cl.Node(leader), "hot", cancelledWaitsStrandNothing)
+}
+
+// eachWay runs check with the embedded Locker and the wire one, for each
+// durability, on names under prefix; got reads the locks.
+func eachWay(t *testing.T, embedded, wire, got kahuna.Locker, prefix string, check func(t *testing.T, l, got kahuna.Locker, prefix string, d kahuna.Durability)) {
 	for _, tc := range []struct {
 		name string
 		l    kahuna.Locker
-	}{{"embedded", cl.Node(follower)}, {"wire", c}} {
+	}{{"embedded", embedded}, {"wire", wire}} {
 		for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
 			t.Run(tc.name+"/"+d.String(), func(t *testing.T) {
-				cancelledWaitsStrandNothing(t, tc.l, cl.Node(leader), "hot/"+tc.name+"/"+d.String(), d)
+				check(t, tc.l, got, prefix+"/"+tc.name+"/"+d.String(), d)
 			})
 		}
 	}
@@ -118,17 +113,7 @@ func cancelledWaitsStrandNothing(t *testing.T, l, got kahuna.Locker, res string,
 func TestCancelledTryLocksStrandNothing(t *testing.T) {
 	n := openElectionNode(t, kahuna.Config{})
 	ep, _, _ := serveCounted(t, n)
-	c := dial(t, ep)
-	for _, tc := range []struct {
-		name string
-		l    kahuna.Locker
-	}{{"embedded", n}, {"wire", c}} {
-		for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
-			t.Run(tc.name+"/"+d.String(), func(t *testing.T) {
-				cancelledTryLocksStrandNothing(t, tc.l, n, "try/"+tc.name+"/"+d.String(), d)
-			})
-		}
-	}
+	eachWay(t, n, dial(t, ep), n, "try", cancelledTryLocksStrandNothing)
 }
 
 // TestCancelledForwardedTryLocksStrandNothing: the same through a member
@@ -137,17 +122,7 @@ func TestCancelledForwardedTryLocksStrandNothing(t *testing.T) {
 	cl := startCluster(t, 1, nil)
 	leader, follower := leaderAndFollower(cl, "try/x")
 	ep, _, _ := serveCounted(t, cl.Node(follower))
-	c := dial(t, ep)
-	for _, tc := range []struct {
-		name string
-		l    kahuna.Locker
-	}{{"embedded", cl.Node(follower)}, {"wire", c}} {
-		for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
-			t.Run(tc.name+"/"+d.String(), func(t *testing.T) {
-				cancelledTryLocksStrandNothing(t, tc.l, cl.Node(leader), "try/"+tc.name+"/"+d.String(), d)
-			})
-		}
-	}
+	eachWay(t, cl.Node(follower), dial(t, ep), cl.Node(leader), "try", cancelledTryLocksStrandNothing)
 }
 
 // cancelledTryLocksStrandNothing runs 32 callers for a second on 64 names
