@@ -446,11 +446,11 @@ func decidesHere(l Locker, resource string, also []string) bool {
 	if !ok {
 		return false
 	}
-	if _, serving := n.Leader(n.Partition(resource)); !serving {
+	if !n.n.Serves(resource) {
 		return false
 	}
 	for _, name := range also {
-		if _, serving := n.Leader(n.Partition(name)); !serving {
+		if !n.n.Serves(name) {
 			return false
 		}
 	}

@@ -601,6 +601,13 @@ func (n *Node) Leader(p int) (nodeID uint64, serving bool) {
 // Partition returns the partition of resource.
 func (n *Node) Partition(resource string) int { return partition.Of(resource, n.cfg.Partitions) }
 
+// Serves reports whether n decides requests on resource itself now: it
+// serves the resource's partition (no lock taken, unlike Leader).
+func (n *Node) Serves(resource string) bool {
+	_, ok := n.leadership.Serving(n.Partition(resource))
+	return ok
+}
+
 // Do implements lease.Doer: the wire server hands over a request it
 // checked where it entered, which runs at once (do).
 func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
