@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -27,14 +28,61 @@ type wireServices struct {
 	kahuna   v1.KahunaClient
 }
 
+// dialServices dials endpoint's services with a client that asks a call
+// again while it is answered MustRetry, as Kahuna's clients do.
 func dialServices(t *testing.T, endpoint string) wireServices {
 	t.Helper()
-	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
+				err := invoke(ctx, method, req, reply, cc, opts...)
+				if err != nil || !answeredMustRetry(reply) || time.Now().After(deadline) {
+					return err
+				}
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return wireServices{v1.NewSessionsClient(conn), v1.NewElectionClient(conn), v1.NewKahunaClient(conn)}
+}
+
+// mustRetryFor is how long the tests' clients ask again a call answered
+// MustRetry. MustRetry applies nothing: a partition between leaders, or,
+// on a machine so loaded that the whole process stalls for longer than a
+// leader lease (about 70 ms at the default 10 ms Raft tick), every
+// partition's leader until it renews its lease.
+const mustRetryFor = 20 * time.Second
+
+// answeredMustRetry reports whether a Sessions, Election or Kahuna answer
+// is MustRetry, for the call or for any one of its names.
+func answeredMustRetry(reply any) bool {
+	const mr = v1.Status_STATUS_MUST_RETRY
+	if r, ok := reply.(interface{ GetStatus() v1.Status }); ok && r.GetStatus() == mr {
+		return true
+	}
+	if r, ok := reply.(interface{ GetLocks() []v1.Status }); ok && slices.Contains(r.GetLocks(), mr) {
+		return true
+	}
+	if r, ok := reply.(interface{ GetCandidacies() []v1.Status }); ok && slices.Contains(r.GetCandidacies(), mr) {
+		return true
+	}
+	return false
+}
+
+// keepAlive sends req on ka and returns its answer, sending it again
+// while it is answered MustRetry.
+func keepAlive(ka grpc.BidiStreamingClient[v1.KeepAliveRequest, v1.KeepAliveResponse], req *v1.KeepAliveRequest) (*v1.KeepAliveResponse, error) {
+	for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
+		if err := ka.Send(req); err != nil {
+			return nil, err
+		}
+		got, err := ka.Recv()
+		if err != nil || !answeredMustRetry(got) || time.Now().After(deadline) {
+			return got, err
+		}
+	}
 }
 
 // expiresOf is when the lock resource's live lease ends, read from the
@@ -112,12 +160,9 @@ func TestSessionsAndElectionServices(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := time.Now()
-			if err := ka.Send(&v1.KeepAliveRequest{RequestId: 7, Id: id, TtlMs: 20000, Durability: d,
+			got, err := keepAlive(ka, &v1.KeepAliveRequest{RequestId: 7, Id: id, TtlMs: 20000, Durability: d,
 				Locks:       append(locks, prefix+"/not-held"),
-				Candidacies: []*v1.Candidacy{{Election: election, Value: []byte("host-1")}}}); err != nil {
-				t.Fatal(err)
-			}
-			got, err := ka.Recv()
+				Candidacies: []*v1.Candidacy{{Election: election, Value: []byte("host-1")}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,21 +179,11 @@ func TestSessionsAndElectionServices(t *testing.T) {
 				t.Fatalf("the candidacy's lease ends at %v after the KeepAlive, want 20 s after %v", end, before)
 			}
 
-			// Proclaim, then read the leader. A proclaim answered MustRetry
-			// (its partition moving: nothing applied) is asked again, as
-			// clients do; a loaded machine can see a leader's lease lapse.
-			proclaim := func(req *v1.ProclaimRequest) (*v1.ElectionResponse, error) {
-				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-					r, err := w.election.Proclaim(ctx, req)
-					if err != nil || r.GetStatus() != v1.Status_STATUS_MUST_RETRY || time.Now().After(deadline) {
-						return r, err
-					}
-				}
-			}
-			if r, err := proclaim(&v1.ProclaimRequest{Election: election, SessionId: id, Value: []byte("host-1"), NewValue: []byte("host-1b"), TtlMs: 20000, Durability: d}); err != nil || r.GetStatus() != ext {
+			// Proclaim, then read the leader.
+			if r, err := w.election.Proclaim(ctx, &v1.ProclaimRequest{Election: election, SessionId: id, Value: []byte("host-1"), NewValue: []byte("host-1b"), TtlMs: 20000, Durability: d}); err != nil || r.GetStatus() != ext {
 				t.Fatalf("Proclaim: %v %v", r, err)
 			}
-			if r, err := proclaim(&v1.ProclaimRequest{Election: election, SessionId: id, Value: []byte("stale"), NewValue: []byte("x"), TtlMs: 20000, Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_OWNER {
+			if r, err := w.election.Proclaim(ctx, &v1.ProclaimRequest{Election: election, SessionId: id, Value: []byte("stale"), NewValue: []byte("x"), TtlMs: 20000, Durability: d}); err != nil || r.GetStatus() != v1.Status_STATUS_INVALID_OWNER {
 				t.Fatalf("Proclaim from a value the leader does not hold: %v %v, want InvalidOwner", r, err)
 			}
 			leader, err := w.election.Leader(ctx, &v1.LeaderRequest{Election: election})
@@ -193,10 +228,7 @@ func TestSessionsAndElectionServices(t *testing.T) {
 					break
 				}
 			}
-			if err := ka.Send(&v1.KeepAliveRequest{RequestId: 8, Id: id, TtlMs: 2000, Durability: d}); err != nil {
-				t.Fatal(err)
-			}
-			if got, err := ka.Recv(); err != nil || got.GetStatus() != gone {
+			if got, err := keepAlive(ka, &v1.KeepAliveRequest{RequestId: 8, Id: id, TtlMs: 2000, Durability: d}); err != nil || got.GetStatus() != gone {
 				t.Fatalf("KeepAlive of a closed session: %v %v, want LockDoesNotExist", got, err)
 			}
 			if r, err := w.election.Resign(ctx, &v1.ResignRequest{Election: election, SessionId: id, Value: []byte("host-1b"), Durability: d}); err != nil || r.GetStatus() == un {
@@ -365,22 +397,47 @@ func TestSessionsServiceBadInput(t *testing.T) {
 }
 
 // postJSON posts body to endpoint+path and decodes the JSON answer into
-// reply; it returns the HTTP status.
+// reply; it returns the HTTP status. An answer that is MustRetry, for the
+// call or any one of its names, is asked again, as clients do
+// (mustRetryFor).
 func postJSON(t *testing.T, endpoint, path string, body, reply any) int {
 	t.Helper()
 	b, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(endpoint+path, "application/json", bytes.NewReader(b))
+	for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
+		code, answer := post(t, endpoint+path, b)
+		var statuses struct {
+			Type        int   `json:"type"`
+			Locks       []int `json:"locks"`
+			Candidacies []int `json:"candidacies"`
+		}
+		_ = json.Unmarshal(answer, &statuses) // not every answer is an object
+		mr := int(kahuna.MustRetry)
+		if statuses.Type != mr && !slices.Contains(statuses.Locks, mr) && !slices.Contains(statuses.Candidacies, mr) || time.Now().After(deadline) {
+			if err := json.Unmarshal(answer, reply); err != nil {
+				t.Fatalf("%s: decoding the answer %q: %v", path, answer, err)
+			}
+			return code
+		}
+	}
+}
+
+// post posts the JSON body b to url and returns the HTTP status and the
+// answer's body.
+func post(t *testing.T, url string, b []byte) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(reply); err != nil {
-		t.Fatalf("%s: decoding the answer: %v", path, err)
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: reading the answer: %v", url, err)
 	}
-	return resp.StatusCode
+	return resp.StatusCode, answer
 }
 
 // restEvent is an election event as REST answers it.
@@ -429,15 +486,8 @@ func TestSessionsAndElectionOverREST(t *testing.T) {
 		Candidacies []int `json:"candidacies"`
 	}
 	before := time.Now()
-	// Retried while it is MustRetry (a partition moving: nothing applied),
-	// as every client does; a loaded machine can see a leader's lease lapse.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		postJSON(t, ep, "/v1/sessions/keep-alive", map[string]any{"id": id, "ttlMs": 20000, "durability": 1, "locks": []string{lock},
-			"candidacies": []map[string]any{{"election": election, "value": []byte("a")}}}, &kept)
-		if kept.Type != int(kahuna.MustRetry) || time.Now().After(deadline) {
-			break
-		}
-	}
+	postJSON(t, ep, "/v1/sessions/keep-alive", map[string]any{"id": id, "ttlMs": 20000, "durability": 1, "locks": []string{lock},
+		"candidacies": []map[string]any{{"election": election, "value": []byte("a")}}}, &kept)
 	ext := int(kahuna.Extended)
 	if kept.Type != ext || !slices.Equal(kept.Locks, []int{ext}) || !slices.Equal(kept.Candidacies, []int{ext}) {
 		t.Fatalf("keep-alive: %+v", kept)

@@ -511,7 +511,7 @@ func (a *lockActor) handle(c *call) {
 		if s := a.entries[req.Resource]; s != nil {
 			a.flush(s, lease.MustRetry) // nor can its waiters be served
 		}
-		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
+		c.reply <- a.notServing(c)
 		return
 	}
 	s := a.entries[req.Resource]
@@ -530,7 +530,7 @@ func (a *lockActor) proceed(c *call, s *slot) {
 	}
 	term, ok := a.cfg.Serving(c.req.Partition)
 	if !ok {
-		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
+		c.reply <- a.notServing(c)
 		return
 	}
 	a.decideOn(c, s, false, term, a.cfg.Now())
@@ -1239,6 +1239,22 @@ func (a *lockActor) leave(m *leave) {
 // the waiter w that leaves the queue without a grant, unless a hand-off
 // to w may have applied (its outcome unknown: w.granted, and w put back):
 // then w may hold the lock, and is told Errored.
+// notServing is the answer to c when this node does not serve its
+// partition at decision time: MustRetry with why, so that a client (or a
+// test) that sees it knows it was the leadership and not a bound.
+func (a *lockActor) notServing(c *call) Response {
+	st := a.notGranted(c, lease.MustRetry)
+	if st != lease.MustRetry {
+		return Response{Status: st}
+	}
+	return Response{Status: st, Reason: notServingReason}
+}
+
+// notServingReason is the reason of a MustRetry answered because the node
+// did not serve the partition when it decided: its leader lease lapsed,
+// or the partition is between leaders.
+const notServingReason = "partition not served here now (its leader lease lapsed, or it is between leaders)"
+
 func (a *lockActor) notGranted(w *call, st lease.Status) lease.Status {
 	if (w.granted || w.unsure) && !a.cfg.UnsafeUnsureNotGranted {
 		return lease.Errored

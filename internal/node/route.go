@@ -139,7 +139,7 @@ func (n *Node) hop(ctx context.Context, p int, forwarded bool) (peer lease.Locke
 func (n *Node) forward(ctx context.Context, req lease.Checked, p int, forwarded bool) (lease.LockInfo, lease.Result, error) {
 	peer, leader, why := n.hop(ctx, p, forwarded)
 	if why != "" {
-		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
+		return lease.LockInfo{}, lease.Result{Status: lease.MustRetry, Reason: why}, nil
 	}
 	if q := req.Request(); q.Op == lease.Get && (lease.IsSemaphore(q.Resource) || lease.IsRWLock(q.Resource)) {
 		return n.getShared(ctx, q.Resource, p, leader)
@@ -151,7 +151,7 @@ func (n *Node) forward(ctx context.Context, req lease.Checked, p int, forwarded 
 		}
 		if errors.Is(err, lease.ErrNotApplied) {
 			n.logForwardRefused(p, leader, err)
-			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry}, nil
+			return lease.LockInfo{}, lease.Result{Status: lease.MustRetry, Reason: notSent}, nil
 		}
 		n.cfg.Logger.Warn("forward failed, outcome unknown", "partition", p, "leader", leader, "err", err)
 		return lease.LockInfo{}, lease.Result{Status: lease.Errored}, nil
@@ -208,7 +208,7 @@ func (n *Node) servedFrom(id uint64) string {
 func (n *Node) waitRemote(ctx context.Context, req lease.Checked, p int, forwarded bool) (lease.Result, error) {
 	peer, leader, why := n.hop(ctx, p, forwarded)
 	if why != "" {
-		return lease.Result{Status: lease.MustRetry}, nil
+		return lease.Result{Status: lease.MustRetry, Reason: why}, nil
 	}
 	if _, ok := peer.(lease.WaitLocker); !ok {
 		return n.pollRemote(ctx, req, p)
@@ -227,7 +227,7 @@ func (n *Node) waitRemote(ctx context.Context, req lease.Checked, p int, forward
 		return lease.Result{}, ErrClosed // it may have been granted as it left
 	case errors.Is(err, lease.ErrNotApplied):
 		n.logForwardRefused(p, leader, err)
-		return lease.Result{Status: lease.MustRetry}, nil
+		return lease.Result{Status: lease.MustRetry, Reason: notSent}, nil
 	case err != nil:
 		n.cfg.Logger.Warn("forwarded wait failed, outcome unknown", "partition", p, "leader", leader, "err", err)
 		return lease.Result{Status: lease.Errored}, nil
@@ -271,6 +271,11 @@ func (l local) WatchLock(ctx context.Context, resource string, from uint64, send
 // debug when it simply was not sent (no connection yet), at error when the
 // leader refused this node's cluster secret, a misconfiguration the
 // caller's MustRetry would otherwise hide.
+// notSent is the reason of a MustRetry whose hop to the partition's
+// leader certainly never delivered the request (not connected, the stream
+// not open, refused before it was read).
+const notSent = "not sent on to the partition leader (connection not ready); nothing applied"
+
 func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 	if errors.Is(err, lease.ErrUnauthenticated) {
 		n.cfg.Logger.Error("the leader refused this node's cluster secret: check --peer-token-file on every member", "partition", p, "leader", leader, "err", err)
