@@ -29,14 +29,17 @@ type wireServices struct {
 }
 
 // dialServices dials endpoint's services with a client that asks a call
-// again while it is answered MustRetry, as Kahuna's clients do.
+// again while it is answered MustRetry, as Kahuna's clients do. (Close,
+// whose names are each released on their own, is asked again name by
+// name: closeSession.)
 func dialServices(t *testing.T, endpoint string) wireServices {
 	t.Helper()
 	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
 				err := invoke(ctx, method, req, reply, cc, opts...)
-				if err != nil || !answeredMustRetry(reply) || time.Now().After(deadline) {
+				r, ok := reply.(interface{ GetStatus() v1.Status })
+				if err != nil || method == v1.Sessions_Close_FullMethodName || !ok || r.GetStatus() != v1.Status_STATUS_MUST_RETRY || time.Now().After(deadline) {
 					return err
 				}
 			}
@@ -55,32 +58,59 @@ func dialServices(t *testing.T, endpoint string) wireServices {
 // partition's leader until it renews its lease.
 const mustRetryFor = 20 * time.Second
 
-// answeredMustRetry reports whether a Sessions, Election or Kahuna answer
-// is MustRetry, for the call or for any one of its names.
-func answeredMustRetry(reply any) bool {
-	const mr = v1.Status_STATUS_MUST_RETRY
-	if r, ok := reply.(interface{ GetStatus() v1.Status }); ok && r.GetStatus() == mr {
-		return true
-	}
-	if r, ok := reply.(interface{ GetLocks() []v1.Status }); ok && slices.Contains(r.GetLocks(), mr) {
-		return true
-	}
-	if r, ok := reply.(interface{ GetCandidacies() []v1.Status }); ok && slices.Contains(r.GetCandidacies(), mr) {
-		return true
-	}
-	return false
-}
-
 // keepAlive sends req on ka and returns its answer, sending it again
-// while it is answered MustRetry.
+// while it is MustRetry for the session or any of its names (a renewal
+// may be made twice).
 func keepAlive(ka grpc.BidiStreamingClient[v1.KeepAliveRequest, v1.KeepAliveResponse], req *v1.KeepAliveRequest) (*v1.KeepAliveResponse, error) {
+	const mr = v1.Status_STATUS_MUST_RETRY
 	for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
 		if err := ka.Send(req); err != nil {
 			return nil, err
 		}
 		got, err := ka.Recv()
-		if err != nil || !answeredMustRetry(got) || time.Now().After(deadline) {
+		if err != nil || got.GetStatus() != mr && !slices.Contains(got.GetLocks(), mr) && !slices.Contains(got.GetCandidacies(), mr) || time.Now().After(deadline) {
 			return got, err
+		}
+	}
+}
+
+// closeSession closes a session as a client does: Close releases each
+// name on its own, so a name answered MustRetry (nothing applied to it) is
+// closed again with the names still MustRetry, and every other name keeps
+// its first answer. (Asked again, the session's own lease answers as
+// closed already.)
+func closeSession(ctx context.Context, s v1.SessionsClient, req *v1.CloseSessionRequest) (*v1.CloseSessionResponse, error) {
+	const mr = v1.Status_STATUS_MUST_RETRY
+	out := &v1.CloseSessionResponse{Status: mr,
+		Locks: slices.Repeat([]v1.Status{mr}, len(req.GetLocks())), Candidacies: slices.Repeat([]v1.Status{mr}, len(req.GetCandidacies()))}
+	for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
+		again := &v1.CloseSessionRequest{Id: req.GetId(), Durability: req.GetDurability()}
+		var lockAt, candAt []int
+		for i, st := range out.Locks {
+			if st == mr {
+				again.Locks, lockAt = append(again.Locks, req.GetLocks()[i]), append(lockAt, i)
+			}
+		}
+		for i, st := range out.Candidacies {
+			if st == mr {
+				again.Candidacies, candAt = append(again.Candidacies, req.GetCandidacies()[i]), append(candAt, i)
+			}
+		}
+		r, err := s.Close(ctx, again)
+		if err != nil || len(r.GetLocks()) != len(lockAt) || len(r.GetCandidacies()) != len(candAt) {
+			return r, err // not an answer to merge: as it is
+		}
+		if out.Status == mr {
+			out.Status, out.Reason = r.GetStatus(), r.GetReason()
+		}
+		for j, i := range lockAt {
+			out.Locks[i] = r.GetLocks()[j]
+		}
+		for j, i := range candAt {
+			out.Candidacies[i] = r.GetCandidacies()[j]
+		}
+		if out.Status != mr && !slices.Contains(out.Locks, mr) && !slices.Contains(out.Candidacies, mr) || time.Now().After(deadline) {
+			return out, nil
 		}
 	}
 }
@@ -204,7 +234,7 @@ func TestSessionsAndElectionServices(t *testing.T) {
 				}
 				won <- r
 			}()
-			closed, err := w.sessions.Close(ctx, &v1.CloseSessionRequest{Id: id, Durability: d, Locks: locks,
+			closed, err := closeSession(ctx, w.sessions, &v1.CloseSessionRequest{Id: id, Durability: d, Locks: locks,
 				Candidacies: []*v1.Candidacy{{Election: election, Value: []byte("host-1b")}}})
 			un := v1.Status_STATUS_UNLOCKED
 			if err != nil || closed.GetStatus() != un || !equalStatuses(closed.GetLocks(), un, un) || !equalStatuses(closed.GetCandidacies(), un) {
@@ -397,9 +427,10 @@ func TestSessionsServiceBadInput(t *testing.T) {
 }
 
 // postJSON posts body to endpoint+path and decodes the JSON answer into
-// reply; it returns the HTTP status. An answer that is MustRetry, for the
-// call or any one of its names, is asked again, as clients do
-// (mustRetryFor).
+// reply; it returns the HTTP status. An answer that is MustRetry is asked
+// again, as clients do (mustRetryFor); a keep-alive's too when it is
+// MustRetry for one of its names (a renewal may be made twice). A close,
+// whose names are each released on their own, is asked once.
 func postJSON(t *testing.T, endpoint, path string, body, reply any) int {
 	t.Helper()
 	b, err := json.Marshal(body)
@@ -415,7 +446,14 @@ func postJSON(t *testing.T, endpoint, path string, body, reply any) int {
 		}
 		_ = json.Unmarshal(answer, &statuses) // not every answer is an object
 		mr := int(kahuna.MustRetry)
-		if statuses.Type != mr && !slices.Contains(statuses.Locks, mr) && !slices.Contains(statuses.Candidacies, mr) || time.Now().After(deadline) {
+		again := statuses.Type == mr
+		switch path {
+		case "/v1/sessions/close":
+			again = false
+		case "/v1/sessions/keep-alive":
+			again = again || slices.Contains(statuses.Locks, mr) || slices.Contains(statuses.Candidacies, mr)
+		}
+		if !again || time.Now().After(deadline) {
 			if err := json.Unmarshal(answer, reply); err != nil {
 				t.Fatalf("%s: decoding the answer %q: %v", path, answer, err)
 			}
@@ -529,14 +567,39 @@ func TestSessionsAndElectionOverREST(t *testing.T) {
 		t.Fatalf("leader: %+v", leader)
 	}
 
-	var closed struct {
+	// Close releases each name on its own: one answered MustRetry (nothing
+	// applied to it) is closed again, alone, as a client does; the others
+	// keep their first answer.
+	type closeAnswer struct {
 		Type        int   `json:"type"`
 		Locks       []int `json:"locks"`
 		Candidacies []int `json:"candidacies"`
 	}
-	un := int(kahuna.Unlocked)
-	postJSON(t, ep, "/v1/sessions/close", map[string]any{"id": id, "durability": 1, "locks": []string{lock},
-		"candidacies": []map[string]any{{"election": election, "value": []byte("b")}}}, &closed)
+	un, mr := int(kahuna.Unlocked), int(kahuna.MustRetry)
+	closed := closeAnswer{Type: mr, Locks: []int{mr}, Candidacies: []int{mr}}
+	for deadline := time.Now().Add(mustRetryFor); ; time.Sleep(5 * time.Millisecond) {
+		req := map[string]any{"id": id, "durability": 1}
+		if closed.Locks[0] == mr {
+			req["locks"] = []string{lock}
+		}
+		if closed.Candidacies[0] == mr {
+			req["candidacies"] = []map[string]any{{"election": election, "value": []byte("b")}}
+		}
+		var got closeAnswer
+		postJSON(t, ep, "/v1/sessions/close", req, &got)
+		if closed.Type == mr {
+			closed.Type = got.Type
+		}
+		if closed.Locks[0] == mr && len(got.Locks) == 1 {
+			closed.Locks[0] = got.Locks[0]
+		}
+		if closed.Candidacies[0] == mr && len(got.Candidacies) == 1 {
+			closed.Candidacies[0] = got.Candidacies[0]
+		}
+		if !slices.Contains([]int{closed.Type, closed.Locks[0], closed.Candidacies[0]}, mr) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if closed.Type != un || !slices.Equal(closed.Locks, []int{un}) || !slices.Equal(closed.Candidacies, []int{un}) {
 		t.Fatalf("close: %+v", closed)
 	}
