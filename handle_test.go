@@ -502,6 +502,45 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 	})
 }
 
+// TestAcquireBoundsAHungAttempt: an attempt whose caller left, and
+// which the server never answers, is ended after the clean-up bound (the
+// lease's TTL, at least cleanupTimeout), and the clean-up follows; it
+// does not hang on.
+func TestAcquireBoundsAHungAttempt(t *testing.T) {
+	clk := newFakeClock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &fakeLocker{clk: clk}
+	ended, unlocked := make(chan time.Time, 1), make(chan struct{}, 1)
+	f.hook = func(op string, n int, actx context.Context) {
+		switch op {
+		case "trylock":
+			cancel() // the caller leaves with the attempt unanswered
+			<-actx.Done()
+			ended <- time.Now()
+		case "unlock":
+			unlocked <- struct{}{}
+		}
+	}
+	left := time.Now()
+	if _, err := Acquire(ctx, f, "r", withClock(clk), WithTTL(100*time.Millisecond)); err != context.Canceled {
+		t.Fatalf("got %v, want ctx.Err() unchanged", err)
+	}
+	select {
+	case at := <-ended:
+		if waited := at.Sub(left); waited < cleanupTimeout-100*time.Millisecond {
+			t.Fatalf("the hung attempt was ended %v after its caller left, want the bound, %v", waited, cleanupTimeout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hung attempt is still running 10 s after its caller left")
+	}
+	select {
+	case <-unlocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no clean-up unlock within 10 s of the attempt's end")
+	}
+}
+
 // TestHandleContextDeadline: the holder's deadline is the send time of the
 // attempt that got the lease, plus the TTL, minus the safety margin; the
 // answer's latency does not count (the server's lease started when the

@@ -269,16 +269,20 @@ func acquire(ctx context.Context, l Locker, resource string, o acquireOptions) (
 			// The attempt is not withdrawn when ctx ends: its answer, late
 			// or not, says whether the owner must be released.
 			unknownBefore := unknown
+			then := func(r Result, err error) {
+				if unknownBefore || mayHold(r, err) {
+					releaseUnseen(ctx, l, resource, o)
+				}
+			}
 			var left bool
-			r, left, err = detached(ctx, max(o.ttl, cleanupTimeout),
-				func(actx context.Context) (Result, error) {
-					return attempt(actx, l, wl, resource, o, wait, serverWaits)
-				},
-				func(r Result, err error) {
-					if unknownBefore || mayHold(r, err) {
-						releaseUnseen(ctx, l, resource, o)
-					}
-				})
+			if late := lateOf(l); late != nil && !o.whole && !serverWaits {
+				r, left, err = late(ctx, resource, o.owner, o.ttl, o.durability, then)
+			} else {
+				r, left, err = detached(ctx, max(o.ttl, cleanupTimeout),
+					func(actx context.Context) (Result, error) {
+						return attempt(actx, l, wl, resource, o, wait, serverWaits)
+					}, then)
+			}
 			if left {
 				return nil, err
 			}
@@ -386,37 +390,41 @@ func attempt(ctx context.Context, l Locker, wl WaitLocker, resource string, o ac
 	return l.TryLock(ctx, resource, o.owner, o.ttl, o.durability)
 }
 
-// detached runs ask on a goroutine of its own, with a context that ends
-// after bound but not with ctx, and returns its answer; if ctx ends first
-// it returns ctx.Err() and left at once, and the goroutine hands ask's
-// answer, once it comes, to then. A request that does not wait on the
-// server is not withdrawn when its caller leaves: it may still be granted
-// after the caller's clean-up, had that been sent at once, has found
-// nothing to release (a release jumps a lock actor's queue of requests,
-// and may travel on another connection), and the lock would stay with an
-// owner no one knows of until its lease ends. Sent after the answer, the
-// clean-up comes after the grant.
+// detached runs ask on a goroutine of its own, with a context that does
+// not end with ctx, and returns its answer; if ctx ends first it returns
+// ctx.Err() and left at once, ask's context then ends after bound, and
+// the goroutine hands ask's answer, once it comes, to then. A request
+// that does not wait on the server is not withdrawn when its caller
+// leaves: it may still be granted after the caller's clean-up, had that
+// been sent at once, has found nothing to release (a release jumps a lock
+// actor's queue of requests, and may travel on another connection), and
+// the lock would stay with an owner no one knows of until its lease ends.
+// Sent after the answer, the clean-up comes after the grant. The bound's
+// timer is set only when the caller leaves, so an answer that comes in
+// time costs no timer.
 func detached(ctx context.Context, bound time.Duration, ask func(context.Context) (Result, error), then func(Result, error)) (r Result, left bool, err error) {
 	type answer struct {
 		r   Result
 		err error
 	}
 	var (
-		mu      sync.Mutex
-		gone    bool // the caller left: the answer goes to then
-		answers = make(chan answer, 1)
+		mu          sync.Mutex
+		gone        *time.Timer // set when the caller left: it ends ask's context, and the answer goes to then
+		answers     = make(chan answer, 1)
+		actx, abort = context.WithCancel(context.WithoutCancel(ctx))
 	)
 	go func() {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 		r, err := ask(actx)
-		cancel()
+		abort()
 		mu.Lock()
-		if !gone {
+		if gone == nil {
 			answers <- answer{r, err}
 			mu.Unlock()
 			return
 		}
+		t := gone
 		mu.Unlock()
+		t.Stop()
 		then(r, err)
 	}()
 	select {
@@ -430,9 +438,19 @@ func detached(ctx context.Context, bound time.Duration, ask func(context.Context
 	case a := <-answers: // answered as the caller left: take it
 		return a.r, false, a.err
 	default:
-		gone = true
+		gone = time.AfterFunc(bound, abort)
 		return Result{}, true, ctx.Err()
 	}
+}
+
+// lateOf is l's TryLock that hands the answer to a caller that left to
+// a function of its own, or nil if l has none: a Client over gRPC or
+// Kahuna's framing does (no goroutine per attempt, unlike detached).
+func lateOf(l Locker) func(ctx context.Context, resource string, owner []byte, ttl time.Duration, d Durability, late func(Result, error)) (Result, bool, error) {
+	if c, ok := l.(*Client); ok && c.grpc != nil {
+		return c.grpc.TryLockLate
+	}
+	return nil
 }
 
 // decidesHere reports whether l is a node that decides requests on
@@ -461,7 +479,7 @@ func decidesHere(l Locker, resource string, also []string) bool {
 // its owner holding the lock.
 func mayHold(r Result, err error) bool {
 	if err != nil {
-		return true
+		return !errors.Is(err, lease.ErrNotApplied)
 	}
 	switch r.Status {
 	case Busy, MustRetry, InvalidInput:

@@ -147,7 +147,17 @@ func newBatchStream(ctx context.Context, wg *sync.WaitGroup, target string, conn
 
 // do sends c and waits for its answer. When ctx ends first it returns
 // ctx.Err() and the answer, if it comes, is dropped.
-func (s *batchStream) do(ctx context.Context, c *call) error {
+func (s *batchStream) do(ctx context.Context, c *call) error { return s.doLate(ctx, c, nil) }
+
+// errLeft is doLate's answer when its caller left with the call sent:
+// the call's answer, or failure, goes to late.
+var errLeft = errors.New("transport: the caller left; the answer goes to late")
+
+// doLate is do, except that when ctx ends with c sent and unanswered, and
+// late is not nil, it returns errLeft and the answer (or the stream's
+// failure), once it comes, is handed to late on a goroutine of its own.
+// A call still queued when ctx ends is never sent: ctx.Err() then.
+func (s *batchStream) doLate(ctx context.Context, c *call, late func(reply, error)) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -171,7 +181,13 @@ func (s *batchStream) do(ctx context.Context, c *call) error {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
-		if s.abandon(c) {
+		switch s.abandon(c, late) {
+		case callQueued:
+			return ctx.Err()
+		case callPending:
+			if late != nil {
+				return errLeft
+			}
 			return ctx.Err()
 		}
 		// The answer (or failure) is being delivered right now: take it.
@@ -180,19 +196,26 @@ func (s *batchStream) do(ctx context.Context, c *call) error {
 	}
 }
 
-// abandon takes c out of the stream if it is still waiting there.
-func (s *batchStream) abandon(c *call) bool {
+// abandon takes c out of the stream if it is still queued, or, when it
+// is pending, hands it to late (if not nil) or forgets it. It returns
+// where c was: callIdle if its answer is being delivered.
+func (s *batchStream) abandon(c *call, late func(reply, error)) callState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch c.state {
+	switch was := c.state; was {
 	case callQueued: // the writer skips it
+		c.state = callAbandoned
+		return was
 	case callPending:
+		if late != nil {
+			c.late = late // stays pending: its answer goes to late
+			return was
+		}
 		delete(c.st.pending, c.id)
-	default:
-		return false
+		c.state = callAbandoned
+		return was
 	}
-	c.state = callAbandoned
-	return true
+	return callIdle
 }
 
 func (s *batchStream) writeLoop() {
@@ -462,6 +485,16 @@ func (s *batchStream) deliver(st *clientStream, m *batchReply) {
 		return // the answer to an abandoned call
 	}
 	c.err = c.decode(m)
+	finish(c)
+}
+
+// finish hands c's answer (or failure) to its caller, or to late if its
+// caller left.
+func finish(c *call) {
+	if c.late != nil {
+		go c.late(c.reply, c.err)
+		return
+	}
 	c.done <- struct{}{}
 }
 
@@ -528,7 +561,7 @@ func (s *batchStream) failure(err error) error {
 func (s *batchStream) complete(calls []*call, err error) {
 	for _, c := range calls {
 		c.err = err
-		c.done <- struct{}{}
+		finish(c)
 	}
 }
 

@@ -32,6 +32,9 @@ type call struct {
 
 	state callState     // guarded by the batchStream's mu
 	st    *clientStream // the stream it is pending on
+	// late, set (under the batchStream's mu) when the caller left while
+	// the call was pending, is handed the answer instead of done.
+	late func(reply, error)
 }
 
 // reply is the decoded answer to a call.

@@ -322,6 +322,25 @@ func (c *Client) TryLock(ctx context.Context, resource string, owner []byte, ttl
 	return r.res, err
 }
 
+// TryLockLate is TryLock for a caller that must know the outcome of a
+// request it stops waiting for: if ctx ends while the request is on its
+// way, it returns left true and ctx.Err(), and hands the answer (or the
+// call's failure, outcome unknown) to late, on a goroutine of its own,
+// once it comes. late is called only then. A TryLock is not withdrawn when
+// its caller leaves; this lets the caller act on a grant it no longer
+// waits for (release it) after the grant, not before.
+func (c *Client) TryLockLate(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability, late func(lease.Result, error)) (r lease.Result, left bool, err error) {
+	req := lease.Request{Op: lease.TryLock, Resource: resource, Owner: owner, TTL: ttl, Durability: d}
+	if why := checkSend(req); why != "" {
+		return lease.Result{Status: lease.InvalidInput, Reason: why}, false, nil
+	}
+	rep, err := c.sendLate(ctx, req, func(rep reply, err error) { late(rep.res, err) })
+	if errors.Is(err, errLeft) {
+		return lease.Result{}, true, ctx.Err()
+	}
+	return rep.res, false, err
+}
+
 func (c *Client) Extend(ctx context.Context, resource string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
 	r, err := c.call(ctx, lease.Request{Op: lease.Extend, Resource: resource, Owner: owner, TTL: ttl, Durability: d})
 	return r.res, err
@@ -390,6 +409,13 @@ func (c *Client) call(ctx context.Context, r lease.Request) (reply, error) {
 
 // send runs one checked lock call, retrying MustRetry answers and only those.
 func (c *Client) send(ctx context.Context, req lease.Request) (reply, error) {
+	return c.sendLate(ctx, req, nil)
+}
+
+// sendLate is send; when ctx ends with an attempt sent and unanswered, and
+// late is not nil, it returns errLeft and the attempt's answer goes to
+// late (batchStream.doLate).
+func (c *Client) sendLate(ctx context.Context, req lease.Request, late func(reply, error)) (reply, error) {
 	if err := ctx.Err(); err != nil {
 		return reply{}, err
 	}
@@ -398,7 +424,7 @@ func (c *Client) send(ctx context.Context, req lease.Request) (reply, error) {
 	deadline := time.Now().Add(c.budget)
 	var bo backoff
 	for {
-		r, err := c.roundTrip(ctx, cl, req.Resource)
+		r, err := c.roundTrip(ctx, cl, req.Resource, late)
 		if err != nil {
 			// cl may still be referenced by a stream: leave it to the GC.
 			return reply{}, err
@@ -428,7 +454,7 @@ func (c *Client) send(ctx context.Context, req lease.Request) (reply, error) {
 // processed (errUnsent) goes to the next endpoint, once around the ring
 // and once more (a fresh stream on the first one); the last such error is
 // returned, still lease.ErrNotApplied.
-func (c *Client) roundTrip(ctx context.Context, cl *call, resource string) (reply, error) {
+func (c *Client) roundTrip(ctx context.Context, cl *call, resource string, late func(reply, error)) (reply, error) {
 	n := uint32(len(c.endpoints))
 	var (
 		key    string
@@ -445,7 +471,7 @@ func (c *Client) roundTrip(ctx context.Context, cl *call, resource string) (repl
 		if i == 0 && routed != nil {
 			e = routed
 		}
-		err = e.pick().do(ctx, cl)
+		err = e.pick().doLate(ctx, cl, late)
 		if err == nil {
 			r := cl.reply
 			if n > 1 {

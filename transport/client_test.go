@@ -375,6 +375,105 @@ func TestClientContextCancel(t *testing.T) {
 	}
 }
 
+// TestClientTryLockLate: a TryLock whose caller leaves while the server
+// holds it returns at once with left set, and its answer, when it comes,
+// goes to late (once); a caller that leaves before the call is sent sends
+// nothing and late is never called; one whose server goes away hands
+// late the failure (outcome unknown). On both wires.
+func TestClientTryLockLate(t *testing.T) {
+	for _, framed := range []bool{false, true} {
+		w := newWaitingFake()
+		g := newGate("parked")
+		w.hook = g.hook
+		srv := startServer(t, w, ServerOptions{})
+		opts := []ClientOption{WithStreamsPerEndpoint(1)}
+		if !framed {
+			opts = append(opts, WithGRPCOnly())
+		}
+		c := dial(t, []string{"http://" + srv.native}, opts...)
+		type answer struct {
+			r   lease.Result
+			err error
+		}
+		lateAnswer := func(late <-chan answer) answer {
+			select {
+			case a := <-late:
+				return a
+			case <-time.After(10 * time.Second): // a guard against a hang, not a wait for a signal
+				t.Fatalf("framed=%v: no late answer within 10 s", framed)
+				return answer{}
+			}
+		}
+		lateOnce := func(got chan<- answer) func(lease.Result, error) {
+			var calls atomic.Int32
+			return func(r lease.Result, err error) {
+				if calls.Add(1) > 1 {
+					t.Errorf("framed=%v: late called again with %v %v", framed, r, err)
+				}
+				got <- answer{r, err}
+			}
+		}
+
+		// Left before anything was sent.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		never := make(chan answer, 1)
+		if _, left, err := c.TryLockLate(ctx, "r", []byte("A"), time.Second, pers, lateOnce(never)); left || err != context.Canceled {
+			t.Fatalf("framed=%v: pre-cancelled TryLockLate: left %v, %v; want not left, context.Canceled", framed, left, err)
+		}
+
+		// Left while the server holds it: the grant comes to late.
+		ctx, cancel = context.WithCancel(context.Background())
+		type ret struct {
+			left bool
+			err  error
+		}
+		returned, late := make(chan ret, 1), make(chan answer, 1)
+		go func() {
+			_, left, err := c.TryLockLate(ctx, "parked", []byte("A"), time.Second, pers, lateOnce(late))
+			returned <- ret{left, err}
+		}()
+		<-g.arrived
+		cancel()
+		if got := <-returned; !got.left || got.err != context.Canceled {
+			t.Fatalf("framed=%v: TryLockLate left while parked: %+v, want left with context.Canceled", framed, got)
+		}
+		select {
+		case a := <-late:
+			t.Fatalf("framed=%v: late called before the server answered: %+v", framed, a)
+		default:
+		}
+		close(g.release)
+		if a := lateAnswer(late); a.err != nil || a.r.Status != lease.Locked {
+			t.Fatalf("framed=%v: the late answer: %+v, want Locked", framed, a)
+		}
+
+		// Left, then the server goes: late hears of the broken call.
+		g2 := newGate("parked-2")
+		w.hook = g2.hook
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() {
+			_, left, err := c.TryLockLate(ctx, "parked-2", []byte("A"), time.Second, pers, lateOnce(late))
+			returned <- ret{left, err}
+		}()
+		<-g2.arrived
+		cancel()
+		if got := <-returned; !got.left {
+			t.Fatalf("framed=%v: TryLockLate left while parked: %+v, want left", framed, got)
+		}
+		srv.Close()
+		if a := lateAnswer(late); a.err == nil || errors.Is(a.err, lease.ErrNotApplied) {
+			t.Fatalf("framed=%v: the late answer of a call whose server closed: %+v, want an error of unknown outcome", framed, a)
+		}
+		close(g2.release)
+		select {
+		case a := <-never:
+			t.Fatalf("framed=%v: late called for a call never sent: %+v", framed, a)
+		default:
+		}
+	}
+}
+
 // TestClientServerClosedMidCall: a call the server holds when it closes
 // has an unknown outcome, on either wire: a framed connection that ends
 // without the server's end frame broke, like a gRPC stream without OK.
