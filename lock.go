@@ -174,8 +174,9 @@ func (l *Lock) deadline(sent time.Time, ttl time.Duration) time.Time {
 // Unlock must not overtake the attempt (a release jumps a lock actor's
 // queue of requests, and may travel on another connection): when ctx
 // ends, an attempt that waits on the server is withdrawn first, and one
-// that does not is left to finish on a goroutine of its own, which sends
-// the Unlock once the attempt is answered, after Acquire has returned
+// that does not is left to finish (its late answer handed on by a Client,
+// else on a goroutine of its own), and the Unlock is sent once the attempt
+// is answered, after Acquire has returned
 // (a node that decides the lock itself refuses a TryLock whose caller
 // left, so there the Unlock goes at once). It returns ctx.Err() if ctx
 // ended, else the unknown outcome: a *StatusError with Errored, or the
