@@ -51,6 +51,14 @@ func dialServices(t *testing.T, endpoint string) wireServices {
 	return wireServices{v1.NewSessionsClient(conn), v1.NewElectionClient(conn), v1.NewKahunaClient(conn)}
 }
 
+// steadyLeaders gives a test cluster a Raft tick of 50 ms instead of 10,
+// so a leader lease lasts about 350 ms and an election needs 500 ms of
+// silence: a test of what ephemeral sessions keep across calls must not
+// see its partitions change leaders unplanned (which loses ephemeral
+// locks, as documented) because a loaded machine stalled the test's
+// process for a tenth of a second.
+func steadyLeaders(_ uint64, cfg *kahuna.Config) { cfg.RaftRTT = 50 * time.Millisecond }
+
 // mustRetryFor is how long the tests' clients ask again a call answered
 // MustRetry. MustRetry applies nothing: a partition between leaders, or,
 // on a machine so loaded that the whole process stalls for longer than a
@@ -141,7 +149,7 @@ func expiresOf(t *testing.T, c *testcluster.Cluster, resource, owner string) tim
 // proclaims, reads the leader, observes the election, and closes the
 // session, which frees everything; for both durabilities.
 func TestSessionsAndElectionServices(t *testing.T) {
-	c := startCluster(t, 4, nil)
+	c := startCluster(t, 4, steadyLeaders)
 	ctx := context.Background()
 	for _, d := range []v1.Durability{v1.Durability_DURABILITY_PERSISTENT, v1.Durability_DURABILITY_EPHEMERAL} {
 		t.Run(d.String(), func(t *testing.T) {
@@ -491,7 +499,7 @@ type restEvent struct {
 // one keep-alive, a proclaim seen by a long-polling observe that resumes
 // after the last event it got, the close, and bad input.
 func TestSessionsAndElectionOverREST(t *testing.T) {
-	c := startCluster(t, 4, nil)
+	c := startCluster(t, 4, steadyLeaders)
 	const election = "rest-ledger"
 	_, follower := leaderAndFollower(c, kahuna.ElectionPrefix+election)
 	ep := c.Member(follower).Endpoint
