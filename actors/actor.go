@@ -1235,10 +1235,6 @@ func (a *lockActor) leave(m *leave) {
 	a.settle(s) // a semaphore's next waiter may ask for fewer permits than the one that left
 }
 
-// notGranted is the answer st (Busy, MustRetry: certainly not granted) to
-// the waiter w that leaves the queue without a grant, unless a hand-off
-// to w may have applied (its outcome unknown: w.granted, and w put back):
-// then w may hold the lock, and is told Errored.
 // notServing is the answer to c when this node does not serve its
 // partition at decision time: MustRetry with why, so that a client (or a
 // test) that sees it knows it was the leadership and not a bound.
@@ -1255,6 +1251,10 @@ func (a *lockActor) notServing(c *call) Response {
 // or the partition is between leaders.
 const notServingReason = "partition not served here now (its leader lease lapsed, or it is between leaders)"
 
+// notGranted is the answer st (Busy, MustRetry: certainly not granted) to
+// the waiter w that leaves the queue without a grant, unless a hand-off
+// to w may have applied (its outcome unknown: w.granted, and w put back):
+// then w may hold the lock, and is told Errored.
 func (a *lockActor) notGranted(w *call, st lease.Status) lease.Status {
 	if (w.granted || w.unsure) && !a.cfg.UnsafeUnsureNotGranted {
 		return lease.Errored

@@ -267,15 +267,15 @@ func (l local) WatchLock(ctx context.Context, resource string, from uint64, send
 	return l.n.watch(ctx, resource, from, send, true)
 }
 
-// logForwardRefused logs a forward that was certainly not applied: at
-// debug when it simply was not sent (no connection yet), at error when the
-// leader refused this node's cluster secret, a misconfiguration the
-// caller's MustRetry would otherwise hide.
 // notSent is the reason of a MustRetry whose hop to the partition's
 // leader certainly never delivered the request (not connected, the stream
 // not open, refused before it was read).
 const notSent = "not sent on to the partition leader (connection not ready); nothing applied"
 
+// logForwardRefused logs a forward that was certainly not applied: at
+// debug when it simply was not sent (no connection yet), at error when the
+// leader refused this node's cluster secret, a misconfiguration the
+// caller's MustRetry would otherwise hide.
 func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 	if errors.Is(err, lease.ErrUnauthenticated) {
 		n.cfg.Logger.Error("the leader refused this node's cluster secret: check --peer-token-file on every member", "partition", p, "leader", leader, "err", err)
