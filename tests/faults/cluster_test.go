@@ -118,6 +118,30 @@ func (c *faultCluster) leaderNow(p int) uint64 {
 	return c.Leader(p)
 }
 
+// servingLeader is the node that serves and leads partition p (of the
+// highest term if several say so), waiting up to within, or until ctx
+// ends, for one to; 0 if none does by then. A fault that stalls a
+// leader's replication does nothing while the partition is between
+// leaders (a new leader's takeover wait): the writes meant to pile up
+// behind the stall are refused before they are proposed.
+func (c *faultCluster) servingLeader(ctx context.Context, p int, within time.Duration) uint64 {
+	deadline := time.Now().Add(within)
+	for {
+		var best, bestTerm uint64
+		for _, id := range c.Up() {
+			if n := c.Node(id); n != nil {
+				if serving, leads, term := testknobs.ServingTerm(n, p); serving && leads && term > bestTerm {
+					best, bestTerm = id, term
+				}
+			}
+		}
+		if best != 0 || ctx.Err() != nil || time.Now().After(deadline) {
+			return best
+		}
+		time.Sleep(10 * time.Millisecond) // a reign's start sends no signal here
+	}
+}
+
 // servingOf is a node that says it serves partition p (at random if
 // several do: a deposed one that has not heard the news, and the new
 // leader), else p's leader as a random running node sees it.

@@ -400,6 +400,11 @@ func durabilityOf(seed uint64) kahuna.Durability {
 	return kahuna.Persistent
 }
 
+// stallLeaderWait bounds how long a stall of replication waits for its
+// partition to have a serving leader (a takeover wait lasts about an
+// election timeout, or a grace as long as the longest ephemeral lease).
+const stallLeaderWait = 3 * time.Second
+
 // nemesis runs the fault schedule until ctx ends, then heals the network
 // and restarts every node it killed. One fault at a time, so a majority is
 // reachable between faults.
@@ -523,9 +528,11 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			c.net.Heal()
 		case fStallReplication:
 			p := hot[rng.IntN(len(hot))]
-			id := c.leaderNow(p)
+			id := c.servingLeader(ctx, p, stallLeaderWait)
 			n := c.Node(id)
 			if n == nil {
+				counts[k]-- // not injected: no fault to claim
+				logf("%s: partition %d has no serving leader after %v: skipped", k, p, stallLeaderWait)
 				break
 			}
 			shard := testknobs.RaftShard(p)
@@ -558,8 +565,10 @@ func nemesis(ctx context.Context, t *testing.T, c *faultCluster, rng *rand.Rand,
 			hold(faultProposalTimeout, faultProposalTimeout+200*time.Millisecond)
 		case fStallHandOff:
 			p := hot[rng.IntN(len(hot))]
-			id := c.leaderNow(p)
+			id := c.servingLeader(ctx, p, stallLeaderWait)
 			if c.Node(id) == nil {
+				counts[k]-- // not injected: no fault to claim
+				logf("%s: partition %d has no serving leader after %v: skipped", k, p, stallLeaderWait)
 				break
 			}
 			shard := testknobs.RaftShard(p)
