@@ -33,27 +33,31 @@ func (n *Node) doBatch(ctx context.Context, c lease.Checked, forwarded bool) (le
 	}
 	each := make([]lease.Status, len(names))
 	if len(order) == 1 { // one partition (a forwarded share is): no goroutine
-		statuses, err := n.share(ctx, req, names, places[order[0]], order[0], forwarded)
+		statuses, reason, err := n.share(ctx, req, names, places[order[0]], order[0], forwarded)
 		if err != nil {
 			return lease.Result{}, err
 		}
-		return lease.Result{Status: lease.BatchStatus(req.Op, statuses), Each: statuses}, nil
+		return lease.Result{Status: lease.BatchStatus(req.Op, statuses), Each: statuses, Reason: reason}, nil
 	}
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		gone error // ctx's error, or ErrClosed: no answer is due
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		gone   error  // ctx's error, or ErrClosed: no answer is due
+		reason string // a share's, the first one given
 	)
 	for _, p := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			statuses, err := n.share(ctx, req, names, places[p], p, forwarded)
+			statuses, why, err := n.share(ctx, req, names, places[p], p, forwarded)
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				mu.Lock()
 				gone = err
-				mu.Unlock()
 				return
+			}
+			if reason == "" {
+				reason = why
 			}
 			for k, j := range places[p] {
 				each[j] = statuses[k]
@@ -64,12 +68,13 @@ func (n *Node) doBatch(ctx context.Context, c lease.Checked, forwarded bool) (le
 	if gone != nil {
 		return lease.Result{}, gone
 	}
-	return lease.Result{Status: lease.BatchStatus(req.Op, each), Each: each}, nil
+	return lease.Result{Status: lease.BatchStatus(req.Op, each), Each: each, Reason: reason}, nil
 }
 
 // share runs the names at places of req, all of partition p, here or on
-// p's leader, and returns their statuses in that order.
-func (n *Node) share(ctx context.Context, req lease.Request, names []string, places []int, p int, forwarded bool) ([]lease.Status, error) {
+// p's leader, and returns their statuses in that order, and the answer's
+// reason if it gave one (why a MustRetry, say).
+func (n *Node) share(ctx context.Context, req lease.Request, names []string, places []int, p int, forwarded bool) ([]lease.Status, string, error) {
 	sub := req
 	sub.Resource, sub.Also = names[places[0]], nil
 	for _, j := range places[1:] {
@@ -77,26 +82,26 @@ func (n *Node) share(ctx context.Context, req lease.Request, names []string, pla
 	}
 	c, why := sub.Check() // a share of a checked batch is well formed
 	if why != "" {
-		return fill(len(places), lease.InvalidInput), nil
+		return fill(len(places), lease.InvalidInput), why, nil
 	}
 	if _, ok := n.leadership.Serving(p); !ok {
 		_, r, err := n.forward(ctx, c, p, forwarded)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return eachOf(r, len(places)), nil
+		return eachOf(r, len(places)), r.Reason, nil
 	}
 	resp, err := n.ring.Do(ctx, actors.Request{Request: sub, Partition: p})
 	switch {
 	case errors.Is(err, actors.ErrClosed):
-		return fill(len(places), lease.Errored), nil // in flight: it may have applied
+		return fill(len(places), lease.Errored), "", nil // in flight: it may have applied
 	case err != nil:
-		return nil, err
+		return nil, "", err
 	}
 	if resp.Each == nil {
-		return fill(len(places), resp.Status), nil
+		return fill(len(places), resp.Status), resp.Reason, nil
 	}
-	return resp.Each, nil
+	return resp.Each, resp.Reason, nil
 }
 
 // eachOf is the statuses of a share's n names from r, the answer of a

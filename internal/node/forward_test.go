@@ -120,9 +120,18 @@ func TestForwardNeverSentIsMustRetry(t *testing.T) {
 	t.Run("leader unreachable", func(t *testing.T) {
 		n := forwarder(t, "http://"+testport.Addr(t)) // reserved: nothing listens
 		for _, op := range fwdOps {
-			if _, r, err := n.forward(forwardCtx(t), fwdRequest(t, op, "r"), 0, false); err != nil || r.Status != lease.MustRetry {
-				t.Errorf("forward %v to a closed port = %+v, %v, want lease.MustRetry", op, r, err)
+			if _, r, err := n.forward(forwardCtx(t), fwdRequest(t, op, "r"), 0, false); err != nil || r.Status != lease.MustRetry || r.Reason == "" {
+				t.Errorf("forward %v to a closed port = %+v, %v, want lease.MustRetry saying why", op, r, err)
 			}
+		}
+		// A batch of names (a session's keep-alive) keeps the reason.
+		n.cfg.Partitions = 1
+		c, why := lease.Request{Op: lease.Extend, Resource: "s", Also: []string{"a", "b"}, Owner: []byte("A"), TTL: time.Second, Durability: lease.Persistent}.Check()
+		if why != "" {
+			t.Fatal(why)
+		}
+		if r, err := n.doBatch(forwardCtx(t), c, false); err != nil || r.Status != lease.MustRetry || r.Reason == "" {
+			t.Errorf("a batch forwarded to a closed port = %+v, %v, want MustRetry saying why", r, err)
 		}
 	})
 	t.Run("leader shut down", func(t *testing.T) {
