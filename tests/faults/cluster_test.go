@@ -104,6 +104,15 @@ func (c *faultCluster) evictions() uint64 {
 // leaderNow is the node that serves partition p as the leader its Raft
 // replica knows it is, else p's leader as the first running node sees it.
 func (c *faultCluster) leaderNow(p int) uint64 {
+	if id := c.servingNow(p); id != 0 {
+		return id
+	}
+	return c.Leader(p)
+}
+
+// servingNow is the node that serves and leads partition p, of the
+// highest term if several say so; 0 if none does.
+func (c *faultCluster) servingNow(p int) uint64 {
 	var best, bestTerm uint64
 	for _, id := range c.Up() {
 		if n := c.Node(id); n != nil {
@@ -112,31 +121,19 @@ func (c *faultCluster) leaderNow(p int) uint64 {
 			}
 		}
 	}
-	if best != 0 {
-		return best
-	}
-	return c.Leader(p)
+	return best
 }
 
-// servingLeader is the node that serves and leads partition p (of the
-// highest term if several say so), waiting up to within, or until ctx
-// ends, for one to; 0 if none does by then. A fault that stalls a
+// servingLeader is servingNow(p), waiting up to within (or until ctx
+// ends) for a node to serve p; 0 if none does by then. A fault that stalls a
 // leader's replication does nothing while the partition is between
 // leaders (a new leader's takeover wait): the writes meant to pile up
 // behind the stall are refused before they are proposed.
 func (c *faultCluster) servingLeader(ctx context.Context, p int, within time.Duration) uint64 {
 	deadline := time.Now().Add(within)
 	for {
-		var best, bestTerm uint64
-		for _, id := range c.Up() {
-			if n := c.Node(id); n != nil {
-				if serving, leads, term := testknobs.ServingTerm(n, p); serving && leads && term > bestTerm {
-					best, bestTerm = id, term
-				}
-			}
-		}
-		if best != 0 || ctx.Err() != nil || time.Now().After(deadline) {
-			return best
+		if id := c.servingNow(p); id != 0 || ctx.Err() != nil || time.Now().After(deadline) {
+			return id
 		}
 		time.Sleep(10 * time.Millisecond) // a reign's start sends no signal here
 	}
