@@ -20,6 +20,9 @@ import (
 type call struct {
 	req   Request
 	reply chan Response // capacity 1: the actor never blocks on it
+	// notify, when set, takes the answer instead of reply, on the
+	// actor's goroutine (Ring.DoAsync).
+	notify func(Response)
 
 	// Set while a persistent write is in flight.
 	inbox    *mailbox // the deciding actor's, where the write's outcome goes
@@ -55,7 +58,7 @@ type call struct {
 	waitOver bool // its wait ended: decide it as a TryLock from now on
 	gone     bool // its caller left (context ended): drop it unanswered
 	// abandoned: the caller of a TryLock that does not wait left before
-	// it was decided (set by Ring.do, read by the actor). Its caller's
+	// it was decided (set by Ring.do and DoAsync, read by the actor). Its caller's
 	// next request, a release to clean up, may be decided first (releases
 	// jump the queue); granted after that, the lock would have no holder
 	// anyone knows of. It is not granted then.
@@ -63,6 +66,15 @@ type call struct {
 	// group: one name of a lock of several names (group.go). Its write is
 	// held for the group, not proposed, and it never queues behind a write.
 	group bool
+}
+
+// answer gives c its answer; c belongs to its caller from then on.
+func (c *call) answer(r Response) {
+	if f := c.notify; f != nil {
+		f(r)
+		return
+	}
+	c.reply <- r
 }
 
 // completed is a call whose persistent write has an outcome; the backend
@@ -486,7 +498,7 @@ func (a *lockActor) safely(c *call, fn func(*call)) {
 	defer func() {
 		if r := recover(); r != nil {
 			a.cfg.Logger.Error("lock actor recovered from panic", "resource", c.req.Resource, "op", c.req.Op, "panic", r)
-			c.reply <- Response{Status: lease.Errored}
+			c.answer(Response{Status: lease.Errored})
 		}
 	}()
 	fn(c)
@@ -511,7 +523,7 @@ func (a *lockActor) handle(c *call) {
 		if s := a.entries[req.Resource]; s != nil {
 			a.flush(s, lease.MustRetry) // nor can its waiters be served
 		}
-		c.reply <- a.notServing(c)
+		c.answer(a.notServing(c))
 		return
 	}
 	s := a.entries[req.Resource]
@@ -530,7 +542,7 @@ func (a *lockActor) proceed(c *call, s *slot) {
 	}
 	term, ok := a.cfg.Serving(c.req.Partition)
 	if !ok {
-		c.reply <- a.notServing(c)
+		c.answer(a.notServing(c))
 		return
 	}
 	a.decideOn(c, s, false, term, a.cfg.Now())
@@ -556,13 +568,13 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 		if d := a.decideLease(s.Entry, &req.Request, now); d.Status == lease.Busy {
 			st = lease.Busy
 		}
-		c.reply <- Response{Status: st}
+		c.answer(Response{Status: st})
 		return
 	}
 	if x := s.x; x != nil && x.inflight != nil {
 		if a.cfg.MaxQueued > 0 && x.queued >= a.cfg.MaxQueued {
 			a.refused.Add(1)
-			c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)} // backpressure: nothing applied
+			c.answer(Response{Status: a.notGranted(c, lease.MustRetry)}) // backpressure: nothing applied
 			return
 		}
 		x.queued++
@@ -587,7 +599,7 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 // answered Busy and nothing changes.
 func (a *lockActor) forget(c *call, s *slot, cached bool, term uint64, now time.Time) {
 	if s.State == lease.Absent || s.kind.durability() != lease.Persistent || s.index() != c.req.forgetAt || s.Live(now) || s.busy() {
-		c.reply <- Response{Status: lease.Busy}
+		c.answer(Response{Status: lease.Busy})
 		return
 	}
 	if !cached {
@@ -621,7 +633,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	}
 	if d.Status == lease.Busy && c.waits() {
 		if len(s.waiting()) >= lease.MaxWaiters {
-			c.reply <- Response{Status: a.notGranted(c, lease.Busy)}
+			c.answer(Response{Status: a.notGranted(c, lease.Busy)})
 			return
 		}
 		c.queuedAt = now
@@ -648,7 +660,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 		if d.Status == lease.Locked {
 			resp.Waited = c.waited
 		}
-		c.reply <- resp
+		c.answer(resp)
 		return
 	}
 	kind := s.kind.durability() // Extend and Unlock write the way the lock was granted
@@ -658,7 +670,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	ownOwner(&req.Request, &d)
 	if kind == lease.Persistent && a.renewInMemory(&req.Request, s, &d) { // kind: s's, for an Extend
 		a.changed(s, d.Next, lease.Persistent, Extended, now)
-		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
+		c.answer(Response{Status: d.Status, Token: d.Token, Waited: c.waited})
 		return
 	}
 	if kind == lease.Ephemeral {
@@ -666,7 +678,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 			return
 		}
 		a.changed(s, d.Next, lease.Ephemeral, eventOf(req.Op), now)
-		c.reply <- Response{Status: d.Status, Token: d.Token, Waited: c.waited}
+		c.answer(Response{Status: d.Status, Token: d.Token, Waited: c.waited})
 		return
 	}
 	c.decision = d
@@ -692,7 +704,7 @@ func (a *lockActor) decide(c *call, s *slot, term uint64, now time.Time) {
 	s.ext(req.Resource).inflight = c
 	if c.group { // proposed with the group's other records, by doAll
 		c.inbox = a.mailbox
-		c.reply <- Response{ready: true}
+		c.answer(Response{ready: true})
 		return
 	}
 	a.hold(c)
@@ -923,7 +935,7 @@ func (a *lockActor) windowRoom(c *call, p int, term uint64, token int64, ttl tim
 	if resp.Status == lease.MustRetry && raise != nil {
 		resp.raise = raise()
 	}
-	c.reply <- resp
+	c.answer(resp)
 	return false
 }
 
@@ -962,7 +974,7 @@ func (a *lockActor) admit(c *call, s *slot, term uint64, now time.Time) bool {
 	switch {
 	case needed && !a.room(now):
 		a.refused.Add(1)
-		c.reply <- Response{Status: a.notGranted(c, lease.MustRetry)}
+		c.answer(Response{Status: a.notGranted(c, lease.MustRetry)})
 		return false
 	case needed, s.State != lease.Absent && !a.full():
 		a.entries[c.req.Resource] = s
@@ -995,13 +1007,13 @@ func (a *lockActor) complete(c *call) {
 		s.renewed = false
 		if h != nil {
 			a.changed(s, h.decision.Next, lease.Persistent, Acquired, now)
-			h.reply <- Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited}
+			h.answer(Response{Status: h.decision.Status, Token: h.decision.Token, Waited: h.waited})
 			h = nil
 		}
 		for _, m := range batch {
 			d := &m.decision
 			a.changed(s, d.Next, lease.Persistent, eventOf(m.req.Op), now)
-			m.reply <- Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Free: d.Free, Waited: m.waited}
+			m.answer(Response{Status: d.Status, Token: d.Token, Grants: d.Grants, Free: d.Free, Waited: m.waited})
 		}
 		batch = nil
 		s.lastUsed = a.since(a.cfg.Now())
@@ -1030,7 +1042,7 @@ func (a *lockActor) complete(c *call) {
 			m.granted = m.unsure
 			st = a.notGranted(m, lease.MustRetry)
 		}
-		m.reply <- Response{Status: st}
+		m.answer(Response{Status: st})
 	}
 	switch {
 	case h == nil:
@@ -1039,7 +1051,7 @@ func (a *lockActor) complete(c *call) {
 	case h.waitOver:
 		h.unsure = h.unsure || unknown
 		h.granted = h.unsure
-		h.reply <- Response{Status: a.notGranted(h, lease.Busy)} // Errored if a grant of its may have applied
+		h.answer(Response{Status: a.notGranted(h, lease.Busy)}) // Errored if a grant of its may have applied
 	default:
 		// Certainly not applied: no lease of its began from this grant
 		// (from an earlier one whose outcome is unknown, it may have).
@@ -1067,7 +1079,7 @@ func (a *lockActor) complete(c *call) {
 			a.flush(s, lease.MustRetry)
 		}
 	}
-	c.reply <- resp // c belongs to its caller from here on
+	c.answer(resp) // c belongs to its caller from here on
 	if !s.dropped {
 		a.settle(s)
 	}
@@ -1197,7 +1209,7 @@ func (a *lockActor) stopTimer(s *slot) {
 func (a *lockActor) flush(s *slot, st lease.Status) {
 	a.endWatchers(s, ErrWatchMoved)
 	for _, w := range s.waiting() {
-		w.reply <- Response{Status: a.notGranted(w, st)}
+		w.answer(Response{Status: a.notGranted(w, st)})
 	}
 	if s.x != nil {
 		a.nwaiting -= len(s.x.waiters)
@@ -1230,7 +1242,7 @@ func (a *lockActor) leave(m *leave) {
 		if _, ok := a.cfg.Serving(s.partition()); !ok {
 			st = lease.MustRetry
 		}
-		c.reply <- Response{Status: a.notGranted(c, st)}
+		c.answer(Response{Status: a.notGranted(c, st)})
 	}
 	a.settle(s) // a semaphore's next waiter may ask for fewer permits than the one that left
 }

@@ -82,7 +82,7 @@ func (a *lockActor) loaded(m *loaded) {
 			switch {
 			case m.err != nil:
 				if !w.gone {
-					w.reply <- Response{Status: lease.Errored}
+					w.answer(Response{Status: lease.Errored})
 				}
 			case s == nil || a.entries[m.resource] != nil:
 				// Start over: read again, or the slot is cached by an

@@ -232,6 +232,7 @@ type Ring struct {
 	unwait     chan struct{}
 	unwaitOnce sync.Once
 	onLeave    func(resource string) // Config.onLeave
+	async      asyncCalls            // DoAsync's calls not answered yet
 }
 
 // NewRing spawns cfg.Actors lock actors.
@@ -677,6 +678,7 @@ func (r *Ring) Close() {
 		for _, pid := range r.pids {
 			_ = r.system.Root.StopFuture(pid).Wait()
 		}
+		r.async.closeAll()
 		r.system.Shutdown()
 		r.disp.close()
 	})

@@ -3,9 +3,13 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -22,7 +26,13 @@ import (
 // Messages are handled by the stream's workers (see workers):
 // goroutines started on demand and kept until the stream ends, so a busy
 // stream does not pay for a new goroutine (and the growth of its stack) per
-// message.
+// message. A persistent request of a Batch stream to a Locker that runs
+// requests without a goroutine waiting on each (asyncLocker: the node) is
+// only started on the reading goroutine, and its answer goes from the
+// goroutine that settles its write to the outbox's writer. With 64
+// callers, waking a worker for each such request and again for each
+// answer was most of the node's waiting for a processor
+// (docs/benchmarks.md).
 //
 // The stream ends when the sender closes its side (after every received
 // message is answered) or breaks (with that error; the rest of the server
@@ -91,6 +101,12 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 	}
 	workers := newWorkers(serve, urgent)
 	defer workers.close()
+	al, async := l.(asyncLocker)
+	async = async && packed
+	if async {
+		out.startWriter()
+		defer out.stopWriter()
+	}
 
 	go func() {
 		var one [1]*batchMsg
@@ -135,6 +151,9 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				}
 				wg.Add(1)
 				mu.Unlock()
+				if async && lease.Durability(m.durability) == lease.Persistent && s.answerLater(ctx, al, m, out, done) {
+					continue
+				}
 				workers.run(m)
 			}
 			clear(one[:])
@@ -159,6 +178,55 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 	return err
 }
 
+// asyncLocker is a Locker that can run a request without a goroutine
+// waiting for its outcome (the node: internal/node's DoAsync).
+type asyncLocker interface {
+	DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool
+}
+
+// answerLater starts m on al and reports true if al took it: its answer
+// then goes to out when al has it (or, if the stream's context ended by
+// then, m is dropped unanswered with done). False: nothing was started.
+func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, out *outbox, done func(*batchMsg)) (taken bool) {
+	r, ok := m.request()
+	if !ok {
+		return false
+	}
+	c, why := r.Check()
+	if why != "" {
+		return false
+	}
+	start := time.Now()
+	var answered atomic.Bool
+	answer := func(info lease.LockInfo, res lease.Result, err error) {
+		if !answered.CompareAndSwap(false, true) {
+			return
+		}
+		if err != nil {
+			info, res = lease.LockInfo{}, lease.Result{Status: failedStatus(err)}
+			if ctx.Err() != nil {
+				done(m) // the stream is gone: no answer is due
+				return
+			}
+			s.log.Warn("lock request failed", "op", r.Op, "resource", r.Resource, "status", res.Status, "err", err)
+		}
+		if s.opts.Observe != nil {
+			s.opts.Observe(r.Op, res.Status, time.Since(start))
+		}
+		m.op, m.res, m.info, m.servedFrom = r.Op, res, info, res.ServedFrom
+		out.deliver(m)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("lock request panicked", "op", r.Op.String(), "resource", r.Resource,
+				"panic", p, "stack", string(debug.Stack()))
+			taken = true
+			answer(lease.LockInfo{}, lease.Result{}, fmt.Errorf("transport: %s panicked: %v", r.Op, p))
+		}
+	}()
+	return al.DoAsync(ctx, c, answer)
+}
+
 // outbox sends the answers of a Batch stream: a worker with an answer
 // sends it, with every answer that is ready by then (after one yield), in
 // one message;
@@ -175,6 +243,51 @@ type outbox struct {
 	spare   []*batchMsg
 	sending bool
 	pack    answerPack // the sender's
+
+	// The writer sends the answers delivered by the goroutines that
+	// settle writes, which must not wait on the connection.
+	kick    chan struct{} // capacity 1
+	kicked  bool          // a kick is on its way
+	stopped chan struct{} // closed when the writer has returned
+}
+
+func (o *outbox) startWriter() {
+	o.kick = make(chan struct{}, 1)
+	o.stopped = make(chan struct{})
+	go o.writer()
+}
+
+// stopWriter ends the writer once every answer is sent.
+func (o *outbox) stopWriter() {
+	close(o.kick)
+	<-o.stopped
+}
+
+func (o *outbox) writer() {
+	defer close(o.stopped)
+	for range o.kick {
+		o.mu.Lock()
+		o.kicked = false
+		if o.sending || len(o.ready) == 0 {
+			o.mu.Unlock()
+			continue
+		}
+		o.sending = true
+		o.drain()
+	}
+}
+
+// deliver hands m's answer to the writer (or to a worker sending now).
+func (o *outbox) deliver(m *batchMsg) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ready = append(o.ready, m)
+	if !o.sending && !o.kicked {
+		// Under mu, before m can be sent and the stream's end close kick;
+		// never blocks: the writer took the last kick before kicked cleared.
+		o.kicked = true
+		o.kick <- struct{}{}
+	}
 }
 
 func (o *outbox) put(m *batchMsg) {
@@ -194,6 +307,12 @@ func (o *outbox) put(m *batchMsg) {
 		runtime.Gosched()
 		o.mu.Lock()
 	}
+	o.drain()
+}
+
+// drain sends until nothing is ready; called with mu held and sending
+// set, it returns with mu released and sending cleared.
+func (o *outbox) drain() {
 	for len(o.ready) > 0 {
 		msgs := o.ready
 		o.ready = o.spare[:0]

@@ -283,3 +283,41 @@ func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 	}
 	n.cfg.Logger.Debug("forward not sent", "partition", p, "leader", leader, "err", err)
 }
+
+// DoAsync runs c as Do does and hands the outcome to done, with no
+// goroutine waiting for it (actors.Ring.DoAsync), when this node serves
+// c's partition and c is a TryLock, Extend or Unlock of one lock that does
+// not wait. Otherwise it does nothing and reports false: run c with Do.
+// done runs on the goroutine that has the outcome and must not block.
+func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+	req := c.Request()
+	switch {
+	case req.Op == lease.Get, req.Wait != 0, req.Also != nil, n.paused.Load() != nil:
+		return false
+	}
+	p := partition.Of(req.Resource, n.cfg.Partitions)
+	if _, ok := n.leadership.Serving(p); !ok {
+		return false // forwarded, or answered MustRetry, by Do
+	}
+	if req.Op == lease.TryLock && req.Durability == lease.Persistent {
+		if _, full := n.noSpace(); full {
+			return false
+		}
+	}
+	if !n.enter() {
+		return false
+	}
+	t := n.startRequest(ctx, false)
+	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, func(resp actors.Response, err error) {
+		var r lease.Result
+		if errors.Is(err, actors.ErrClosed) {
+			err = ErrClosed // in flight: it may have applied
+		} else {
+			r = lease.Result{Status: resp.Status, FencingToken: resp.Token, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}
+		}
+		n.endRequest(ctx, &t, req, r, err)
+		n.exit()
+		done(lease.LockInfo{}, r, err)
+	})
+	return true
+}

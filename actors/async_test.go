@@ -1,0 +1,125 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// asyncAnswers collects DoAsync's answers, failing on a second one.
+type asyncAnswers struct {
+	t     *testing.T
+	ch    chan Response
+	errs  chan error
+	count atomic.Int32
+}
+
+func newAsyncAnswers(t *testing.T) *asyncAnswers {
+	return &asyncAnswers{t: t, ch: make(chan Response, 1), errs: make(chan error, 1)}
+}
+
+func (a *asyncAnswers) done(resp Response, err error) {
+	if a.count.Add(1) > 1 {
+		a.t.Errorf("a second answer: %+v, %v", resp, err)
+		return
+	}
+	a.ch <- resp
+	a.errs <- err
+}
+
+func (a *asyncAnswers) wait(t *testing.T) (Response, error) {
+	t.Helper()
+	select {
+	case resp := <-a.ch:
+		return resp, <-a.errs
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer within 10 s")
+		return Response{}, nil
+	}
+}
+
+func asyncReq(op lease.Op, res, owner string, d lease.Durability) Request {
+	return Request{Request: lease.Request{Op: op, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d}, Partition: 1}
+}
+
+// TestDoAsyncAnswersWhenTheWriteCommits: a persistent TryLock started by
+// DoAsync is answered once, when its write commits, and not before; an
+// ephemeral one is answered too.
+func TestDoAsyncAnswersWhenTheWriteCommits(t *testing.T) {
+	f := newFixture(t, 2, 100)
+	f.backend.setHold("r", true)
+	a := newAsyncAnswers(t)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "r", "a", lease.Persistent), a.done)
+	p := <-f.backend.held
+	if n := a.count.Load(); n != 0 {
+		t.Fatalf("answered %d times before the write committed", n)
+	}
+	p.c.Committed(f.backend.apply(p.rec))
+	if resp, err := a.wait(t); err != nil || resp.Status != lease.Locked {
+		t.Fatalf("= %+v, %v; want Locked", resp, err)
+	}
+
+	e := newAsyncAnswers(t)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "e", "a", lease.Ephemeral), e.done)
+	if resp, err := e.wait(t); err != nil || resp.Status != lease.Locked {
+		t.Fatalf("ephemeral = %+v, %v; want Locked", resp, err)
+	}
+}
+
+// TestDoAsyncInFlightAtCloseAnswersErrClosed: a call whose write is in
+// flight when the Ring closes is answered ErrClosed (its write may still
+// apply), as Do's caller is, and a call after Close at once.
+func TestDoAsyncInFlightAtCloseAnswersErrClosed(t *testing.T) {
+	f := newFixture(t, 2, 100)
+	f.backend.setHold("r", true)
+	a := newAsyncAnswers(t)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "r", "a", lease.Persistent), a.done)
+	p := <-f.backend.held
+	f.ring.Close()
+	if _, err := a.wait(t); !errors.Is(err, ErrClosed) {
+		t.Fatalf("in flight at Close: %v, want ErrClosed", err)
+	}
+	p.c.Committed(f.backend.apply(p.rec)) // the late outcome answers nothing more
+	after := newAsyncAnswers(t)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "x", "a", lease.Ephemeral), after.done)
+	if _, err := after.wait(t); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestDoAsyncCallerLeaves: when the caller's context ends, DoAsync answers
+// ctx.Err() at once, and a TryLock not decided yet is never granted (as
+// with Do): a release its caller sends next to clean up may be decided
+// before it.
+func TestDoAsyncCallerLeaves(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
+		t.Fatalf("a's TryLock = %+v", r)
+	}
+	f.backend.setHold("r", true)
+	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held // a's release is in flight
+	ctx, cancel := context.WithCancel(context.Background())
+	b := newAsyncAnswers(t)
+	f.ring.DoAsync(ctx, asyncReq(lease.TryLock, "r", "b", lease.Persistent), b.done)
+	<-f.queued // behind the release
+	cancel()
+	if _, err := b.wait(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("b after its context ended: %v, want context.Canceled", err)
+	}
+	f.backend.setHold("r", false)
+	p.c.Committed(f.backend.apply(p.rec))
+	if r := <-unlock; r.Status != lease.Unlocked {
+		t.Fatalf("a's Unlock = %+v", r)
+	}
+	if r := f.do(t, lease.Get, "r", "", 0, lease.Persistent); r.Status != lease.LockDoesNotExist && r.Owner != nil {
+		t.Fatalf("after b left, r = %+v (owner %q): its TryLock was granted", r, r.Owner)
+	}
+	if rec := f.backend.store["r"]; rec.Locked {
+		t.Fatalf("stored %+v: b's TryLock was granted after its caller left", rec)
+	}
+}

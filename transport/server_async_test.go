@@ -1,0 +1,128 @@
+package transport
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kahunago/kahuna/lease"
+)
+
+// asyncFake is a waitingFake that also runs requests as the node runs its
+// persistent ones (asyncLocker): started, and answered later from a
+// goroutine of its own, as a committed write is. Requests for the gate's
+// resource wait for its release; a resource "panic" panics in DoAsync;
+// "decline" is left to the stream's workers.
+type asyncFake struct {
+	*waitingFake
+	gate    *gate
+	started atomic.Int64
+}
+
+func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+	r := c.Request()
+	switch r.Resource {
+	case "decline":
+		return false
+	case "panic":
+		panic("asyncFake: asked to panic")
+	}
+	a.started.Add(1)
+	go func() {
+		if a.gate != nil && r.Resource == a.gate.resource {
+			a.gate.arrived <- struct{}{}
+			<-a.gate.release
+		}
+		done(a.decide(context.Background(), r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
+	}()
+	return true
+}
+
+func newAsyncFake() *asyncFake {
+	return &asyncFake{waitingFake: newWaitingFake(), gate: newGate("parked")}
+}
+
+// TestBatchAnswersComeFromTheLocker: on a Batch stream (gRPC and kahuna's
+// framing) a persistent request goes to a Locker that answers it later
+// (asyncLocker), an ephemeral one to the stream's workers; a request the
+// Locker declines goes to the workers too, and one whose start panics is
+// answered Errored without ending the stream.
+func TestBatchAnswersComeFromTheLocker(t *testing.T) {
+	for _, framed := range []bool{false, true} {
+		a := newAsyncFake()
+		srv := startServer(t, a, ServerOptions{})
+		opts := []ClientOption{WithStreamsPerEndpoint(1)}
+		if !framed {
+			opts = append(opts, WithGRPCOnly())
+		}
+		c := dial(t, []string{"http://" + srv.native}, opts...)
+		ctx := testCtx(t)
+		for _, tc := range []struct {
+			resource string
+			d        lease.Durability
+			want     lease.Status
+			started  int64 // DoAsync's starts after the call
+		}{
+			{"p", pers, lease.Locked, 1},
+			{"p", pers, lease.Busy, 2}, // another owner below
+			{"e", eph, lease.Locked, 2},
+			{"decline", pers, lease.Locked, 2},
+			{"panic", pers, lease.Errored, 2},
+			{"p2", pers, lease.Locked, 3}, // the stream still serves
+		} {
+			owner := []byte("A")
+			if tc.want == lease.Busy {
+				owner = []byte("B")
+			}
+			r, err := c.TryLock(ctx, tc.resource, owner, time.Minute, tc.d)
+			if err != nil || r.Status != tc.want {
+				t.Fatalf("framed=%v: TryLock %s %v = %+v, %v; want %v", framed, tc.resource, tc.d, r, err, tc.want)
+			}
+			if got := a.started.Load(); got != tc.started {
+				t.Fatalf("framed=%v: after TryLock %s %v, %d started in the Locker, want %d", framed, tc.resource, tc.d, got, tc.started)
+			}
+		}
+	}
+}
+
+// TestShutdownAnswersALaterAnswer: a request the Locker answers later
+// (asyncLocker) is still answered when the server shuts down while it is
+// in flight, and Shutdown ends cleanly after it.
+func TestShutdownAnswersALaterAnswer(t *testing.T) {
+	for _, framed := range []bool{false, true} {
+		a := newAsyncFake()
+		srv := startServer(t, a, ServerOptions{})
+		opts := []ClientOption{WithStreamsPerEndpoint(1)}
+		if !framed {
+			opts = append(opts, WithGRPCOnly())
+		}
+		c := dial(t, []string{"http://" + srv.native}, opts...)
+		done := make(chan error, 1)
+		var got atomic.Value
+		go func() {
+			r, err := c.TryLock(testCtx(t), "parked", []byte("A"), time.Minute, pers)
+			got.Store(r)
+			done <- err
+		}()
+		<-a.gate.arrived
+		shut := make(chan error, 1)
+		go func() { shut <- srv.Shutdown(testCtx(t)) }()
+		<-srv.draining
+		select {
+		case err := <-shut:
+			t.Fatalf("framed=%v: Shutdown returned (%v) with an answer still to come", framed, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(a.gate.release)
+		if err := <-done; err != nil {
+			t.Fatalf("framed=%v: the call in flight = %v, want answered", framed, err)
+		}
+		if r := got.Load().(lease.Result); r.Status != lease.Locked {
+			t.Fatalf("framed=%v: the call in flight = %+v, want Locked", framed, r)
+		}
+		if err := <-shut; err != nil {
+			t.Fatalf("framed=%v: Shutdown = %v", framed, err)
+		}
+	}
+}
