@@ -13,8 +13,8 @@ import (
 // when the actor is idle and decides at once, else the actor's worker or
 // the goroutine that settles a persistent write). A server that answers
 // many requests of one connection need not park a goroutine on each
-// until its write commits and wake it to send the answer: under load
-// those wake-ups waited for a processor longer than the write itself.
+// until its write commits and wake it to send the answer: under load,
+// those wake-ups were most of a node's waiting for a processor.
 //
 // When ctx ends first, done gets ctx.Err() at once and, as with Do, a
 // TryLock not decided yet is not granted. Close answers the calls still
@@ -68,9 +68,9 @@ func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, err
 			r.async.finish(c, p, Response{}, ctx.Err())
 		})
 	}
-	if !r.async.add(c, p, stop) {
-		return // ctx ended already: answered
-	}
+	// Posted even if ctx has ended (answered then), as Do posts it: the
+	// actor counts it (enter) and skips an abandoned TryLock.
+	r.async.add(c, p, stop)
 	if r.closed.Load() { // Close may have passed over it
 		r.async.finish(c, p, Response{}, ErrClosed)
 		return
@@ -93,17 +93,16 @@ type asyncCalls struct {
 }
 
 // add registers p, with stop, unless it is answered already.
-func (s *asyncCalls) add(c *call, p *asyncCall, stop func() bool) bool {
+func (s *asyncCalls) add(c *call, p *asyncCall, stop func() bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p.answered.Load() {
-		return false
+		return
 	}
 	if s.pending == nil {
 		s.pending = make(map[*call]*asyncCall)
 	}
 	s.pending[c], p.stop = p, stop
-	return true
 }
 
 // finish gives p its answer unless it has one.
