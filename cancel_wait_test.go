@@ -30,7 +30,7 @@ func TestCancelledWaitsStrandNothing(t *testing.T) {
 // TestCancelledForwardedWaitsStrandNothing: the same through a member
 // that does not lead the lock's partition and forwards to its leader.
 func TestCancelledForwardedWaitsStrandNothing(t *testing.T) {
-	cl := startCluster(t, 1, nil) // one partition: every name's leader is the same
+	cl := startCluster(t, 1, steadyLeaders) // one partition: every name's leader is the same
 	leader, follower := leaderAndFollower(cl, "hot")
 	ep, _, _ := serveCounted(t, cl.Node(follower))
 	eachWay(t, cl.Node(follower), dial(t, ep), cl.Node(leader), "hot", cancelledWaitsStrandNothing)
@@ -119,7 +119,7 @@ func TestCancelledTryLocksStrandNothing(t *testing.T) {
 // TestCancelledForwardedTryLocksStrandNothing: the same through a member
 // that does not lead the names' partition.
 func TestCancelledForwardedTryLocksStrandNothing(t *testing.T) {
-	cl := startCluster(t, 1, nil)
+	cl := startCluster(t, 1, steadyLeaders)
 	leader, follower := leaderAndFollower(cl, "try/x")
 	ep, _, _ := serveCounted(t, cl.Node(follower))
 	eachWay(t, cl.Node(follower), dial(t, ep), cl.Node(leader), "try", cancelledTryLocksStrandNothing)

@@ -24,6 +24,14 @@ func startCluster(t *testing.T, partitions int, mod func(id uint64, cfg *kahuna.
 	return c
 }
 
+// steadyLeaders gives a test cluster a Raft tick of 50 ms instead of 10,
+// so a leader lease lasts about 350 ms and an election needs 500 ms of
+// silence: a test that is not about leader changes must not see its
+// partitions change leaders unplanned (which loses ephemeral locks, as
+// documented, and leaves a write in flight of unknown outcome) because a
+// loaded machine stalled the test's process for a tenth of a second.
+func steadyLeaders(_ uint64, cfg *kahuna.Config) { cfg.RaftRTT = 50 * time.Millisecond }
+
 // stopNode closes node id of c, failing the test if its Close fails.
 func stopNode(t *testing.T, c *testcluster.Cluster, id uint64) {
 	t.Helper()

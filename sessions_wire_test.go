@@ -51,14 +51,6 @@ func dialServices(t *testing.T, endpoint string) wireServices {
 	return wireServices{v1.NewSessionsClient(conn), v1.NewElectionClient(conn), v1.NewKahunaClient(conn)}
 }
 
-// steadyLeaders gives a test cluster a Raft tick of 50 ms instead of 10,
-// so a leader lease lasts about 350 ms and an election needs 500 ms of
-// silence: a test of what ephemeral sessions keep across calls must not
-// see its partitions change leaders unplanned (which loses ephemeral
-// locks, as documented) because a loaded machine stalled the test's
-// process for a tenth of a second.
-func steadyLeaders(_ uint64, cfg *kahuna.Config) { cfg.RaftRTT = 50 * time.Millisecond }
-
 // mustRetryFor is how long the tests' clients ask again a call answered
 // MustRetry. MustRetry applies nothing: a partition between leaders, or,
 // on a machine so loaded that the whole process stalls for longer than a

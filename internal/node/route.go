@@ -261,6 +261,11 @@ func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 	return l.n.do(ctx, req, true)
 }
 
+// DoAsync is Node.DoAsync for a forwarded call.
+func (l local) DoAsync(ctx context.Context, req lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+	return l.n.doAsync(ctx, req, true, done)
+}
+
 // WatchLock is the forwarded form of Node.WatchLock: it watches only a
 // partition this node leads (MustRetry otherwise).
 func (l local) WatchLock(ctx context.Context, resource string, from uint64, send func(transport.WatchEvent) error) error {
@@ -290,6 +295,10 @@ func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 // not wait. Otherwise it does nothing and reports false: run c with Do.
 // done runs on the goroutine that has the outcome and must not block.
 func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+	return n.doAsync(ctx, c, false, done)
+}
+
+func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, done func(lease.LockInfo, lease.Result, error)) bool {
 	req := c.Request()
 	switch {
 	case req.Op == lease.Get, req.Wait != 0, req.Also != nil, n.paused.Load() != nil:
@@ -297,7 +306,7 @@ func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.Loc
 	}
 	p := partition.Of(req.Resource, n.cfg.Partitions)
 	if _, ok := n.leadership.Serving(p); !ok {
-		return false // forwarded, or answered MustRetry, by Do
+		return false // forwarded (once), or answered MustRetry, by do
 	}
 	if req.Op == lease.TryLock && req.Durability == lease.Persistent {
 		if _, full := n.noSpace(); full {
@@ -307,7 +316,7 @@ func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.Loc
 	if !n.enter() {
 		return false
 	}
-	t := n.startRequest(ctx, false)
+	t := n.startRequest(ctx, forwarded)
 	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, func(resp actors.Response, err error) {
 		var r lease.Result
 		if errors.Is(err, actors.ErrClosed) {
