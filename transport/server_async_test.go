@@ -39,8 +39,16 @@ func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(leas
 	return true
 }
 
-func newAsyncFake() *asyncFake {
-	return &asyncFake{waitingFake: newWaitingFake(), gate: newGate("parked")}
+// serveAsync serves an asyncFake and dials it with one stream, over
+// kahuna's framing or gRPC.
+func serveAsync(t *testing.T, framed bool) (*asyncFake, *testServer, *Client) {
+	a := &asyncFake{waitingFake: newWaitingFake(), gate: newGate("parked")}
+	srv := startServer(t, a, ServerOptions{})
+	opts := []ClientOption{WithStreamsPerEndpoint(1)}
+	if !framed {
+		opts = append(opts, WithGRPCOnly())
+	}
+	return a, srv, dial(t, []string{"http://" + srv.native}, opts...)
 }
 
 // TestBatchAnswersComeFromTheLocker: on a Batch stream (gRPC and kahuna's
@@ -50,13 +58,7 @@ func newAsyncFake() *asyncFake {
 // answered Errored without ending the stream.
 func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 	for _, framed := range []bool{false, true} {
-		a := newAsyncFake()
-		srv := startServer(t, a, ServerOptions{})
-		opts := []ClientOption{WithStreamsPerEndpoint(1)}
-		if !framed {
-			opts = append(opts, WithGRPCOnly())
-		}
-		c := dial(t, []string{"http://" + srv.native}, opts...)
+		a, _, c := serveAsync(t, framed)
 		ctx := testCtx(t)
 		for _, tc := range []struct {
 			resource string
@@ -91,13 +93,7 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 // in flight, and Shutdown ends cleanly after it.
 func TestShutdownAnswersALaterAnswer(t *testing.T) {
 	for _, framed := range []bool{false, true} {
-		a := newAsyncFake()
-		srv := startServer(t, a, ServerOptions{})
-		opts := []ClientOption{WithStreamsPerEndpoint(1)}
-		if !framed {
-			opts = append(opts, WithGRPCOnly())
-		}
-		c := dial(t, []string{"http://" + srv.native}, opts...)
+		a, srv, c := serveAsync(t, framed)
 		done := make(chan error, 1)
 		var got atomic.Value
 		go func() {
