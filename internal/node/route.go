@@ -79,7 +79,7 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		case err != nil:
 			return lease.LockInfo{}, lease.Result{}, err
 		}
-		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}, nil
+		return lease.LockInfo{}, resultOf(resp), nil
 	}
 	// The actor checks again when it decides: every answer, reads
 	// included, is given only under a live leader lease (partition.Leadership).
@@ -88,7 +88,7 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		return lease.LockInfo{}, lease.Result{}, ErrClosed // in flight: it may have applied
 	}
 	if err != nil || resp.Status != lease.Got {
-		return lease.LockInfo{}, lease.Result{Status: resp.Status, FencingToken: resp.Token, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}, err
+		return lease.LockInfo{}, resultOf(resp), err
 	}
 	info := lease.LockInfo{
 		Owner:        append([]byte(nil), resp.Owner...),
@@ -101,6 +101,12 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		h.Expires = time.UnixMilli(h.Expires.UnixMilli())
 	}
 	return info, lease.Result{Status: lease.Got, FencingToken: resp.Token}, nil
+}
+
+// resultOf is the lock actor's answer as a Locker's Result (Waited is
+// zero for a call that did not wait).
+func resultOf(resp actors.Response) lease.Result {
+	return lease.Result{Status: resp.Status, FencingToken: resp.Token, Waited: resp.Waited, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}
 }
 
 // hop is the one rule of forwarding, for lock calls, waits and watches:
@@ -322,7 +328,7 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, don
 		if errors.Is(err, actors.ErrClosed) {
 			err = ErrClosed // in flight: it may have applied
 		} else {
-			r = lease.Result{Status: resp.Status, FencingToken: resp.Token, Grants: resp.Grants, Free: resp.Free, Reason: resp.Reason}
+			r = resultOf(resp)
 		}
 		n.endRequest(ctx, &t, req, r, err)
 		n.exit()
