@@ -757,3 +757,74 @@ func TestStopWaitingLeavesRaises(t *testing.T) {
 		t.Fatalf("a TryLock waiting for a raise when StopWaiting was called: %v", err)
 	}
 }
+
+// startWaitGranted is startWait with a Granted hook that sends what it is
+// given to early, after checking that Do has not returned yet.
+func (f *fixture) startWaitGranted(t *testing.T, res, owner string, wait time.Duration, d lease.Durability, early chan<- Response) <-chan Response {
+	ch := make(chan Response, 1)
+	var returned atomic.Bool
+	granted := func(r Response) {
+		if returned.Load() {
+			t.Errorf("Granted of %s ran after Do returned", owner)
+		}
+		early <- r
+	}
+	go func() {
+		resp, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Wait: wait}, Partition: 1, Granted: granted})
+		returned.Store(true)
+		if err != nil {
+			resp = Response{Status: lease.Status(-1)}
+		}
+		ch <- resp
+	}()
+	return ch
+}
+
+// A waiter's grant reaches its Granted hook before Do returns it, and
+// is the same answer; a wait that ends without a grant, or a request
+// that does not wait, never calls it.
+func TestGrantedGetsTheGrantBeforeDoReturns(t *testing.T) {
+	for _, d := range []lease.Durability{lease.Ephemeral, lease.Persistent} {
+		t.Run(d.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			f.do(t, lease.TryLock, "r", "holder", time.Minute, d)
+			early := make(chan Response, 4)
+			w := f.startWaitGranted(t, "r", "w", lease.WaitForever, d, early)
+			if got := <-f.waiting; got != "r" {
+				t.Fatalf("queued on %q", got)
+			}
+			if len(early) != 0 {
+				t.Fatalf("Granted called while the lock is held: %+v", <-early)
+			}
+			f.do(t, lease.Unlock, "r", "holder", 0, d)
+			r := <-w
+			if r.Status != lease.Locked || r.Token != 1 {
+				t.Fatalf("waiter: %+v, want Locked token 1", r)
+			}
+			select {
+			case e := <-early:
+				if e.Status != r.Status || e.Token != r.Token || e.Waited != r.Waited {
+					t.Fatalf("Granted got %+v, Do returned %+v", e, r)
+				}
+			default:
+				t.Fatal("the grant never reached Granted")
+			}
+
+			// Busy at the end of its wait: no grant, no call.
+			over := f.startWaitGranted(t, "r", "late", 20*time.Millisecond, d, early)
+			<-f.waiting
+			if r := <-over; r.Status != lease.Busy {
+				t.Fatalf("wait over: %+v, want Busy", r)
+			}
+			// Not waiting: Do ignores the hook.
+			resp, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "free", Owner: []byte("o"), TTL: time.Minute, Durability: d},
+				Partition: 1, Granted: func(r Response) { early <- r }})
+			if err != nil || resp.Status != lease.Locked {
+				t.Fatalf("TryLock free: %+v, %v", resp, err)
+			}
+			if len(early) != 0 {
+				t.Fatalf("Granted called for %+v", <-early)
+			}
+		})
+	}
+}
