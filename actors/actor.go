@@ -70,9 +70,6 @@ type call struct {
 
 // answer gives c its answer; c belongs to its caller from then on.
 func (c *call) answer(r Response) {
-	if g := c.req.Granted; g != nil && r.Status == lease.Locked && r.raise == nil {
-		g(r)
-	}
 	if f := c.notify; f != nil {
 		f(r)
 		return

@@ -25,7 +25,6 @@ func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, err
 	if req.Wait != 0 || req.Also != nil {
 		panic("actors: DoAsync of a request that waits or names several locks")
 	}
-	req.Granted = nil // for waits only
 	if r.closed.Load() {
 		done(Response{}, ErrClosed)
 		return

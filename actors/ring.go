@@ -178,12 +178,6 @@ func (unbounded) RaiseTTL(int, uint64, time.Duration) <-chan struct{} { return n
 type Request struct {
 	lease.Request
 	Partition int
-	// Granted, for a waiting TryLock of one name, gets its grant (the
-	// Response Do returns) on the goroutine that decides it, before Do's
-	// caller wakes: a server can send the grant on at once, without
-	// waiting for that goroutine. It must not block or call the Ring. Do
-	// ignores it on any other request.
-	Granted func(Response)
 
 	// forget, set by Forget only, asks for the removal of the resource's
 	// stored record, if it is still the free one stored at forgetAt.
@@ -343,9 +337,6 @@ func (a *lockActor) enter() bool {
 // times; a waiting TryLock asks again with what is left of its wait, at
 // the back of the queue.
 func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
-	if req.Wait == 0 || req.Op != lease.TryLock || req.Also != nil {
-		req.Granted = nil
-	}
 	if req.Also != nil {
 		if r.closed.Load() {
 			return Response{}, ErrClosed

@@ -10,7 +10,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -91,7 +90,6 @@ func framesMethod(kind byte) (string, bool) {
 type frameConn struct {
 	conn net.Conn
 	r    *bufio.Reader
-	raw  syscall.RawConn // conn's socket, for writeNow; nil: not a plain socket
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -311,7 +309,7 @@ func (s *Server) serveFrames(c net.Conn) {
 	}
 	defer s.frames.remove(c)
 	defer c.Close()
-	f := &frameConn{conn: c, r: bufio.NewReaderSize(c, frameReadBuffer), raw: rawConnOf(c)}
+	f := &frameConn{conn: c, r: bufio.NewReaderSize(c, frameReadBuffer)}
 	// The hello is bounded as the sniff was: a silent connection holds
 	// nothing for long.
 	timeout := s.opts.SniffTimeout

@@ -218,17 +218,13 @@ func (s *Server) untilDrain(ctx context.Context) (context.Context, context.Cance
 func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	wctx, cancel := s.untilDrain(ctx)
 	defer cancel()
-	return s.lockOn(wctx, l, req, nil)
+	return s.lockOn(wctx, l, req)
 }
 
 // lockOn serves one Lock, waiting on wctx: the caller's call, also ended
 // by shutdown (the cause errWaitDrained). It returns an error only when
 // wctx ended for another cause, the caller gone: then no answer is due.
-//
-// granted, when not nil and l can say so (grantNotifier), gets the answer
-// of a grant to a waiting Lock on the goroutine that decides it, before
-// lockOn returns that same answer (see lockStream).
-func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockRequest, granted func(*v1.LockResponse)) (*v1.LockResponse, error) {
+func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
 	start := time.Now()
 	wl, ok := l.(lease.WaitLocker)
 	if !ok {
@@ -278,10 +274,10 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 		why = fmt.Sprintf("wait_ms %d is out of range (-1: until the call's deadline, or 0 to %d)", req.GetWaitMs(), lease.MaxWait.Milliseconds())
 	}
 	if why != "" {
-		res.Status, res.Reason = lease.InvalidInput, why
+		res.Status, resp.Reason = lease.InvalidInput, why
 	} else {
 		var err error
-		res, err = s.callLock(wctx, wl, c, granted)
+		res, err = s.callLock(wctx, wl, c)
 		if err != nil {
 			if wctx.Err() != nil && context.Cause(wctx) != errWaitDrained {
 				return nil, status.FromContextError(wctx.Err()).Err()
@@ -291,17 +287,8 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 				s.log.Warn("lock request failed", "op", "Lock", "resource", r.Resource, "status", res.Status, "err", err)
 			}
 		}
+		resp.Reason = res.Reason // why it is invalid, or which name of several is busy
 	}
-	fillLockResponse(resp, res)
-	if s.opts.Observe != nil {
-		s.opts.Observe(r.Op, res.Status, time.Since(start))
-	}
-	return resp, nil
-}
-
-// fillLockResponse puts res in resp.
-func fillLockResponse(resp *v1.LockResponse, res lease.Result) {
-	resp.Reason = res.Reason // why it is invalid, or which name of several is busy
 	resp.Status = v1.Status(res.Status)
 	resp.FencingToken = res.FencingToken
 	resp.WaitedMs = res.Waited.Milliseconds()
@@ -312,29 +299,17 @@ func fillLockResponse(resp *v1.LockResponse, res lease.Result) {
 	for _, st := range res.Each {
 		resp.Each = append(resp.Each, v1.Status(st))
 	}
-}
-
-// grantNotifier is a Locker that can hand a waiting Lock's grant to a
-// function on the goroutine that decides it (the node: internal/node's
-// DoGranted).
-type grantNotifier interface {
-	DoGranted(ctx context.Context, c lease.Checked, granted func(lease.Result)) (lease.LockInfo, lease.Result, error)
+	if s.opts.Observe != nil {
+		s.opts.Observe(r.Op, res.Status, time.Since(start))
+	}
+	return resp, nil
 }
 
 // callLock runs a checked Lock on wl: whole when wl is a lease.Doer, else
 // through wl.Lock, the method this call is named for, whatever its wait.
-// granted is lockOn's.
-func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, c lease.Checked, granted func(*v1.LockResponse)) (res lease.Result, err error) {
+func (s *Server) callLock(ctx context.Context, wl lease.WaitLocker, c lease.Checked) (res lease.Result, err error) {
 	defer s.recovered(&c, true, &err)
 	r := c.Request()
-	if gn, ok := wl.(grantNotifier); ok && granted != nil && r.Wait != 0 {
-		_, res, err = gn.DoGranted(ctx, c, func(res lease.Result) {
-			resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
-			fillLockResponse(resp, res)
-			granted(resp)
-		})
-		return res, err
-	}
 	if _, ok := wl.(lease.Doer); ok || r.Op != lease.TryLock {
 		_, res, err = lease.Do(ctx, wl, c)
 		return res, err

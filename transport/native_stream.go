@@ -28,13 +28,6 @@ type lockJob struct {
 	cancel context.CancelCauseFunc
 }
 
-// sendNower is a LockStream that can send an answer without waiting:
-// sendNow sends it, or reports false at once when the connection would
-// make it wait (or another send is under way), and nothing was sent.
-type sendNower interface {
-	sendNow(*v1.LockStreamResponse) bool
-}
-
 // errWithdrawn ends a Lock withdrawn by a cancel message.
 var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel message")
 
@@ -79,47 +72,9 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		// A failed Send means the stream is broken: Recv reports it.
 		_ = stream.Send(resp)
 	}
-	// On a stream that can send without waiting (the framing over a plain
-	// socket), a grant to a waiting Lock is sent by the goroutine that
-	// decides it (the release's, most often), if the socket takes it at
-	// once: a hot lock's hand-off then does not wait for the Lock's worker
-	// to wake (docs/benchmarks.md). The worker answers whatever was not
-	// sent so; a Lock is answered once either way.
-	now, canSendNow := stream.(sendNower)
 	serve := func(j lockJob) {
 		defer wg.Done()
-		var (
-			answered bool // under sendMu
-			granted  func(*v1.LockResponse)
-		)
-		if canSendNow {
-			granted = func(resp *v1.LockResponse) {
-				if !sendMu.TryLock() {
-					return // the worker answers
-				}
-				defer sendMu.Unlock()
-				if !answered && now.sendNow(&v1.LockStreamResponse{RequestId: j.id, Lock: resp}) {
-					answered = true
-				}
-			}
-			// A grant decided after this Lock's worker is done (it left
-			// as the node closed) is not sent: the Lock has its answer,
-			// or none is due.
-			defer func() {
-				sendMu.Lock()
-				answered = true
-				sendMu.Unlock()
-			}()
-		}
-		answer := func(resp *v1.LockStreamResponse) {
-			sendMu.Lock()
-			defer sendMu.Unlock()
-			if !answered {
-				answered = true
-				_ = stream.Send(resp) // a failed Send: the stream is broken, Recv reports it
-			}
-		}
-		resp, err := s.lockOn(j.ctx, l, j.req, granted)
+		resp, err := s.lockOn(j.ctx, l, j.req)
 		mu.Lock()
 		delete(inflight, j.id)
 		mu.Unlock()
@@ -127,11 +82,11 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		j.cancel(nil)
 		switch {
 		case err == nil: // a grant that came before a cancel message is answered too
-			answer(&v1.LockStreamResponse{RequestId: j.id, Lock: resp})
+			send(&v1.LockStreamResponse{RequestId: j.id, Lock: resp})
 		case withdrawn:
 			// The client waits for this before it cleans up: its release,
 			// sent after, finds the lock as the withdrawal left it.
-			answer(&v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
+			send(&v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
 				Reason: "withdrawn by a cancel message", ServedFrom: s.opts.NodeName}})
 		}
 		// Else the stream is gone: no answer is due.

@@ -611,16 +611,7 @@ func (n *Node) Serves(resource string) bool {
 // Do implements lease.Doer: the wire server hands over a request it
 // checked where it entered, which runs at once (do).
 func (n *Node) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
-	return n.do(ctx, req, false, nil)
-}
-
-// DoGranted is Do, and for a waiting TryLock of one lock this node serves,
-// granted gets the grant (the Result Do returns) on the goroutine that
-// decides it, before Do returns: the wire server can send a grant on
-// without waking the goroutine that waits for it. granted must not block
-// or call the node. A wait this node forwards never calls it.
-func (n *Node) DoGranted(ctx context.Context, req lease.Checked, granted func(lease.Result)) (lease.LockInfo, lease.Result, error) {
-	return n.do(ctx, req, false, granted)
+	return n.do(ctx, req, false)
 }
 
 // The Locker methods are the embedded edge: each checks its call
@@ -634,7 +625,7 @@ func (n *Node) TryLock(ctx context.Context, resource string, owner []byte, ttl t
 	if why != "" {
 		return n.refuse(ctx, req, why, false), nil
 	}
-	_, r, err := n.do(ctx, c, false, nil)
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
@@ -645,7 +636,7 @@ func (n *Node) Extend(ctx context.Context, resource string, owner []byte, ttl ti
 	if why != "" {
 		return n.refuse(ctx, req, why, false), nil
 	}
-	_, r, err := n.do(ctx, c, false, nil)
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
@@ -660,7 +651,7 @@ func (n *Node) Lock(ctx context.Context, resource string, owner []byte, ttl, wai
 	if why != "" {
 		return n.refuse(ctx, req, why, false), nil
 	}
-	_, r, err := n.do(ctx, c, false, nil)
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
@@ -671,7 +662,7 @@ func (n *Node) Unlock(ctx context.Context, resource string, owner []byte, d leas
 	if why != "" {
 		return n.refuse(ctx, req, why, false), nil
 	}
-	_, r, err := n.do(ctx, c, false, nil)
+	_, r, err := n.do(ctx, c, false)
 	return r, err
 }
 
@@ -684,7 +675,7 @@ func (n *Node) Get(ctx context.Context, resource string, d lease.Durability) (le
 	if why != "" {
 		return lease.LockInfo{}, n.refuse(ctx, req, why, false), nil
 	}
-	return n.do(ctx, c, false, nil)
+	return n.do(ctx, c, false)
 }
 
 // waitUnpaused holds a call while the node is paused (tests only).

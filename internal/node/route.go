@@ -20,7 +20,7 @@ func (n *Node) localCall(ctx context.Context, req lease.Request) (lease.LockInfo
 	if reason != "" {
 		return lease.LockInfo{}, n.refuse(ctx, req, reason, true), nil
 	}
-	return n.do(ctx, c, true, nil)
+	return n.do(ctx, c, true)
 }
 
 // refuse answers a request that failed Request.Check: InvalidInput with
@@ -35,11 +35,7 @@ func (n *Node) refuse(ctx context.Context, req lease.Request, reason string, for
 // do runs one checked request: here if this node serves the resource's
 // partition, else forwarded to the partition's leader, at most once (hop).
 // forwarded marks a request that already took its hop.
-//
-// granted, when not nil, gets the grant of a waiting TryLock of one lock
-// this node serves on the goroutine that decides it (actors.Request's
-// Granted), before do returns that same Result.
-func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool, granted func(lease.Result)) (_ lease.LockInfo, r lease.Result, err error) {
+func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease.LockInfo, r lease.Result, err error) {
 	req := c.Request()
 	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
 	defer func() { n.endRequest(ctx, &t, req, r, err) }()
@@ -74,9 +70,6 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool, granted 
 	}
 	areq := actors.Request{Request: req, Partition: p}
 	if req.Wait != 0 {
-		if granted != nil {
-			areq.Granted = func(resp actors.Response) { granted(resultOf(resp)) }
-		}
 		// A waiter stops waiting when the node closes (Close calls
 		// StopWaiting), so Close is not held up by it.
 		resp, err := n.ring.Do(ctx, areq)
@@ -271,12 +264,7 @@ type local struct {
 
 // Do implements lease.Doer.
 func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease.Result, error) {
-	return l.n.do(ctx, req, true, nil)
-}
-
-// DoGranted is Node.DoGranted for a forwarded call.
-func (l local) DoGranted(ctx context.Context, req lease.Checked, granted func(lease.Result)) (lease.LockInfo, lease.Result, error) {
-	return l.n.do(ctx, req, true, granted)
+	return l.n.do(ctx, req, true)
 }
 
 // DoAsync is Node.DoAsync for a forwarded call.
