@@ -1,0 +1,361 @@
+// Command map-floor measures the fastest in-memory lock service Go serves
+// on this machine: a bare server holding lock names in a mutex-guarded map,
+// and callers in another process over loopback TCP, with nothing else a
+// lock service needs (leases, fencing tokens, a wire format, auth,
+// metrics, lock actors). Its figures are the floor under kahuna's
+// ephemeral lock workload, to quote beside kahuna-bench's and Redis's
+// taken in the same sitting.
+//
+//	go run ./cmd/map-floor                        # 64 callers, 10,000 names, 8 s
+//	go run ./cmd/map-floor --conns 64             # a connection per caller, as Redis's clients
+//
+// Each caller loops as kahuna-bench's lock workload does: TryLock a name
+// picked at random, then Unlock it (an op), each time waiting for the
+// answer. Callers share --conns connections; on each, one writer goroutine
+// sends whatever requests have gathered in one socket write, as kahuna's Go
+// client packs its callers' requests. The server reads each connection on
+// one goroutine, decides every request of a read under the map's mutex,
+// and writes all their answers in one write: no hand-off to another
+// goroutine on its side.
+//
+// It re-runs itself as the server, so both ends are separate processes.
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
+)
+
+const (
+	serverEnv = "MAP_FLOOR_SERVE"
+	// forgetEnv makes the server forget every lock it grants: a test's
+	// negative control, never a flag.
+	forgetEnv = "MAP_FLOOR_UNSAFE_FORGET"
+)
+
+func main() {
+	if addr := os.Getenv(serverEnv); addr != "" {
+		err := serve(addr, os.Getenv(forgetEnv) != "")
+		fmt.Fprintln(os.Stderr, "map-floor server:", err)
+		os.Exit(1)
+	}
+	callers := flag.Int("callers", 64, "callers, each with one request in flight")
+	conns := flag.Int("conns", 2, "connections the callers share")
+	names := flag.Int("names", 10000, "lock names the callers pick from")
+	duration := flag.Duration("duration", 8*time.Second, "measured time")
+	warmup := flag.Duration("warmup", 2*time.Second, "time before measuring")
+	flag.Parse()
+	res, err := run(*callers, *conns, *names, *duration, *warmup, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "map-floor:", err)
+		os.Exit(1)
+	}
+	fmt.Println(res)
+}
+
+// A request is [caller u32][op u8][name u32]; its answer [caller u32][status u8].
+const (
+	reqLen = 9
+	ansLen = 5
+
+	opTryLock byte = 'L'
+	opUnlock  byte = 'U'
+
+	statusDone byte = 1 // locked, or unlocked
+	statusBusy byte = 2 // held by another caller, or not held by this one
+)
+
+// result is one run's ops and their latencies.
+type result struct {
+	callers, conns int
+	duration       time.Duration
+	latencies      []time.Duration // per op (TryLock and Unlock), sorted
+	busy           int64           // TryLocks answered Busy over the whole run
+	wrong          int64           // Unlocks of a lock the caller held answered Busy
+}
+
+func (r result) quantile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	return r.latencies[int(p*float64(len(r.latencies)-1))].Round(time.Microsecond)
+}
+
+func (r result) String() string {
+	line := fmt.Sprintf("mutex-guarded map over loopback TCP, %d callers on %d connections, %v: %.0f ops/s (a TryLock and an Unlock each), op p50 %v p99 %v, %d TryLocks busy",
+		r.callers, r.conns, r.duration, float64(len(r.latencies))/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.99), r.busy)
+	if r.wrong > 0 {
+		line += fmt.Sprintf("; WRONG: %d Unlocks of a held lock refused", r.wrong)
+	}
+	return line
+}
+
+func run(callers, nconns, names int, duration, warmup time.Duration, forget bool) (result, error) {
+	if callers < 1 || nconns < 1 || names < 1 || duration <= 0 || warmup < 0 {
+		return result{}, errors.New("--callers, --conns and --names must be at least 1, --duration positive, --warmup not negative")
+	}
+	var env []string
+	if forget {
+		env = append(env, forgetEnv+"=1")
+	}
+	srv, err := twoproc.Start(serverEnv, env...)
+	if err != nil {
+		return result{}, err
+	}
+	defer srv.Stop()
+
+	answers := make([]chan byte, callers)
+	for i := range answers {
+		answers[i] = make(chan byte, 1)
+	}
+	broken := make(chan struct{})
+	var breakOnce sync.Once
+	readErr := make(chan error, nconns)
+	fail := func(err error) {
+		readErr <- err
+		breakOnce.Do(func() { close(broken) })
+	}
+	conns := make([]*clientConn, nconns)
+	for i := range conns {
+		nc, err := srv.Dial()
+		if err != nil {
+			return result{}, err
+		}
+		defer nc.Close()
+		conns[i] = newClientConn(nc)
+		go func() {
+			r := bufio.NewReader(nc)
+			var m [ansLen]byte
+			for {
+				if _, err := io.ReadFull(r, m[:]); err != nil {
+					fail(err)
+					return
+				}
+				id := binary.BigEndian.Uint32(m[:])
+				if int(id) >= callers {
+					fail(fmt.Errorf("server answered for caller %d of %d", id, callers))
+					return
+				}
+				answers[id] <- m[4]
+			}
+		}()
+	}
+
+	var (
+		measuring atomic.Bool
+		stop      atomic.Bool
+		busy      atomic.Int64
+		wrong     atomic.Int64
+		mu        sync.Mutex
+		latencies []time.Duration
+		wg        sync.WaitGroup
+	)
+	for id := range callers {
+		c := conns[id%nconns]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			defer func() {
+				mu.Lock()
+				latencies = append(latencies, mine...)
+				mu.Unlock()
+			}()
+			call := func(op byte, name uint32) (byte, bool) {
+				if c.send(uint32(id), op, name) != nil {
+					return 0, false
+				}
+				select {
+				case s := <-answers[id]:
+					return s, true
+				case <-broken:
+					return 0, false
+				}
+			}
+			for !stop.Load() {
+				name := uint32(rand.IntN(names))
+				t := time.Now()
+				s, ok := call(opTryLock, name)
+				if !ok {
+					return
+				}
+				if s == statusBusy {
+					busy.Add(1)
+				} else {
+					if s, ok = call(opUnlock, name); !ok {
+						return
+					}
+					if s != statusDone {
+						wrong.Add(1)
+					}
+				}
+				if measuring.Load() {
+					mine = append(mine, time.Since(t))
+				}
+			}
+		}()
+	}
+	select {
+	case err := <-readErr:
+		return result{}, err
+	case <-time.After(warmup):
+	}
+	measuring.Store(true)
+	select {
+	case err := <-readErr:
+		return result{}, err
+	case <-time.After(duration):
+	}
+	measuring.Store(false)
+	stop.Store(true)
+	wg.Wait()
+	slices.Sort(latencies)
+	return result{callers: callers, conns: nconns, duration: duration, latencies: latencies,
+		busy: busy.Load(), wrong: wrong.Load()}, nil
+}
+
+// clientConn is the callers' connection. Callers queue their requests and
+// one writer goroutine sends whatever has gathered in a socket write, as
+// kahuna's Go client packs its callers' requests.
+type clientConn struct {
+	c       net.Conn
+	mu      sync.Mutex
+	pending []byte
+	err     error
+	wake    chan struct{}
+}
+
+func newClientConn(nc net.Conn) *clientConn {
+	c := &clientConn{c: nc, wake: make(chan struct{}, 1)}
+	go c.writer()
+	return c
+}
+
+func (c *clientConn) send(id uint32, op byte, name uint32) error {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return c.err
+	}
+	c.pending = binary.BigEndian.AppendUint32(c.pending, id)
+	c.pending = append(c.pending, op)
+	c.pending = binary.BigEndian.AppendUint32(c.pending, name)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (c *clientConn) writer() {
+	var spare []byte
+	for range c.wake {
+		// One yield first, so callers that are runnable add their
+		// requests to this write (as kahuna's Go client's writer does):
+		// without it the writes carry a request or two and the run makes
+		// a quarter of the ops.
+		runtime.Gosched()
+		c.mu.Lock()
+		if len(c.pending) == 0 { // its requests went out with the last wake's
+			c.mu.Unlock()
+			continue
+		}
+		b := c.pending
+		c.pending = spare[:0]
+		c.mu.Unlock()
+		if _, err := c.c.Write(b); err != nil {
+			c.mu.Lock()
+			c.err = err
+			c.mu.Unlock()
+			return
+		}
+		spare = b
+	}
+}
+
+// locks is the server's state: each held name and its holder.
+type locks struct {
+	mu     sync.Mutex
+	holder map[string]uint32
+	forget bool // see forgetEnv
+}
+
+func serve(addr string, forget bool) error {
+	st := &locks{holder: map[string]uint32{}, forget: forget}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			return err
+		}
+		go st.serveConn(nc)
+	}
+}
+
+// serveConn decides every whole request of each read and writes their
+// answers together.
+func (st *locks) serveConn(nc net.Conn) {
+	defer nc.Close()
+	buf := make([]byte, 64<<10)
+	var (
+		have int
+		out  []byte
+		name []byte
+	)
+	for {
+		n, err := nc.Read(buf[have:])
+		if err != nil {
+			return
+		}
+		have += n
+		whole := have - have%reqLen
+		out = out[:0]
+		st.mu.Lock()
+		for req := buf[:whole]; len(req) > 0; req = req[reqLen:] {
+			id := binary.BigEndian.Uint32(req)
+			// A name as a lock service gets it: a string, hashed by the map.
+			name = strconv.AppendUint(append(name[:0], "lock-"...), uint64(binary.BigEndian.Uint32(req[5:])), 10)
+			status := statusDone
+			switch holder, held := st.holder[string(name)]; {
+			case req[4] == opTryLock && held:
+				status = statusBusy
+			case req[4] == opTryLock:
+				if !st.forget {
+					st.holder[string(name)] = id
+				}
+			case held && holder == id:
+				delete(st.holder, string(name))
+			default:
+				status = statusBusy
+			}
+			out = binary.BigEndian.AppendUint32(out, id)
+			out = append(out, status)
+		}
+		st.mu.Unlock()
+		have = copy(buf, buf[whole:have])
+		if len(out) > 0 {
+			if _, err := nc.Write(out); err != nil {
+				return
+			}
+		}
+	}
+}
