@@ -30,12 +30,12 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
 	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
@@ -253,74 +253,40 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 		}()
 	}
 
-	var (
-		unlockCalled atomic.Int64 // ns: when the holder called Unlock
-		measuring    atomic.Bool
-		stop         atomic.Bool
-		mu           sync.Mutex
-		handoffs     []time.Duration
-		grants       = make([]int, contenders)
-		wg           sync.WaitGroup
-	)
-	for id := range contenders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			defer func() {
-				mu.Lock()
-				handoffs = append(handoffs, mine...)
-				mu.Unlock()
-			}()
-			for !stop.Load() {
-				if locks.send(opLock, uint32(id)) != nil {
-					return
-				}
-				select {
-				case <-granted[id]:
-				case <-broken:
-					return
-				}
-				if measuring.Load() {
-					if at := unlockCalled.Load(); at != 0 {
-						mine = append(mine, time.Duration(time.Now().UnixNano()-at))
-					}
-					grants[id]++
-				}
-				unlockCalled.Store(time.Now().UnixNano())
-				if sendUnlock(uint32(id)) != nil {
-					return
-				}
-				select {
-				case <-released[id]:
-				case <-broken:
-					return
-				}
+	var unlockCalled atomic.Int64 // ns: when the holder called Unlock
+	grants := make([]int, contenders)
+	// After the window every contender ends after its next grant: the
+	// queue drains.
+	handoffs, err := closedloop.Run(contenders, closedloop.Window{Warmup: warmup, Duration: duration, Failed: readErr}, func(c *closedloop.Caller) bool {
+		id := c.ID
+		if locks.send(opLock, uint32(id)) != nil {
+			return false
+		}
+		select {
+		case <-granted[id]:
+		case <-broken:
+			return false
+		}
+		if c.Measuring() {
+			if at := unlockCalled.Load(); at != 0 {
+				c.Record(time.Duration(time.Now().UnixNano() - at))
 			}
-		}()
-	}
-	select {
-	case err := <-readErr:
+			grants[id]++
+		}
+		unlockCalled.Store(time.Now().UnixNano())
+		if sendUnlock(uint32(id)) != nil {
+			return false
+		}
+		select {
+		case <-released[id]:
+		case <-broken:
+			return false
+		}
+		return true
+	})
+	if err != nil {
 		return result{}, err
-	case <-time.After(warmup):
 	}
-	measuring.Store(true)
-	select {
-	case err := <-readErr:
-		return result{}, err
-	case <-time.After(duration):
-	}
-	measuring.Store(false)
-	stop.Store(true)
-	// Every contender ends after its next grant: the queue drains.
-	wg.Wait()
-	select {
-	case err := <-readErr:
-		return result{}, err
-	default:
-	}
-
-	slices.Sort(handoffs)
 	return result{duration: duration, grants: grants, handoffs: handoffs}, nil
 }
 

@@ -31,13 +31,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
+	"github.com/kahunago/kahuna/bench/peers/internal/packconn"
 	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
@@ -89,16 +89,9 @@ type result struct {
 	wrong          int64           // Unlocks of a lock the caller held answered Busy
 }
 
-func (r result) quantile(p float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	return r.latencies[int(p*float64(len(r.latencies)-1))].Round(time.Microsecond)
-}
-
 func (r result) String() string {
 	line := fmt.Sprintf("mutex-guarded map over loopback TCP, %d callers on %d connections, %v: %.0f ops/s (a TryLock and an Unlock each), op p50 %v p99 %v, %d TryLocks busy",
-		r.callers, r.conns, r.duration, float64(len(r.latencies))/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.99), r.busy)
+		r.callers, r.conns, r.duration, float64(len(r.latencies))/r.duration.Seconds(), closedloop.Quantile(r.latencies, 0.5), closedloop.Quantile(r.latencies, 0.99), r.busy)
 	if r.wrong > 0 {
 		line += fmt.Sprintf("; WRONG: %d Unlocks of a held lock refused", r.wrong)
 	}
@@ -130,14 +123,14 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 		readErr <- err
 		breakOnce.Do(func() { close(broken) })
 	}
-	conns := make([]*clientConn, nconns)
+	conns := make([]*packconn.Conn, nconns)
 	for i := range conns {
 		nc, err := srv.Dial()
 		if err != nil {
 			return result{}, err
 		}
 		defer nc.Close()
-		conns[i] = newClientConn(nc)
+		conns[i] = packconn.New(nc)
 		go func() {
 			r := bufio.NewReader(nc)
 			var m [ansLen]byte
@@ -156,137 +149,48 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 		}()
 	}
 
-	var (
-		measuring atomic.Bool
-		stop      atomic.Bool
-		busy      atomic.Int64
-		wrong     atomic.Int64
-		mu        sync.Mutex
-		latencies []time.Duration
-		wg        sync.WaitGroup
-	)
-	for id := range callers {
-		c := conns[id%nconns]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			defer func() {
-				mu.Lock()
-				latencies = append(latencies, mine...)
-				mu.Unlock()
-			}()
-			call := func(op byte, name uint32) (byte, bool) {
-				if c.send(uint32(id), op, name) != nil {
-					return 0, false
-				}
-				select {
-				case s := <-answers[id]:
-					return s, true
-				case <-broken:
-					return 0, false
-				}
+	var busy, wrong atomic.Int64
+	latencies, err := closedloop.Run(callers, closedloop.Window{Warmup: warmup, Duration: duration, Failed: readErr}, func(c *closedloop.Caller) bool {
+		conn := conns[c.ID%nconns]
+		call := func(op byte, name uint32) (byte, bool) {
+			var m [reqLen]byte
+			binary.BigEndian.PutUint32(m[:], uint32(c.ID))
+			m[4] = op
+			binary.BigEndian.PutUint32(m[5:], name)
+			if conn.Send(m[:]) != nil {
+				return 0, false
 			}
-			for !stop.Load() {
-				name := uint32(rand.IntN(names))
-				t := time.Now()
-				s, ok := call(opTryLock, name)
-				if !ok {
-					return
-				}
-				if s == statusBusy {
-					busy.Add(1)
-				} else {
-					if s, ok = call(opUnlock, name); !ok {
-						return
-					}
-					if s != statusDone {
-						wrong.Add(1)
-					}
-				}
-				if measuring.Load() {
-					mine = append(mine, time.Since(t))
-				}
+			select {
+			case s := <-answers[c.ID]:
+				return s, true
+			case <-broken:
+				return 0, false
 			}
-		}()
-	}
-	select {
-	case err := <-readErr:
+		}
+		name := uint32(rand.IntN(names))
+		t := time.Now()
+		s, ok := call(opTryLock, name)
+		if !ok {
+			return false
+		}
+		if s == statusBusy {
+			busy.Add(1)
+		} else {
+			if s, ok = call(opUnlock, name); !ok {
+				return false
+			}
+			if s != statusDone {
+				wrong.Add(1)
+			}
+		}
+		c.Record(time.Since(t))
+		return true
+	})
+	if err != nil {
 		return result{}, err
-	case <-time.After(warmup):
 	}
-	measuring.Store(true)
-	select {
-	case err := <-readErr:
-		return result{}, err
-	case <-time.After(duration):
-	}
-	measuring.Store(false)
-	stop.Store(true)
-	wg.Wait()
-	slices.Sort(latencies)
 	return result{callers: callers, conns: nconns, duration: duration, latencies: latencies,
 		busy: busy.Load(), wrong: wrong.Load()}, nil
-}
-
-// clientConn is the callers' connection. Callers queue their requests and
-// one writer goroutine sends whatever has gathered in a socket write, as
-// kahuna's Go client packs its callers' requests.
-type clientConn struct {
-	c       net.Conn
-	mu      sync.Mutex
-	pending []byte
-	err     error
-	wake    chan struct{}
-}
-
-func newClientConn(nc net.Conn) *clientConn {
-	c := &clientConn{c: nc, wake: make(chan struct{}, 1)}
-	go c.writer()
-	return c
-}
-
-func (c *clientConn) send(id uint32, op byte, name uint32) error {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return c.err
-	}
-	c.pending = binary.BigEndian.AppendUint32(c.pending, id)
-	c.pending = append(c.pending, op)
-	c.pending = binary.BigEndian.AppendUint32(c.pending, name)
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (c *clientConn) writer() {
-	var spare []byte
-	for range c.wake {
-		// One yield first, so callers that are runnable add their
-		// requests to this write (as kahuna's Go client's writer does):
-		// without it the writes carry a request or two and the run makes
-		// a quarter of the ops.
-		runtime.Gosched()
-		c.mu.Lock()
-		if len(c.pending) == 0 { // its requests went out with the last wake's
-			c.mu.Unlock()
-			continue
-		}
-		b := c.pending
-		c.pending = spare[:0]
-		c.mu.Unlock()
-		if _, err := c.c.Write(b); err != nil {
-			c.mu.Lock()
-			c.err = err
-			c.mu.Unlock()
-			return
-		}
-		spare = b
-	}
 }
 
 // locks is the server's state: each held name and its holder.

@@ -37,8 +37,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +48,8 @@ import (
 	dlogger "github.com/lni/dragonboat/v4/logger"
 	sm "github.com/lni/dragonboat/v4/statemachine"
 
+	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
+	"github.com/kahunago/kahuna/bench/peers/internal/packconn"
 	"github.com/kahunago/kahuna/raftnet"
 )
 
@@ -134,13 +134,6 @@ type result struct {
 	applied   uint64          // writes the shards' leaders had applied after the run
 }
 
-func (r result) quantile(p float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	return r.latencies[int(p*float64(len(r.latencies)-1))].Round(time.Microsecond)
-}
-
 func (r result) String() string {
 	writes := float64(len(r.latencies))
 	perProposal := 0.0
@@ -149,7 +142,7 @@ func (r result) String() string {
 	}
 	line := fmt.Sprintf("dragonboat (%s transport), %d members, %d shards (leaders per member %v), %d callers, %v: %.0f ops/s (two durable writes each), write p50 %v p99 %v, %.1f writes per proposal",
 		r.o.transport, r.o.members, r.o.shards, r.leaders, r.o.callers, r.o.duration, writes/2/r.o.duration.Seconds(),
-		r.quantile(0.5), r.quantile(0.99), perProposal)
+		closedloop.Quantile(r.latencies, 0.5), closedloop.Quantile(r.latencies, 0.99), perProposal)
 	if uint64(r.answered) > r.applied {
 		line += fmt.Sprintf("; WRONG: %d writes answered, %d applied", r.answered, r.applied)
 	}
@@ -227,7 +220,7 @@ func run(o options) (result, error) {
 		perMember[m]++
 	}
 
-	conns := make([]*clientConn, o.members)
+	conns := make([]*packconn.Conn, o.members)
 	answers := make([]chan struct{}, o.callers)
 	for i := range answers {
 		answers[i] = make(chan struct{}, 1)
@@ -235,6 +228,10 @@ func run(o options) (result, error) {
 	broken := make(chan struct{})
 	var breakOnce sync.Once
 	readErr := make(chan error, o.members)
+	fail := func(err error) {
+		readErr <- err
+		breakOnce.Do(func() { close(broken) })
+	}
 	for i := range conns {
 		nc, err := dial(clientAddrs[i])
 		if err != nil {
@@ -244,72 +241,29 @@ func run(o options) (result, error) {
 		if _, err := nc.Write([]byte{kindWrites}); err != nil {
 			return result{}, err
 		}
-		c := newClientConn(nc)
-		conns[i] = c
+		conns[i] = packconn.New(nc)
 		go func() {
-			r := bufio.NewReader(c.c)
+			r := bufio.NewReader(nc)
 			var m [msgLen]byte
 			for {
 				if _, err := io.ReadFull(r, m[:]); err != nil {
-					readErr <- err
-					breakOnce.Do(func() { close(broken) })
+					fail(err)
 					return
 				}
-				id := binary.BigEndian.Uint32(m[:])
-				if id == notLeader {
-					readErr <- errors.New("a member refused a write: it no longer leads the shard (a leader change during the run)")
-					breakOnce.Do(func() { close(broken) })
+				switch id := binary.BigEndian.Uint32(m[:]); {
+				case id == notLeader:
+					fail(errors.New("a member refused a write: it no longer leads the shard (a leader change during the run)"))
 					return
-				}
-				if int(id) >= o.callers {
-					readErr <- fmt.Errorf("member answered for caller %d of %d", id, o.callers)
-					breakOnce.Do(func() { close(broken) })
+				case int(id) >= o.callers:
+					fail(fmt.Errorf("member answered for caller %d of %d", id, o.callers))
 					return
+				default:
+					answers[id] <- struct{}{}
 				}
-				answers[id] <- struct{}{}
 			}
 		}()
 	}
 
-	var (
-		measuring atomic.Bool
-		stop      atomic.Bool
-		answered  atomic.Int64
-		mu        sync.Mutex
-		latencies []time.Duration
-		wg        sync.WaitGroup
-	)
-	for id := range o.callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			defer func() {
-				mu.Lock()
-				latencies = append(latencies, mine...)
-				mu.Unlock()
-			}()
-			for !stop.Load() {
-				shard := rand.IntN(o.shards)
-				c := conns[leaders[shard]]
-				for range 2 {
-					t := time.Now()
-					if c.send(byte(shard), uint32(id)) != nil {
-						return
-					}
-					select {
-					case <-answers[id]:
-						answered.Add(1)
-					case <-broken:
-						return
-					}
-					if measuring.Load() {
-						mine = append(mine, time.Since(t))
-					}
-				}
-			}
-		}()
-	}
 	proposals := func() (uint64, error) {
 		var sum uint64
 		for _, a := range clientAddrs {
@@ -321,29 +275,36 @@ func run(o options) (result, error) {
 		}
 		return sum, nil
 	}
-	select {
-	case err := <-readErr:
-		return result{}, err
-	case <-time.After(o.warmup):
+	var p0, p1 uint64
+	var answered atomic.Int64
+	window := closedloop.Window{Warmup: o.warmup, Duration: o.duration, Failed: readErr,
+		Opened: func() (err error) { p0, err = proposals(); return err },
+		Closed: func() (err error) { p1, err = proposals(); return err },
 	}
-	p0, err := proposals()
+	latencies, err := closedloop.Run(o.callers, window, func(c *closedloop.Caller) bool {
+		shard := rand.IntN(o.shards)
+		conn := conns[leaders[shard]]
+		for range 2 {
+			t := time.Now()
+			var m [1 + msgLen]byte
+			m[0] = byte(shard)
+			binary.BigEndian.PutUint32(m[1:], uint32(c.ID))
+			if conn.Send(m[:]) != nil {
+				return false
+			}
+			select {
+			case <-answers[c.ID]:
+				answered.Add(1)
+			case <-broken:
+				return false
+			}
+			c.Record(time.Since(t))
+		}
+		return true
+	})
 	if err != nil {
 		return result{}, err
 	}
-	measuring.Store(true)
-	select {
-	case err := <-readErr:
-		return result{}, err
-	case <-time.After(o.duration):
-	}
-	measuring.Store(false)
-	p1, err := proposals()
-	if err != nil {
-		return result{}, err
-	}
-	stop.Store(true)
-	wg.Wait()
-	slices.Sort(latencies)
 	res := result{o: o, latencies: latencies, proposals: p1 - p0, leaders: perMember, answered: answered.Load()}
 	for _, a := range clientAddrs {
 		n, err := readApplied(a)
@@ -402,64 +363,6 @@ func dial(addr string) (net.Conn, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("a member did not listen: %w", err)
 		}
-	}
-}
-
-// clientConn is the callers' connection to one member. Callers queue
-// their writes and one writer goroutine sends whatever has gathered in a
-// socket write, as kahuna's Go client packs its callers' requests.
-type clientConn struct {
-	c       net.Conn
-	mu      sync.Mutex
-	pending []byte
-	err     error
-	wake    chan struct{}
-}
-
-func newClientConn(nc net.Conn) *clientConn {
-	c := &clientConn{c: nc, wake: make(chan struct{}, 1)}
-	go c.writer()
-	return c
-}
-
-func (c *clientConn) send(shard byte, id uint32) error {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return c.err
-	}
-	c.pending = append(c.pending, shard)
-	c.pending = binary.BigEndian.AppendUint32(c.pending, id)
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (c *clientConn) writer() {
-	var spare []byte
-	for range c.wake {
-		// One yield first, so callers that are runnable add their
-		// writes to this socket write (as kahuna's Go client's writer
-		// does): +25% here.
-		runtime.Gosched()
-		c.mu.Lock()
-		if len(c.pending) == 0 { // its writes went out with the last wake's
-			c.mu.Unlock()
-			continue
-		}
-		b := c.pending
-		c.pending = spare[:0]
-		c.mu.Unlock()
-		if _, err := c.c.Write(b); err != nil {
-			c.mu.Lock()
-			c.err = err
-			c.mu.Unlock()
-			return
-		}
-		spare = b
 	}
 }
 

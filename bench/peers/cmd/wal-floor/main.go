@@ -27,11 +27,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
 	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
@@ -77,13 +77,6 @@ type result struct {
 	answered  int64           // writes answered over the whole run
 }
 
-func (r result) quantile(p float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	return r.latencies[int(p*float64(len(r.latencies)-1))].Round(time.Microsecond)
-}
-
 func (r result) String() string {
 	writes := float64(len(r.latencies))
 	perSync := 0.0
@@ -91,7 +84,7 @@ func (r result) String() string {
 		perSync = writes / float64(r.rounds)
 	}
 	return fmt.Sprintf("group-committed log over loopback TCP, %d callers, %v: %.0f ops/s (two durable writes each), write p50 %v p99 %v, %.1f writes per fdatasync",
-		r.callers, r.duration, writes/2/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.99), perSync)
+		r.callers, r.duration, writes/2/r.duration.Seconds(), closedloop.Quantile(r.latencies, 0.5), closedloop.Quantile(r.latencies, 0.99), perSync)
 }
 
 func run(callers, nconns, record int, duration, warmup time.Duration, dir string) (result, error) {
@@ -151,66 +144,29 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 		}()
 	}
 
-	var (
-		measuring atomic.Bool
-		stop      atomic.Bool
-		answered  atomic.Int64
-		mu        sync.Mutex
-		latencies []time.Duration
-		wg        sync.WaitGroup
-	)
-	for id := range callers {
-		c := conns[id%nconns]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			defer func() {
-				mu.Lock()
-				latencies = append(latencies, mine...)
-				mu.Unlock()
-			}()
-			for !stop.Load() {
-				t := time.Now()
-				if c.send(uint32(id)) != nil {
-					return
-				}
-				select {
-				case <-answers[id]:
-					answered.Add(1)
-				case <-broken:
-					return
-				}
-				if measuring.Load() {
-					mine = append(mine, time.Since(t))
-				}
-			}
-		}()
+	var answered atomic.Int64
+	var r0, r1 uint64
+	window := closedloop.Window{Warmup: warmup, Duration: duration, Failed: readErr,
+		Opened: func() (err error) { r0, err = readRounds(srv); return err },
+		Closed: func() (err error) { r1, err = readRounds(srv); return err },
 	}
-	rounds := func() (uint64, error) { return readRounds(srv) }
-	select {
-	case err := <-readErr:
-		return result{}, err
-	case <-time.After(warmup):
-	}
-	r0, err := rounds()
+	latencies, err := closedloop.Run(callers, window, func(c *closedloop.Caller) bool {
+		t := time.Now()
+		if conns[c.ID%nconns].send(uint32(c.ID)) != nil {
+			return false
+		}
+		select {
+		case <-answers[c.ID]:
+			answered.Add(1)
+		case <-broken:
+			return false
+		}
+		c.Record(time.Since(t))
+		return true
+	})
 	if err != nil {
 		return result{}, err
 	}
-	measuring.Store(true)
-	select {
-	case err := <-readErr:
-		return result{}, err
-	case <-time.After(duration):
-	}
-	measuring.Store(false)
-	r1, err := rounds()
-	if err != nil {
-		return result{}, err
-	}
-	stop.Store(true)
-	wg.Wait()
-	slices.Sort(latencies)
 	return result{callers: callers, duration: duration, latencies: latencies, rounds: r1 - r0, answered: answered.Load()}, nil
 }
 

@@ -1,0 +1,119 @@
+// Package closedloop runs the floors' callers: each makes one call at a
+// time, again and again, through a warm-up and then a measured window,
+// and the samples they record in the window are gathered and sorted.
+package closedloop
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Window is a run's timing and the hooks at its measured window's edges.
+type Window struct {
+	Warmup, Duration time.Duration
+	// Failed, if not nil, ends the run with the first error sent on it
+	// (a broken connection).
+	Failed <-chan error
+	// Opened and Closed, if not nil, run as the measured window opens and
+	// closes (a server's counters read); an error ends the run.
+	Opened, Closed func() error
+}
+
+// Caller is one caller, as its step sees it.
+type Caller struct {
+	ID        int
+	measuring *atomic.Bool
+	samples   []time.Duration
+}
+
+// Measuring reports whether the measured window is open.
+func (c *Caller) Measuring() bool { return c.measuring.Load() }
+
+// Record keeps d as a sample if the measured window is open.
+func (c *Caller) Record(d time.Duration) {
+	if c.measuring.Load() {
+		c.samples = append(c.samples, d)
+	}
+}
+
+// Run starts callers goroutines, each calling step until it returns false
+// (its connection broke) or the run ends, waits out w, lets every caller
+// finish its step in progress, and returns the samples recorded in the
+// window, sorted.
+func Run(callers int, w Window, step func(*Caller) bool) ([]time.Duration, error) {
+	var (
+		measuring atomic.Bool
+		stop      atomic.Bool
+		mu        sync.Mutex
+		samples   []time.Duration
+		wg        sync.WaitGroup
+	)
+	for id := range callers {
+		wg.Go(func() {
+			c := &Caller{ID: id, measuring: &measuring}
+			for !stop.Load() {
+				if !step(c) {
+					break
+				}
+			}
+			mu.Lock()
+			samples = append(samples, c.samples...)
+			mu.Unlock()
+		})
+	}
+	err := func() error {
+		if err := wait(w.Warmup, w.Failed); err != nil {
+			return err
+		}
+		if err := call(w.Opened); err != nil {
+			return err
+		}
+		measuring.Store(true)
+		if err := wait(w.Duration, w.Failed); err != nil {
+			return err
+		}
+		measuring.Store(false)
+		return call(w.Closed)
+	}()
+	stop.Store(true)
+	if err != nil {
+		return nil, err // the callers end as the caller closes what they use
+	}
+	wg.Wait()
+	select {
+	case err := <-w.Failed: // while the callers finished
+		return nil, err
+	default:
+	}
+	slices.Sort(samples)
+	return samples, nil
+}
+
+func wait(d time.Duration, failed <-chan error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-failed:
+		return err
+	case <-t.C:
+		return nil
+	}
+}
+
+func call(f func() error) error {
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+// Quantile is the p-quantile of sorted samples, to the microsecond (0 if
+// there are none).
+func Quantile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(p*float64(len(sorted)-1))].Round(time.Microsecond)
+}
