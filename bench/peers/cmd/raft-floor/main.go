@@ -1,7 +1,8 @@
 // Command raft-floor measures the fastest durable write service that
 // dragonboat multi-Raft reaches on this machine: member processes, each a
 // dragonboat NodeHost with the settings kahuna's durability package uses
-// (one LogDB shard, one step worker, a 10 ms tick, CheckQuorum), serving
+// (one LogDB shard, one step worker, a 10 ms tick, CheckQuorum, PreVote,
+// kahuna's raftnet transport unless --transport dragonboat), serving
 // a bare protocol over loopback TCP, and callers in another process. A
 // write is proposed to its shard's leader as a 96-byte record, batched
 // with the records queued behind the shard's proposals in flight as
@@ -434,18 +435,18 @@ func (q quiet) print(level, f string, a []any) {
 }
 
 // counter is the state machine: it counts the bytes applied.
-type counter struct{ records uint64 }
+type counter struct{ bytes uint64 }
 
 func (c *counter) Update(e sm.Entry) (sm.Result, error) {
-	c.records += uint64(len(e.Cmd))
+	c.bytes += uint64(len(e.Cmd))
 	return sm.Result{}, nil
 }
-func (c *counter) Lookup(any) (any, error) { return c.records, nil }
+func (c *counter) Lookup(any) (any, error) { return c.bytes, nil }
 func (c *counter) SaveSnapshot(w io.Writer, _ sm.ISnapshotFileCollection, _ <-chan struct{}) error {
-	return binary.Write(w, binary.BigEndian, c.records)
+	return binary.Write(w, binary.BigEndian, c.bytes)
 }
 func (c *counter) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <-chan struct{}) error {
-	return binary.Read(r, binary.BigEndian, &c.records)
+	return binary.Read(r, binary.BigEndian, &c.bytes)
 }
 func (c *counter) Close() error { return nil }
 
@@ -495,7 +496,7 @@ func serveMember(idText, setupText string) error {
 	for p := range s.shards {
 		shardID := uint64(p + 1)
 		err := nh.StartReplica(initial, false, func(uint64, uint64) sm.IStateMachine { return &counter{} }, config.Config{
-			ReplicaID: id, ShardID: shardID, ElectionRTT: 10, HeartbeatRTT: 1, CheckQuorum: true,
+			ReplicaID: id, ShardID: shardID, ElectionRTT: 10, HeartbeatRTT: 1, CheckQuorum: true, PreVote: true,
 			SnapshotEntries: 10000, CompactionOverhead: 5000,
 		})
 		if err != nil {
