@@ -28,8 +28,10 @@ type Config struct {
 	Duration    time.Duration
 	Warmup      time.Duration
 	Timeout     time.Duration // per operation; 0 = none
-	Hold        time.Duration // hot-wait: how long each grant is held before its Unlock
-	Wait        time.Duration // hot-wait: the longest wait of one acquire
+	// Rounds runs the targets this many times, alternating their order.
+	Rounds int
+	Hold   time.Duration // hot-wait: how long each grant is held before its Unlock
+	Wait   time.Duration // hot-wait: the longest wait of one acquire
 	// Kind is what hot-wait contends for: a mutex (KindMutex), one permit
 	// of a semaphore of Limit permits, or a read/write lock's read lock
 	// (a fraction Reads of the acquires) or write lock.
@@ -115,6 +117,9 @@ func (c *Config) validate(reg Registry) error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(c.Targets) == 0 {
 		bad("no target: give --target or --compare")
+	}
+	if c.Rounds < 1 {
+		bad("--rounds must be ≥ 1, got %d", c.Rounds)
 	}
 	seen := map[string]bool{}
 	for i, name := range c.Targets {

@@ -36,6 +36,7 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	fs.DurationVar(&c.Duration, "duration", DefaultDuration, "measured time per target")
 	fs.DurationVar(&c.Warmup, "warmup", DefaultWarmup, "unmeasured time before it, per target")
 	fs.DurationVar(&c.Timeout, "timeout", DefaultTimeout, "per-operation timeout; an operation past it counts as a timeout (0 = none)")
+	fs.IntVar(&c.Rounds, "rounds", 1, "run the targets this many times, in turn, forward then backward (a, b, b, a, ...); several targets get each one's median and the median and range of each ratio over the rounds")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the key and mix choices (0 = random, reported so a run can be repeated)")
 	fs.StringVar(&c.Format, "format", "console", "console, json or csv")
 	fs.StringVar(&c.Output, "output", "", "write the report to this file instead of stdout")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 )
@@ -68,22 +69,25 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, p Progra
 
 	report := Report{Params: newParameters(c, seed, time.Now())}
 	code := 0
-	for i, name := range c.Targets {
+	for i, run := range runsOf(c.Targets, c.Rounds) {
 		if ctx.Err() != nil {
 			break
 		}
-		t, d, _, _ := p.Targets.resolve(name, c.Durability)
-		if len(c.Targets) > 1 {
-			fmt.Fprintf(stderr, "%s: target %d of %d: %s\n", p.Name, i+1, len(c.Targets), t.Name)
+		t, d, _, _ := p.Targets.resolve(run.target, c.Durability)
+		if len(c.Targets) > 1 || run.round > 0 {
+			fmt.Fprintf(stderr, "%s: run %d of %d: %s\n", p.Name, i+1, len(c.Targets)*c.Rounds, t.Name)
 		}
 		tc := *c
 		tc.Durability = d // NAME:persistent
 		runtime.GC()      // one target's garbage is not the next one's bill
 		res, err := runOne(ctx, &tc, t, seed, logger, progress)
+		res.Round = run.round
 		if oerr := (*openError)(nil); errors.As(err, &oerr) {
 			// Not installed, not running: said so, and never a pass.
 			fmt.Fprintf(stderr, "%s: %s SKIPPED, not measured: %v\n", p.Name, t.Name, oerr.err)
-			report.Skipped = append(report.Skipped, Skip{Target: t.Name, Reason: oneLine(oerr.err.Error())})
+			if !slices.ContainsFunc(report.Skipped, func(s Skip) bool { return s.Target == t.Name }) {
+				report.Skipped = append(report.Skipped, Skip{Target: t.Name, Reason: oneLine(oerr.err.Error())})
+			}
 			code = 1
 			continue
 		}

@@ -38,6 +38,7 @@ type Parameters struct {
 	Endpoints   []string
 	Seed        uint64
 	Timeout     time.Duration
+	Rounds      int           // above 1: each target ran this many times
 	Hold, Wait  time.Duration // hot-wait only
 	// Kind, hot-wait's: "semaphore of 8 permits", "rwlock, 90% reads", or
 	// "" for a mutex.
@@ -64,6 +65,7 @@ func newParameters(c *Config, seed uint64, started time.Time) Parameters {
 		Endpoints:   c.Endpoints,
 		Seed:        seed,
 		Timeout:     c.Timeout,
+		Rounds:      max(c.Rounds, 1),
 		GoMaxProcs:  runtime.GOMAXPROCS(0),
 		NumCPU:      runtime.NumCPU(),
 		GoVersion:   runtime.Version(),

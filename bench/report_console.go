@@ -37,6 +37,9 @@ func (r Report) writeConsole(out io.Writer) error {
 	}
 	fmt.Fprintf(&b, "workload %s, %s locks, %s; %s %s %q…, ttl %v\n", workload, p.Durability, load, fmtCount(float64(p.KeySpace)), keys, p.KeyPrefix, p.TTL)
 	fmt.Fprintf(&b, "%v measured after %v warmup per target, timeout %v, seed %d\n", p.Duration, p.Warmup, p.Timeout, p.Seed)
+	if p.Rounds > 1 {
+		fmt.Fprintf(&b, "%d rounds, the targets in turn, forward then backward\n", p.Rounds)
+	}
 	fmt.Fprintf(&b, "%s, %s, GOMAXPROCS %d of %d CPUs, %s\n", p.Platform, p.GoVersion, p.GoMaxProcs, p.NumCPU, p.Started.Format(time.RFC3339))
 	if len(p.Endpoints) > 0 {
 		fmt.Fprintf(&b, "endpoints %s\n", strings.Join(p.Endpoints, ","))
@@ -48,7 +51,11 @@ func (r Report) writeConsole(out io.Writer) error {
 	for _, sk := range r.Skipped {
 		fmt.Fprintf(&b, "\n== %s: SKIPPED, not measured: %s\n", sk.Target, sk.Reason)
 	}
-	if len(r.Results) > 1 {
+	switch {
+	case p.Rounds > 1:
+		b.WriteString("\n")
+		writeRounds(&b, compareRounds(r.Results))
+	case len(r.Results) > 1:
 		b.WriteString("\n")
 		writeComparison(&b, compare(r.Results))
 	}
@@ -61,7 +68,7 @@ func (r Report) writeConsole(out io.Writer) error {
 }
 
 func writeResultTable(b *strings.Builder, res Result) {
-	title := res.Target
+	title := res.label()
 	if res.Interrupted {
 		title += " (interrupted)"
 	}
@@ -120,7 +127,7 @@ func writeWaitComparison(b *strings.Builder, results []Result) {
 		}
 		grant, _ := rowOf(res, rowGrant)
 		hand, _ := rowOf(res, rowHandoff)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%s\t\n", res.Target, fmtCount(grant.Rps),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%s\t\n", res.label(), fmtCount(grant.Rps),
 			fmtDur(hand.P50), fmtDur(hand.P90), fmtDur(hand.P99), fmtDur(grant.Max), w.Jain, w.RequestsPerGrant,
 			fmtCount(float64(grant.Misses)), fmtCount(float64(grant.Errors+grant.Timeouts)))
 	}

@@ -20,6 +20,10 @@ func (r Report) writeCSV(w io.Writer) error {
 	if wait {
 		header = append(header[:len(header):len(header)], "Jain", "RequestsPerGrant", "GrantsPerContender")
 	}
+	rounds := r.Params.Rounds > 1
+	if rounds {
+		header = append(header[:len(header):len(header)], "Round")
+	}
 	_ = cw.Write(header)
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
@@ -40,6 +44,9 @@ func (r Report) writeCSV(w io.Writer) error {
 					jain, rpg, grants = f(w.Jain), f(w.RequestsPerGrant), strings.Join(g, " ")
 				}
 				rec = append(rec, jain, rpg, grants)
+			}
+			if rounds {
+				rec = append(rec, strconv.Itoa(res.Round))
 			}
 			_ = cw.Write(rec)
 		}

@@ -16,6 +16,7 @@ type jsonReport struct {
 	Parameters jsonParameters   `json:"parameters"`
 	Runs       []jsonRun        `json:"runs"`
 	Comparison []jsonComparison `json:"comparison,omitempty"`
+	Rounds     []jsonRounds     `json:"rounds,omitempty"` // with --rounds above 1, instead of comparison
 	Skipped    []jsonSkip       `json:"skipped,omitempty"`
 }
 
@@ -35,6 +36,7 @@ type jsonParameters struct {
 	Endpoints   []string `json:"endpoints"`
 	Seed        uint64   `json:"seed"`
 	Timeout     float64  `json:"timeoutSec"`
+	Rounds      int      `json:"rounds,omitempty"` // above 1 only
 	HoldMs      *float64 `json:"holdMs,omitempty"` // hot-wait
 	WaitMs      *float64 `json:"waitMs,omitempty"` // hot-wait
 	Kind        string   `json:"kind,omitempty"`   // hot-wait on a semaphore or rwlock
@@ -47,6 +49,7 @@ type jsonParameters struct {
 
 type jsonRun struct {
 	Target         string           `json:"target"`
+	Round          int              `json:"round,omitempty"` // with --rounds above 1
 	ElapsedSec     float64          `json:"elapsedSec"`
 	Interrupted    bool             `json:"interrupted"`
 	Backlog        int64            `json:"backlog"`
@@ -88,6 +91,17 @@ type jsonOperation struct {
 	Misses    int64   `json:"misses"`
 }
 
+// jsonRounds is a target's ops/s by round and each ratio's median and
+// range over the rounds (see Rounds).
+type jsonRounds struct {
+	Target   string             `json:"target"`
+	Rps      []float64          `json:"rpsByRound"`
+	Median   float64            `json:"rpsMedian"`
+	Ratios   map[string]float64 `json:"ratios"`
+	RatioMin map[string]float64 `json:"ratioMin"`
+	RatioMax map[string]float64 `json:"ratioMax"`
+}
+
 type jsonComparison struct {
 	Target string             `json:"target"`
 	Rps    float64            `json:"rps"`
@@ -115,6 +129,7 @@ func (r Report) writeJSON(w io.Writer) error {
 			Targets: p.Targets, Workload: p.Workload, Mix: p.Mix, Extends: p.Extends,
 			Duration: p.Duration.Seconds(), Warmup: p.Warmup.Seconds(), Concurrency: p.Concurrency, Rate: p.Rate,
 			KeySpace: p.KeySpace, KeyPrefix: p.KeyPrefix, TTLMs: p.TTL.Milliseconds(), Durability: p.Durability,
+			Rounds:    roundsParam(p.Rounds),
 			Endpoints: nonNil(p.Endpoints), Seed: p.Seed, Timeout: p.Timeout.Seconds(),
 			GoMaxProcs: p.GoMaxProcs, NumCPU: p.NumCPU, GoVersion: p.GoVersion, Platform: p.Platform,
 			Started: p.Started.Format(time.RFC3339),
@@ -131,7 +146,7 @@ func (r Report) writeJSON(w io.Writer) error {
 	}
 	for _, res := range r.Results {
 		run := jsonRun{
-			Target: res.Target, ElapsedSec: res.Elapsed.Seconds(), Interrupted: res.Interrupted, Backlog: res.Backlog,
+			Target: res.Target, Round: res.Round, ElapsedSec: res.Elapsed.Seconds(), Interrupted: res.Interrupted, Backlog: res.Backlog,
 			AllocsPerOp: res.AllocsPerOp, Aggregate: toJSONOperation(res.Aggregate),
 			Operations: []jsonOperation{}, ErrorBreakdown: res.Errors,
 		}
@@ -146,7 +161,12 @@ func (r Report) writeJSON(w io.Writer) error {
 		}
 		out.Runs = append(out.Runs, run)
 	}
-	if len(r.Results) > 1 {
+	switch {
+	case p.Rounds > 1:
+		for _, c := range compareRounds(r.Results) {
+			out.Rounds = append(out.Rounds, jsonRounds(c))
+		}
+	case len(r.Results) > 1:
 		for _, c := range compare(r.Results) {
 			out.Comparison = append(out.Comparison, jsonComparison{Target: c.Target, Rps: c.Rps, P50Ms: ms(c.P50), P99Ms: ms(c.P99), Ratios: c.Ratios})
 		}
@@ -157,6 +177,14 @@ func (r Report) writeJSON(w io.Writer) error {
 		return fmt.Errorf("json report: %w", err)
 	}
 	return nil
+}
+
+// roundsParam is the rounds parameter as the report gives it: only above 1.
+func roundsParam(n int) int {
+	if n > 1 {
+		return n
+	}
+	return 0
 }
 
 func nonNil(s []string) []string {

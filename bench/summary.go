@@ -14,6 +14,7 @@ import (
 // Result is what one target did.
 type Result struct {
 	Target     string
+	Round      int           // 1, 2, ... with --rounds above 1; 0 otherwise
 	Elapsed    time.Duration // the measured time ops/s is over
 	Operations []OpSummary   // one per row, in workload order
 	Aggregate  OpSummary     // every operation (not metric rows such as handoff)
@@ -30,6 +31,14 @@ type Result struct {
 
 	hist        *hdr.Histogram // Aggregate's latencies, for the plot
 	measuredOps int64          // operations started after warmup
+}
+
+// label names the result in a report: its target, and its round if any.
+func (r Result) label() string {
+	if r.Round > 0 {
+		return fmt.Sprintf("%s (round %d)", r.Target, r.Round)
+	}
+	return r.Target
 }
 
 // OpSummary is one row of a report. Latencies are of successes only.
