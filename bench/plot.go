@@ -49,12 +49,12 @@ func writePlot(path string, p Parameters, results []Result) error {
 		}
 		line, err := plotter.NewLine(pts)
 		if err != nil {
-			return fmt.Errorf("plot %s: %w", res.Target, err)
+			return fmt.Errorf("plot %s: %w", res.label(), err)
 		}
 		line.Color = plotutil.Color(i)
 		line.Width = vg.Points(1.5)
 		pl.Add(line)
-		pl.Legend.Add(res.Target, line)
+		pl.Legend.Add(res.label(), line)
 		drawn++
 	}
 	if drawn == 0 {
