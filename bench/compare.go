@@ -37,26 +37,45 @@ func compare(results []Result) []Comparison {
 func writeComparison(b *strings.Builder, rows []Comparison) {
 	b.WriteString("== comparison (ops/s ratio: row ÷ column)\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "target\tops/s\tp50\tp99\t"
-	for _, c := range rows {
-		head += "×" + c.Target + "\t"
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.Target
 	}
-	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, "target\tops/s\tp50\tp99\t"+ratioHeader(names))
 	for _, r := range rows {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t", r.Target, fmtCount(r.Rps), fmtDur(r.P50), fmtDur(r.P99))
-		for _, c := range rows {
-			switch ratio, ok := r.Ratios[c.Target]; {
-			case c.Target == r.Target:
-				line += "1\t"
-			case !ok:
-				line += "-\t"
-			default:
-				line += fmtRatio(ratio) + "\t"
-			}
-		}
-		fmt.Fprintln(tw, line)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Target, fmtCount(r.Rps), fmtDur(r.P50), fmtDur(r.P99),
+			ratioCells(names, r.Target, func(other string) (string, bool) {
+				ratio, ok := r.Ratios[other]
+				return fmtRatio(ratio), ok
+			}))
 	}
 	_ = tw.Flush()
+}
+
+// ratioHeader is the "×name" column heads of a ratio table.
+func ratioHeader(names []string) string {
+	var s strings.Builder
+	for _, n := range names {
+		s.WriteString("×" + n + "\t")
+	}
+	return s.String()
+}
+
+// ratioCells is self's row of a ratio table: 1 against itself, "-" where
+// cell has no ratio, else cell's text.
+func ratioCells(names []string, self string, cell func(other string) (string, bool)) string {
+	var s strings.Builder
+	for _, n := range names {
+		text, ok := cell(n)
+		switch {
+		case n == self:
+			text = "1"
+		case !ok:
+			text = "-"
+		}
+		s.WriteString(text + "\t")
+	}
+	return s.String()
 }
 
 // fmtRatio keeps two or three significant digits: 0.012, 0.36, 2.1, 15, 290.

@@ -106,28 +106,21 @@ func median(vs []float64) float64 {
 func writeRounds(b *strings.Builder, rows []Rounds) {
 	b.WriteString("== rounds (ops/s by round and median; ratio row ÷ column: median of the rounds' ratios, range)\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "target\tops/s by round\tmedian\t"
-	for _, c := range rows {
-		head += "×" + c.Target + "\t"
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.Target
 	}
-	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, "target\tops/s by round\tmedian\t"+ratioHeader(names))
 	for _, r := range rows {
 		each := make([]string, len(r.Rps))
 		for i, v := range r.Rps {
 			each[i] = fmtCount(v)
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t", r.Target, strings.Join(each, " "), fmtCount(r.Median))
-		for _, c := range rows {
-			switch ratio, ok := r.Ratios[c.Target]; {
-			case c.Target == r.Target:
-				line += "1\t"
-			case !ok:
-				line += "-\t"
-			default:
-				line += fmt.Sprintf("%s (%s–%s)\t", fmtRatio(ratio), fmtRatio(r.RatioMin[c.Target]), fmtRatio(r.RatioMax[c.Target]))
-			}
-		}
-		fmt.Fprintln(tw, line)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Target, strings.Join(each, " "), fmtCount(r.Median),
+			ratioCells(names, r.Target, func(other string) (string, bool) {
+				ratio, ok := r.Ratios[other]
+				return fmt.Sprintf("%s (%s–%s)", fmtRatio(ratio), fmtRatio(r.RatioMin[other]), fmtRatio(r.RatioMax[other])), ok
+			}))
 	}
 	_ = tw.Flush()
 }
