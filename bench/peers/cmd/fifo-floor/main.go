@@ -220,23 +220,19 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 	for i := range granted {
 		granted[i], released[i] = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
-	readErr := make(chan error, 2)
-	broken := make(chan struct{}) // closed by the first reader that fails
-	var breakOnce sync.Once
+	broken := closedloop.NewBreakage() // the first reader that fails
 	for _, c := range []*conn{locks, unlocks} {
 		go func() {
 			r := bufio.NewReader(c.c)
 			var m [msgLen]byte
 			for {
 				if _, err := io.ReadFull(r, m[:]); err != nil {
-					readErr <- err
-					breakOnce.Do(func() { close(broken) })
+					broken.Fail(err)
 					return
 				}
 				id := binary.BigEndian.Uint32(m[1:])
 				if int(id) >= contenders {
-					readErr <- fmt.Errorf("server answered for contender %d of %d", id, contenders)
-					breakOnce.Do(func() { close(broken) })
+					broken.Fail(fmt.Errorf("server answered for contender %d of %d", id, contenders))
 					return
 				}
 				switch m[0] {
@@ -245,8 +241,7 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 				case opReleased:
 					released[id] <- struct{}{}
 				default:
-					readErr <- fmt.Errorf("server sent op %q", m[0])
-					breakOnce.Do(func() { close(broken) })
+					broken.Fail(fmt.Errorf("server sent op %q", m[0]))
 					return
 				}
 			}
@@ -257,14 +252,14 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 	grants := make([]int, contenders)
 	// After the window every contender ends after its next grant: the
 	// queue drains.
-	handoffs, err := closedloop.Run(contenders, closedloop.Window{Warmup: warmup, Duration: duration, Failed: readErr}, func(c *closedloop.Caller) bool {
+	handoffs, err := closedloop.Run(contenders, closedloop.Window{Warmup: warmup, Duration: duration, Broken: broken}, func(c *closedloop.Caller) bool {
 		id := c.ID
 		if locks.send(opLock, uint32(id)) != nil {
 			return false
 		}
 		select {
 		case <-granted[id]:
-		case <-broken:
+		case <-broken.Done():
 			return false
 		}
 		if c.Measuring() {
@@ -279,7 +274,7 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 		}
 		select {
 		case <-released[id]:
-		case <-broken:
+		case <-broken.Done():
 			return false
 		}
 		return true

@@ -116,13 +116,7 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 	for i := range answers {
 		answers[i] = make(chan byte, 1)
 	}
-	broken := make(chan struct{})
-	var breakOnce sync.Once
-	readErr := make(chan error, nconns)
-	fail := func(err error) {
-		readErr <- err
-		breakOnce.Do(func() { close(broken) })
-	}
+	broken := closedloop.NewBreakage()
 	conns := make([]*packconn.Conn, nconns)
 	for i := range conns {
 		nc, err := srv.Dial()
@@ -136,12 +130,12 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 			var m [ansLen]byte
 			for {
 				if _, err := io.ReadFull(r, m[:]); err != nil {
-					fail(err)
+					broken.Fail(err)
 					return
 				}
 				id := binary.BigEndian.Uint32(m[:])
 				if int(id) >= callers {
-					fail(fmt.Errorf("server answered for caller %d of %d", id, callers))
+					broken.Fail(fmt.Errorf("server answered for caller %d of %d", id, callers))
 					return
 				}
 				answers[id] <- m[4]
@@ -150,7 +144,7 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 	}
 
 	var busy, wrong atomic.Int64
-	latencies, err := closedloop.Run(callers, closedloop.Window{Warmup: warmup, Duration: duration, Failed: readErr}, func(c *closedloop.Caller) bool {
+	latencies, err := closedloop.Run(callers, closedloop.Window{Warmup: warmup, Duration: duration, Broken: broken}, func(c *closedloop.Caller) bool {
 		conn := conns[c.ID%nconns]
 		call := func(op byte, name uint32) (byte, bool) {
 			var m [reqLen]byte
@@ -163,7 +157,7 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 			select {
 			case s := <-answers[c.ID]:
 				return s, true
-			case <-broken:
+			case <-broken.Done():
 				return 0, false
 			}
 		}

@@ -226,13 +226,7 @@ func run(o options) (result, error) {
 	for i := range answers {
 		answers[i] = make(chan struct{}, 1)
 	}
-	broken := make(chan struct{})
-	var breakOnce sync.Once
-	readErr := make(chan error, o.members)
-	fail := func(err error) {
-		readErr <- err
-		breakOnce.Do(func() { close(broken) })
-	}
+	broken := closedloop.NewBreakage()
 	for i := range conns {
 		nc, err := dial(clientAddrs[i])
 		if err != nil {
@@ -248,15 +242,15 @@ func run(o options) (result, error) {
 			var m [msgLen]byte
 			for {
 				if _, err := io.ReadFull(r, m[:]); err != nil {
-					fail(err)
+					broken.Fail(err)
 					return
 				}
 				switch id := binary.BigEndian.Uint32(m[:]); {
-				case id == notLeader:
-					fail(errors.New("a member refused a write: it no longer leads the shard (a leader change during the run)"))
+				case id == writeFailed:
+					broken.Fail(errors.New("a member failed to commit a write (its error is above: a leader change during the run, or a timeout)"))
 					return
 				case int(id) >= o.callers:
-					fail(fmt.Errorf("member answered for caller %d of %d", id, o.callers))
+					broken.Fail(fmt.Errorf("member answered for caller %d of %d", id, o.callers))
 					return
 				default:
 					answers[id] <- struct{}{}
@@ -278,7 +272,7 @@ func run(o options) (result, error) {
 	}
 	var p0, p1 uint64
 	var answered atomic.Int64
-	window := closedloop.Window{Warmup: o.warmup, Duration: o.duration, Failed: readErr,
+	window := closedloop.Window{Warmup: o.warmup, Duration: o.duration, Broken: broken,
 		Opened: func() (err error) { p0, err = proposals(); return err },
 		Closed: func() (err error) { p1, err = proposals(); return err },
 	}
@@ -296,7 +290,7 @@ func run(o options) (result, error) {
 			select {
 			case <-answers[c.ID]:
 				answered.Add(1)
-			case <-broken:
+			case <-broken.Done():
 				return false
 			}
 			c.Record(time.Since(t))
@@ -371,11 +365,11 @@ func dial(addr string) (net.Conn, error) {
 // in, [caller] out), or one question (then the member closes it).
 const (
 	kindWrites    byte = 'W'
-	kindLeads     byte = 'L' // one byte a shard: 1 if this member leads it
-	kindProposals byte = 'P' // 8 bytes: proposals made so far
-	kindApplied   byte = 'A' // 8 bytes: writes applied to the shards this member leads
-	msgLen             = 4   // a caller's number; the answer echoes it
-	notLeader          = ^uint32(0)
+	kindLeads     byte = 'L'        // one byte a shard: 1 if this member leads it
+	kindProposals byte = 'P'        // 8 bytes: proposals made so far
+	kindApplied   byte = 'A'        // 8 bytes: writes applied to the shards this member leads
+	msgLen             = 4          // a caller's number; the answer echoes it
+	writeFailed        = ^uint32(0) // the answer to a write whose proposal failed
 )
 
 func ask(addr string, kind byte, n int) ([]byte, error) {
@@ -675,7 +669,7 @@ func answerAll(batch []pending, ok bool) {
 	for _, p := range batch {
 		id := p.id
 		if !ok {
-			id = notLeader
+			id = writeFailed
 		}
 		out[p.c] = binary.BigEndian.AppendUint32(out[p.c], id)
 	}

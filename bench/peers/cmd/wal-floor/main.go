@@ -110,9 +110,7 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 	for i := range answers {
 		answers[i] = make(chan struct{}, 1)
 	}
-	broken := make(chan struct{})
-	var breakOnce sync.Once
-	readErr := make(chan error, nconns)
+	broken := closedloop.NewBreakage()
 	for i := range conns {
 		nc, err := srv.Dial()
 		if err != nil {
@@ -129,14 +127,12 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 			var m [msgLen]byte
 			for {
 				if _, err := io.ReadFull(r, m[:]); err != nil {
-					readErr <- err
-					breakOnce.Do(func() { close(broken) })
+					broken.Fail(err)
 					return
 				}
 				id := binary.BigEndian.Uint32(m[:])
 				if int(id) >= callers {
-					readErr <- fmt.Errorf("server answered for caller %d of %d", id, callers)
-					breakOnce.Do(func() { close(broken) })
+					broken.Fail(fmt.Errorf("server answered for caller %d of %d", id, callers))
 					return
 				}
 				answers[id] <- struct{}{}
@@ -146,7 +142,7 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 
 	var answered atomic.Int64
 	var r0, r1 uint64
-	window := closedloop.Window{Warmup: warmup, Duration: duration, Failed: readErr,
+	window := closedloop.Window{Warmup: warmup, Duration: duration, Broken: broken,
 		Opened: func() (err error) { r0, err = readRounds(srv); return err },
 		Closed: func() (err error) { r1, err = readRounds(srv); return err },
 	}
@@ -158,7 +154,7 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 		select {
 		case <-answers[c.ID]:
 			answered.Add(1)
-		case <-broken:
+		case <-broken.Done():
 			return false
 		}
 		c.Record(time.Since(t))

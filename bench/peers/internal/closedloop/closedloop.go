@@ -13,9 +13,9 @@ import (
 // Window is a run's timing and the hooks at its measured window's edges.
 type Window struct {
 	Warmup, Duration time.Duration
-	// Failed, if not nil, ends the run with the first error sent on it
-	// (a broken connection).
-	Failed <-chan error
+	// Broken, if not nil, ends the run with its failure (a broken
+	// connection).
+	Broken *Breakage
 	// Opened and Closed, if not nil, run as the measured window opens and
 	// closes (a server's counters read); an error ends the run.
 	Opened, Closed func() error
@@ -64,14 +64,14 @@ func Run(callers int, w Window, step func(*Caller) bool) ([]time.Duration, error
 		})
 	}
 	err := func() error {
-		if err := wait(w.Warmup, w.Failed); err != nil {
+		if err := wait(w.Warmup, w.Broken); err != nil {
 			return err
 		}
 		if err := call(w.Opened); err != nil {
 			return err
 		}
 		measuring.Store(true)
-		if err := wait(w.Duration, w.Failed); err != nil {
+		if err := wait(w.Duration, w.Broken); err != nil {
 			return err
 		}
 		measuring.Store(false)
@@ -82,22 +82,58 @@ func Run(callers int, w Window, step func(*Caller) bool) ([]time.Duration, error
 		return nil, err // the callers end as the caller closes what they use
 	}
 	wg.Wait()
-	select {
-	case err := <-w.Failed: // while the callers finished
+	if err := w.Broken.failure(); err != nil { // while the callers finished
 		return nil, err
-	default:
 	}
 	slices.Sort(samples)
 	return samples, nil
 }
 
-func wait(d time.Duration, failed <-chan error) error {
+func wait(d time.Duration, b *Breakage) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case err := <-failed:
-		return err
+	case <-b.Done():
+		return b.failure()
 	case <-t.C:
+		return nil
+	}
+}
+
+// Breakage is a run's first failure: its connections' readers report
+// what broke with Fail, and callers waiting for an answer give up when
+// Done is closed.
+type Breakage struct {
+	once sync.Once
+	err  error
+	done chan struct{}
+}
+
+// NewBreakage returns a Breakage with no failure yet.
+func NewBreakage() *Breakage { return &Breakage{done: make(chan struct{})} }
+
+// Fail records err, unless a failure came first, and closes Done.
+func (b *Breakage) Fail(err error) {
+	b.once.Do(func() {
+		b.err = err
+		close(b.done)
+	})
+}
+
+// Done is closed once something failed (never, for a nil Breakage).
+func (b *Breakage) Done() <-chan struct{} {
+	if b == nil {
+		return nil
+	}
+	return b.done
+}
+
+// failure is the first failure, or nil if none came yet.
+func (b *Breakage) failure() error {
+	select {
+	case <-b.Done():
+		return b.err
+	default:
 		return nil
 	}
 }

@@ -40,10 +40,11 @@ func TestRunKeepsTheWindowsSamples(t *testing.T) {
 }
 
 func TestRunEndsOnAFailure(t *testing.T) {
-	failed := make(chan error, 1)
+	broken := NewBreakage()
 	boom := errors.New("connection broke")
-	failed <- boom
-	_, err := Run(2, Window{Warmup: time.Hour, Duration: time.Hour, Failed: failed}, func(*Caller) bool {
+	broken.Fail(boom)
+	broken.Fail(errors.New("a later failure"))
+	_, err := Run(2, Window{Warmup: time.Hour, Duration: time.Hour, Broken: broken}, func(*Caller) bool {
 		time.Sleep(time.Millisecond)
 		return true
 	})
