@@ -6,6 +6,7 @@
 #   scripts/floor-bench.sh persistent    # kahuna (Go client, gRPC), Redis appendfsync always, etcd, then raft-floor on one node
 #   scripts/floor-bench.sh cluster       # 3-process kahuna, 3-member etcd, raft-floor 3 x 8 and 3 x 1, kahuna with 1 partition
 #   ROUNDS=3 scripts/floor-bench.sh cluster
+#   GOMAXPROCS=1 scripts/floor-bench.sh ephemeral   # every Go process with one P (docs/benchmarks.md)
 #
 # Each run is 8 s after 2 s of warm-up (the cluster's 10 s after 1 s, as
 # scripts/cluster-bench.sh), 64 callers. Needs redis-server and etcd
@@ -45,7 +46,7 @@ kahuna3() {
 }
 
 for round in $(seq "${ROUNDS:-2}"); do
-  echo "### $what, round $round ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "### $what, round $round ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg), GOMAXPROCS ${GOMAXPROCS:-default})"
   case "$what" in
   ephemeral)
     peers --compare kahuna-native,kahuna-grpc,redis
