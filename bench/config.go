@@ -45,7 +45,10 @@ type Config struct {
 	Plot       string // "" = none; .png or .svg
 	CPUProfile string
 	Progress   bool // the live line on stderr
-	LogLevel   slog.Level
+	// Procs, above 0, is GOMAXPROCS for the run's process and the servers
+	// it starts; 0 leaves Go's default (or $GOMAXPROCS).
+	Procs    int
+	LogLevel slog.Level
 
 	Endpoints  []string
 	DataDir    string
@@ -120,6 +123,9 @@ func (c *Config) validate(reg Registry) error {
 	}
 	if c.Rounds < 1 {
 		bad("--rounds must be ≥ 1, got %d", c.Rounds)
+	}
+	if c.Procs < 0 {
+		bad("--procs must be ≥ 0 (0 = Go's default), got %d", c.Procs)
 	}
 	seen := map[string]bool{}
 	for i, name := range c.Targets {

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,6 +44,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, p Progra
 			fmt.Fprintf(stderr, "%s: %s\n", p.Name, line)
 		}
 		return 2
+	}
+	if c.Procs > 0 {
+		// Before any target opens: a server a target starts inherits the
+		// environment, so it runs with as many Ps as the callers.
+		runtime.GOMAXPROCS(c.Procs)
+		if err := os.Setenv("GOMAXPROCS", strconv.Itoa(c.Procs)); err != nil {
+			fmt.Fprintf(stderr, "%s: --procs: %v\n", p.Name, err)
+			return 1
+		}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	// dragonboat (in the embedded node) logs through the standard logger:

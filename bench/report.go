@@ -39,6 +39,7 @@ type Parameters struct {
 	Seed        uint64
 	Timeout     time.Duration
 	Rounds      int           // above 1: each target ran this many times
+	Procs       int           // --procs: GOMAXPROCS set for the run and its servers; 0 if not
 	Hold, Wait  time.Duration // hot-wait only
 	// Kind, hot-wait's: "semaphore of 8 permits", "rwlock, 90% reads", or
 	// "" for a mutex.
@@ -66,6 +67,7 @@ func newParameters(c *Config, seed uint64, started time.Time) Parameters {
 		Seed:        seed,
 		Timeout:     c.Timeout,
 		Rounds:      max(c.Rounds, 1),
+		Procs:       c.Procs,
 		GoMaxProcs:  runtime.GOMAXPROCS(0),
 		NumCPU:      runtime.NumCPU(),
 		GoVersion:   runtime.Version(),

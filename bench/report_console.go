@@ -40,7 +40,11 @@ func (r Report) writeConsole(out io.Writer) error {
 	if p.Rounds > 1 {
 		fmt.Fprintf(&b, "%d rounds, the targets in turn, forward then backward\n", p.Rounds)
 	}
-	fmt.Fprintf(&b, "%s, %s, GOMAXPROCS %d of %d CPUs, %s\n", p.Platform, p.GoVersion, p.GoMaxProcs, p.NumCPU, p.Started.Format(time.RFC3339))
+	procs := ""
+	if p.Procs > 0 {
+		procs = " (--procs: the servers started here too)"
+	}
+	fmt.Fprintf(&b, "%s, %s, GOMAXPROCS %d of %d CPUs%s, %s\n", p.Platform, p.GoVersion, p.GoMaxProcs, p.NumCPU, procs, p.Started.Format(time.RFC3339))
 	if len(p.Endpoints) > 0 {
 		fmt.Fprintf(&b, "endpoints %s\n", strings.Join(p.Endpoints, ","))
 	}

@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// --procs sets GOMAXPROCS for the harness and for every server a target
+// starts, which sees it in its environment, and the report says so.
+func TestProcsReachesTheServersATargetStarts(t *testing.T) {
+	t.Setenv("GOMAXPROCS", os.Getenv("GOMAXPROCS")) // restored after Main sets it
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+
+	var serverSaw string
+	started := Target{Name: "started", Open: func(ctx context.Context, _ Settings) (System, error) {
+		// What a server process started here finds in its environment.
+		out, err := exec.CommandContext(ctx, "sh", "-c", `printf %s "$GOMAXPROCS"`).Output()
+		if err != nil {
+			return nil, err
+		}
+		serverSaw = string(out)
+		return Shared{L: &fakeLocker{}}, nil
+	}}
+	out := filepath.Join(t.TempDir(), "r.json")
+	var stderr bytes.Buffer
+	p := Program{Name: "kahuna-bench", Targets: Registry{started}}
+	code := Main(context.Background(), []string{
+		"--target", "started", "--procs", "1", "--duration", "50ms", "--warmup", "0s",
+		"--concurrency", "2", "--format", "json", "--output", out, "--progress=false",
+	}, &bytes.Buffer{}, &stderr, p)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	if serverSaw != "1" || runtime.GOMAXPROCS(0) != 1 {
+		t.Fatalf("a started server saw GOMAXPROCS=%q, the harness runs with %d; want 1 and 1", serverSaw, runtime.GOMAXPROCS(0))
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc jsonReport
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Parameters.GoMaxProcs != 1 || doc.Parameters.Procs != 1 {
+		t.Fatalf("report: gomaxprocs %d, procs %d; want 1 and 1", doc.Parameters.GoMaxProcs, doc.Parameters.Procs)
+	}
+	var console strings.Builder
+	if err := (Report{Params: Parameters{Procs: 1, GoMaxProcs: 1, NumCPU: 2, Workload: WorkloadLock}}).writeConsole(&console); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(console.String(), "GOMAXPROCS 1 of 2 CPUs (--procs: the servers started here too)") {
+		t.Errorf("console header:\n%s", console.String())
+	}
+
+	stderr.Reset()
+	if code := Main(context.Background(), []string{"--procs", "-1"}, &bytes.Buffer{}, &stderr, p); code != 2 ||
+		!strings.Contains(stderr.String(), "--procs must be ≥ 0 (0 = Go's default), got -1") {
+		t.Errorf("--procs -1: exit %d, stderr %q", code, stderr.String())
+	}
+}
