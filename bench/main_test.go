@@ -29,14 +29,7 @@ func TestMainCompareEmbeddedAndMutex(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	var doc jsonReport
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc, data := readReport(t, out)
 	if len(doc.Runs) != 2 || doc.Runs[0].Target != "embedded" || doc.Runs[1].Target != "mutex" || doc.Parameters.Seed != 7 {
 		t.Fatalf("report: %s", data)
 	}
@@ -135,4 +128,17 @@ type countingLocker struct {
 func (c *countingLocker) TryLock(ctx context.Context, name string, owner []byte, ttl time.Duration, d lease.Durability) (lease.Result, error) {
 	c.calls.Add(1)
 	return lease.Result{}, c.err
+}
+
+// readReport decodes the JSON report Main wrote to path; data is its text.
+func readReport(t *testing.T, path string) (doc jsonReport, data []byte) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	return doc, data
 }

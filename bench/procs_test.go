@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,14 +41,7 @@ func TestProcsReachesTheServersATargetStarts(t *testing.T) {
 	if serverSaw != "1" || runtime.GOMAXPROCS(0) != 1 {
 		t.Fatalf("a started server saw GOMAXPROCS=%q, the harness runs with %d; want 1 and 1", serverSaw, runtime.GOMAXPROCS(0))
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc jsonReport
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc, _ := readReport(t, out)
 	if doc.Parameters.GoMaxProcs != 1 || doc.Parameters.Procs != 1 {
 		t.Fatalf("report: gomaxprocs %d, procs %d; want 1 and 1", doc.Parameters.GoMaxProcs, doc.Parameters.Procs)
 	}

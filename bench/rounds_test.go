@@ -3,8 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,14 +61,7 @@ func TestMainRounds(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc jsonReport
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc, _ := readReport(t, out)
 	var order []string
 	for _, r := range doc.Runs {
 		order = append(order, r.Target+string(rune('0'+r.Round)))
