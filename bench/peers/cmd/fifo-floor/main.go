@@ -222,30 +222,21 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 	}
 	broken := closedloop.NewBreakage() // the first reader that fails
 	for _, c := range []*conn{locks, unlocks} {
-		go func() {
-			r := bufio.NewReader(c.c)
-			var m [msgLen]byte
-			for {
-				if _, err := io.ReadFull(r, m[:]); err != nil {
-					broken.Fail(err)
-					return
-				}
-				id := binary.BigEndian.Uint32(m[1:])
-				if int(id) >= contenders {
-					broken.Fail(fmt.Errorf("server answered for contender %d of %d", id, contenders))
-					return
-				}
-				switch m[0] {
-				case opGranted:
-					granted[id] <- struct{}{}
-				case opReleased:
-					released[id] <- struct{}{}
-				default:
-					broken.Fail(fmt.Errorf("server sent op %q", m[0]))
-					return
-				}
+		go closedloop.ReadAnswers(c.c, msgLen, broken, func(m []byte) error {
+			id := binary.BigEndian.Uint32(m[1:])
+			if int(id) >= contenders {
+				return fmt.Errorf("server answered for contender %d of %d", id, contenders)
 			}
-		}()
+			switch m[0] {
+			case opGranted:
+				granted[id] <- struct{}{}
+			case opReleased:
+				released[id] <- struct{}{}
+			default:
+				return fmt.Errorf("server sent op %q", m[0])
+			}
+			return nil
+		})
 	}
 
 	var unlockCalled atomic.Int64 // ns: when the holder called Unlock
@@ -257,9 +248,7 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 		if locks.send(opLock, uint32(id)) != nil {
 			return false
 		}
-		select {
-		case <-granted[id]:
-		case <-broken.Done():
+		if _, ok := closedloop.Await(granted[id], broken); !ok {
 			return false
 		}
 		if c.Measuring() {
@@ -272,9 +261,7 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 		if sendUnlock(uint32(id)) != nil {
 			return false
 		}
-		select {
-		case <-released[id]:
-		case <-broken.Done():
+		if _, ok := closedloop.Await(released[id], broken); !ok {
 			return false
 		}
 		return true

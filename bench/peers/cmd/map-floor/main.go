@@ -22,12 +22,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -125,22 +123,14 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 		}
 		defer nc.Close()
 		conns[i] = packconn.New(nc)
-		go func() {
-			r := bufio.NewReader(nc)
-			var m [ansLen]byte
-			for {
-				if _, err := io.ReadFull(r, m[:]); err != nil {
-					broken.Fail(err)
-					return
-				}
-				id := binary.BigEndian.Uint32(m[:])
-				if int(id) >= callers {
-					broken.Fail(fmt.Errorf("server answered for caller %d of %d", id, callers))
-					return
-				}
-				answers[id] <- m[4]
+		go closedloop.ReadAnswers(nc, ansLen, broken, func(m []byte) error {
+			id := binary.BigEndian.Uint32(m)
+			if int(id) >= callers {
+				return fmt.Errorf("server answered for caller %d of %d", id, callers)
 			}
-		}()
+			answers[id] <- m[4]
+			return nil
+		})
 	}
 
 	var busy, wrong atomic.Int64
@@ -154,12 +144,7 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 			if conn.Send(m[:]) != nil {
 				return 0, false
 			}
-			select {
-			case s := <-answers[c.ID]:
-				return s, true
-			case <-broken.Done():
-				return 0, false
-			}
+			return closedloop.Await(answers[c.ID], broken)
 		}
 		name := uint32(rand.IntN(names))
 		t := time.Now()

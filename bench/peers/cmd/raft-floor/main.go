@@ -237,26 +237,17 @@ func run(o options) (result, error) {
 			return result{}, err
 		}
 		conns[i] = packconn.New(nc)
-		go func() {
-			r := bufio.NewReader(nc)
-			var m [msgLen]byte
-			for {
-				if _, err := io.ReadFull(r, m[:]); err != nil {
-					broken.Fail(err)
-					return
-				}
-				switch id := binary.BigEndian.Uint32(m[:]); {
-				case id == writeFailed:
-					broken.Fail(errors.New("a member failed to commit a write (its error is above: a leader change during the run, or a timeout)"))
-					return
-				case int(id) >= o.callers:
-					broken.Fail(fmt.Errorf("member answered for caller %d of %d", id, o.callers))
-					return
-				default:
-					answers[id] <- struct{}{}
-				}
+		go closedloop.ReadAnswers(nc, msgLen, broken, func(m []byte) error {
+			switch id := binary.BigEndian.Uint32(m); {
+			case id == writeFailed:
+				return errors.New("a member failed to commit a write (its error is above: a leader change during the run, or a timeout)")
+			case int(id) >= o.callers:
+				return fmt.Errorf("member answered for caller %d of %d", id, o.callers)
+			default:
+				answers[id] <- struct{}{}
+				return nil
 			}
-		}()
+		})
 	}
 
 	proposals := func() (uint64, error) {
@@ -287,12 +278,10 @@ func run(o options) (result, error) {
 			if conn.Send(m[:]) != nil {
 				return false
 			}
-			select {
-			case <-answers[c.ID]:
-				answered.Add(1)
-			case <-broken.Done():
+			if _, ok := closedloop.Await(answers[c.ID], broken); !ok {
 				return false
 			}
+			answered.Add(1)
 			c.Record(time.Since(t))
 		}
 		return true

@@ -122,22 +122,14 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 		}
 		c := &clientConn{c: nc}
 		conns[i] = c
-		go func() {
-			r := bufio.NewReader(c.c)
-			var m [msgLen]byte
-			for {
-				if _, err := io.ReadFull(r, m[:]); err != nil {
-					broken.Fail(err)
-					return
-				}
-				id := binary.BigEndian.Uint32(m[:])
-				if int(id) >= callers {
-					broken.Fail(fmt.Errorf("server answered for caller %d of %d", id, callers))
-					return
-				}
-				answers[id] <- struct{}{}
+		go closedloop.ReadAnswers(c.c, msgLen, broken, func(m []byte) error {
+			id := binary.BigEndian.Uint32(m)
+			if int(id) >= callers {
+				return fmt.Errorf("server answered for caller %d of %d", id, callers)
 			}
-		}()
+			answers[id] <- struct{}{}
+			return nil
+		})
 	}
 
 	var answered atomic.Int64
@@ -151,12 +143,10 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 		if conns[c.ID%nconns].send(uint32(c.ID)) != nil {
 			return false
 		}
-		select {
-		case <-answers[c.ID]:
-			answered.Add(1)
-		case <-broken.Done():
+		if _, ok := closedloop.Await(answers[c.ID], broken); !ok {
 			return false
 		}
+		answered.Add(1)
 		c.Record(time.Since(t))
 		return true
 	})

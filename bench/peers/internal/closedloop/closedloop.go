@@ -4,6 +4,8 @@
 package closedloop
 
 import (
+	"bufio"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -135,6 +137,36 @@ func (b *Breakage) failure() error {
 		return b.err
 	default:
 		return nil
+	}
+}
+
+// ReadAnswers reads r's fixed-size messages of size bytes, one after
+// another, and hands each to deliver, until a read fails or deliver
+// refuses a message: that error fails b. m is reused for the next read.
+// It is a connection's reader: run it on a goroutine of its own.
+func ReadAnswers(r io.Reader, size int, b *Breakage, deliver func(m []byte) error) {
+	br := bufio.NewReader(r)
+	m := make([]byte, size)
+	for {
+		if _, err := io.ReadFull(br, m); err != nil {
+			b.Fail(err)
+			return
+		}
+		if err := deliver(m); err != nil {
+			b.Fail(err)
+			return
+		}
+	}
+}
+
+// Await waits for answer, or for the run to break (false).
+func Await[T any](answer <-chan T, b *Breakage) (T, bool) {
+	select {
+	case v := <-answer:
+		return v, true
+	case <-b.Done():
+		var zero T
+		return zero, false
 	}
 }
 

@@ -2,7 +2,9 @@ package closedloop
 
 import (
 	"errors"
+	"io"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,5 +85,43 @@ func TestQuantile(t *testing.T) {
 	}
 	if q := Quantile(nil, 0.5); q != 0 {
 		t.Fatalf("p50 of nothing %v", q)
+	}
+}
+
+// Each whole message reaches deliver in order; the reader ends on the
+// first refusal, which is the run's failure, or on the end of the stream.
+func TestReadAnswersDeliversWholeMessagesUntilARefusal(t *testing.T) {
+	var got []string
+	broken := NewBreakage()
+	refused := errors.New("answer for no caller")
+	ReadAnswers(strings.NewReader("aaabbbcccddd"), 3, broken, func(m []byte) error {
+		got = append(got, string(m))
+		if string(m) == "ccc" {
+			return refused
+		}
+		return nil
+	})
+	if strings.Join(got, " ") != "aaa bbb ccc" || !errors.Is(broken.failure(), refused) {
+		t.Fatalf("delivered %q, failure %v; want aaa bbb ccc, then %v", got, broken.failure(), refused)
+	}
+
+	broken = NewBreakage()
+	got = nil
+	ReadAnswers(strings.NewReader("aaabb"), 3, broken, func(m []byte) error { got = append(got, string(m)); return nil })
+	if strings.Join(got, " ") != "aaa" || !errors.Is(broken.failure(), io.ErrUnexpectedEOF) {
+		t.Fatalf("delivered %q, failure %v; want aaa, then a torn message", got, broken.failure())
+	}
+}
+
+func TestAwaitGivesUpWhenTheRunBreaks(t *testing.T) {
+	broken := NewBreakage()
+	answer := make(chan byte, 1)
+	answer <- 7
+	if v, ok := Await(answer, broken); !ok || v != 7 {
+		t.Fatalf("Await = %v, %v; want 7, true", v, ok)
+	}
+	broken.Fail(errors.New("connection broke"))
+	if _, ok := Await(answer, broken); ok {
+		t.Fatal("Await answered after the run broke with no answer")
 	}
 }
