@@ -123,3 +123,66 @@ func TestDoAsyncCallerLeaves(t *testing.T) {
 		t.Fatalf("stored %+v: b's TryLock was granted after its caller left", rec)
 	}
 }
+
+// TestDoAsyncCallsOfOneContextLeaveTogether: calls that share a context
+// (a server passes its stream's with each request) are watched through
+// it together: when it ends, each one still pending is answered ctx.Err()
+// and none not decided yet is granted; a call answered before is not
+// answered again; and once none is pending, nothing is left watching.
+func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	for _, res := range []string{"r", "s"} {
+		if r := f.do(t, lease.TryLock, res, "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
+			t.Fatalf("a's TryLock of %s = %+v", res, r)
+		}
+	}
+	f.backend.setHold("r", true)
+	f.backend.setHold("s", true)
+	var releases []heldProposal
+	for _, res := range []string{"r", "s"} {
+		f.async(lease.Unlock, res, "a", lease.Persistent)
+		releases = append(releases, <-f.backend.held) // a's release of res is in flight
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	early := newAsyncAnswers(t)
+	f.ring.DoAsync(ctx, asyncReq(lease.TryLock, "e", "b", lease.Ephemeral), early.done)
+	if resp, err := early.wait(t); err != nil || resp.Status != lease.Locked {
+		t.Fatalf("b's TryLock of e = %+v, %v; want Locked", resp, err)
+	}
+	var waiting []*asyncAnswers
+	for _, res := range []string{"r", "s"} {
+		b := newAsyncAnswers(t)
+		f.ring.DoAsync(ctx, asyncReq(lease.TryLock, res, "b", lease.Persistent), b.done)
+		<-f.queued // behind a's release
+		waiting = append(waiting, b)
+	}
+	cancel()
+	for i, b := range waiting {
+		if _, err := b.wait(t); !errors.Is(err, context.Canceled) {
+			t.Fatalf("b's TryLock %d after its context ended: %v, want context.Canceled", i, err)
+		}
+	}
+	for i, res := range []string{"r", "s"} {
+		f.backend.setHold(res, false)
+		releases[i].c.Committed(f.backend.apply(releases[i].rec))
+		if rec := f.backend.store[res]; rec.Locked {
+			t.Fatalf("%s stored %+v: b's TryLock was granted after its context ended", res, rec)
+		}
+	}
+	if n := early.count.Load(); n != 1 {
+		t.Fatalf("the call answered before the context ended was answered %d times", n)
+	}
+	// A context that stays alive is not watched once its calls are done.
+	alive, stop := context.WithCancel(context.Background())
+	defer stop()
+	later := newAsyncAnswers(t)
+	f.ring.DoAsync(alive, asyncReq(lease.TryLock, "f", "b", lease.Ephemeral), later.done)
+	if resp, err := later.wait(t); err != nil || resp.Status != lease.Locked {
+		t.Fatalf("b's TryLock of f = %+v, %v; want Locked", resp, err)
+	}
+	f.ring.async.mu.Lock()
+	defer f.ring.async.mu.Unlock()
+	if n, m := len(f.ring.async.byCtx), len(f.ring.async.unending); n != 0 || m != 0 {
+		t.Fatalf("%d contexts and %d calls still registered once every call was answered", n, m)
+	}
+}
