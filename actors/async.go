@@ -82,10 +82,12 @@ type asyncCall struct {
 // not granted), through one watch of the context for all of them. A
 // server passes its stream's context with each of the stream's requests,
 // and a watch per request (context.AfterFunc, and its stop) took 2.5-4%
-// of a node's CPU on persistent writes.
+// of a node's CPU on persistent writes. Contexts are told apart by their
+// Done channel, which any context has comparable (a context's own type
+// need not be), and which contexts that end together share.
 type asyncCalls struct {
 	mu       sync.Mutex
-	byCtx    map[context.Context]*ctxCalls
+	byDone   map[<-chan struct{}]*ctxCalls
 	unending map[*call]*asyncCall // calls whose context cannot end
 }
 
@@ -102,7 +104,8 @@ func (s *asyncCalls) add(ctx context.Context, c *call, p *asyncCall) {
 	if p.answered.Load() {
 		return
 	}
-	if ctx.Done() == nil {
+	done := ctx.Done()
+	if done == nil {
 		if s.unending == nil {
 			s.unending = make(map[*call]*asyncCall)
 		}
@@ -110,25 +113,26 @@ func (s *asyncCalls) add(ctx context.Context, c *call, p *asyncCall) {
 		return
 	}
 	p.ctx = ctx
-	g := s.byCtx[ctx]
+	g := s.byDone[done]
 	if g == nil {
-		if s.byCtx == nil {
-			s.byCtx = make(map[context.Context]*ctxCalls)
+		if s.byDone == nil {
+			s.byDone = make(map[<-chan struct{}]*ctxCalls)
 		}
 		g = &ctxCalls{calls: make(map[*call]*asyncCall)}
-		s.byCtx[ctx] = g
+		s.byDone[done] = g
 		// Runs on a goroutine of its own, even if ctx has ended: s.mu is
 		// free by then.
-		g.stop = context.AfterFunc(ctx, func() { s.ended(ctx, g) })
+		g.stop = context.AfterFunc(ctx, func() { s.ended(done, g) })
 	}
 	g.calls[c] = p
 }
 
-// ended answers the calls of g, whose context has ended.
-func (s *asyncCalls) ended(ctx context.Context, g *ctxCalls) {
+// ended answers the calls of g, whose context has ended (done is
+// closed), each with its context's error.
+func (s *asyncCalls) ended(done <-chan struct{}, g *ctxCalls) {
 	s.mu.Lock()
-	if s.byCtx[ctx] == g {
-		delete(s.byCtx, ctx)
+	if s.byDone[done] == g {
+		delete(s.byDone, done)
 	}
 	calls := g.calls
 	g.calls = nil
@@ -137,7 +141,7 @@ func (s *asyncCalls) ended(ctx context.Context, g *ctxCalls) {
 		if c.req.Op == lease.TryLock {
 			c.abandoned.Store(true) // see Do
 		}
-		s.finish(c, p, Response{}, ctx.Err())
+		s.finish(c, p, Response{}, p.ctx.Err())
 	}
 }
 
@@ -150,10 +154,10 @@ func (s *asyncCalls) finish(c *call, p *asyncCall, resp Response, err error) {
 	s.mu.Lock()
 	if p.ctx == nil {
 		delete(s.unending, c)
-	} else if g := s.byCtx[p.ctx]; g != nil && g.calls[c] == p {
+	} else if g := s.byDone[p.ctx.Done()]; g != nil && g.calls[c] == p {
 		delete(g.calls, c)
-		if len(g.calls) == 0 { // the last: stop watching ctx
-			delete(s.byCtx, p.ctx)
+		if len(g.calls) == 0 { // the last: stop watching its context
+			delete(s.byDone, p.ctx.Done())
 			stop = g.stop
 		}
 	}
@@ -171,13 +175,13 @@ func (s *asyncCalls) closeAll() {
 	for _, p := range s.unending {
 		pending = append(pending, p)
 	}
-	for _, g := range s.byCtx {
+	for _, g := range s.byDone {
 		g.stop()
 		for _, p := range g.calls {
 			pending = append(pending, p)
 		}
 	}
-	s.unending, s.byCtx = nil, nil
+	s.unending, s.byDone = nil, nil
 	s.mu.Unlock()
 	for _, p := range pending {
 		if p.answered.CompareAndSwap(false, true) {

@@ -182,7 +182,45 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 	}
 	f.ring.async.mu.Lock()
 	defer f.ring.async.mu.Unlock()
-	if n, m := len(f.ring.async.byCtx), len(f.ring.async.unending); n != 0 || m != 0 {
+	if n, m := len(f.ring.async.byDone), len(f.ring.async.unending); n != 0 || m != 0 {
 		t.Fatalf("%d contexts and %d calls still registered once every call was answered", n, m)
+	}
+}
+
+// unhashableCtx is a context whose type cannot be a map key.
+type unhashableCtx struct {
+	context.Context
+	tags []string
+}
+
+// TestDoAsyncTakesAnyContext: a caller's context of a type that is not
+// comparable is watched too, and calls on contexts that end together (a
+// context and one wrapping it) are answered when it ends.
+func TestDoAsyncTakesAnyContext(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
+		t.Fatalf("a's TryLock = %+v", r)
+	}
+	f.backend.setHold("r", true)
+	f.async(lease.Unlock, "r", "a", lease.Persistent)
+	p := <-f.backend.held // a's release is in flight
+	ctx, cancel := context.WithCancel(context.Background())
+	var waiting []*asyncAnswers
+	for _, c := range []context.Context{unhashableCtx{ctx, []string{"b"}}, ctx} {
+		b := newAsyncAnswers(t)
+		f.ring.DoAsync(c, asyncReq(lease.TryLock, "r", "b", lease.Persistent), b.done)
+		<-f.queued // behind a's release
+		waiting = append(waiting, b)
+	}
+	cancel()
+	for i, b := range waiting {
+		if _, err := b.wait(t); !errors.Is(err, context.Canceled) {
+			t.Fatalf("TryLock %d after its context ended: %v, want context.Canceled", i, err)
+		}
+	}
+	f.backend.setHold("r", false)
+	p.c.Committed(f.backend.apply(p.rec))
+	if rec := f.backend.store["r"]; rec.Locked {
+		t.Fatalf("stored %+v: a TryLock was granted after its context ended", rec)
 	}
 }
