@@ -20,9 +20,9 @@ import (
 type call struct {
 	req   Request
 	reply chan Response // capacity 1: the actor never blocks on it
-	// notify, when set, takes the answer instead of reply, on the
-	// actor's goroutine (Ring.DoAsync).
-	notify func(Response)
+	// async, for a call of Ring.DoAsync, takes the answer instead of
+	// reply, on the actor's goroutine.
+	async asyncCall
 
 	// Set while a persistent write is in flight.
 	inbox    *mailbox // the deciding actor's, where the write's outcome goes
@@ -70,8 +70,8 @@ type call struct {
 
 // answer gives c its answer; c belongs to its caller from then on.
 func (c *call) answer(r Response) {
-	if f := c.notify; f != nil {
-		f(r)
+	if c.async.done != nil {
+		c.async.ring.answered(c, r)
 		return
 	}
 	c.reply <- r

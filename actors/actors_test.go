@@ -178,7 +178,7 @@ func (t *fakeTimer) fire() {
 	}
 }
 
-func newFixture(t *testing.T, actors, toRemove int, tune ...func(*Config)) *fixture {
+func newFixture(t testing.TB, actors, toRemove int, tune ...func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{backend: newFakeBackend(), clock: newFakeClock(), serving: make([]atomic.Bool, 4), queued: make(chan string, 16),
 		waiting: make(chan string, 2*lease.MaxWaiters), timers: make(chan *fakeTimer, 64)}

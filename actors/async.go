@@ -35,45 +35,55 @@ func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, err
 		return
 	}
 	// Not from the pool: the actor may look at a call after answering it,
-	// and here the answer runs on its goroutine, before it is done.
+	// and here the answer runs on its goroutine, before it is done. The
+	// call carries its answer's function, so a call is one allocation.
 	c := &call{req: req}
-	p := &asyncCall{done: done}
-	c.notify = func(resp Response) {
-		if resp.raise == nil {
-			r.async.finish(c, p, resp, nil)
-			return
-		}
-		// Rare (a new reign's first grants, a longer TTL than any
-		// before): wait for the raise as Do does, off the actor.
-		go func() {
-			select {
-			case <-resp.raise:
-			case <-ctx.Done():
-				r.async.finish(c, p, Response{}, ctx.Err())
-				return
-			case <-r.done:
-				r.async.finish(c, p, Response{}, ErrClosed)
-				return
-			}
-			resp, err := r.Do(ctx, req)
-			r.async.finish(c, p, resp, err)
-		}()
-	}
+	c.async = asyncCall{ring: r, done: done, ctx: ctx}
 	// Posted even if ctx has ended (answered then), as Do posts it: the
 	// actor counts it (enter) and skips an abandoned TryLock.
-	r.async.add(ctx, c, p)
+	r.async.add(c)
 	if r.closed.Load() { // Close may have passed over it
-		r.async.finish(c, p, Response{}, ErrClosed)
+		r.async.finish(c, Response{}, ErrClosed)
 		return
 	}
 	r.actors[i].mailbox.postInline(c)
 }
 
-// asyncCall is one DoAsync call's answer, given once.
+// answered takes the actor's answer to c, a DoAsync call, on the actor's
+// goroutine.
+func (r *Ring) answered(c *call, resp Response) {
+	if resp.raise == nil {
+		r.async.finish(c, resp, nil)
+		return
+	}
+	// Rare (a new reign's first grants, a longer TTL than any before):
+	// wait for the raise as Do does, off the actor.
+	ctx := c.async.ctx
+	go func() {
+		select {
+		case <-resp.raise:
+		case <-ctx.Done():
+			r.async.finish(c, Response{}, ctx.Err())
+			return
+		case <-r.done:
+			r.async.finish(c, Response{}, ErrClosed)
+			return
+		}
+		resp, err := r.Do(ctx, c.req)
+		r.async.finish(c, resp, err)
+	}()
+}
+
+// asyncCall is a DoAsync call's answer, given once, and its place among
+// the calls pending on its context (under asyncCalls.mu).
 type asyncCall struct {
+	ring     *Ring
 	done     func(Response, error)
-	ctx      context.Context // nil: a context that cannot end
+	ctx      context.Context
 	answered atomic.Bool
+
+	group      *ctxCalls // nil: not pending
+	prev, next *call
 }
 
 // asyncCalls are DoAsync's calls not answered yet, so that Close can
@@ -88,43 +98,77 @@ type asyncCall struct {
 type asyncCalls struct {
 	mu       sync.Mutex
 	byDone   map[<-chan struct{}]*ctxCalls
-	unending map[*call]*asyncCall // calls whose context cannot end
+	unending ctxCalls // calls whose context cannot end
 }
 
-// ctxCalls are the calls pending on one context, and its watch.
+// ctxCalls are the calls pending on one context, linked through their
+// asyncCall, and the context's watch.
 type ctxCalls struct {
-	calls map[*call]*asyncCall
-	stop  func() bool
+	head *call
+	n    int
+	stop func() bool // nil for asyncCalls.unending
 }
 
-// add registers p, unless it is answered already.
-func (s *asyncCalls) add(ctx context.Context, c *call, p *asyncCall) {
+func (g *ctxCalls) push(c *call) {
+	a := &c.async
+	a.group, a.prev, a.next = g, nil, g.head
+	if g.head != nil {
+		g.head.async.prev = c
+	}
+	g.head = c
+	g.n++
+}
+
+func (g *ctxCalls) remove(c *call) {
+	a := &c.async
+	if a.prev != nil {
+		a.prev.async.next = a.next
+	} else {
+		g.head = a.next
+	}
+	if a.next != nil {
+		a.next.async.prev = a.prev
+	}
+	a.group, a.prev, a.next = nil, nil, nil
+	g.n--
+}
+
+// take removes and returns every call of g.
+func (g *ctxCalls) take() []*call {
+	calls := make([]*call, 0, g.n)
+	for g.head != nil {
+		c := g.head
+		g.remove(c)
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+// add registers c, unless it is answered already.
+func (s *asyncCalls) add(c *call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p.answered.Load() {
+	if c.async.answered.Load() {
 		return
 	}
+	ctx := c.async.ctx
 	done := ctx.Done()
 	if done == nil {
-		if s.unending == nil {
-			s.unending = make(map[*call]*asyncCall)
-		}
-		s.unending[c] = p
+		s.unending.push(c)
 		return
 	}
-	p.ctx = ctx
 	g := s.byDone[done]
 	if g == nil {
 		if s.byDone == nil {
 			s.byDone = make(map[<-chan struct{}]*ctxCalls)
 		}
-		g = &ctxCalls{calls: make(map[*call]*asyncCall)}
+		g = &ctxCalls{}
 		s.byDone[done] = g
 		// Runs on a goroutine of its own, even if ctx has ended: s.mu is
 		// free by then.
 		g.stop = context.AfterFunc(ctx, func() { s.ended(done, g) })
 	}
-	g.calls[c] = p
+	g.push(c)
 }
 
 // ended answers the calls of g, whose context has ended (done is
@@ -134,30 +178,30 @@ func (s *asyncCalls) ended(done <-chan struct{}, g *ctxCalls) {
 	if s.byDone[done] == g {
 		delete(s.byDone, done)
 	}
-	calls := g.calls
-	g.calls = nil
+	calls := g.take()
 	s.mu.Unlock()
-	for c, p := range calls {
+	for _, c := range calls {
 		if c.req.Op == lease.TryLock {
 			c.abandoned.Store(true) // see Do
 		}
-		s.finish(c, p, Response{}, p.ctx.Err())
+		s.finish(c, Response{}, c.async.ctx.Err())
 	}
 }
 
-// finish gives p its answer unless it has one.
-func (s *asyncCalls) finish(c *call, p *asyncCall, resp Response, err error) {
-	if !p.answered.CompareAndSwap(false, true) {
+// finish gives c its answer unless it has one.
+func (s *asyncCalls) finish(c *call, resp Response, err error) {
+	a := &c.async
+	if !a.answered.CompareAndSwap(false, true) {
 		return
 	}
 	var stop func() bool
 	s.mu.Lock()
-	if p.ctx == nil {
-		delete(s.unending, c)
-	} else if g := s.byDone[p.ctx.Done()]; g != nil && g.calls[c] == p {
-		delete(g.calls, c)
-		if len(g.calls) == 0 { // the last: stop watching its context
-			delete(s.byDone, p.ctx.Done())
+	if g := a.group; g != nil {
+		g.remove(c)
+		if g.n == 0 && g.stop != nil { // the last of its context: stop watching it
+			if done := a.ctx.Done(); s.byDone[done] == g {
+				delete(s.byDone, done)
+			}
 			stop = g.stop
 		}
 	}
@@ -165,27 +209,22 @@ func (s *asyncCalls) finish(c *call, p *asyncCall, resp Response, err error) {
 	if stop != nil {
 		stop()
 	}
-	p.done(resp, err)
+	a.done(resp, err)
 }
 
 // closeAll answers every pending call ErrClosed (the Ring is closed).
 func (s *asyncCalls) closeAll() {
 	s.mu.Lock()
-	var pending []*asyncCall
-	for _, p := range s.unending {
-		pending = append(pending, p)
-	}
+	pending := s.unending.take()
 	for _, g := range s.byDone {
 		g.stop()
-		for _, p := range g.calls {
-			pending = append(pending, p)
-		}
+		pending = append(pending, g.take()...)
 	}
-	s.unending, s.byDone = nil, nil
+	s.byDone = nil
 	s.mu.Unlock()
-	for _, p := range pending {
-		if p.answered.CompareAndSwap(false, true) {
-			p.done(Response{}, ErrClosed)
+	for _, c := range pending {
+		if c.async.answered.CompareAndSwap(false, true) {
+			c.async.done(Response{}, ErrClosed)
 		}
 	}
 }
