@@ -157,11 +157,7 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 		waiting = append(waiting, b)
 	}
 	cancel()
-	for i, b := range waiting {
-		if _, err := b.wait(t); !errors.Is(err, context.Canceled) {
-			t.Fatalf("b's TryLock %d after its context ended: %v, want context.Canceled", i, err)
-		}
-	}
+	waitCanceled(t, waiting)
 	for i, res := range []string{"r", "s"} {
 		f.backend.setHold(res, false)
 		releases[i].c.Committed(f.backend.apply(releases[i].rec))
@@ -184,6 +180,17 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 	defer f.ring.async.mu.Unlock()
 	if n, m := len(f.ring.async.byDone), f.ring.async.unending.n; n != 0 || m != 0 {
 		t.Fatalf("%d contexts and %d calls still registered once every call was answered", n, m)
+	}
+}
+
+// waitCanceled waits for each call's answer: context.Canceled, as the
+// calls' context has ended.
+func waitCanceled(t *testing.T, calls []*asyncAnswers) {
+	t.Helper()
+	for i, a := range calls {
+		if _, err := a.wait(t); !errors.Is(err, context.Canceled) {
+			t.Fatalf("TryLock %d after its context ended: %v, want context.Canceled", i, err)
+		}
 	}
 }
 
@@ -213,11 +220,7 @@ func TestDoAsyncTakesAnyContext(t *testing.T) {
 		waiting = append(waiting, b)
 	}
 	cancel()
-	for i, b := range waiting {
-		if _, err := b.wait(t); !errors.Is(err, context.Canceled) {
-			t.Fatalf("TryLock %d after its context ended: %v, want context.Canceled", i, err)
-		}
-	}
+	waitCanceled(t, waiting)
 	f.backend.setHold("r", false)
 	p.c.Committed(f.backend.apply(p.rec))
 	if rec := f.backend.store["r"]; rec.Locked {

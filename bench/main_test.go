@@ -131,6 +131,20 @@ func (c *countingLocker) TryLock(ctx context.Context, name string, owner []byte,
 }
 
 // readReport decodes the JSON report Main wrote to path; data is its text.
+// mainJSON runs Main with args and the JSON report written to a file,
+// fails the test unless it exits 0, and returns the report.
+func mainJSON(t *testing.T, p Program, args ...string) jsonReport {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "r.json")
+	var stderr bytes.Buffer
+	args = append(args, "--format", "json", "--output", out, "--progress=false")
+	if code := Main(context.Background(), args, &bytes.Buffer{}, &stderr, p); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	doc, _ := readReport(t, out)
+	return doc
+}
+
 func readReport(t *testing.T, path string) (doc jsonReport, data []byte) {
 	t.Helper()
 	data, err := os.ReadFile(path)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -28,20 +27,11 @@ func TestProcsReachesTheServersATargetStarts(t *testing.T) {
 		serverSaw = string(out)
 		return Shared{L: &fakeLocker{}}, nil
 	}}
-	out := filepath.Join(t.TempDir(), "r.json")
-	var stderr bytes.Buffer
 	p := Program{Name: "kahuna-bench", Targets: Registry{started}}
-	code := Main(context.Background(), []string{
-		"--target", "started", "--procs", "1", "--duration", "50ms", "--warmup", "0s",
-		"--concurrency", "2", "--format", "json", "--output", out, "--progress=false",
-	}, &bytes.Buffer{}, &stderr, p)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, stderr.String())
-	}
+	doc := mainJSON(t, p, "--target", "started", "--procs", "1", "--duration", "50ms", "--warmup", "0s", "--concurrency", "2")
 	if serverSaw != "1" || runtime.GOMAXPROCS(0) != 1 {
 		t.Fatalf("a started server saw GOMAXPROCS=%q, the harness runs with %d; want 1 and 1", serverSaw, runtime.GOMAXPROCS(0))
 	}
-	doc, _ := readReport(t, out)
 	if doc.Parameters.GoMaxProcs != 1 || doc.Parameters.Procs != 1 {
 		t.Fatalf("report: gomaxprocs %d, procs %d; want 1 and 1", doc.Parameters.GoMaxProcs, doc.Parameters.Procs)
 	}
@@ -53,7 +43,7 @@ func TestProcsReachesTheServersATargetStarts(t *testing.T) {
 		t.Errorf("console header:\n%s", console.String())
 	}
 
-	stderr.Reset()
+	var stderr bytes.Buffer
 	if code := Main(context.Background(), []string{"--procs", "-1"}, &bytes.Buffer{}, &stderr, p); code != 2 ||
 		!strings.Contains(stderr.String(), "--procs must be ≥ 0 (0 = Go's default), got -1") {
 		t.Errorf("--procs -1: exit %d, stderr %q", code, stderr.String())

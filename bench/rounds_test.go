@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -51,17 +50,9 @@ func TestCompareRoundsTakesRatiosWithinRounds(t *testing.T) {
 }
 
 func TestMainRounds(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "r.json")
-	var stderr bytes.Buffer
 	p := Program{Name: "kahuna-bench", Targets: DefaultTargets()}
-	code := Main(context.Background(), []string{
-		"--compare", "embedded,mutex", "--rounds", "2", "--duration", "150ms", "--warmup", "20ms",
-		"--concurrency", "4", "--format", "json", "--output", out, "--progress=false",
-	}, &bytes.Buffer{}, &stderr, p)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, stderr.String())
-	}
-	doc, _ := readReport(t, out)
+	doc := mainJSON(t, p,
+		"--compare", "embedded,mutex", "--rounds", "2", "--duration", "150ms", "--warmup", "20ms", "--concurrency", "4")
 	var order []string
 	for _, r := range doc.Runs {
 		order = append(order, r.Target+string(rune('0'+r.Round)))
@@ -73,7 +64,7 @@ func TestMainRounds(t *testing.T) {
 		t.Fatalf("rounds %+v, comparison %+v", doc.Rounds, doc.Comparison)
 	}
 
-	stderr.Reset()
+	var stderr bytes.Buffer
 	if code := Main(context.Background(), []string{"--rounds", "0"}, &bytes.Buffer{}, &stderr, p); code != 2 ||
 		!strings.Contains(stderr.String(), "--rounds must be ≥ 1, got 0") {
 		t.Errorf("--rounds 0: exit %d, stderr %q", code, stderr.String())
