@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -354,6 +355,99 @@ func TestConcurrentWaitingLocksOverOneClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Over the framing, a waiting Lock the node serves waits in its lock
+// actor's queue with no goroutine of the node's parked on it (no worker
+// in actors' Ring.wait), is granted in its turn and leaves when its
+// caller does. Over gRPC each still parks one: the control, which shows
+// the count below sees parked waits.
+func TestWaitingLocksOverTheFramingParkNoGoroutine(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []kahuna.ClientOption
+		parked bool
+	}{{"framing", nil, false}, {"grpc", []kahuna.ClientOption{kahuna.WithGRPCOnly()}, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
+			c, err := kahuna.Dial(context.Background(), []string{"http://" + n.ListenAddress()}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			if r, err := c.TryLock(ctx, "park/r", []byte("holder"), time.Minute, kahuna.Ephemeral); err != nil || r.Status != kahuna.Locked {
+				t.Fatalf("holder: %+v, %v", r, err)
+			}
+			const waiters = 32
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			type answer struct {
+				owner string
+				lockAnswer
+			}
+			answers := make(chan answer, waiters)
+			for i := range waiters {
+				owner := fmt.Sprint("w", i)
+				go func() {
+					r, err := c.Lock(wctx, "park/r", []byte(owner), time.Minute, kahuna.WaitForever, kahuna.Ephemeral)
+					answers <- answer{owner, lockAnswer{r, err}}
+				}()
+			}
+			for deadline := time.Now().Add(10 * time.Second); n.Stats().Waiters < waiters; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d Locks waiting after 10 s", n.Stats().Waiters, waiters)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			parked := goroutinesIn("actors.(*Ring).wait(")
+			if tc.parked != (parked >= waiters) || !tc.parked && parked != 0 {
+				t.Fatalf("%d goroutines parked in the lock actors' wait for %d waiting Locks", parked, waiters)
+			}
+			if u, err := c.Unlock(ctx, "park/r", []byte("holder"), kahuna.Ephemeral); err != nil || u.Status != kahuna.Unlocked {
+				t.Fatalf("unlock: %+v, %v", u, err)
+			}
+			first := <-answers
+			if first.err != nil || first.r.Status != kahuna.Locked {
+				t.Fatalf("the first answer once the lock was released: %+v, %v; want a grant", first.r, first.err)
+			}
+			cancel()
+			for range waiters - 1 {
+				if got := <-answers; got.err == nil {
+					t.Fatalf("%s, its caller gone: %+v, want its context's error", got.owner, got.r)
+				}
+			}
+			for deadline := time.Now().Add(10 * time.Second); n.Stats().Waiters != 0; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d Locks still queued 10 s after their callers left", n.Stats().Waiters)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if info, g, err := c.Get(ctx, "park/r", kahuna.Ephemeral); err != nil || g.Status != kahuna.Got || string(info.Owner) != first.owner || info.FencingToken != first.r.FencingToken {
+				t.Fatalf("the lock after the others left: %+v (%s, token %d), %v; want held by %s with token %d", g, info.Owner, info.FencingToken, err, first.owner, first.r.FencingToken)
+			}
+		})
+	}
+}
+
+// goroutinesIn counts the goroutines whose stack has fn in it.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
 }
 
 // holdOnce waits for res, checks with Get that the node holds it for

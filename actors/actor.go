@@ -113,15 +113,17 @@ func (c *call) Committed(index uint64, err error) {
 
 // leave tells the actor that a waiting call's wait ended (waitOver: answer
 // it Busy if it is still queued) or that its caller is gone (answer
-// nothing). Ring.Do sends it; the call's flags make it right whenever it
-// arrives, before or after the call itself is handled. A gone caller's
-// leave is acknowledged on left once handled: from then on no grant
-// reaches the call unless it was answered before (or a persistent
-// hand-off to it was in flight, whose outcome is then unknown).
+// nothing; a DoAsync call is answered err). Ring.Do and DoAsync send it;
+// the call's flags make it right whenever it arrives, before or after the
+// call itself is handled. A gone caller's leave is acknowledged on left
+// (or by the answer err) once handled: from then on no grant reaches the
+// call unless it was answered before (or a persistent hand-off to it was
+// in flight, whose outcome is then unknown).
 type leave struct {
 	c        *call
 	waitOver bool
 	left     chan<- struct{}
+	err      error
 }
 
 // GetPriority implements actor.PriorityMessage: a leave keeps its place
@@ -1226,6 +1228,11 @@ func (a *lockActor) leave(m *leave) {
 		c.waitOver = true
 	} else {
 		c.gone = true
+		if c.async.done != nil {
+			// Answered now, from the actor, so that a release its
+			// caller sends after this answer comes after the leave.
+			defer c.async.ring.async.finish(c, Response{}, m.err)
+		}
 	}
 	s := a.entries[c.req.Resource]
 	if s == nil {

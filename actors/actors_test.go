@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,6 +161,9 @@ type fixture struct {
 	queued  chan string
 	waiting chan string     // a call joined a wait queue
 	timers  chan *fakeTimer // expiry timers set by the actors
+	// asyncWaits: startWait runs its waiting TryLock through DoAsync, not
+	// Do (a test run under TestWaitsAsync: see asyncWaitsTest).
+	asyncWaits bool
 }
 
 // fakeTimer is an expiry timer the test fires by hand.
@@ -210,6 +214,7 @@ func newFixture(t testing.TB, actors, toRemove int, tune ...func(*Config)) *fixt
 	}
 	t.Cleanup(ring.Close)
 	f.ring = ring
+	f.asyncWaits = strings.Contains(t.Name(), asyncWaitsTest)
 	return f
 }
 

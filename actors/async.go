@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kahunago/kahuna/lease"
 )
@@ -16,14 +17,22 @@ import (
 // until its write commits and wake it to send the answer: under load,
 // those wake-ups were most of a node's waiting for a processor.
 //
+// A waiting TryLock (Wait != 0) waits in its resource's queue as with Do,
+// with no goroutine parked on it: its grant is answered by the goroutine
+// that decides it (the release's, most often), and the end of its wait by
+// a timer. When ctx ends, or StopWaiting, the actor is told and answers it
+// (ctx.Err(), ErrClosed) once it has let it go, unless it was granted
+// first: a release its caller sends after that answer finds the lock as
+// the leave left it.
+//
 // When ctx ends first, done gets ctx.Err() at once and, as with Do, a
 // TryLock not decided yet is not granted. Close answers the calls still
 // pending ErrClosed. done must not block (it may run inside the actor)
-// and must not call the Ring on its goroutine. req must not wait (Wait 0)
-// or name several locks (Also nil): those go through Do.
+// and must not call the Ring on its goroutine. req must not name several
+// locks (Also nil): those go through Do.
 func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, error)) {
-	if req.Wait != 0 || req.Also != nil {
-		panic("actors: DoAsync of a request that waits or names several locks")
+	if req.Also != nil {
+		panic("actors: DoAsync of a request that names several locks")
 	}
 	if r.closed.Load() {
 		done(Response{}, ErrClosed)
@@ -39,14 +48,39 @@ func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, err
 	// call carries its answer's function, so a call is one allocation.
 	c := &call{req: req}
 	c.async = asyncCall{ring: r, done: done, ctx: ctx}
+	waits := req.Op == lease.TryLock && req.Wait != 0
+	if waits {
+		c.async.waits = true
+		// The call outlives the request: not the caller's buffer.
+		c.req.Owner = append([]byte(nil), c.req.Owner...)
+		if req.Wait > 0 {
+			pid := r.pids[i]
+			// Set before the call is registered or sent: finish stops it.
+			c.async.timer = time.AfterFunc(req.Wait, func() {
+				r.system.Root.Send(pid, &leave{c: c, waitOver: true})
+			})
+		}
+	}
 	// Posted even if ctx has ended (answered then), as Do posts it: the
 	// actor counts it (enter) and skips an abandoned TryLock.
-	r.async.add(c)
+	stopped := r.async.add(c)
 	if r.closed.Load() { // Close may have passed over it
 		r.async.finish(c, Response{}, ErrClosed)
 		return
 	}
 	r.actors[i].mailbox.postInline(c)
+	if waits && stopped {
+		r.leaveAsync(c, ErrClosed) // StopWaiting came first
+	}
+}
+
+// leaveAsync tells the actor that the waiting DoAsync call c is to leave
+// its queue, to be answered err unless it was granted first.
+func (r *Ring) leaveAsync(c *call, err error) {
+	r.system.Root.Send(r.route(c.req.Resource), &leave{c: c, err: err})
+	if r.onLeave != nil {
+		r.onLeave(c.req.Resource)
+	}
 }
 
 // answered takes the actor's answer to c, a DoAsync call, on the actor's
@@ -57,7 +91,14 @@ func (r *Ring) answered(c *call, resp Response) {
 		return
 	}
 	// Rare (a new reign's first grants, a longer TTL than any before):
-	// wait for the raise as Do does, off the actor.
+	// wait for the raise as Do does, off the actor. Not for a waiting
+	// call already told to leave (it is not granted: answer why it left);
+	// else the goroutine's Do answers it, with its own withdrawal, and the
+	// end of ctx no longer does (raising).
+	if err, leaving := r.async.raising(c); leaving {
+		r.async.finish(c, Response{}, err)
+		return
+	}
 	ctx := c.async.ctx
 	go func() {
 		select {
@@ -81,9 +122,13 @@ type asyncCall struct {
 	done     func(Response, error)
 	ctx      context.Context
 	answered atomic.Bool
+	waits    bool        // a waiting TryLock
+	timer    *time.Timer // its end of wait; set before it is registered
 
 	group      *ctxCalls // nil: not pending
 	prev, next *call
+	leaveErr   error // in asyncCalls.leaving: the answer if not granted
+	raise      bool  // answered by a goroutine that waits for a raise
 }
 
 // asyncCalls are DoAsync's calls not answered yet, so that Close can
@@ -99,6 +144,10 @@ type asyncCalls struct {
 	mu       sync.Mutex
 	byDone   map[<-chan struct{}]*ctxCalls
 	unending ctxCalls // calls whose context cannot end
+	// leaving are waiting calls whose context ended, or that StopWaiting
+	// ended, told to leave their queues: the actor answers each.
+	leaving        ctxCalls
+	stoppedWaiting bool // StopWaiting was called
 }
 
 // ctxCalls are the calls pending on one context, linked through their
@@ -144,18 +193,19 @@ func (g *ctxCalls) take() []*call {
 	return calls
 }
 
-// add registers c, unless it is answered already.
-func (s *asyncCalls) add(c *call) {
+// add registers c, unless it is answered already, and reports whether
+// StopWaiting was called.
+func (s *asyncCalls) add(c *call) (stoppedWaiting bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.async.answered.Load() {
-		return
+		return s.stoppedWaiting
 	}
 	ctx := c.async.ctx
 	done := ctx.Done()
 	if done == nil {
 		s.unending.push(c)
-		return
+		return s.stoppedWaiting
 	}
 	g := s.byDone[done]
 	if g == nil {
@@ -169,18 +219,35 @@ func (s *asyncCalls) add(c *call) {
 		g.stop = context.AfterFunc(ctx, func() { s.ended(done, g) })
 	}
 	g.push(c)
+	return s.stoppedWaiting
 }
 
 // ended answers the calls of g, whose context has ended (done is
-// closed), each with its context's error.
+// closed), each with its context's error. A waiting call is told to
+// leave instead, and answered by its actor; one waiting for a raise is
+// answered by the goroutine that waits.
 func (s *asyncCalls) ended(done <-chan struct{}, g *ctxCalls) {
 	s.mu.Lock()
 	if s.byDone[done] == g {
 		delete(s.byDone, done)
 	}
-	calls := g.take()
+	var now, leave []*call
+	for _, c := range g.take() {
+		switch {
+		case c.async.raise:
+		case c.async.waits:
+			c.async.leaveErr = c.async.ctx.Err()
+			s.leaving.push(c)
+			leave = append(leave, c)
+		default:
+			now = append(now, c)
+		}
+	}
 	s.mu.Unlock()
-	for _, c := range calls {
+	for _, c := range leave {
+		c.async.ring.leaveAsync(c, c.async.leaveErr)
+	}
+	for _, c := range now {
 		if c.req.Op == lease.TryLock {
 			c.abandoned.Store(true) // see Do
 		}
@@ -188,11 +255,63 @@ func (s *asyncCalls) ended(done <-chan struct{}, g *ctxCalls) {
 	}
 }
 
+// stopWaiting tells every waiting call, and those that come, to leave
+// their queues (Ring.StopWaiting); their actors answer them ErrClosed.
+func (s *asyncCalls) stopWaiting() {
+	s.mu.Lock()
+	s.stoppedWaiting = true
+	var leave []*call
+	var stops []func() bool
+	move := func(g *ctxCalls) {
+		for c := g.head; c != nil; {
+			next := c.async.next
+			if c.async.waits && !c.async.raise {
+				g.remove(c)
+				c.async.leaveErr = ErrClosed
+				s.leaving.push(c)
+				leave = append(leave, c)
+			}
+			c = next
+		}
+	}
+	move(&s.unending)
+	for done, g := range s.byDone {
+		move(g)
+		if g.n == 0 {
+			delete(s.byDone, done)
+			stops = append(stops, g.stop)
+		}
+	}
+	s.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	for _, c := range leave {
+		c.async.ring.leaveAsync(c, ErrClosed)
+	}
+}
+
+// raising reports whether c, answered with a raise to wait for, is leaving
+// (and why) or answered already; if not, it marks c as answered by the
+// goroutine that waits for the raise, not by the end of its context.
+func (s *asyncCalls) raising(c *call) (err error, leaving bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.async.group == &s.leaving || c.async.answered.Load() {
+		return c.async.leaveErr, true
+	}
+	c.async.raise = true
+	return nil, false
+}
+
 // finish gives c its answer unless it has one.
 func (s *asyncCalls) finish(c *call, resp Response, err error) {
 	a := &c.async
 	if !a.answered.CompareAndSwap(false, true) {
 		return
+	}
+	if a.timer != nil {
+		a.timer.Stop()
 	}
 	var stop func() bool
 	s.mu.Lock()
@@ -216,6 +335,7 @@ func (s *asyncCalls) finish(c *call, resp Response, err error) {
 func (s *asyncCalls) closeAll() {
 	s.mu.Lock()
 	pending := s.unending.take()
+	pending = append(pending, s.leaving.take()...)
 	for _, g := range s.byDone {
 		g.stop()
 		pending = append(pending, g.take()...)
@@ -224,6 +344,9 @@ func (s *asyncCalls) closeAll() {
 	s.mu.Unlock()
 	for _, c := range pending {
 		if c.async.answered.CompareAndSwap(false, true) {
+			if t := c.async.timer; t != nil {
+				t.Stop()
+			}
 			c.async.done(Response{}, ErrClosed)
 		}
 	}

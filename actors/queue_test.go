@@ -25,14 +25,65 @@ func (f *fixture) waitFor(t *testing.T, ctx context.Context, res, owner string, 
 
 func (f *fixture) startWait(ctx context.Context, res, owner string, wait time.Duration, d lease.Durability) <-chan Response {
 	ch := make(chan Response, 1)
-	go func() {
-		resp, err := f.ring.Do(ctx, Request{Request: lease.Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Wait: wait}, Partition: 1})
+	req := Request{Request: lease.Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: d, Wait: wait}, Partition: 1}
+	f.waitCall(ctx, req, func(resp Response, err error) {
 		if err != nil {
 			resp = Response{Status: lease.Status(-1)} // a call error: no status
 		}
 		ch <- resp
-	}()
+	})
 	return ch
+}
+
+// waitCall runs the waiting request req as the fixture's waits run: on
+// a goroutine of its own through Do, or through DoAsync under
+// TestWaitsAsync. answer gets its answer once and must not block.
+func (f *fixture) waitCall(ctx context.Context, req Request, answer func(Response, error)) {
+	if f.asyncWaits {
+		f.ring.DoAsync(ctx, req, answer)
+		return
+	}
+	go func() { answer(f.ring.Do(ctx, req)) }()
+}
+
+// asyncWaitsTest names the test under which the fixture's waiting
+// TryLocks go through DoAsync.
+const asyncWaitsTest = "TestWaitsAsync/"
+
+// TestWaitsAsync runs the wait queue's tests with every waiting TryLock
+// started by DoAsync, whose wait no goroutine sits in: its grant, the end
+// of its wait, its caller's leaving and StopWaiting must come out as Do's.
+func TestWaitsAsync(t *testing.T) {
+	for _, test := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"WaitersGrantedInFIFOOrderOnRelease", TestWaitersGrantedInFIFOOrderOnRelease},
+		{"ExpiredHolderWakesHeadByTimer", TestExpiredHolderWakesHeadByTimer},
+		{"ExtendedHolderKeepsLockAgainstOldTimer", TestExtendedHolderKeepsLockAgainstOldTimer},
+		{"WaiterLeavesOnCancel", TestWaiterLeavesOnCancel},
+		{"LeavingWaiterNeverHoldsUnseen", TestLeavingWaiterNeverHoldsUnseen},
+		{"WaiterLeavingBehindWriteIsDropped", TestWaiterLeavingBehindWriteIsDropped},
+		{"WaitEndsBusy", TestWaitEndsBusy},
+		{"FullQueueAnswersBusyAtOnce", TestFullQueueAnswersBusyAtOnce},
+		{"DropPartitionAnswersWaitersMustRetry", TestDropPartitionAnswersWaitersMustRetry},
+		{"NotServingAnswersWaitersMustRetry", TestNotServingAnswersWaitersMustRetry},
+		{"PersistentHandOffNotCommittedKeepsHead", TestPersistentHandOffNotCommittedKeepsHead},
+		{"SameOwnerWaitingTryLockKeepsGrant", TestSameOwnerWaitingTryLockKeepsGrant},
+		{"HandOffAcrossDurabilities", TestHandOffAcrossDurabilities},
+		{"WaiterLeavingDuringFailedHandOffIsDropped", TestWaiterLeavingDuringFailedHandOffIsDropped},
+		{"HandOffUnknownButCommittedKeepsEarliestWait", TestHandOffUnknownButCommittedKeepsEarliestWait},
+		{"HandOffUnknownNeverAnsweredNotGranted", TestHandOffUnknownNeverAnsweredNotGranted},
+		{"HandOffUnknownThenRegrantFenced", TestHandOffUnknownThenRegrantFenced},
+		{"UnsafeUnsureNotGranted", TestUnsafeUnsureNotGranted},
+		{"StopWaitingEndsWaits", TestStopWaitingEndsWaits},
+		{"SemaphoreQueueIsFirstComeFirstServed", TestSemaphoreQueueIsFirstComeFirstServed},
+		{"SemaphoreWaiterWokenWhenThePermitItNeedsLapses", TestSemaphoreWaiterWokenWhenThePermitItNeedsLapses},
+		{"SemaphoreHeadLeavingLetsTheNextIn", TestSemaphoreHeadLeavingLetsTheNextIn},
+		{"SemaphoreReloadedFromItsRecord", TestSemaphoreReloadedFromItsRecord},
+	} {
+		t.Run(test.name, test.fn)
+	}
 }
 
 // sync returns once the actor of res has handled everything sent to it
@@ -680,10 +731,8 @@ func TestStopWaitingEndsWaits(t *testing.T) {
 	}
 	wait := func() <-chan error {
 		errs := make(chan error, 1)
-		go func() {
-			_, err := f.ring.Do(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("w"), TTL: time.Minute, Durability: lease.Ephemeral, Wait: lease.WaitForever}, Partition: 1})
-			errs <- err
-		}()
+		f.waitCall(context.Background(), Request{Request: lease.Request{Op: lease.TryLock, Resource: "r", Owner: []byte("w"), TTL: time.Minute, Durability: lease.Ephemeral, Wait: lease.WaitForever}, Partition: 1},
+			func(_ Response, err error) { errs <- err })
 		return errs
 	}
 	ended := func(what string, errs <-chan error) {

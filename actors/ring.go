@@ -507,7 +507,10 @@ func (r *Ring) withdraw(c *call, pid *actor.PID, err error) (Response, error) {
 // per-call context would do the same at the price of a context and a
 // registration with the owner's for every waiting call.
 func (r *Ring) StopWaiting() {
-	r.unwaitOnce.Do(func() { close(r.unwait) })
+	r.unwaitOnce.Do(func() {
+		close(r.unwait)
+		r.async.stopWaiting()
+	})
 }
 
 // DropPartition makes every actor forget its cached entries of partition p

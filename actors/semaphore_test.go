@@ -31,13 +31,12 @@ func (f *fixture) waitPermits(t *testing.T, ctx context.Context, owner string, n
 	ch := make(chan Response, 1)
 	ctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop) // a failed test's waiters leave with it
-	go func() {
-		resp, err := f.ring.Do(ctx, permitReq(lease.TryLock, owner, n, limit, lease.WaitForever))
+	f.waitCall(ctx, permitReq(lease.TryLock, owner, n, limit, lease.WaitForever), func(resp Response, err error) {
 		if err != nil {
 			resp = Response{Status: lease.Status(-1)}
 		}
 		ch <- resp
-	}()
+	})
 	if got := <-f.waiting; got != pool {
 		t.Fatalf("queued on %q", got)
 	}

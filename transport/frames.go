@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -90,6 +91,7 @@ func framesMethod(kind byte) (string, bool) {
 type frameConn struct {
 	conn net.Conn
 	r    *bufio.Reader
+	raw  syscall.RawConn // conn's socket, for writeNow; nil: not a plain socket
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -309,7 +311,7 @@ func (s *Server) serveFrames(c net.Conn) {
 	}
 	defer s.frames.remove(c)
 	defer c.Close()
-	f := &frameConn{conn: c, r: bufio.NewReaderSize(c, frameReadBuffer)}
+	f := &frameConn{conn: c, r: bufio.NewReaderSize(c, frameReadBuffer), raw: rawConnOf(c)}
 	// The hello is bounded as the sniff was: a silent connection holds
 	// nothing for long.
 	timeout := s.opts.SniffTimeout

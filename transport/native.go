@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -230,6 +231,47 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this node does not wait on the server")
 	}
+	r, c, why := lockRequestOf(req)
+	var (
+		res lease.Result
+		err error
+	)
+	if why == "" {
+		res, err = s.callLock(wctx, wl, c)
+	}
+	return s.lockAnswer(wctx, r, why, res, err, start)
+}
+
+// lockAsync starts req, a Lock, on al with no goroutine waiting for its
+// outcome (internal/node's DoAsync), if al takes it: answer then gets
+// what lockOn would return, once, on the goroutine that has it, and must
+// not block. False: nothing was started (run the Lock with lockOn).
+func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockRequest, answer func(*v1.LockResponse, error)) (taken bool) {
+	start := time.Now()
+	r, c, why := lockRequestOf(req)
+	if why != "" {
+		return false
+	}
+	var answered atomic.Bool
+	done := func(_ lease.LockInfo, res lease.Result, err error) {
+		if answered.CompareAndSwap(false, true) {
+			answer(s.lockAnswer(wctx, r, "", res, err, start))
+		}
+	}
+	var panicked error
+	defer func() {
+		if panicked != nil {
+			taken = true
+			done(lease.LockInfo{}, lease.Result{}, panicked)
+		}
+	}()
+	defer s.recovered(&c, true, &panicked)
+	return al.DoAsync(wctx, c, done)
+}
+
+// lockRequestOf is the Lock req as a lease request, checked (c), or why
+// it is refused.
+func lockRequestOf(req *v1.LockRequest) (r lease.Request, c lease.Checked, why string) {
 	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
 	if req.GetTtlMs() > lease.MaxTTL.Milliseconds() {
 		ttl = lease.MaxTTL + time.Millisecond // no overflow: still over the limit
@@ -243,7 +285,7 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 	case ms < -1:
 		wait = -2 // invalid
 	}
-	r := lease.Request{Op: lease.TryLock, Resource: req.GetResource(), Owner: req.GetOwner(), TTL: ttl,
+	r = lease.Request{Op: lease.TryLock, Resource: req.GetResource(), Owner: req.GetOwner(), TTL: ttl,
 		Durability: lease.Durability(req.GetDurability()), Wait: wait,
 		Permits: int(req.GetPermits()), Limit: int(req.GetLimit()), Shared: req.GetShared(), Resize: req.GetResize()}
 	if n := req.GetNewOwner(); len(n) > 0 { // a proclaim
@@ -264,20 +306,23 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 	if !lease.ValidWait(wait) {
 		r.Wait = 0 // said below, in the wire's unit
 	}
-	resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
-	var res lease.Result
-	c, why := r.Check()
+	c, why = r.Check()
 	if why == "" && !utf8.ValidString(r.Resource) {
 		why = "resource is not valid UTF-8"
 	}
 	if why == "" && !lease.ValidWait(wait) {
 		why = fmt.Sprintf("wait_ms %d is out of range (-1: until the call's deadline, or 0 to %d)", req.GetWaitMs(), lease.MaxWait.Milliseconds())
 	}
+	return r, c, why
+}
+
+// lockAnswer is the answer to the Lock r, refused for why or run with
+// the outcome res and err, on wctx (see lockOn), and reports it.
+func (s *Server) lockAnswer(wctx context.Context, r lease.Request, why string, res lease.Result, err error, start time.Time) (*v1.LockResponse, error) {
+	resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
 	if why != "" {
 		res.Status, resp.Reason = lease.InvalidInput, why
 	} else {
-		var err error
-		res, err = s.callLock(wctx, wl, c)
 		if err != nil {
 			if wctx.Err() != nil && context.Cause(wctx) != errWaitDrained {
 				return nil, status.FromContextError(wctx.Err()).Err()

@@ -28,6 +28,13 @@ type lockJob struct {
 	cancel context.CancelCauseFunc
 }
 
+// sendNower is a LockStream that can send an answer without waiting:
+// sendNow sends it, or reports false at once when the connection would
+// make it wait (or another send is under way), and nothing was sent.
+type sendNower interface {
+	sendNow(*v1.LockStreamResponse) bool
+}
+
 // errWithdrawn ends a Lock withdrawn by a cancel message.
 var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel message")
 
@@ -37,6 +44,14 @@ var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel mes
 // (cancels must get through however many Locks wait). Each Lock's context
 // is the stream's, ended on its own by a cancel message; its wait is also
 // ended by shutdown.
+//
+// On the framing over a plain socket (sendNower), a Lock the node serves
+// itself waits with no goroutine at all (lockAsync): it is answered by the
+// goroutine that decides it, a hot lock's grant by the release's, which
+// writes it with one system call that never waits, or hands it to a
+// goroutine of its own when the socket is full. A peer that stopped
+// reading so never holds a lock actor, and a hand-off does not wait for a
+// worker to wake (docs/benchmarks.md).
 func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	ctx := stream.Context()
 	var (
@@ -94,6 +109,48 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 	workers := newWorkers(serve, nil)
 	defer workers.close()
 
+	al, async := l.(asyncLocker)
+	now, canSendNow := stream.(sendNower)
+	async = async && canSendNow
+	// answerAsync is serve's end for a Lock started by lockAsync; it runs
+	// where the answer is decided and must not wait.
+	answerAsync := func(j lockJob, resp *v1.LockResponse, err error) {
+		mu.Lock()
+		delete(inflight, j.id)
+		mu.Unlock()
+		withdrawn := context.Cause(j.ctx) == errWithdrawn
+		j.cancel(nil)
+		var m *v1.LockStreamResponse
+		switch {
+		case err == nil:
+			m = &v1.LockStreamResponse{RequestId: j.id, Lock: resp}
+		case withdrawn:
+			m = &v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
+				Reason: "withdrawn by a cancel message", ServedFrom: s.opts.NodeName}}
+		default:
+			wg.Done() // the stream is gone: no answer is due
+			return
+		}
+		if sendMu.TryLock() {
+			sent := now.sendNow(m)
+			sendMu.Unlock()
+			if sent {
+				wg.Done()
+				return
+			}
+		}
+		go func() {
+			defer wg.Done()
+			send(m)
+		}()
+	}
+	start := func(j lockJob) {
+		if async && s.lockAsync(j.ctx, al, j.req, func(resp *v1.LockResponse, err error) { answerAsync(j, resp, err) }) {
+			return
+		}
+		workers.run(j)
+	}
+
 	// answerNow answers a message that waits for nothing; called with mu
 	// held, so wg.Add is ordered before the drain's wg.Wait.
 	answerNow := func(id int64, st lease.Status, reason string) {
@@ -113,6 +170,10 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 				return
 			}
 			id := m.GetRequestId()
+			var (
+				job     lockJob
+				started bool
+			)
 			mu.Lock()
 			switch {
 			case stopping:
@@ -135,9 +196,13 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 				}
 				inflight[id] = cancel
 				wg.Add(1)
-				workers.run(lockJob{id: id, req: m.GetLock(), ctx: callCtx, cancel: cancel})
+				job, started = lockJob{id: id, req: m.GetLock(), ctx: callCtx, cancel: cancel}, true
 			}
 			mu.Unlock()
+			if started {
+				// Not under mu: a Lock started here may be answered here.
+				start(job)
+			}
 		}
 	}()
 

@@ -297,8 +297,8 @@ func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 
 // DoAsync runs c as Do does and hands the outcome to done, with no
 // goroutine waiting for it (actors.Ring.DoAsync), when this node serves
-// c's partition and c is a TryLock, Extend or Unlock of one lock that does
-// not wait. Otherwise it does nothing and reports false: run c with Do.
+// c's partition and c is a TryLock (waiting or not), Extend or Unlock of
+// one lock. Otherwise it does nothing and reports false: run c with Do.
 // done runs on the goroutine that has the outcome and must not block.
 func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
 	return n.doAsync(ctx, c, false, done)
@@ -307,7 +307,7 @@ func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.Loc
 func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, done func(lease.LockInfo, lease.Result, error)) bool {
 	req := c.Request()
 	switch {
-	case req.Op == lease.Get, req.Wait != 0, req.Also != nil, n.paused.Load() != nil:
+	case req.Op == lease.Get, req.Also != nil, n.paused.Load() != nil:
 		return false
 	}
 	p := partition.Of(req.Resource, n.cfg.Partitions)
@@ -325,9 +325,10 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, don
 	t := n.startRequest(ctx, forwarded)
 	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, func(resp actors.Response, err error) {
 		var r lease.Result
-		if errors.Is(err, actors.ErrClosed) {
-			err = ErrClosed // in flight: it may have applied
-		} else {
+		switch {
+		case errors.Is(err, actors.ErrClosed), err != nil && req.Wait != 0 && ctx.Err() == nil:
+			err = ErrClosed // in flight, or left as the node closed: it may have applied
+		case err == nil:
 			r = resultOf(resp)
 		}
 		n.endRequest(ctx, &t, req, r, err)

@@ -1,0 +1,98 @@
+package transport
+
+import (
+	"encoding/binary"
+	"net"
+	"syscall"
+
+	"google.golang.org/grpc/mem"
+
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+)
+
+// A frame written "now" is written by a goroutine that must not wait on
+// the connection: a lock actor's, handing a released lock to a waiter on
+// another connection. A peer that stopped reading fills its socket, and a
+// write that waited for room would hold the actor, and every lock it
+// serves, for up to frameWriteTimeout. So such a frame gets one write
+// system call, never a wait: taken whole, it is sent; not taken at all,
+// the caller sends it the usual way from a goroutine that may wait; taken
+// in part, the rest follows from a goroutine of its own, before any other
+// frame (it holds the write lock until then).
+
+// rawConnOf is c's socket for writes that must not wait, or nil when c is
+// not a plain socket (TLS, a pipe): its frames are then never sent now.
+func rawConnOf(c net.Conn) syscall.RawConn {
+	if pc, ok := c.(*prefixConn); ok {
+		c = pc.Conn
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// writeOnce makes one write system call of b on rc and returns how many
+// bytes it took (0 when none: the socket is full, or broken, which the
+// next write that may wait reports).
+func writeOnce(rc syscall.RawConn, b []byte) int {
+	var n int
+	err := rc.Write(func(fd uintptr) bool {
+		n, _ = syscall.Write(int(fd), b)
+		return true // one attempt: never wait for the socket
+	})
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// writeNow sends one frame holding data without waiting on the
+// connection, and reports whether it did (see above). failed is called
+// if the rest of a frame taken in part cannot be written.
+func (f *frameConn) writeNow(data mem.BufferSlice, failed func()) bool {
+	n := data.Len()
+	if f.raw == nil || uint64(n) >= frameEnd || !f.wmu.TryLock() {
+		return false
+	}
+	b := binary.BigEndian.AppendUint32(f.wbuf[:0], uint32(n))
+	for _, d := range data {
+		b = append(b, d.ReadOnlyData()...)
+	}
+	f.wbuf = b
+	switch k := writeOnce(f.raw, b); {
+	case k == len(b):
+		f.wmu.Unlock()
+		return true
+	case k == 0:
+		f.wmu.Unlock()
+		return false
+	default:
+		rest := b[k:] // f.wbuf, not touched by others until the unlock
+		go func() {
+			defer f.wmu.Unlock()
+			if f.send(rest) != nil {
+				failed()
+			}
+		}()
+		return true
+	}
+}
+
+// sendNow implements sendNower: a framed LockStream over a plain socket.
+func (l lockServerFrames) sendNow(m *v1.LockStreamResponse) bool {
+	if l.raw == nil {
+		return false
+	}
+	data, err := serverCodec{}.Marshal(m)
+	if err != nil {
+		return false
+	}
+	defer data.Free()
+	return l.writeNow(data, l.cancel)
+}
