@@ -25,8 +25,8 @@ import (
 // first: a release its caller sends after that answer finds the lock as
 // the leave left it.
 //
-// When ctx ends first, done gets ctx.Err() at once and, as with Do, a
-// TryLock not decided yet is not granted. Close answers the calls still
+// A call that does not wait is answered ctx.Err() at once when ctx ends
+// first and, as with Do, a TryLock not decided yet is then not granted. Close answers the calls still
 // pending ErrClosed. done must not block (it may run inside the actor)
 // and must not call the Ring on its goroutine. req must not name several
 // locks (Also nil): those go through Do.

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,5 +226,44 @@ func TestDoAsyncTakesAnyContext(t *testing.T) {
 	p.c.Committed(f.backend.apply(p.rec))
 	if rec := f.backend.store["r"]; rec.Locked {
 		t.Fatalf("stored %+v: a TryLock was granted after its context ended", rec)
+	}
+}
+
+// A waiting TryLock started by DoAsync that needs a raise of its
+// partition's TTL bound waits for the raise and is then granted; one
+// whose caller leaves while the raise is under way is answered its
+// context's error and is not granted once the raise is done.
+func TestDoAsyncWaitThroughARaise(t *testing.T) {
+	for _, leave := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leave=%v", leave), func(t *testing.T) {
+			w := &slowRaise{asked: make(chan struct{}, 1), raised: make(chan struct{})}
+			w.ttl.Store(int64(time.Second))
+			f := newFixture(t, 1, 100, func(c *Config) { c.Tokens = w })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			a := newAsyncAnswers(t)
+			req := asyncReq(lease.TryLock, "r", "a", lease.Ephemeral)
+			req.Wait = lease.WaitForever
+			f.ring.DoAsync(ctx, req, a.done)
+			<-w.asked // its TTL is over the bound: it waits for the raise
+			if leave {
+				cancel()
+				if _, err := a.wait(t); !errors.Is(err, context.Canceled) {
+					t.Fatalf("left during the raise: %v, want context.Canceled", err)
+				}
+			}
+			w.ttl.Store(int64(time.Hour))
+			close(w.raised)
+			if leave {
+				f.sync(t, "r")
+				if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.LockDoesNotExist {
+					t.Fatalf("after the raise: %+v, want free: the caller had left", r)
+				}
+				return
+			}
+			if resp, err := a.wait(t); err != nil || resp.Status != lease.Locked {
+				t.Fatalf("after the raise: %+v, %v; want Locked", resp, err)
+			}
+		})
 	}
 }

@@ -87,9 +87,9 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		// A failed Send means the stream is broken: Recv reports it.
 		_ = stream.Send(resp)
 	}
-	serve := func(j lockJob) {
-		defer wg.Done()
-		resp, err := s.lockOn(j.ctx, l, j.req)
+	// finished ends Lock j, which lockOn or lockAsync answered resp or
+	// err: its answer, or nil when none is due (the stream is gone).
+	finished := func(j lockJob, resp *v1.LockResponse, err error) *v1.LockStreamResponse {
 		mu.Lock()
 		delete(inflight, j.id)
 		mu.Unlock()
@@ -97,14 +97,21 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		j.cancel(nil)
 		switch {
 		case err == nil: // a grant that came before a cancel message is answered too
-			send(&v1.LockStreamResponse{RequestId: j.id, Lock: resp})
+			return &v1.LockStreamResponse{RequestId: j.id, Lock: resp}
 		case withdrawn:
 			// The client waits for this before it cleans up: its release,
 			// sent after, finds the lock as the withdrawal left it.
-			send(&v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
-				Reason: "withdrawn by a cancel message", ServedFrom: s.opts.NodeName}})
+			return &v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
+				Reason: "withdrawn by a cancel message", ServedFrom: s.opts.NodeName}}
 		}
-		// Else the stream is gone: no answer is due.
+		return nil
+	}
+	serve := func(j lockJob) {
+		defer wg.Done()
+		resp, err := s.lockOn(j.ctx, l, j.req)
+		if m := finished(j, resp, err); m != nil {
+			send(m)
+		}
 	}
 	workers := newWorkers(serve, nil)
 	defer workers.close()
@@ -115,20 +122,9 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 	// answerAsync is serve's end for a Lock started by lockAsync; it runs
 	// where the answer is decided and must not wait.
 	answerAsync := func(j lockJob, resp *v1.LockResponse, err error) {
-		mu.Lock()
-		delete(inflight, j.id)
-		mu.Unlock()
-		withdrawn := context.Cause(j.ctx) == errWithdrawn
-		j.cancel(nil)
-		var m *v1.LockStreamResponse
-		switch {
-		case err == nil:
-			m = &v1.LockStreamResponse{RequestId: j.id, Lock: resp}
-		case withdrawn:
-			m = &v1.LockStreamResponse{RequestId: j.id, Lock: &v1.LockResponse{Status: v1.Status(lease.Aborted),
-				Reason: "withdrawn by a cancel message", ServedFrom: s.opts.NodeName}}
-		default:
-			wg.Done() // the stream is gone: no answer is due
+		m := finished(j, resp, err)
+		if m == nil {
+			wg.Done()
 			return
 		}
 		if sendMu.TryLock() {
