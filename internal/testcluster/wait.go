@@ -35,7 +35,9 @@ func Settled(tb testing.TB, op func() (kahuna.Result, error)) kahuna.Result {
 			return r
 		}
 		if time.Now().After(deadline) {
-			tb.Fatal("still MustRetry after 20s")
+			// Why, so a failure under load says which wait it was (no
+			// leader, a takeover, a forward not sent, backpressure).
+			tb.Fatalf("still MustRetry after 20s: %q", r.Reason)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
