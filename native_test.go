@@ -357,24 +357,33 @@ func TestConcurrentWaitingLocksOverOneClient(t *testing.T) {
 	}
 }
 
-// Over the framing, a waiting Lock the node serves waits in its lock
-// actor's queue with no goroutine of the node's parked on it (no worker
-// in actors' Ring.wait), is granted in its turn and leaves when its
-// caller does. Over gRPC each still parks one: the control, which shows
-// the count below sees parked waits.
-func TestWaitingLocksOverTheFramingParkNoGoroutine(t *testing.T) {
+// On a LockStream (kahuna's framing, or gRPC), a waiting Lock the node
+// serves waits in its lock actor's queue with no goroutine of the node's
+// parked on it (no worker in actors' Ring.wait), is granted in its turn
+// and leaves when its caller does. Called on the node in process, each
+// Lock parks its caller there: the control, which shows the count below
+// sees parked waits.
+func TestWaitingLocksOnALockStreamParkNoGoroutine(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		opts   []kahuna.ClientOption
+		opts   []kahuna.ClientOption // nil: the node itself
 		parked bool
-	}{{"framing", nil, false}, {"grpc", []kahuna.ClientOption{kahuna.WithGRPCOnly()}, true}} {
+	}{
+		{"framing", []kahuna.ClientOption{}, false},
+		{"grpc", []kahuna.ClientOption{kahuna.WithGRPCOnly()}, false},
+		{"in-process", nil, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
-			c, err := kahuna.Dial(context.Background(), []string{"http://" + n.ListenAddress()}, tc.opts...)
-			if err != nil {
-				t.Fatal(err)
+			var c kahuna.WaitLocker = n
+			if tc.opts != nil {
+				client, err := kahuna.Dial(context.Background(), []string{"http://" + n.ListenAddress()}, tc.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer client.Close()
+				c = client
 			}
-			defer c.Close()
 			ctx := context.Background()
 			if r, err := c.TryLock(ctx, "park/r", []byte("holder"), time.Minute, kahuna.Ephemeral); err != nil || r.Status != kahuna.Locked {
 				t.Fatalf("holder: %+v, %v", r, err)

@@ -45,13 +45,13 @@ var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel mes
 // is the stream's, ended on its own by a cancel message; its wait is also
 // ended by shutdown.
 //
-// On the framing over a plain socket (sendNower), a Lock the node serves
-// itself waits with no goroutine at all (lockAsync): it is answered by the
-// goroutine that decides it, a hot lock's grant by the release's, which
-// writes it with one system call that never waits, or hands it to a
-// goroutine of its own when the socket is full. A peer that stopped
-// reading so never holds a lock actor, and a hand-off does not wait for a
-// worker to wake (docs/benchmarks.md).
+// A Lock the node serves itself waits with no goroutine at all
+// (lockAsync): it is answered by the goroutine that decides it, a hot
+// lock's grant by the release's. On the framing over a plain socket
+// (sendNower) that goroutine writes the answer with one system call that
+// never waits; otherwise, or when the socket is full, a goroutine of its
+// own sends it. A peer that stopped reading so never holds a lock actor
+// (docs/benchmarks.md).
 func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	ctx := stream.Context()
 	var (
@@ -118,7 +118,6 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 
 	al, async := l.(asyncLocker)
 	now, canSendNow := stream.(sendNower)
-	async = async && canSendNow
 	// answerAsync is serve's end for a Lock started by lockAsync; it runs
 	// where the answer is decided and must not wait.
 	answerAsync := func(j lockJob, resp *v1.LockResponse, err error) {
@@ -127,7 +126,7 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 			wg.Done()
 			return
 		}
-		if sendMu.TryLock() {
+		if canSendNow && sendMu.TryLock() {
 			sent := now.sendNow(m)
 			sendMu.Unlock()
 			if sent {
