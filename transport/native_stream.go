@@ -38,20 +38,21 @@ type sendNower interface {
 // errWithdrawn ends a Lock withdrawn by a cancel message.
 var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel message")
 
-// lockStream serves one LockStream on l. Every Lock runs on a goroutine of
-// its own (one of the stream's workers), as a unary Lock does, so a wait
-// never holds up the stream's other messages, and the reader keeps reading
-// (cancels must get through however many Locks wait). Each Lock's context
-// is the stream's, ended on its own by a cancel message; its wait is also
-// ended by shutdown.
+// lockStream serves one LockStream on l. A wait never holds up the
+// stream's other messages, and the reader keeps reading (cancels must get
+// through however many Locks wait). Each Lock's context is the stream's,
+// ended on its own by a cancel message; its wait is also ended by
+// shutdown.
 //
-// A Lock the node serves itself waits with no goroutine at all
-// (lockAsync): it is answered by the goroutine that decides it, a hot
-// lock's grant by the release's. On the framing over a plain socket
-// (sendNower) that goroutine writes the answer with one system call that
-// never waits; otherwise, or when the socket is full, a goroutine of its
-// own sends it. A peer that stopped reading so never holds a lock actor
-// (docs/benchmarks.md).
+// A Lock that l cannot run without a goroutine (one of another member's
+// partition, a lock of several names) runs on one of the stream's
+// workers, as a unary Lock does. One the node serves itself waits with
+// no goroutine at all (lockAsync): it is answered by the goroutine that
+// decides it, a hot lock's grant by the release's. On the framing over a
+// plain socket (sendNower) that goroutine writes the answer with one
+// system call that never waits; otherwise, or when the socket is full, a
+// goroutine of its own sends it. A peer that stopped reading so never
+// holds a lock actor (docs/benchmarks.md).
 func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	ctx := stream.Context()
 	var (
