@@ -13,7 +13,9 @@ import (
 // persistent ones (asyncLocker): started, and answered later from a
 // goroutine of its own, as a committed write is. Requests for the gate's
 // resource wait for its release; a resource "panic" panics in DoAsync;
-// "decline" is left to the stream's workers.
+// "decline" is left to the stream's workers; "now" is answered before
+// DoAsync returns, as an idle lock actor answers on the caller's
+// goroutine.
 type asyncFake struct {
 	*waitingFake
 	gate    *gate
@@ -27,6 +29,10 @@ func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(leas
 		return false
 	case "panic":
 		panic("asyncFake: asked to panic")
+	case "now":
+		a.started.Add(1)
+		done(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
+		return true
 	}
 	a.started.Add(1)
 	go func() {
@@ -53,8 +59,10 @@ func serveAsync(t *testing.T, framed bool) (*asyncFake, *testServer, *Client) {
 
 // TestBatchAnswersComeFromTheLocker: on a Batch stream (gRPC and kahuna's
 // framing) a persistent request goes to a Locker that answers it later
-// (asyncLocker), an ephemeral one to the stream's workers; a request the
-// Locker declines goes to the workers too, and one whose start panics is
+// (asyncLocker), and so does an ephemeral release alone in its message;
+// an ephemeral TryLock goes to the stream's workers; a request the
+// Locker declines goes to the workers too, one answered before DoAsync
+// returns is answered all the same, and one whose start panics is
 // answered Errored without ending the stream.
 func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 	for _, framed := range []bool{false, true} {
@@ -72,6 +80,7 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 			{"decline", pers, lease.Locked, 2},
 			{"panic", pers, lease.Errored, 2},
 			{"p2", pers, lease.Locked, 3}, // the stream still serves
+			{"now", pers, lease.Locked, 4},
 		} {
 			owner := []byte("A")
 			if tc.want == lease.Busy {
@@ -84,6 +93,12 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 			if got := a.started.Load(); got != tc.started {
 				t.Fatalf("framed=%v: after TryLock %s %v, %d started in the Locker, want %d", framed, tc.resource, tc.d, got, tc.started)
 			}
+		}
+		if r, err := c.Unlock(ctx, "e", []byte("A"), eph); err != nil || r.Status != lease.Unlocked {
+			t.Fatalf("framed=%v: Unlock e = %+v, %v; want Unlocked", framed, r, err)
+		}
+		if got := a.started.Load(); got != 5 {
+			t.Fatalf("framed=%v: after an ephemeral Unlock, %d started in the Locker, want 5", framed, got)
 		}
 	}
 }

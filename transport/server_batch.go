@@ -151,7 +151,14 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				}
 				wg.Add(1)
 				mu.Unlock()
-				if async && lease.Durability(m.durability) == lease.Persistent && s.answerLater(ctx, al, m, out, done) {
+				// A persistent request waits for its write with no goroutine,
+				// and so does a release or extension alone in its message:
+				// one on a lock that others wait for is handed over and
+				// answered here, on the reader, with no goroutine woken
+				// (a message of several keeps its workers, which decide
+				// them in parallel).
+				if async && (lease.Durability(m.durability) == lease.Persistent || len(msgs) == 1 && urgent(m)) &&
+					s.answerLater(ctx, al, m, out, done) {
 					continue
 				}
 				workers.run(m)
@@ -187,6 +194,15 @@ type asyncLocker interface {
 // answerLater starts m on al and reports true if al took it: its answer
 // then goes to out when al has it (or, if the stream's context ended by
 // then, m is dropped unanswered with done). False: nothing was started.
+//
+// An answer al has before DoAsync returns (decided at once, by the lock
+// actor run on this goroutine or by another) is sent from here, the
+// reader's goroutine, as a worker sends its own; one that comes later is
+// handed to out's writer, since the goroutine that has it (a lock
+// actor's, one that settles a Raft entry) must not wait on the
+// connection. A hot lock's release so goes from the read of the Unlock to
+// the write of its answer on one goroutine, the next holder's grant
+// written on the way (lockStream).
 func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, out *outbox, done func(*batchMsg)) (taken bool) {
 	r, ok := m.request()
 	if !ok {
@@ -197,7 +213,26 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 		return false
 	}
 	start := time.Now()
-	var answered atomic.Bool
+	const (
+		starting         int32 = iota // DoAsync has not returned, no answer yet
+		answeredStarting              // answered before it returned: sent from here
+		started                       // it returned first: the answer goes to out
+	)
+	var (
+		answered atomic.Bool
+		state    atomic.Int32
+		drop     bool // no answer is due: written before state says answered
+	)
+	send := func(later bool) {
+		switch {
+		case drop:
+			done(m)
+		case later:
+			out.deliver(m)
+		default:
+			out.put(m)
+		}
+	}
 	answer := func(info lease.LockInfo, res lease.Result, err error) {
 		if !answered.CompareAndSwap(false, true) {
 			return
@@ -205,16 +240,26 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 		if err != nil {
 			info, res = lease.LockInfo{}, lease.Result{Status: failedStatus(err)}
 			if ctx.Err() != nil {
-				done(m) // the stream is gone: no answer is due
-				return
+				drop = true // the stream is gone: no answer is due
+			} else {
+				s.log.Warn("lock request failed", "op", r.Op, "resource", r.Resource, "status", res.Status, "err", err)
 			}
-			s.log.Warn("lock request failed", "op", r.Op, "resource", r.Resource, "status", res.Status, "err", err)
 		}
-		if s.opts.Observe != nil {
-			s.opts.Observe(r.Op, res.Status, time.Since(start))
+		if !drop {
+			if s.opts.Observe != nil {
+				s.opts.Observe(r.Op, res.Status, time.Since(start))
+			}
+			m.op, m.res, m.info, m.servedFrom = r.Op, res, info, res.ServedFrom
 		}
-		m.op, m.res, m.info, m.servedFrom = r.Op, res, info, res.ServedFrom
-		out.deliver(m)
+		if state.CompareAndSwap(starting, answeredStarting) {
+			return
+		}
+		send(true)
+	}
+	returned := func() { // DoAsync returned (or panicked)
+		if !state.CompareAndSwap(starting, started) {
+			send(false)
+		}
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -222,9 +267,12 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 				"panic", p, "stack", string(debug.Stack()))
 			taken = true
 			answer(lease.LockInfo{}, lease.Result{}, fmt.Errorf("transport: %s panicked: %v", r.Op, p))
+			returned()
 		}
 	}()
-	return al.DoAsync(ctx, c, answer)
+	taken = al.DoAsync(ctx, c, answer)
+	returned()
+	return taken
 }
 
 // outbox sends the answers of a Batch stream: a worker with an answer
