@@ -26,10 +26,11 @@ import (
 // the leave left it.
 //
 // A call that does not wait is answered ctx.Err() at once when ctx ends
-// first and, as with Do, a TryLock not decided yet is then not granted. Close answers the calls still
-// pending ErrClosed. done must not block (it may run inside the actor)
-// and must not call the Ring on its goroutine. req must not name several
-// locks (Also nil): those go through Do.
+// first and, as with Do, a TryLock not decided yet is then not granted.
+// Close answers the calls still pending ErrClosed. done must not block
+// (it may run inside the actor) and must not call the Ring on its
+// goroutine. req must not name several locks (Also nil): those go
+// through Do.
 func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, error)) {
 	if req.Also != nil {
 		panic("actors: DoAsync of a request that names several locks")
@@ -236,17 +237,13 @@ func (s *asyncCalls) ended(done <-chan struct{}, g *ctxCalls) {
 		switch {
 		case c.async.raise:
 		case c.async.waits:
-			c.async.leaveErr = c.async.ctx.Err()
-			s.leaving.push(c)
-			leave = append(leave, c)
+			leave = s.toLeaving(leave, c, c.async.ctx.Err())
 		default:
 			now = append(now, c)
 		}
 	}
 	s.mu.Unlock()
-	for _, c := range leave {
-		c.async.ring.leaveAsync(c, c.async.leaveErr)
-	}
+	sendLeaves(leave)
 	for _, c := range now {
 		if c.req.Op == lease.TryLock {
 			c.abandoned.Store(true) // see Do
@@ -267,9 +264,7 @@ func (s *asyncCalls) stopWaiting() {
 			next := c.async.next
 			if c.async.waits && !c.async.raise {
 				g.remove(c)
-				c.async.leaveErr = ErrClosed
-				s.leaving.push(c)
-				leave = append(leave, c)
+				leave = s.toLeaving(leave, c, ErrClosed)
 			}
 			c = next
 		}
@@ -286,8 +281,23 @@ func (s *asyncCalls) stopWaiting() {
 	for _, stop := range stops {
 		stop()
 	}
+	sendLeaves(leave)
+}
+
+// toLeaving moves the waiting call c, taken from its group, to s.leaving,
+// to be answered err unless granted first, and appends it to leave; under
+// s.mu.
+func (s *asyncCalls) toLeaving(leave []*call, c *call, err error) []*call {
+	c.async.leaveErr = err
+	s.leaving.push(c)
+	return append(leave, c)
+}
+
+// sendLeaves tells the actors of the calls toLeaving moved; not under
+// s.mu.
+func sendLeaves(leave []*call) {
 	for _, c := range leave {
-		c.async.ring.leaveAsync(c, ErrClosed)
+		c.async.ring.leaveAsync(c, c.async.leaveErr)
 	}
 }
 

@@ -3,10 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,67 +210,87 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 	if why != "" {
 		return false
 	}
-	start := time.Now()
-	const (
-		starting         int32 = iota // DoAsync has not returned, no answer yet
-		answeredStarting              // answered before it returned: sent from here
-		started                       // it returned first: the answer goes to out
-	)
-	var (
-		answered atomic.Bool
-		state    atomic.Int32
-		drop     bool // no answer is due: written before state says answered
-	)
-	send := func(later bool) {
-		switch {
-		case drop:
-			done(m)
-		case later:
-			out.deliver(m)
-		default:
-			out.put(m)
-		}
-	}
-	answer := func(info lease.LockInfo, res lease.Result, err error) {
-		if !answered.CompareAndSwap(false, true) {
-			return
-		}
-		if err != nil {
-			info, res = lease.LockInfo{}, lease.Result{Status: failedStatus(err)}
-			if ctx.Err() != nil {
-				drop = true // the stream is gone: no answer is due
-			} else {
-				s.log.Warn("lock request failed", "op", r.Op, "resource", r.Resource, "status", res.Status, "err", err)
-			}
-		}
-		if !drop {
-			if s.opts.Observe != nil {
-				s.opts.Observe(r.Op, res.Status, time.Since(start))
-			}
-			m.op, m.res, m.info, m.servedFrom = r.Op, res, info, res.ServedFrom
-		}
-		if state.CompareAndSwap(starting, answeredStarting) {
-			return
-		}
-		send(true)
-	}
-	returned := func() { // DoAsync returned (or panicked)
-		if !state.CompareAndSwap(starting, started) {
-			send(false)
-		}
-	}
+	a := &laterAnswer{s: s, ctx: ctx, m: m, out: out, done: done, r: r, start: time.Now()}
+	var panicked error
 	defer func() {
-		if p := recover(); p != nil {
-			s.log.Error("lock request panicked", "op", r.Op.String(), "resource", r.Resource,
-				"panic", p, "stack", string(debug.Stack()))
+		if panicked != nil {
 			taken = true
-			answer(lease.LockInfo{}, lease.Result{}, fmt.Errorf("transport: %s panicked: %v", r.Op, p))
-			returned()
+			a.answer(lease.LockInfo{}, lease.Result{}, panicked)
+			a.returned()
 		}
 	}()
-	taken = al.DoAsync(ctx, c, answer)
-	returned()
+	defer s.recovered(&c, false, &panicked)
+	taken = al.DoAsync(ctx, c, a.answer)
+	a.returned()
 	return taken
+}
+
+// laterAnswer is a request answerLater started: its answer, given once,
+// and who sends it. One allocation holds it all, for every persistent
+// request.
+type laterAnswer struct {
+	s     *Server
+	ctx   context.Context
+	m     *batchMsg
+	out   *outbox
+	done  func(*batchMsg)
+	r     lease.Request
+	start time.Time
+
+	answered atomic.Bool
+	state    atomic.Int32 // laterStarting, then one of the two below
+	drop     bool         // no answer is due: written before state says answered
+}
+
+const (
+	laterStarting         int32 = iota // DoAsync has not returned, no answer yet
+	laterAnsweredStarting              // answered before it returned: sent by answerLater
+	laterStarted                       // it returned first: the answer goes to out's writer
+)
+
+// answer is DoAsync's done.
+func (a *laterAnswer) answer(info lease.LockInfo, res lease.Result, err error) {
+	if !a.answered.CompareAndSwap(false, true) {
+		return
+	}
+	r := &a.r
+	if err != nil {
+		info, res = lease.LockInfo{}, lease.Result{Status: failedStatus(err)}
+		if a.ctx.Err() != nil {
+			a.drop = true // the stream is gone: no answer is due
+		} else {
+			a.s.log.Warn("lock request failed", "op", r.Op, "resource", r.Resource, "status", res.Status, "err", err)
+		}
+	}
+	if !a.drop {
+		if a.s.opts.Observe != nil {
+			a.s.opts.Observe(r.Op, res.Status, time.Since(a.start))
+		}
+		a.m.op, a.m.res, a.m.info, a.m.servedFrom = r.Op, res, info, res.ServedFrom
+	}
+	if a.state.CompareAndSwap(laterStarting, laterAnsweredStarting) {
+		return
+	}
+	a.send(true)
+}
+
+// returned is called once DoAsync has returned (or panicked): it sends
+// an answer that came before.
+func (a *laterAnswer) returned() {
+	if !a.state.CompareAndSwap(laterStarting, laterStarted) {
+		a.send(false)
+	}
+}
+
+func (a *laterAnswer) send(later bool) {
+	switch {
+	case a.drop:
+		a.done(a.m)
+	case later:
+		a.out.deliver(a.m)
+	default:
+		a.out.put(a.m)
+	}
 }
 
 // outbox sends the answers of a Batch stream: a worker with an answer

@@ -73,22 +73,19 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		// A waiter stops waiting when the node closes (Close calls
 		// StopWaiting), so Close is not held up by it.
 		resp, err := n.ring.Do(ctx, areq)
-		switch {
-		case errors.Is(err, actors.ErrClosed), err != nil && ctx.Err() == nil:
-			return lease.LockInfo{}, lease.Result{}, ErrClosed // it may have been granted as it left
-		case err != nil:
-			return lease.LockInfo{}, lease.Result{}, err
+		if err != nil {
+			return lease.LockInfo{}, lease.Result{}, callErr(ctx, req, err)
 		}
 		return lease.LockInfo{}, resultOf(resp), nil
 	}
 	// The actor checks again when it decides: every answer, reads
 	// included, is given only under a live leader lease (partition.Leadership).
 	resp, err := n.ring.Do(ctx, areq)
-	if errors.Is(err, actors.ErrClosed) {
-		return lease.LockInfo{}, lease.Result{}, ErrClosed // in flight: it may have applied
+	if err != nil {
+		return lease.LockInfo{}, lease.Result{}, callErr(ctx, req, err)
 	}
-	if err != nil || resp.Status != lease.Got {
-		return lease.LockInfo{}, resultOf(resp), err
+	if resp.Status != lease.Got {
+		return lease.LockInfo{}, resultOf(resp), nil
 	}
 	info := lease.LockInfo{
 		Owner:        append([]byte(nil), resp.Owner...),
@@ -101,6 +98,17 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		h.Expires = time.UnixMilli(h.Expires.UnixMilli())
 	}
 	return info, lease.Result{Status: lease.Got, FencingToken: resp.Token}, nil
+}
+
+// callErr is the node's error for err, which the lock actors answered
+// req with on ctx: ErrClosed when they closed with req in flight (it may
+// have applied), or when a wait ended with ctx still live (StopWaiting:
+// it may have been granted as it left); else err, ctx's own.
+func callErr(ctx context.Context, req lease.Request, err error) error {
+	if errors.Is(err, actors.ErrClosed) || req.Wait != 0 && ctx.Err() == nil {
+		return ErrClosed
+	}
+	return err
 }
 
 // resultOf is the lock actor's answer as a Locker's Result (Waited is
@@ -325,10 +333,9 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, don
 	t := n.startRequest(ctx, forwarded)
 	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, func(resp actors.Response, err error) {
 		var r lease.Result
-		switch {
-		case errors.Is(err, actors.ErrClosed), err != nil && req.Wait != 0 && ctx.Err() == nil:
-			err = ErrClosed // in flight, or left as the node closed: it may have applied
-		case err == nil:
+		if err != nil {
+			err = callErr(ctx, req, err)
+		} else {
 			r = resultOf(resp)
 		}
 		n.endRequest(ctx, &t, req, r, err)
