@@ -100,10 +100,12 @@ func (r *Ring) answered(c *call, resp Response) {
 		r.async.finish(c, Response{}, err)
 		return
 	}
-	ctx := c.async.ctx
+	// Only the raise is taken into the goroutine: a closure over resp
+	// would move every answer given here to the heap.
+	ctx, raise := c.async.ctx, resp.raise
 	go func() {
 		select {
-		case <-resp.raise:
+		case <-raise:
 		case <-ctx.Done():
 			r.async.finish(c, Response{}, ctx.Err())
 			return

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,4 +40,67 @@ func BenchmarkDoAsync(b *testing.B) {
 			b.Fatalf("Unlock = %+v", r)
 		}
 	}
+}
+
+// BenchmarkDoAsyncHandOff: one ephemeral lock handed on among eight
+// owners, as on a hot lock over a LockStream: seven wait in its queue
+// (each TryLock on a context of its own, as a LockStream's Lock has, with
+// an end-of-wait timer), and each op is the holder's Unlock, which grants
+// the head of the queue, and the holder's next waiting TryLock behind the
+// others. It reports what a hand-off costs in the lock actors, its
+// allocations included.
+func BenchmarkDoAsyncHandOff(b *testing.B) {
+	f := newFixture(b, 1, 100, func(c *Config) {
+		c.afterFunc = func(time.Duration, func()) stopper { return &fakeTimer{} }
+		c.onQueued, c.onWait = nil, nil
+	})
+	stream, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const owners = 8
+	type waiter struct {
+		owner  int
+		cancel context.CancelCauseFunc
+	}
+	granted := make(chan waiter, owners)
+	unlocked := make(chan Response, 1)
+	var over atomic.Bool // the waits left when it ends are answered errors
+	wait := func(owner int) {
+		req := asyncReq(lease.TryLock, "r", fmt.Sprint(owner), lease.Ephemeral)
+		req.Wait = time.Minute
+		ctx, cancel := context.WithCancelCause(stream)
+		f.ring.DoAsync(ctx, req, func(resp Response, err error) {
+			if over.Load() {
+				return
+			}
+			if err != nil || resp.Status != lease.Locked {
+				b.Errorf("waiting TryLock = %+v, %v", resp, err)
+			}
+			granted <- waiter{owner, cancel}
+		})
+	}
+	for o := range owners {
+		wait(o)
+	}
+	holder := <-granted
+	unlocks := make([]Request, owners)
+	for o := range unlocks {
+		unlocks[o] = asyncReq(lease.Unlock, "r", fmt.Sprint(o), lease.Ephemeral)
+	}
+	onUnlock := func(resp Response, err error) {
+		if err != nil {
+			b.Errorf("Unlock: %v", err)
+		}
+		unlocked <- resp
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		holder.cancel(nil)
+		f.ring.DoAsync(stream, unlocks[holder.owner], onUnlock)
+		if r := <-unlocked; r.Status != lease.Unlocked {
+			b.Fatalf("Unlock = %+v", r)
+		}
+		wait(holder.owner)
+		holder = <-granted
+	}
+	over.Store(true)
 }

@@ -92,6 +92,7 @@ type frameConn struct {
 	conn net.Conn
 	r    *bufio.Reader
 	raw  syscall.RawConn // conn's socket, for writeNow; nil: not a plain socket
+	once *oneWrite       // writeNow's system call; guarded by wmu
 
 	wmu  sync.Mutex
 	wbuf []byte

@@ -37,19 +37,38 @@ func rawConnOf(c net.Conn) syscall.RawConn {
 	return rc
 }
 
+// oneWrite makes one write system call at a time on a socket. A
+// connection keeps one, with the function RawConn.Write calls, so that a
+// frame written now allocates nothing (a closure made for each write went
+// to the heap, with what it wrote to).
+type oneWrite struct {
+	b  []byte
+	n  int
+	do func(fd uintptr) bool
+}
+
+func newOneWrite() *oneWrite {
+	w := &oneWrite{}
+	w.do = w.write
+	return w
+}
+
+func (w *oneWrite) write(fd uintptr) bool {
+	w.n, _ = syscall.Write(int(fd), w.b)
+	return true // one attempt: never wait for the socket
+}
+
 // writeOnce makes one write system call of b on rc and returns how many
 // bytes it took (0 when none: the socket is full, or broken, which the
-// next write that may wait reports).
-func writeOnce(rc syscall.RawConn, b []byte) int {
-	var n int
-	err := rc.Write(func(fd uintptr) bool {
-		n, _ = syscall.Write(int(fd), b)
-		return true // one attempt: never wait for the socket
-	})
-	if err != nil || n < 0 {
+// next write that may wait reports). One at a time.
+func (w *oneWrite) writeOnce(rc syscall.RawConn, b []byte) int {
+	w.b, w.n = b, 0
+	err := rc.Write(w.do)
+	w.b = nil
+	if err != nil || w.n < 0 {
 		return 0
 	}
-	return n
+	return w.n
 }
 
 // writeNow sends one frame holding data without waiting on the
@@ -65,7 +84,10 @@ func (f *frameConn) writeNow(data mem.BufferSlice, failed func()) bool {
 		b = append(b, d.ReadOnlyData()...)
 	}
 	f.wbuf = b
-	switch k := writeOnce(f.raw, b); {
+	if f.once == nil {
+		f.once = newOneWrite()
+	}
+	switch k := f.once.writeOnce(f.raw, b); {
 	case k == len(b):
 		f.wmu.Unlock()
 		return true

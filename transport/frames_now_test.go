@@ -126,9 +126,10 @@ func TestWriteOnceOnAFullSocketTakesNothing(t *testing.T) {
 		t.Fatal("no raw socket under a prefixConn")
 	}
 	b := make([]byte, 4<<10)
+	once := newOneWrite()
 	total := 0
 	for i := 0; ; i++ {
-		n := writeOnce(rc, b)
+		n := once.writeOnce(rc, b)
 		total += n
 		if n < len(b) {
 			break
@@ -137,7 +138,7 @@ func TestWriteOnceOnAFullSocketTakesNothing(t *testing.T) {
 			t.Fatal("4 MB taken by a socket whose peer does not read")
 		}
 	}
-	if n := writeOnce(rc, b); n != 0 {
+	if n := once.writeOnce(rc, b); n != 0 {
 		t.Fatalf("a full socket took %d bytes", n)
 	}
 	got, err := io.ReadFull(peer, make([]byte, total))

@@ -252,12 +252,7 @@ func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockReq
 	if why != "" {
 		return false
 	}
-	var answered atomic.Bool
-	done := func(_ lease.LockInfo, res lease.Result, err error) {
-		if answered.CompareAndSwap(false, true) {
-			answer(s.lockAnswer(wctx, r, "", res, err, start))
-		}
-	}
+	done := (&asyncLock{s: s, ctx: wctx, r: r, start: start, answer: answer}).done
 	var panicked error
 	defer func() {
 		if panicked != nil {
@@ -267,6 +262,23 @@ func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockReq
 	}()
 	defer s.recovered(&c, true, &panicked)
 	return al.DoAsync(wctx, c, done)
+}
+
+// asyncLock is a Lock lockAsync started, until its answer, given once:
+// one allocation for what the answer needs.
+type asyncLock struct {
+	s        *Server
+	ctx      context.Context
+	r        lease.Request
+	start    time.Time
+	answer   func(*v1.LockResponse, error)
+	answered atomic.Bool
+}
+
+func (a *asyncLock) done(_ lease.LockInfo, res lease.Result, err error) {
+	if a.answered.CompareAndSwap(false, true) {
+		a.answer(a.s.lockAnswer(a.ctx, a.r, "", res, err, a.start))
+	}
 }
 
 // lockRequestOf is the Lock req as a lease request, checked (c), or why

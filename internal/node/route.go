@@ -330,17 +330,30 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, don
 	if !n.enter() {
 		return false
 	}
-	t := n.startRequest(ctx, forwarded)
-	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, func(resp actors.Response, err error) {
-		var r lease.Result
-		if err != nil {
-			err = callErr(ctx, req, err)
-		} else {
-			r = resultOf(resp)
-		}
-		n.endRequest(ctx, &t, req, r, err)
-		n.exit()
-		done(lease.LockInfo{}, r, err)
-	})
+	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, forwarded), done: done}
+	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a.answered)
 	return true
+}
+
+// asyncRequest is a request doAsync started, until its answer: one
+// allocation for what the answer needs (a closure over them moved each to
+// the heap on its own).
+type asyncRequest struct {
+	n    *Node
+	ctx  context.Context
+	req  lease.Request
+	t    requestTrace
+	done func(lease.LockInfo, lease.Result, error)
+}
+
+func (a *asyncRequest) answered(resp actors.Response, err error) {
+	var r lease.Result
+	if err != nil {
+		err = callErr(a.ctx, a.req, err)
+	} else {
+		r = resultOf(resp)
+	}
+	a.n.endRequest(a.ctx, &a.t, a.req, r, err)
+	a.n.exit()
+	a.done(lease.LockInfo{}, r, err)
 }
