@@ -5,7 +5,6 @@ package transport
 import (
 	"errors"
 	"net"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,17 +12,13 @@ import (
 // connOpen peeks at c without blocking: a server that closed it (FIN or
 // reset) or sent something unasked makes it unfit for another request.
 func connOpen(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := rawConnOf(c)
+	if rc == nil {
 		return false
 	}
 	open := false
 	var buf [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	err := rc.Read(func(fd uintptr) bool {
 		// Nothing to read (EAGAIN) is the one answer of an open,
 		// quiet connection: 0 bytes is the server's FIN, any byte an
 		// answer to no request.

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/binary"
-	"net"
 	"syscall"
 
 	"google.golang.org/grpc/mem"
@@ -19,23 +18,6 @@ import (
 // the caller sends it the usual way from a goroutine that may wait; taken
 // in part, the rest follows from a goroutine of its own, before any other
 // frame (it holds the write lock until then).
-
-// rawConnOf is c's socket for writes that must not wait, or nil when c is
-// not a plain socket (TLS, a pipe): its frames are then never sent now.
-func rawConnOf(c net.Conn) syscall.RawConn {
-	if pc, ok := c.(*prefixConn); ok {
-		c = pc.Conn
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
-}
 
 // oneWrite makes one write system call at a time on a socket. A
 // connection keeps one, with the function RawConn.Write calls, so that a
@@ -54,7 +36,7 @@ func newOneWrite() *oneWrite {
 }
 
 func (w *oneWrite) write(fd uintptr) bool {
-	w.n, _ = syscall.Write(int(fd), w.b)
+	w.n = writeFD(fd, w.b)
 	return true // one attempt: never wait for the socket
 }
 
