@@ -164,6 +164,9 @@ type fixture struct {
 	// asyncWaits: startWait runs its waiting TryLock through DoAsync, not
 	// Do (a test run under TestWaitsAsync: see asyncWaitsTest).
 	asyncWaits bool
+	// withdrawnWaits: it runs it through DoAsync on a context that never
+	// ends and withdraws it when its own ends (TestWaitsWithdrawn).
+	withdrawnWaits bool
 }
 
 // fakeTimer is an expiry timer the test fires by hand.
@@ -215,6 +218,7 @@ func newFixture(t testing.TB, actors, toRemove int, tune ...func(*Config)) *fixt
 	t.Cleanup(ring.Close)
 	f.ring = ring
 	f.asyncWaits = strings.Contains(t.Name(), asyncWaitsTest)
+	f.withdrawnWaits = strings.Contains(t.Name(), withdrawnWaitsTest)
 	return f
 }
 

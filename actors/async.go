@@ -31,18 +31,24 @@ import (
 // (it may run inside the actor) and must not call the Ring on its
 // goroutine. req must not name several locks (Also nil): those go
 // through Do.
-func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, error)) {
+//
+// The call can also be withdrawn on its own (Pending.Withdraw), as the
+// end of a context of its own would end it: a server whose stream
+// carries many waiting calls passes the stream's context with each, and
+// withdraws one when its client cancels it. A context and its watch for
+// each call were most of the allocations of a hot lock's hand-off.
+func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, error)) Pending {
 	if req.Also != nil {
 		panic("actors: DoAsync of a request that names several locks")
 	}
 	if r.closed.Load() {
 		done(Response{}, ErrClosed)
-		return
+		return Pending{}
 	}
 	i := r.index(req.Resource)
 	if !r.actors[i].enter() {
 		done(Response{Status: lease.MustRetry}, nil)
-		return
+		return Pending{}
 	}
 	// Not from the pool: the actor may look at a call after answering it,
 	// and here the answer runs on its goroutine, before it is done. The
@@ -67,11 +73,35 @@ func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, err
 	stopped := r.async.add(c)
 	if r.closed.Load() { // Close may have passed over it
 		r.async.finish(c, Response{}, ErrClosed)
-		return
+		return Pending{}
 	}
 	r.actors[i].mailbox.postInline(c)
 	if waits && stopped {
 		r.leaveAsync(c, ErrClosed) // StopWaiting came first
+	}
+	return Pending{c}
+}
+
+// Pending is a call DoAsync started, until its answer.
+type Pending struct{ c *call }
+
+// LeftError answers a call withdrawn before it was granted or answered;
+// Err is the reason its Withdraw was given.
+type LeftError struct{ Err error }
+
+func (e *LeftError) Error() string { return "actors: call withdrawn: " + e.Err.Error() }
+func (e *LeftError) Unwrap() error { return e.Err }
+
+// Withdraw ends the call as the end of its context would, answered
+// &LeftError{err} instead of the context's error: a waiting TryLock
+// leaves its queue and is answered so once its actor has let it go,
+// unless it was granted first; any other call not answered yet is
+// answered so at once (a TryLock not decided yet is then not granted).
+// A call answered, or leaving, already is left as it is; so is the zero
+// Pending (DoAsync answered it before it returned).
+func (p Pending) Withdraw(err error) {
+	if p.c != nil {
+		p.c.async.ring.async.withdraw(p.c, &LeftError{Err: err})
 	}
 }
 
@@ -96,26 +126,43 @@ func (r *Ring) answered(c *call, resp Response) {
 	// call already told to leave (it is not granted: answer why it left);
 	// else the goroutine's Do answers it, with its own withdrawal, and the
 	// end of ctx no longer does (raising).
-	if err, leaving := r.async.raising(c); leaving {
+	// The goroutine's context ends with the call's, or when the call is
+	// withdrawn (with its LeftError as the cause).
+	ctx, withdraw := context.WithCancelCause(c.async.ctx)
+	if err, leaving := r.async.raising(c, withdraw); leaving {
+		withdraw(nil)
 		r.async.finish(c, Response{}, err)
 		return
 	}
 	// Only the raise is taken into the goroutine: a closure over resp
 	// would move every answer given here to the heap.
-	ctx, raise := c.async.ctx, resp.raise
+	raise := resp.raise
 	go func() {
+		defer withdraw(nil)
 		select {
 		case <-raise:
 		case <-ctx.Done():
-			r.async.finish(c, Response{}, ctx.Err())
+			r.async.finish(c, Response{}, endedBy(ctx))
 			return
 		case <-r.done:
 			r.async.finish(c, Response{}, ErrClosed)
 			return
 		}
 		resp, err := r.Do(ctx, c.req)
+		if err != nil && ctx.Err() != nil {
+			err = endedBy(ctx)
+		}
 		r.async.finish(c, resp, err)
 	}()
+}
+
+// endedBy is the error that answers a call whose raise goroutine's
+// context ended: its withdrawal's, else the context's.
+func endedBy(ctx context.Context) error {
+	if left, ok := context.Cause(ctx).(*LeftError); ok {
+		return left
+	}
+	return ctx.Err()
 }
 
 // asyncCall is a DoAsync call's answer, given once, and its place among
@@ -132,6 +179,8 @@ type asyncCall struct {
 	prev, next *call
 	leaveErr   error // in asyncCalls.leaving: the answer if not granted
 	raise      bool  // answered by a goroutine that waits for a raise
+	// withdrawRaise ends that goroutine's wait (Pending.Withdraw).
+	withdrawRaise context.CancelCauseFunc
 }
 
 // asyncCalls are DoAsync's calls not answered yet, so that Close can
@@ -305,15 +354,74 @@ func sendLeaves(leave []*call) {
 
 // raising reports whether c, answered with a raise to wait for, is leaving
 // (and why) or answered already; if not, it marks c as answered by the
-// goroutine that waits for the raise, not by the end of its context.
-func (s *asyncCalls) raising(c *call) (err error, leaving bool) {
+// goroutine that waits for the raise, not by the end of its context, and
+// withdraw as what ends that goroutine's wait when c is withdrawn.
+func (s *asyncCalls) raising(c *call, withdraw context.CancelCauseFunc) (err error, leaving bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.async.group == &s.leaving || c.async.answered.Load() {
 		return c.async.leaveErr, true
 	}
 	c.async.raise = true
+	c.async.withdrawRaise = withdraw
 	return nil, false
+}
+
+// withdraw ends c as the end of its context would, answered err (see
+// Pending.Withdraw).
+func (s *asyncCalls) withdraw(c *call, err error) {
+	a := &c.async
+	s.mu.Lock()
+	g := a.group
+	if g == nil || g == &s.leaving || a.answered.Load() {
+		s.mu.Unlock() // answered, being answered, or leaving
+		return
+	}
+	if a.raise {
+		// Its goroutine answers it; withdrawn once.
+		cancel := a.withdrawRaise
+		a.withdrawRaise = nil
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel(err)
+		}
+		return
+	}
+	stop := s.unlink(c)
+	var leave []*call
+	if a.waits {
+		leave = s.toLeaving(nil, c, err)
+	}
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if leave != nil {
+		sendLeaves(leave)
+		return
+	}
+	if c.req.Op == lease.TryLock {
+		c.abandoned.Store(true) // see Do
+	}
+	s.finish(c, Response{}, err)
+}
+
+// unlink takes c out of its group, under s.mu, and returns the group's
+// watch to stop (not under s.mu) when c was the last call of its context.
+func (s *asyncCalls) unlink(c *call) (stop func() bool) {
+	a := &c.async
+	g := a.group
+	if g == nil {
+		return nil
+	}
+	g.remove(c)
+	if g.n == 0 && g.stop != nil {
+		if done := a.ctx.Done(); s.byDone[done] == g {
+			delete(s.byDone, done)
+		}
+		return g.stop
+	}
+	return nil
 }
 
 // finish gives c its answer unless it has one.
@@ -325,17 +433,8 @@ func (s *asyncCalls) finish(c *call, resp Response, err error) {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
-	var stop func() bool
 	s.mu.Lock()
-	if g := a.group; g != nil {
-		g.remove(c)
-		if g.n == 0 && g.stop != nil { // the last of its context: stop watching it
-			if done := a.ctx.Done(); s.byDone[done] == g {
-				delete(s.byDone, done)
-			}
-			stop = g.stop
-		}
-	}
+	stop := s.unlink(c) // the last of its context: stop watching it
 	s.mu.Unlock()
 	if stop != nil {
 		stop()

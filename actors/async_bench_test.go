@@ -44,8 +44,8 @@ func BenchmarkDoAsync(b *testing.B) {
 
 // BenchmarkDoAsyncHandOff: one ephemeral lock handed on among eight
 // owners, as on a hot lock over a LockStream: seven wait in its queue
-// (each TryLock on a context of its own, as a LockStream's Lock has, with
-// an end-of-wait timer), and each op is the holder's Unlock, which grants
+// (each TryLock on the stream's context, withdrawable on its own, as a
+// LockStream's Lock is, with an end-of-wait timer), and each op is the holder's Unlock, which grants
 // the head of the queue, and the holder's next waiting TryLock behind the
 // others. It reports what a hand-off costs in the lock actors, its
 // allocations included.
@@ -57,25 +57,20 @@ func BenchmarkDoAsyncHandOff(b *testing.B) {
 	stream, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const owners = 8
-	type waiter struct {
-		owner  int
-		cancel context.CancelCauseFunc
-	}
-	granted := make(chan waiter, owners)
+	granted := make(chan int, owners)
 	unlocked := make(chan Response, 1)
 	var over atomic.Bool // the waits left when it ends are answered errors
 	wait := func(owner int) {
 		req := asyncReq(lease.TryLock, "r", fmt.Sprint(owner), lease.Ephemeral)
 		req.Wait = time.Minute
-		ctx, cancel := context.WithCancelCause(stream)
-		f.ring.DoAsync(ctx, req, func(resp Response, err error) {
+		f.ring.DoAsync(stream, req, func(resp Response, err error) {
 			if over.Load() {
 				return
 			}
 			if err != nil || resp.Status != lease.Locked {
 				b.Errorf("waiting TryLock = %+v, %v", resp, err)
 			}
-			granted <- waiter{owner, cancel}
+			granted <- owner
 		})
 	}
 	for o := range owners {
@@ -94,12 +89,11 @@ func BenchmarkDoAsyncHandOff(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		holder.cancel(nil)
-		f.ring.DoAsync(stream, unlocks[holder.owner], onUnlock)
+		f.ring.DoAsync(stream, unlocks[holder], onUnlock)
 		if r := <-unlocked; r.Status != lease.Unlocked {
 			b.Fatalf("Unlock = %+v", r)
 		}
-		wait(holder.owner)
+		wait(holder)
 		holder = <-granted
 	}
 	over.Store(true)

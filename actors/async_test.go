@@ -92,37 +92,97 @@ func TestDoAsyncInFlightAtCloseAnswersErrClosed(t *testing.T) {
 	}
 }
 
-// TestDoAsyncCallerLeaves: when the caller's context ends, DoAsync answers
-// ctx.Err() at once, and a TryLock not decided yet is never granted (as
+// TestDoAsyncCallerLeaves: when the caller's context ends, or the caller
+// withdraws the call, DoAsync answers ctx.Err() (the withdrawal's
+// LeftError) at once, and a TryLock not decided yet is never granted (as
 // with Do): a release its caller sends next to clean up may be decided
 // before it.
 func TestDoAsyncCallerLeaves(t *testing.T) {
-	f := newFixture(t, 1, 100)
-	if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
-		t.Fatalf("a's TryLock = %+v", r)
+	for _, how := range []leaving{byContext, byWithdraw} {
+		t.Run(how.String(), func(t *testing.T) {
+			f := newFixture(t, 1, 100)
+			if r := f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent); r.Status != lease.Locked {
+				t.Fatalf("a's TryLock = %+v", r)
+			}
+			f.backend.setHold("r", true)
+			unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
+			p := <-f.backend.held // a's release is in flight
+			b := newAsyncAnswers(t)
+			leave := how.start(f, asyncReq(lease.TryLock, "r", "b", lease.Persistent), b.done)
+			<-f.queued // behind the release
+			leave()
+			if _, err := b.wait(t); !how.answered(err) {
+				t.Fatalf("b after it left (%v): %v", how, err)
+			}
+			f.backend.setHold("r", false)
+			p.c.Committed(f.backend.apply(p.rec))
+			if r := <-unlock; r.Status != lease.Unlocked {
+				t.Fatalf("a's Unlock = %+v", r)
+			}
+			if r := f.do(t, lease.Get, "r", "", 0, lease.Persistent); r.Status != lease.LockDoesNotExist && r.Owner != nil {
+				t.Fatalf("after b left, r = %+v (owner %q): its TryLock was granted", r, r.Owner)
+			}
+			if rec := f.backend.store["r"]; rec.Locked {
+				t.Fatalf("stored %+v: b's TryLock was granted after its caller left", rec)
+			}
+		})
 	}
-	f.backend.setHold("r", true)
-	unlock := f.async(lease.Unlock, "r", "a", lease.Persistent)
-	p := <-f.backend.held // a's release is in flight
+}
+
+// leaving is how a test's DoAsync call leaves before its answer: its
+// context ends, or it is withdrawn (Pending.Withdraw) while its context,
+// a server's stream's, goes on.
+type leaving int
+
+const (
+	byContext leaving = iota
+	byWithdraw
+)
+
+func (l leaving) String() string { return [...]string{"context", "withdraw"}[l] }
+
+// errTestWithdrawn is the reason tests withdraw calls with.
+var errTestWithdrawn = errors.New("withdrawn by the test")
+
+// start starts req through DoAsync and returns what makes it leave.
+func (l leaving) start(f *fixture, req Request, done func(Response, error)) (leave func()) {
+	if l == byWithdraw {
+		p := f.ring.DoAsync(context.Background(), req, done)
+		return func() { p.Withdraw(errTestWithdrawn) }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := newAsyncAnswers(t)
-	f.ring.DoAsync(ctx, asyncReq(lease.TryLock, "r", "b", lease.Persistent), b.done)
-	<-f.queued // behind the release
-	cancel()
-	if _, err := b.wait(t); !errors.Is(err, context.Canceled) {
-		t.Fatalf("b after its context ended: %v, want context.Canceled", err)
+	f.ring.DoAsync(ctx, req, done)
+	return cancel
+}
+
+// answered reports whether err answers a call that left as l makes it.
+func (l leaving) answered(err error) bool {
+	if l == byWithdraw {
+		var left *LeftError
+		return errors.As(err, &left) && errors.Is(err, errTestWithdrawn)
 	}
-	f.backend.setHold("r", false)
-	p.c.Committed(f.backend.apply(p.rec))
-	if r := <-unlock; r.Status != lease.Unlocked {
-		t.Fatalf("a's Unlock = %+v", r)
+	return errors.Is(err, context.Canceled)
+}
+
+// TestDoAsyncWithdrawAfterTheAnswerChangesNothing: a call withdrawn once
+// it is answered keeps its answer (a grant stands) and is not answered
+// again; nor is a call DoAsync answered before it returned.
+func TestDoAsyncWithdrawAfterTheAnswerChangesNothing(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	a := newAsyncAnswers(t)
+	req := asyncReq(lease.TryLock, "r", "a", lease.Ephemeral)
+	req.Wait = time.Minute
+	p := f.ring.DoAsync(context.Background(), req, a.done)
+	if resp, err := a.wait(t); err != nil || resp.Status != lease.Locked {
+		t.Fatalf("a's waiting TryLock on a free lock = %+v, %v", resp, err)
 	}
-	if r := f.do(t, lease.Get, "r", "", 0, lease.Persistent); r.Status != lease.LockDoesNotExist && r.Owner != nil {
-		t.Fatalf("after b left, r = %+v (owner %q): its TryLock was granted", r, r.Owner)
+	p.Withdraw(errTestWithdrawn)
+	f.sync(t, "r")
+	if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.Got || string(r.Owner) != "a" {
+		t.Fatalf("after a withdrawal that came after the grant: %+v (owner %q), want a's", r, r.Owner)
 	}
-	if rec := f.backend.store["r"]; rec.Locked {
-		t.Fatalf("stored %+v: b's TryLock was granted after its caller left", rec)
-	}
+	// a second answer would have been reported by a.done
+	Pending{}.Withdraw(errTestWithdrawn) // the zero Pending: nothing to withdraw
 }
 
 // TestDoAsyncCallsOfOneContextLeaveTogether: calls that share a context
@@ -235,35 +295,39 @@ func TestDoAsyncTakesAnyContext(t *testing.T) {
 // context's error and is not granted once the raise is done.
 func TestDoAsyncWaitThroughARaise(t *testing.T) {
 	for _, leave := range []bool{false, true} {
-		t.Run(fmt.Sprintf("leave=%v", leave), func(t *testing.T) {
-			w := &slowRaise{asked: make(chan struct{}, 1), raised: make(chan struct{})}
-			w.ttl.Store(int64(time.Second))
-			f := newFixture(t, 1, 100, func(c *Config) { c.Tokens = w })
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			a := newAsyncAnswers(t)
-			req := asyncReq(lease.TryLock, "r", "a", lease.Ephemeral)
-			req.Wait = lease.WaitForever
-			f.ring.DoAsync(ctx, req, a.done)
-			<-w.asked // its TTL is over the bound: it waits for the raise
-			if leave {
-				cancel()
-				if _, err := a.wait(t); !errors.Is(err, context.Canceled) {
-					t.Fatalf("left during the raise: %v, want context.Canceled", err)
+		for _, how := range []leaving{byContext, byWithdraw} {
+			if !leave && how == byWithdraw {
+				continue
+			}
+			t.Run(fmt.Sprintf("leave=%v/%v", leave, how), func(t *testing.T) {
+				w := &slowRaise{asked: make(chan struct{}, 1), raised: make(chan struct{})}
+				w.ttl.Store(int64(time.Second))
+				f := newFixture(t, 1, 100, func(c *Config) { c.Tokens = w })
+				a := newAsyncAnswers(t)
+				req := asyncReq(lease.TryLock, "r", "a", lease.Ephemeral)
+				req.Wait = lease.WaitForever
+				stop := how.start(f, req, a.done)
+				defer stop()
+				<-w.asked // its TTL is over the bound: it waits for the raise
+				if leave {
+					stop()
+					if _, err := a.wait(t); !how.answered(err) {
+						t.Fatalf("left during the raise (%v): %v", how, err)
+					}
 				}
-			}
-			w.ttl.Store(int64(time.Hour))
-			close(w.raised)
-			if leave {
-				f.sync(t, "r")
-				if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.LockDoesNotExist {
-					t.Fatalf("after the raise: %+v, want free: the caller had left", r)
+				w.ttl.Store(int64(time.Hour))
+				close(w.raised)
+				if leave {
+					f.sync(t, "r")
+					if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.LockDoesNotExist {
+						t.Fatalf("after the raise: %+v, want free: the caller had left", r)
+					}
+					return
 				}
-				return
-			}
-			if resp, err := a.wait(t); err != nil || resp.Status != lease.Locked {
-				t.Fatalf("after the raise: %+v, %v; want Locked", resp, err)
-			}
-		})
+				if resp, err := a.wait(t); err != nil || resp.Status != lease.Locked {
+					t.Fatalf("after the raise: %+v, %v; want Locked", resp, err)
+				}
+			})
+		}
 	}
 }

@@ -39,49 +39,73 @@ func (f *fixture) startWait(ctx context.Context, res, owner string, wait time.Du
 // a goroutine of its own through Do, or through DoAsync under
 // TestWaitsAsync. answer gets its answer once and must not block.
 func (f *fixture) waitCall(ctx context.Context, req Request, answer func(Response, error)) {
-	if f.asyncWaits {
+	switch {
+	case f.withdrawnWaits:
+		// On a context that never ends, as a server's stream passes its
+		// own: the end of ctx withdraws the call instead.
+		p := f.ring.DoAsync(context.Background(), req, answer)
+		context.AfterFunc(ctx, func() { p.Withdraw(ctx.Err()) })
+	case f.asyncWaits:
 		f.ring.DoAsync(ctx, req, answer)
-		return
+	default:
+		go func() { answer(f.ring.Do(ctx, req)) }()
 	}
-	go func() { answer(f.ring.Do(ctx, req)) }()
 }
 
-// asyncWaitsTest names the test under which the fixture's waiting
-// TryLocks go through DoAsync.
-const asyncWaitsTest = "TestWaitsAsync/"
+// asyncWaitsTest and withdrawnWaitsTest name the tests under which the
+// fixture's waiting TryLocks go through DoAsync, and are withdrawn when
+// their context ends instead of passing it.
+const (
+	asyncWaitsTest     = "TestWaitsAsync/"
+	withdrawnWaitsTest = "TestWaitsWithdrawn/"
+)
+
+// queueTests are the wait queue's tests that TestWaitsAsync and
+// TestWaitsWithdrawn run again.
+var queueTests = []struct {
+	name string
+	fn   func(*testing.T)
+}{
+	{"WaitersGrantedInFIFOOrderOnRelease", TestWaitersGrantedInFIFOOrderOnRelease},
+	{"ExpiredHolderWakesHeadByTimer", TestExpiredHolderWakesHeadByTimer},
+	{"ExtendedHolderKeepsLockAgainstOldTimer", TestExtendedHolderKeepsLockAgainstOldTimer},
+	{"WaiterLeavesOnCancel", TestWaiterLeavesOnCancel},
+	{"LeavingWaiterNeverHoldsUnseen", TestLeavingWaiterNeverHoldsUnseen},
+	{"WaiterLeavingBehindWriteIsDropped", TestWaiterLeavingBehindWriteIsDropped},
+	{"WaitEndsBusy", TestWaitEndsBusy},
+	{"FullQueueAnswersBusyAtOnce", TestFullQueueAnswersBusyAtOnce},
+	{"DropPartitionAnswersWaitersMustRetry", TestDropPartitionAnswersWaitersMustRetry},
+	{"NotServingAnswersWaitersMustRetry", TestNotServingAnswersWaitersMustRetry},
+	{"PersistentHandOffNotCommittedKeepsHead", TestPersistentHandOffNotCommittedKeepsHead},
+	{"SameOwnerWaitingTryLockKeepsGrant", TestSameOwnerWaitingTryLockKeepsGrant},
+	{"HandOffAcrossDurabilities", TestHandOffAcrossDurabilities},
+	{"WaiterLeavingDuringFailedHandOffIsDropped", TestWaiterLeavingDuringFailedHandOffIsDropped},
+	{"HandOffUnknownButCommittedKeepsEarliestWait", TestHandOffUnknownButCommittedKeepsEarliestWait},
+	{"HandOffUnknownNeverAnsweredNotGranted", TestHandOffUnknownNeverAnsweredNotGranted},
+	{"HandOffUnknownThenRegrantFenced", TestHandOffUnknownThenRegrantFenced},
+	{"UnsafeUnsureNotGranted", TestUnsafeUnsureNotGranted},
+	{"StopWaitingEndsWaits", TestStopWaitingEndsWaits},
+	{"SemaphoreQueueIsFirstComeFirstServed", TestSemaphoreQueueIsFirstComeFirstServed},
+	{"SemaphoreWaiterWokenWhenThePermitItNeedsLapses", TestSemaphoreWaiterWokenWhenThePermitItNeedsLapses},
+	{"SemaphoreHeadLeavingLetsTheNextIn", TestSemaphoreHeadLeavingLetsTheNextIn},
+	{"SemaphoreReloadedFromItsRecord", TestSemaphoreReloadedFromItsRecord},
+}
 
 // TestWaitsAsync runs the wait queue's tests with every waiting TryLock
 // started by DoAsync, whose wait no goroutine sits in: its grant, the end
 // of its wait, its caller's leaving and StopWaiting must come out as Do's.
 func TestWaitsAsync(t *testing.T) {
-	for _, test := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"WaitersGrantedInFIFOOrderOnRelease", TestWaitersGrantedInFIFOOrderOnRelease},
-		{"ExpiredHolderWakesHeadByTimer", TestExpiredHolderWakesHeadByTimer},
-		{"ExtendedHolderKeepsLockAgainstOldTimer", TestExtendedHolderKeepsLockAgainstOldTimer},
-		{"WaiterLeavesOnCancel", TestWaiterLeavesOnCancel},
-		{"LeavingWaiterNeverHoldsUnseen", TestLeavingWaiterNeverHoldsUnseen},
-		{"WaiterLeavingBehindWriteIsDropped", TestWaiterLeavingBehindWriteIsDropped},
-		{"WaitEndsBusy", TestWaitEndsBusy},
-		{"FullQueueAnswersBusyAtOnce", TestFullQueueAnswersBusyAtOnce},
-		{"DropPartitionAnswersWaitersMustRetry", TestDropPartitionAnswersWaitersMustRetry},
-		{"NotServingAnswersWaitersMustRetry", TestNotServingAnswersWaitersMustRetry},
-		{"PersistentHandOffNotCommittedKeepsHead", TestPersistentHandOffNotCommittedKeepsHead},
-		{"SameOwnerWaitingTryLockKeepsGrant", TestSameOwnerWaitingTryLockKeepsGrant},
-		{"HandOffAcrossDurabilities", TestHandOffAcrossDurabilities},
-		{"WaiterLeavingDuringFailedHandOffIsDropped", TestWaiterLeavingDuringFailedHandOffIsDropped},
-		{"HandOffUnknownButCommittedKeepsEarliestWait", TestHandOffUnknownButCommittedKeepsEarliestWait},
-		{"HandOffUnknownNeverAnsweredNotGranted", TestHandOffUnknownNeverAnsweredNotGranted},
-		{"HandOffUnknownThenRegrantFenced", TestHandOffUnknownThenRegrantFenced},
-		{"UnsafeUnsureNotGranted", TestUnsafeUnsureNotGranted},
-		{"StopWaitingEndsWaits", TestStopWaitingEndsWaits},
-		{"SemaphoreQueueIsFirstComeFirstServed", TestSemaphoreQueueIsFirstComeFirstServed},
-		{"SemaphoreWaiterWokenWhenThePermitItNeedsLapses", TestSemaphoreWaiterWokenWhenThePermitItNeedsLapses},
-		{"SemaphoreHeadLeavingLetsTheNextIn", TestSemaphoreHeadLeavingLetsTheNextIn},
-		{"SemaphoreReloadedFromItsRecord", TestSemaphoreReloadedFromItsRecord},
-	} {
+	for _, test := range queueTests {
+		t.Run(test.name, test.fn)
+	}
+}
+
+// TestWaitsWithdrawn runs them again with every waiting TryLock started
+// by DoAsync on a context that never ends, and withdrawn
+// (Pending.Withdraw) when the test ends its own: a withdrawal must leave
+// the queue as the end of the call's context does.
+func TestWaitsWithdrawn(t *testing.T) {
+	for _, test := range queueTests {
 		t.Run(test.name, test.fn)
 	}
 }
