@@ -245,18 +245,21 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 // lockAsync starts req, a Lock, on al with no goroutine waiting for its
 // outcome (internal/node's DoAsync), if al takes it: answer then gets
 // what lockOn would return, once, on the goroutine that has it, and must
-// not block. False: nothing was started (run the Lock with lockOn).
-func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockRequest, answer func(*v1.LockResponse, error)) (taken bool) {
+// not block; the Withdrawer (nil if its start failed) withdraws it, with
+// errWithdrawn or errWaitDrained, which lockAnswer answers as lockOn
+// answers a Lock whose context ended with that cause. False: nothing was
+// started (run the Lock with lockOn).
+func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockRequest, answer func(*v1.LockResponse, error)) (w Withdrawer, taken bool) {
 	start := time.Now()
 	r, c, why := lockRequestOf(req)
 	if why != "" {
-		return false
+		return nil, false
 	}
 	done := (&asyncLock{s: s, ctx: wctx, r: r, start: start, answer: answer}).done
 	var panicked error
 	defer func() {
 		if panicked != nil {
-			taken = true
+			w, taken = nil, true
 			done(lease.LockInfo{}, lease.Result{}, panicked)
 		}
 	}()
@@ -336,11 +339,18 @@ func (s *Server) lockAnswer(wctx context.Context, r lease.Request, why string, r
 		res.Status, resp.Reason = lease.InvalidInput, why
 	} else {
 		if err != nil {
-			if wctx.Err() != nil && context.Cause(wctx) != errWaitDrained {
+			// Ended by shutdown, as its context's cause or as its
+			// withdrawal's (lockAsync): answered. Withdrawn by a cancel
+			// message, or its caller gone: no answer is due here.
+			drained := errors.Is(err, errWaitDrained) || wctx.Err() != nil && context.Cause(wctx) == errWaitDrained
+			switch {
+			case !drained && errors.Is(err, errWithdrawn):
+				return nil, err
+			case !drained && wctx.Err() != nil:
 				return nil, status.FromContextError(wctx.Err()).Err()
 			}
 			res = lease.Result{Status: failedStatus(err)}
-			if wctx.Err() == nil {
+			if !drained {
 				s.log.Warn("lock request failed", "op", "Lock", "resource", r.Resource, "status", res.Status, "err", err)
 			}
 		}

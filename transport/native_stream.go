@@ -18,14 +18,38 @@ import (
 // Client never sends one (it takes the unary Lock instead).
 const MaxLocksPerStream = 4096
 
-// lockJob is one Lock of a LockStream: its id on the stream, and its
-// context, ended by a cancel message (errWithdrawn), the stream's end, or
-// shutdown (errWaitDrained).
+// lockJob is one Lock of a LockStream, from its message to its answer.
+// A Lock the node runs with no goroutine waiting for it (lockAsync) is
+// started on the stream's context and withdrawn through w; one run on a
+// worker has a context of its own, ended through cancel. Either ends
+// early, for ended, when a cancel message withdraws it (errWithdrawn) or
+// shutdown ends its wait (errWaitDrained). w, cancel and ended are
+// guarded by the stream's mu.
 type lockJob struct {
-	id     int64
-	req    *v1.LockRequest
-	ctx    context.Context
+	id  int64
+	req *v1.LockRequest
+
+	ctx    context.Context // a worker's Lock's
 	cancel context.CancelCauseFunc
+	w      Withdrawer // a started Lock's; nil until it is started
+	ended  error      // the first reason it was ended early, or nil
+}
+
+// endEarly ends j early for why, unless it was already: under the
+// stream's mu, it returns what ends it, to be run once mu is released
+// (a Lock withdrawn may be answered at once, on the caller's goroutine).
+func (j *lockJob) endEarly(why error) (end func()) {
+	if j.ended != nil {
+		return nil
+	}
+	j.ended = why
+	switch w, cancel := j.w, j.cancel; {
+	case cancel != nil:
+		return func() { cancel(why) }
+	case w != nil:
+		return func() { w.Withdraw(why) }
+	}
+	return nil // not started yet: its start ends it
 }
 
 // sendNower is a LockStream that can send an answer without waiting:
@@ -40,9 +64,8 @@ var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel mes
 
 // lockStream serves one LockStream on l. A wait never holds up the
 // stream's other messages, and the reader keeps reading (cancels must get
-// through however many Locks wait). Each Lock's context is the stream's,
-// ended on its own by a cancel message; its wait is also ended by
-// shutdown.
+// through however many Locks wait). A Lock ends with the stream, or on
+// its own by a cancel message; its wait is also ended by shutdown.
 //
 // A Lock that l cannot run without a goroutine (one of another member's
 // partition, a lock of several names) runs on one of the stream's
@@ -59,14 +82,12 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		mu       sync.Mutex
 		stopping bool
 		draining bool // shutdown ended every wait, and ends those that come
-		inflight = map[int64]context.CancelCauseFunc{}
+		inflight = map[int64]*lockJob{}
 		sendMu   sync.Mutex // grpc allows one Send at a time
 		wg       sync.WaitGroup
 	)
 	// At shutdown every wait of the stream ends, and is answered (a Lock
-	// withdrawn by a cancel message, or whose stream is gone, is not). One
-	// context a Lock, told apart by its cause, costs a Lock less than a
-	// second context and a registration with a shared one.
+	// withdrawn by a cancel message, or whose stream is gone, is not).
 	streamDone := make(chan struct{})
 	defer close(streamDone)
 	go func() {
@@ -77,10 +98,16 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		}
 		mu.Lock()
 		draining = true
-		for _, cancel := range inflight {
-			cancel(errWaitDrained)
+		var ends []func()
+		for _, j := range inflight {
+			if end := j.endEarly(errWaitDrained); end != nil {
+				ends = append(ends, end)
+			}
 		}
 		mu.Unlock()
+		for _, end := range ends {
+			end()
+		}
 	}()
 	send := func(resp *v1.LockStreamResponse) {
 		sendMu.Lock()
@@ -90,12 +117,14 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 	}
 	// finished ends Lock j, which lockOn or lockAsync answered resp or
 	// err: its answer, or nil when none is due (the stream is gone).
-	finished := func(j lockJob, resp *v1.LockResponse, err error) *v1.LockStreamResponse {
+	finished := func(j *lockJob, resp *v1.LockResponse, err error) *v1.LockStreamResponse {
 		mu.Lock()
 		delete(inflight, j.id)
+		withdrawn, cancel := j.ended == errWithdrawn, j.cancel
 		mu.Unlock()
-		withdrawn := context.Cause(j.ctx) == errWithdrawn
-		j.cancel(nil)
+		if cancel != nil {
+			cancel(nil)
+		}
 		switch {
 		case err == nil: // a grant that came before a cancel message is answered too
 			return &v1.LockStreamResponse{RequestId: j.id, Lock: resp}
@@ -107,7 +136,7 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 		}
 		return nil
 	}
-	serve := func(j lockJob) {
+	serve := func(j *lockJob) {
 		defer wg.Done()
 		resp, err := s.lockOn(j.ctx, l, j.req)
 		if m := finished(j, resp, err); m != nil {
@@ -121,7 +150,7 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 	now, canSendNow := stream.(sendNower)
 	// answerAsync is serve's end for a Lock started by lockAsync; it runs
 	// where the answer is decided and must not wait.
-	answerAsync := func(j lockJob, resp *v1.LockResponse, err error) {
+	answerAsync := func(j *lockJob, resp *v1.LockResponse, err error) {
 		m := finished(j, resp, err)
 		if m == nil {
 			wg.Done()
@@ -140,10 +169,27 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 			send(m)
 		}()
 	}
-	start := func(j lockJob) {
-		if async && s.lockAsync(j.ctx, al, j.req, func(resp *v1.LockResponse, err error) { answerAsync(j, resp, err) }) {
-			return
+	start := func(j *lockJob) {
+		if async {
+			w, taken := s.lockAsync(ctx, al, j.req, func(resp *v1.LockResponse, err error) { answerAsync(j, resp, err) })
+			if taken {
+				mu.Lock()
+				j.w = w
+				why := j.ended // shutdown came first
+				mu.Unlock()
+				if why != nil && w != nil {
+					w.Withdraw(why)
+				}
+				return
+			}
 		}
+		jctx, cancel := context.WithCancelCause(ctx)
+		mu.Lock()
+		j.ctx, j.cancel = jctx, cancel
+		if j.ended != nil {
+			cancel(j.ended)
+		}
+		mu.Unlock()
 		workers.run(j)
 	}
 
@@ -167,8 +213,8 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 			}
 			id := m.GetRequestId()
 			var (
-				job     lockJob
-				started bool
+				job *lockJob
+				end func()
 			)
 			mu.Lock()
 			switch {
@@ -176,8 +222,8 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 				// Received after shutdown began: dropped unprocessed, and
 				// the clean end tells the client so.
 			case m.GetCancel():
-				if cancel := inflight[id]; cancel != nil {
-					cancel(errWithdrawn)
+				if j := inflight[id]; j != nil {
+					end = j.endEarly(errWithdrawn)
 				}
 			case m.GetLock() == nil:
 				answerNow(id, lease.InvalidInput, "a LockStream message carries a lock or a cancel")
@@ -186,17 +232,20 @@ func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.L
 			case len(inflight) >= MaxLocksPerStream:
 				answerNow(id, lease.Busy, fmt.Sprintf("this stream has %d locks waiting, the most it serves at once", MaxLocksPerStream))
 			default:
-				callCtx, cancel := context.WithCancelCause(ctx)
+				job = &lockJob{id: id, req: m.GetLock()}
 				if draining {
-					cancel(errWaitDrained)
+					job.ended = errWaitDrained
 				}
-				inflight[id] = cancel
+				inflight[id] = job
 				wg.Add(1)
-				job, started = lockJob{id: id, req: m.GetLock(), ctx: callCtx, cancel: cancel}, true
 			}
 			mu.Unlock()
-			if started {
-				// Not under mu: a Lock started here may be answered here.
+			// Not under mu: a Lock started or withdrawn here may be
+			// answered here.
+			if end != nil {
+				end()
+			}
+			if job != nil {
 				start(job)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +44,82 @@ func (w *waitingFake) Lock(ctx context.Context, r string, o []byte, ttl, wait ti
 	return lease.Result{}, ctx.Err()
 }
 
+// asyncWaitingFake is a waitingFake that starts a waiting Lock on
+// "wait/…" as the node does (asyncLocker), with no goroutine waiting for
+// it: it ends when the stream withdraws it, answered the withdrawal's
+// reason (which it reports), or when its context, the stream's, ends.
+type asyncWaitingFake struct {
+	*waitingFake
+	reasons chan error
+}
+
+func newAsyncWaitingFake() *asyncWaitingFake {
+	return &asyncWaitingFake{waitingFake: newWaitingFake(), reasons: make(chan error, 8)}
+}
+
+func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (Withdrawer, bool) {
+	r := c.Request()
+	if r.Op != lease.TryLock || !strings.HasPrefix(r.Resource, "wait/") {
+		return nil, false
+	}
+	a.locks.Add(1)
+	w := &fakeWait{fake: a, done: done}
+	w.stop = context.AfterFunc(ctx, func() { w.end(ctx.Err()) })
+	a.arrived <- struct{}{}
+	return w, true
+}
+
+// fakeWait is a waiting Lock of an asyncWaitingFake.
+type fakeWait struct {
+	fake *asyncWaitingFake
+	done func(lease.LockInfo, lease.Result, error)
+	stop func() bool
+	once sync.Once
+}
+
+func (w *fakeWait) Withdraw(err error) {
+	w.fake.reasons <- err
+	w.end(err)
+}
+
+func (w *fakeWait) end(err error) {
+	w.once.Do(func() {
+		w.stop()
+		w.fake.left <- struct{}{}
+		w.done(lease.LockInfo{}, lease.Result{}, err)
+	})
+}
+
+// waitingFakes runs test with a waitingFake, whose waiting Locks run on
+// the stream's workers, and with an asyncWaitingFake, whose waiting Locks
+// are started and withdrawn (reasons is nil for the first).
+func waitingFakes(t *testing.T, test func(t *testing.T, l lease.Locker, w *waitingFake, reasons <-chan error)) {
+	t.Run("workers", func(t *testing.T) {
+		w := newWaitingFake()
+		test(t, w, w, nil)
+	})
+	t.Run("started", func(t *testing.T) {
+		a := newAsyncWaitingFake()
+		test(t, a, a.waitingFake, a.reasons)
+	})
+}
+
+// withdrawnFor checks the reason a started Lock was withdrawn for.
+func withdrawnFor(t *testing.T, reasons <-chan error, want error) {
+	t.Helper()
+	if reasons == nil {
+		return
+	}
+	select {
+	case err := <-reasons:
+		if err != want {
+			t.Fatalf("withdrawn for %v, want %v", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not withdrawn in 10 s (want %v)", want)
+	}
+}
+
 func recvWithin(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -55,83 +132,91 @@ func recvWithin(t *testing.T, ch <-chan struct{}, what string) {
 // Locks go on the LockStream: many at once on one stream, answered while
 // others wait; a caller that gives up is withdrawn from the server at once.
 func TestLockStreamCarriesLocks(t *testing.T) {
-	w := newWaitingFake()
-	srv := startServer(t, w, ServerOptions{})
-	c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
-	ctx := testCtx(t)
+	waitingFakes(t, func(t *testing.T, l lease.Locker, w *waitingFake, reasons <-chan error) {
+		srv := startServer(t, l, ServerOptions{})
+		c := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+		ctx := testCtx(t)
 
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Lock(cctx, "wait/a", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
-		done <- err
-	}()
-	recvWithin(t, w.arrived, "the waiting Lock at the server")
-	// The stream serves other Locks while one waits.
-	for i := range 3 {
-		if r, err := c.Lock(ctx, "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
-			t.Fatalf("Lock %d beside a waiting one: %v %v", i, r, err)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Lock(cctx, "wait/a", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
+			done <- err
+		}()
+		recvWithin(t, w.arrived, "the waiting Lock at the server")
+		// The stream serves other Locks while one waits.
+		for i := range 3 {
+			if r, err := c.Lock(ctx, "free", []byte("o"), time.Minute, time.Second, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+				t.Fatalf("Lock %d beside a waiting one: %v %v", i, r, err)
+			}
 		}
-	}
-	bs := c.endpoints[0].streams[0]
-	bs.locks.mu.Lock()
-	st, off := bs.locks.cur, bs.locks.off
-	bs.locks.mu.Unlock()
-	if st == nil || off {
-		t.Fatalf("no open lock stream (off %v): the Locks did not use it", off)
-	}
-	cancel()
-	if err := <-done; err != context.Canceled {
-		t.Fatalf("cancelled Lock: %v", err)
-	}
-	recvWithin(t, w.left, "the withdrawn Lock leaving the server")
+		bs := c.endpoints[0].streams[0]
+		bs.locks.mu.Lock()
+		st, off := bs.locks.cur, bs.locks.off
+		bs.locks.mu.Unlock()
+		if st == nil || off {
+			t.Fatalf("no open lock stream (off %v): the Locks did not use it", off)
+		}
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Fatalf("cancelled Lock: %v", err)
+		}
+		recvWithin(t, w.left, "the withdrawn Lock leaving the server")
+		withdrawnFor(t, reasons, errWithdrawn)
+	})
 }
 
 // A client that goes away (Close, a dropped connection) leaves the
 // server's queue: its waiting Lock's context ends there.
 func TestLockStreamClientGoneLeavesTheQueue(t *testing.T) {
-	w := newWaitingFake()
-	srv := startServer(t, w, ServerOptions{})
-	c := dial(t, []string{"http://" + srv.native})
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.Lock(context.Background(), "wait/b", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
-		done <- err
-	}()
-	recvWithin(t, w.arrived, "the waiting Lock at the server")
-	c.Close()
-	recvWithin(t, w.left, "the Lock of a closed client leaving the server")
-	if err := <-done; err == nil {
-		t.Fatal("Lock of a closed client returned no error")
-	}
+	waitingFakes(t, func(t *testing.T, l lease.Locker, w *waitingFake, reasons <-chan error) {
+		srv := startServer(t, l, ServerOptions{})
+		c := dial(t, []string{"http://" + srv.native})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Lock(context.Background(), "wait/b", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
+			done <- err
+		}()
+		recvWithin(t, w.arrived, "the waiting Lock at the server")
+		c.Close()
+		recvWithin(t, w.left, "the Lock of a closed client leaving the server")
+		if err := <-done; err == nil {
+			t.Fatal("Lock of a closed client returned no error")
+		}
+		if reasons != nil && len(reasons) > 0 {
+			t.Fatalf("withdrawn for %v: the stream's end, not a withdrawal, ends it", <-reasons)
+		}
+	})
 }
 
 // A graceful shutdown answers a waiting Lock (Errored: its wait was cut short) and
 // ends the stream cleanly.
 func TestLockStreamShutdownAnswersWaiters(t *testing.T) {
-	w := newWaitingFake()
-	srv := startServer(t, w, ServerOptions{})
-	c := dial(t, []string{"http://" + srv.native})
-	type answer struct {
-		r   lease.Result
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		r, err := c.Lock(context.Background(), "wait/c", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
-		done <- answer{r, err}
-	}()
-	recvWithin(t, w.arrived, "the waiting Lock at the server")
-	closed := make(chan error, 1)
-	go func() { closed <- srv.Shutdown(testCtx(t)) }()
-	a := <-done
-	if a.err != nil || a.r.Status != lease.Errored {
-		t.Fatalf("waiting Lock at shutdown: %v %v, want Errored", a.r, a.err)
-	}
-	if err := <-closed; err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
+	waitingFakes(t, func(t *testing.T, l lease.Locker, w *waitingFake, reasons <-chan error) {
+		srv := startServer(t, l, ServerOptions{})
+		c := dial(t, []string{"http://" + srv.native})
+		type answer struct {
+			r   lease.Result
+			err error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			r, err := c.Lock(context.Background(), "wait/c", []byte("o"), time.Minute, lease.WaitForever, lease.Ephemeral)
+			done <- answer{r, err}
+		}()
+		recvWithin(t, w.arrived, "the waiting Lock at the server")
+		closed := make(chan error, 1)
+		go func() { closed <- srv.Shutdown(testCtx(t)) }()
+		a := <-done
+		if a.err != nil || a.r.Status != lease.Errored {
+			t.Fatalf("waiting Lock at shutdown: %v %v, want Errored", a.r, a.err)
+		}
+		withdrawnFor(t, reasons, errWaitDrained)
+		if err := <-closed; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	})
 }
 
 // startOlderKahuna serves l as a kahuna from before LockStream and Batch

@@ -22,17 +22,17 @@ type asyncFake struct {
 	started atomic.Int64
 }
 
-func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (Withdrawer, bool) {
 	r := c.Request()
 	switch r.Resource {
 	case "decline":
-		return false
+		return nil, false
 	case "panic":
 		panic("asyncFake: asked to panic")
 	case "now":
 		a.started.Add(1)
 		done(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
-		return true
+		return nil, true
 	}
 	a.started.Add(1)
 	go func() {
@@ -42,7 +42,7 @@ func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(leas
 		}
 		done(a.decide(context.Background(), r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
 	}()
-	return true
+	return nil, true
 }
 
 // serveAsync serves an asyncFake and dials it with one stream, over

@@ -184,9 +184,22 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 }
 
 // asyncLocker is a Locker that can run a request without a goroutine
-// waiting for its outcome (the node: internal/node's DoAsync).
+// waiting for its outcome (the node: internal/node's DoAsync). When it
+// takes the request (true), the Withdrawer withdraws it.
 type asyncLocker interface {
-	DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool
+	DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (Withdrawer, bool)
+}
+
+// A Withdrawer withdraws a request an asyncLocker started, as the end of
+// the context it was started with would end it, except that its outcome
+// is the error Withdraw is given: a waiting Lock leaves its queue, and is
+// answered so once it has left unless it was granted first. A request
+// answered already keeps its answer. A LockStream's Locks share the
+// stream's context and are withdrawn one by one, by a cancel message or
+// shutdown: a context of its own for each waiting Lock, and the lock
+// actors' watch of it, were most of what a hot lock's hand-off allocated.
+type Withdrawer interface {
+	Withdraw(err error)
 }
 
 // answerLater starts m on al and reports true if al took it: its answer
@@ -220,7 +233,7 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 		}
 	}()
 	defer s.recovered(&c, false, &panicked)
-	taken = al.DoAsync(ctx, c, a.answer)
+	_, taken = al.DoAsync(ctx, c, a.answer)
 	a.returned()
 	return taken
 }

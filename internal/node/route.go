@@ -105,7 +105,11 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 // have applied), or when a wait ended with ctx still live (StopWaiting:
 // it may have been granted as it left); else err, ctx's own.
 func callErr(ctx context.Context, req lease.Request, err error) error {
-	if errors.Is(err, actors.ErrClosed) || req.Wait != 0 && ctx.Err() == nil {
+	var left *actors.LeftError
+	switch {
+	case errors.As(err, &left):
+		return left.Err // withdrawn by its caller (DoAsync): the caller's reason
+	case errors.Is(err, actors.ErrClosed) || req.Wait != 0 && ctx.Err() == nil:
 		return ErrClosed
 	}
 	return err
@@ -276,7 +280,7 @@ func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 }
 
 // DoAsync is Node.DoAsync for a forwarded call.
-func (l local) DoAsync(ctx context.Context, req lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+func (l local) DoAsync(ctx context.Context, req lease.Checked, done func(lease.LockInfo, lease.Result, error)) (transport.Withdrawer, bool) {
 	return l.n.doAsync(ctx, req, true, done)
 }
 
@@ -308,31 +312,32 @@ func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 // c's partition and c is a TryLock (waiting or not), Extend or Unlock of
 // one lock. Otherwise it does nothing and reports false: run c with Do.
 // done runs on the goroutine that has the outcome and must not block.
-func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) bool {
+// The Withdrawer withdraws the started call as the end of ctx would end
+// it, done then getting the error it is given (actors.Pending.Withdraw).
+func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (transport.Withdrawer, bool) {
 	return n.doAsync(ctx, c, false, done)
 }
 
-func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, done func(lease.LockInfo, lease.Result, error)) bool {
+func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, done func(lease.LockInfo, lease.Result, error)) (transport.Withdrawer, bool) {
 	req := c.Request()
 	switch {
 	case req.Op == lease.Get, req.Also != nil, n.paused.Load() != nil:
-		return false
+		return nil, false
 	}
 	p := partition.Of(req.Resource, n.cfg.Partitions)
 	if _, ok := n.leadership.Serving(p); !ok {
-		return false // forwarded (once), or answered MustRetry, by do
+		return nil, false // forwarded (once), or answered MustRetry, by do
 	}
 	if req.Op == lease.TryLock && req.Durability == lease.Persistent {
 		if _, full := n.noSpace(); full {
-			return false
+			return nil, false
 		}
 	}
 	if !n.enter() {
-		return false
+		return nil, false
 	}
 	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, forwarded), done: done}
-	n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a.answered)
-	return true
+	return n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a.answered), true
 }
 
 // asyncRequest is a request doAsync started, until its answer: one
