@@ -184,7 +184,7 @@ func TestLockStreamClientGoneLeavesTheQueue(t *testing.T) {
 		if err := <-done; err == nil {
 			t.Fatal("Lock of a closed client returned no error")
 		}
-		if reasons != nil && len(reasons) > 0 {
+		if len(reasons) > 0 {
 			t.Fatalf("withdrawn for %v: the stream's end, not a withdrawal, ends it", <-reasons)
 		}
 	})
