@@ -192,9 +192,15 @@ type asyncCall struct {
 // of a node's CPU on persistent writes. Contexts are told apart by their
 // Done channel, which any context has comparable (a context's own type
 // need not be), and which contexts that end together share.
+//
+// A context stays watched when its last pending call is answered, until
+// it ends or more than maxIdleWatches such contexts are kept: a stream
+// whose requests come one at a time (a hot lock's releases) would
+// otherwise watch its context anew, and let it go, for each request.
 type asyncCalls struct {
 	mu       sync.Mutex
 	byDone   map[<-chan struct{}]*ctxCalls
+	idle     int      // groups in byDone with no call pending
 	unending ctxCalls // calls whose context cannot end
 	// leaving are waiting calls whose context ended, or that StopWaiting
 	// ended, told to leave their queues: the actor answers each.
@@ -260,7 +266,10 @@ func (s *asyncCalls) add(c *call) (stoppedWaiting bool) {
 		return s.stoppedWaiting
 	}
 	g := s.byDone[done]
-	if g == nil {
+	switch {
+	case g != nil && g.n == 0:
+		s.idle--
+	case g == nil:
 		if s.byDone == nil {
 			s.byDone = make(map[<-chan struct{}]*ctxCalls)
 		}
@@ -282,6 +291,9 @@ func (s *asyncCalls) ended(done <-chan struct{}, g *ctxCalls) {
 	s.mu.Lock()
 	if s.byDone[done] == g {
 		delete(s.byDone, done)
+		if g.n == 0 {
+			s.idle--
+		}
 	}
 	var now, leave []*call
 	for _, c := range g.take() {
@@ -328,6 +340,7 @@ func (s *asyncCalls) stopWaiting() {
 			stops = append(stops, g.stop)
 		}
 	}
+	s.idle = 0 // every group with no call pending was let go
 	s.mu.Unlock()
 	for _, stop := range stops {
 		stop()
@@ -406,23 +419,41 @@ func (s *asyncCalls) withdraw(c *call, err error) {
 	s.finish(c, Response{}, err)
 }
 
-// unlink takes c out of its group, under s.mu, and returns the group's
-// watch to stop (not under s.mu) when c was the last call of its context.
-func (s *asyncCalls) unlink(c *call) (stop func() bool) {
-	a := &c.async
-	g := a.group
+// unlink takes c out of its group, under s.mu. When that leaves more than
+// maxIdleWatches contexts watched with no call pending, it lets them all
+// go and returns what stops their watches, to run once s.mu is released.
+func (s *asyncCalls) unlink(c *call) (stop func()) {
+	g := c.async.group
 	if g == nil {
 		return nil
 	}
 	g.remove(c)
-	if g.n == 0 && g.stop != nil {
-		if done := a.ctx.Done(); s.byDone[done] == g {
-			delete(s.byDone, done)
-		}
-		return g.stop
+	if g.n > 0 || g.stop == nil || s.byDone[c.async.ctx.Done()] != g {
+		return nil
 	}
-	return nil
+	if s.idle++; s.idle <= maxIdleWatches {
+		return nil
+	}
+	var stops []func() bool
+	for done, g := range s.byDone {
+		if g.n == 0 {
+			delete(s.byDone, done)
+			stops = append(stops, g.stop)
+		}
+	}
+	s.idle = 0
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
+
+// maxIdleWatches bounds the contexts kept watched with no call pending
+// (see asyncCalls): a node's streams, a few a connection, end and take
+// their watch with them, but a caller's context that never ends would
+// otherwise be watched for as long as the Ring lives.
+const maxIdleWatches = 1024
 
 // finish gives c its answer unless it has one.
 func (s *asyncCalls) finish(c *call, resp Response, err error) {
@@ -434,7 +465,7 @@ func (s *asyncCalls) finish(c *call, resp Response, err error) {
 		a.timer.Stop()
 	}
 	s.mu.Lock()
-	stop := s.unlink(c) // the last of its context: stop watching it
+	stop := s.unlink(c)
 	s.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -451,7 +482,7 @@ func (s *asyncCalls) closeAll() {
 		g.stop()
 		pending = append(pending, g.take()...)
 	}
-	s.byDone = nil
+	s.byDone, s.idle = nil, 0
 	s.mu.Unlock()
 	for _, c := range pending {
 		if c.async.answered.CompareAndSwap(false, true) {

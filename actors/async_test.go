@@ -229,7 +229,8 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 	if n := early.count.Load(); n != 1 {
 		t.Fatalf("the call answered before the context ended was answered %d times", n)
 	}
-	// A context that stays alive is not watched once its calls are done.
+	// A context that stays alive stays watched once its calls are done,
+	// until it ends; then nothing is left watching.
 	alive, stop := context.WithCancel(context.Background())
 	defer stop()
 	later := newAsyncAnswers(t)
@@ -237,11 +238,46 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 	if resp, err := later.wait(t); err != nil || resp.Status != lease.Locked {
 		t.Fatalf("b's TryLock of f = %+v, %v; want Locked", resp, err)
 	}
+	if n, idle := f.watched(); n != 1 || idle != 1 {
+		t.Fatalf("%d contexts watched (%d with no call), want the live one's", n, idle)
+	}
+	stop()
+	waitFor(t, "the ended context's watch let go", func() bool { n, _ := f.watched(); return n == 0 })
+	if n, idle := f.watched(); n != 0 || idle != 0 {
+		t.Fatalf("%d contexts watched (%d with no call) once every call was answered and every context ended", n, idle)
+	}
+}
+
+// TestDoAsyncLetsIdleWatchesGo: contexts that stay alive with no call
+// pending are watched up to maxIdleWatches of them; one more, and they
+// are all let go, so a caller's contexts that never end cannot pile up.
+func TestDoAsyncLetsIdleWatchesGo(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	for i := range maxIdleWatches + 1 {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		a := newAsyncAnswers(t)
+		f.ring.DoAsync(ctx, asyncReq(lease.Get, "r", "", lease.Ephemeral), a.done)
+		if _, err := a.wait(t); err != nil {
+			t.Fatalf("Get %d: %v", i, err)
+		}
+		n, idle := f.watched()
+		want := i + 1
+		if i == maxIdleWatches {
+			want = 0
+		}
+		if n != want || idle != want {
+			t.Fatalf("after %d calls on contexts of their own: %d watched, %d with no call; want %d", i+1, n, idle, want)
+		}
+	}
+}
+
+// watched is how many contexts the ring's DoAsync calls watch, and how
+// many of them have no call pending.
+func (f *fixture) watched() (n, idle int) {
 	f.ring.async.mu.Lock()
 	defer f.ring.async.mu.Unlock()
-	if n, m := len(f.ring.async.byDone), f.ring.async.unending.n; n != 0 || m != 0 {
-		t.Fatalf("%d contexts and %d calls still registered once every call was answered", n, m)
-	}
+	return len(f.ring.async.byDone), f.ring.async.idle
 }
 
 // waitCanceled waits for each call's answer: context.Canceled, as the
@@ -329,5 +365,17 @@ func TestDoAsyncWaitThroughARaise(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// waitFor polls cond until it holds: for what a goroutine of the
+// runtime's does with no signal to wait on (a context's AfterFunc).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
