@@ -244,6 +244,47 @@ func TestExtendedHolderKeepsLockAgainstOldTimer(t *testing.T) {
 	}
 }
 
+// TestHandOffsKeepTheExpiryTimer: a hand-off whose new holder expires
+// after the timer set does not set another; the timer, firing at the
+// first holder's expiry, grants nothing while the current holder's lease
+// lives and is set again for it, and that one grants the next waiter.
+func TestHandOffsKeepTheExpiryTimer(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Ephemeral)
+	wb := f.waitFor(t, context.Background(), "r", "b", lease.WaitForever, lease.Ephemeral)
+	wc := f.waitFor(t, context.Background(), "r", "c", lease.WaitForever, lease.Ephemeral)
+	first := <-f.timers
+	f.clock.Advance(10 * time.Second)
+	if r := f.do(t, lease.Unlock, "r", "a", 0, lease.Ephemeral); r.Status != lease.Unlocked {
+		t.Fatalf("a's Unlock: %+v", r)
+	}
+	b := <-wb
+	if b.Status != lease.Locked {
+		t.Fatalf("b after a's release: %+v", b)
+	}
+	f.sync(t, "r")
+	select {
+	case extra := <-f.timers:
+		t.Fatalf("a timer set (%v) on a hand-off to a holder that expires later", extra.d)
+	default:
+	}
+	f.clock.Advance(time.Minute - 10*time.Second + time.Millisecond) // past a's expiry, not b's
+	first.fire()
+	f.sync(t, "r")
+	if r := f.do(t, lease.Get, "r", "", 0, lease.Ephemeral); r.Status != lease.Got || string(r.Owner) != "b" {
+		t.Fatalf("after the timer of a's expiry: %+v (owner %q), want b's", r, r.Owner)
+	}
+	renewed := <-f.timers
+	if renewed.d <= 9*time.Second || renewed.d > 10*time.Second {
+		t.Fatalf("timer set again for %v, want b's expiry (10 s on)", renewed.d)
+	}
+	f.clock.Advance(10 * time.Second)
+	renewed.fire()
+	if r := <-wc; r.Status != lease.Locked || r.Token <= b.Token {
+		t.Fatalf("c after b's expiry: %+v, want Locked with a token over b's %d", r, b.Token)
+	}
+}
+
 func TestWaiterLeavesOnCancel(t *testing.T) {
 	f := newFixture(t, 1, 100)
 	f.do(t, lease.TryLock, "r", "a", time.Minute, lease.Persistent)
