@@ -94,9 +94,11 @@ type frameConn struct {
 	raw  syscall.RawConn // conn's socket, for writeNow; nil: not a plain socket
 	once *oneWrite       // writeNow's system call; guarded by wmu
 
-	wmu  sync.Mutex
-	wbuf []byte
-	rbuf []byte
+	wmu       sync.Mutex
+	wbuf      []byte
+	wdeadline time.Time     // the write deadline set on conn; guarded by wmu
+	wtimeout  time.Duration // a frame's write's bound; 0: frameWriteTimeout (tests set less)
+	rbuf      []byte
 }
 
 // write sends one frame holding data.
@@ -135,10 +137,20 @@ func (f *frameConn) sendRaw(b []byte) error {
 	return f.send(b)
 }
 
-// send writes b; the caller holds wmu.
+// send writes b; the caller holds wmu. The write may wait up to
+// frameWriteTimeout, and never less than half of it: the deadline moves
+// only when less than half is left, since setting it (a runtime timer's
+// reset) took a tenth of a small frame's write.
 func (f *frameConn) send(b []byte) error {
-	if err := f.conn.SetWriteDeadline(time.Now().Add(frameWriteTimeout)); err != nil {
-		return err
+	timeout := f.wtimeout
+	if timeout == 0 {
+		timeout = frameWriteTimeout
+	}
+	if now := time.Now(); f.wdeadline.Sub(now) < timeout/2 {
+		f.wdeadline = now.Add(timeout)
+		if err := f.conn.SetWriteDeadline(f.wdeadline); err != nil {
+			return err
+		}
 	}
 	_, err := f.conn.Write(b)
 	return err

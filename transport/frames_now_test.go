@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -148,5 +149,34 @@ func TestWriteOnceOnAFullSocketTakesNothing(t *testing.T) {
 	// Under TLS a frame is never written to the socket as it is.
 	if rawConnOf(tls.Server(c, &tls.Config{})) != nil || rawConnOf(&prefixConn{Conn: tls.Server(c, &tls.Config{})}) != nil {
 		t.Fatal("a TLS connection gave its socket for raw writes")
+	}
+}
+
+// A frame's write to a peer that stopped reading fails once its write
+// deadline passes, though frames written close together set the deadline
+// once (it moves only when less than half the bound is left).
+func TestFrameWriteDeadline(t *testing.T) {
+	c, _ := tcpPair(t) // the peer never reads
+	f := &frameConn{conn: c, wtimeout: 400 * time.Millisecond}
+	must(t, f.write(frameOf(0, 16)))
+	first := f.wdeadline
+	if first.IsZero() {
+		t.Fatal("no write deadline set")
+	}
+	must(t, f.write(frameOf(1, 16)))
+	if !f.wdeadline.Equal(first) {
+		t.Fatalf("deadline moved from %v to %v with more than half of it left", first, f.wdeadline)
+	}
+	start := time.Now()
+	var err error
+	for i := 2; err == nil && i < 100_000; i++ {
+		err = f.write(frameOf(i, 64<<10))
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("writing to a peer that does not read: %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the write to a full socket failed after %v, want about its 400 ms bound", took)
 	}
 }
