@@ -17,9 +17,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// smallRun runs 8 callers over 2 shards with one proposal in flight per
+// shard, so writes queue behind it and leave together: with 4 in flight,
+// as many as a shard's callers, each proposal carried about one write, and
+// a loaded machine measured 167 writes in 168 proposals.
 func smallRun(t *testing.T, answerUnproposed bool) result {
 	t.Helper()
-	res, err := run(options{members: 3, shards: 2, callers: 8, record: 64, inFlight: 4,
+	res, err := run(options{members: 3, shards: 2, callers: 8, record: 64, inFlight: 1,
 		transport: "kahuna", rtt: 10 * time.Millisecond, duration: 400 * time.Millisecond, warmup: 100 * time.Millisecond,
 		dir: t.TempDir(), answerUnproposed: answerUnproposed})
 	if err != nil {
