@@ -37,17 +37,17 @@ import (
 // carries many waiting calls passes the stream's context with each, and
 // withdraws one when its client cancels it. A context and its watch for
 // each call were most of the allocations of a hot lock's hand-off.
-func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, error)) Pending {
+func (r *Ring) DoAsync(ctx context.Context, req Request, done Answerer) Pending {
 	if req.Also != nil {
 		panic("actors: DoAsync of a request that names several locks")
 	}
 	if r.closed.Load() {
-		done(Response{}, ErrClosed)
+		done.Answer(Response{}, ErrClosed)
 		return Pending{}
 	}
 	i := r.index(req.Resource)
 	if !r.actors[i].enter() {
-		done(Response{Status: lease.MustRetry}, nil)
+		done.Answer(Response{Status: lease.MustRetry}, nil)
 		return Pending{}
 	}
 	// Not from the pool: the actor may look at a call after answering it,
@@ -81,6 +81,19 @@ func (r *Ring) DoAsync(ctx context.Context, req Request, done func(Response, err
 	}
 	return Pending{c}
 }
+
+// An Answerer takes the answer of a call DoAsync started. An interface,
+// not a function: a method value given as a function is one more
+// allocation for every call.
+type Answerer interface {
+	Answer(Response, error)
+}
+
+// AnswerFunc is a function as an Answerer.
+type AnswerFunc func(Response, error)
+
+// Answer calls f.
+func (f AnswerFunc) Answer(resp Response, err error) { f(resp, err) }
 
 // Pending is a call DoAsync started, until its answer.
 type Pending struct{ c *call }
@@ -169,7 +182,7 @@ func endedBy(ctx context.Context) error {
 // the calls pending on its context (under asyncCalls.mu).
 type asyncCall struct {
 	ring     *Ring
-	done     func(Response, error)
+	done     Answerer
 	ctx      context.Context
 	answered atomic.Bool
 	waits    bool        // a waiting TryLock
@@ -470,7 +483,7 @@ func (s *asyncCalls) finish(c *call, resp Response, err error) {
 	if stop != nil {
 		stop()
 	}
-	a.done(resp, err)
+	a.done.Answer(resp, err)
 }
 
 // closeAll answers every pending call ErrClosed (the Ring is closed).
@@ -489,7 +502,7 @@ func (s *asyncCalls) closeAll() {
 			if t := c.async.timer; t != nil {
 				t.Stop()
 			}
-			c.async.done(Response{}, ErrClosed)
+			c.async.done.Answer(Response{}, ErrClosed)
 		}
 	}
 }

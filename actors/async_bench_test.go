@@ -31,11 +31,11 @@ func BenchmarkDoAsync(b *testing.B) {
 	unlock := asyncReq(lease.Unlock, "r", "a", lease.Persistent)
 	b.ReportAllocs()
 	for b.Loop() {
-		f.ring.DoAsync(ctx, lock, done)
+		f.ring.DoAsync(ctx, lock, AnswerFunc(done))
 		if r := <-answers; r.Status != lease.Locked {
 			b.Fatalf("TryLock = %+v", r)
 		}
-		f.ring.DoAsync(ctx, unlock, done)
+		f.ring.DoAsync(ctx, unlock, AnswerFunc(done))
 		if r := <-answers; r.Status != lease.Unlocked {
 			b.Fatalf("Unlock = %+v", r)
 		}
@@ -63,7 +63,7 @@ func BenchmarkDoAsyncHandOff(b *testing.B) {
 	wait := func(owner int) {
 		req := asyncReq(lease.TryLock, "r", fmt.Sprint(owner), lease.Ephemeral)
 		req.Wait = time.Minute
-		f.ring.DoAsync(stream, req, func(resp Response, err error) {
+		f.ring.DoAsync(stream, req, AnswerFunc(func(resp Response, err error) {
 			if over.Load() {
 				return
 			}
@@ -71,7 +71,7 @@ func BenchmarkDoAsyncHandOff(b *testing.B) {
 				b.Errorf("waiting TryLock = %+v, %v", resp, err)
 			}
 			granted <- owner
-		})
+		}))
 	}
 	for o := range owners {
 		wait(o)
@@ -89,7 +89,7 @@ func BenchmarkDoAsyncHandOff(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		f.ring.DoAsync(stream, unlocks[holder], onUnlock)
+		f.ring.DoAsync(stream, unlocks[holder], AnswerFunc(onUnlock))
 		if r := <-unlocked; r.Status != lease.Unlocked {
 			b.Fatalf("Unlock = %+v", r)
 		}

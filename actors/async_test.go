@@ -54,7 +54,7 @@ func TestDoAsyncAnswersWhenTheWriteCommits(t *testing.T) {
 	f := newFixture(t, 2, 100)
 	f.backend.setHold("r", true)
 	a := newAsyncAnswers(t)
-	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "r", "a", lease.Persistent), a.done)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "r", "a", lease.Persistent), AnswerFunc(a.done))
 	p := <-f.backend.held
 	if n := a.count.Load(); n != 0 {
 		t.Fatalf("answered %d times before the write committed", n)
@@ -65,7 +65,7 @@ func TestDoAsyncAnswersWhenTheWriteCommits(t *testing.T) {
 	}
 
 	e := newAsyncAnswers(t)
-	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "e", "a", lease.Ephemeral), e.done)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "e", "a", lease.Ephemeral), AnswerFunc(e.done))
 	if resp, err := e.wait(t); err != nil || resp.Status != lease.Locked {
 		t.Fatalf("ephemeral = %+v, %v; want Locked", resp, err)
 	}
@@ -78,7 +78,7 @@ func TestDoAsyncInFlightAtCloseAnswersErrClosed(t *testing.T) {
 	f := newFixture(t, 2, 100)
 	f.backend.setHold("r", true)
 	a := newAsyncAnswers(t)
-	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "r", "a", lease.Persistent), a.done)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "r", "a", lease.Persistent), AnswerFunc(a.done))
 	p := <-f.backend.held
 	f.ring.Close()
 	if _, err := a.wait(t); !errors.Is(err, ErrClosed) {
@@ -86,7 +86,7 @@ func TestDoAsyncInFlightAtCloseAnswersErrClosed(t *testing.T) {
 	}
 	p.c.Committed(f.backend.apply(p.rec)) // the late outcome answers nothing more
 	after := newAsyncAnswers(t)
-	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "x", "a", lease.Ephemeral), after.done)
+	f.ring.DoAsync(context.Background(), asyncReq(lease.TryLock, "x", "a", lease.Ephemeral), AnswerFunc(after.done))
 	if _, err := after.wait(t); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
@@ -147,11 +147,11 @@ var errTestWithdrawn = errors.New("withdrawn by the test")
 // start starts req through DoAsync and returns what makes it leave.
 func (l leaving) start(f *fixture, req Request, done func(Response, error)) (leave func()) {
 	if l == byWithdraw {
-		p := f.ring.DoAsync(context.Background(), req, done)
+		p := f.ring.DoAsync(context.Background(), req, AnswerFunc(done))
 		return func() { p.Withdraw(errTestWithdrawn) }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.ring.DoAsync(ctx, req, done)
+	f.ring.DoAsync(ctx, req, AnswerFunc(done))
 	return cancel
 }
 
@@ -172,7 +172,7 @@ func TestDoAsyncWithdrawAfterTheAnswerChangesNothing(t *testing.T) {
 	a := newAsyncAnswers(t)
 	req := asyncReq(lease.TryLock, "r", "a", lease.Ephemeral)
 	req.Wait = time.Minute
-	p := f.ring.DoAsync(context.Background(), req, a.done)
+	p := f.ring.DoAsync(context.Background(), req, AnswerFunc(a.done))
 	if resp, err := a.wait(t); err != nil || resp.Status != lease.Locked {
 		t.Fatalf("a's waiting TryLock on a free lock = %+v, %v", resp, err)
 	}
@@ -206,14 +206,14 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	early := newAsyncAnswers(t)
-	f.ring.DoAsync(ctx, asyncReq(lease.TryLock, "e", "b", lease.Ephemeral), early.done)
+	f.ring.DoAsync(ctx, asyncReq(lease.TryLock, "e", "b", lease.Ephemeral), AnswerFunc(early.done))
 	if resp, err := early.wait(t); err != nil || resp.Status != lease.Locked {
 		t.Fatalf("b's TryLock of e = %+v, %v; want Locked", resp, err)
 	}
 	var waiting []*asyncAnswers
 	for _, res := range []string{"r", "s"} {
 		b := newAsyncAnswers(t)
-		f.ring.DoAsync(ctx, asyncReq(lease.TryLock, res, "b", lease.Persistent), b.done)
+		f.ring.DoAsync(ctx, asyncReq(lease.TryLock, res, "b", lease.Persistent), AnswerFunc(b.done))
 		<-f.queued // behind a's release
 		waiting = append(waiting, b)
 	}
@@ -234,7 +234,7 @@ func TestDoAsyncCallsOfOneContextLeaveTogether(t *testing.T) {
 	alive, stop := context.WithCancel(context.Background())
 	defer stop()
 	later := newAsyncAnswers(t)
-	f.ring.DoAsync(alive, asyncReq(lease.TryLock, "f", "b", lease.Ephemeral), later.done)
+	f.ring.DoAsync(alive, asyncReq(lease.TryLock, "f", "b", lease.Ephemeral), AnswerFunc(later.done))
 	if resp, err := later.wait(t); err != nil || resp.Status != lease.Locked {
 		t.Fatalf("b's TryLock of f = %+v, %v; want Locked", resp, err)
 	}
@@ -257,7 +257,7 @@ func TestDoAsyncLetsIdleWatchesGo(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		a := newAsyncAnswers(t)
-		f.ring.DoAsync(ctx, asyncReq(lease.Get, "r", "", lease.Ephemeral), a.done)
+		f.ring.DoAsync(ctx, asyncReq(lease.Get, "r", "", lease.Ephemeral), AnswerFunc(a.done))
 		if _, err := a.wait(t); err != nil {
 			t.Fatalf("Get %d: %v", i, err)
 		}
@@ -312,7 +312,7 @@ func TestDoAsyncTakesAnyContext(t *testing.T) {
 	var waiting []*asyncAnswers
 	for _, c := range []context.Context{unhashableCtx{ctx, []string{"b"}}, ctx} {
 		b := newAsyncAnswers(t)
-		f.ring.DoAsync(c, asyncReq(lease.TryLock, "r", "b", lease.Persistent), b.done)
+		f.ring.DoAsync(c, asyncReq(lease.TryLock, "r", "b", lease.Persistent), AnswerFunc(b.done))
 		<-f.queued // behind a's release
 		waiting = append(waiting, b)
 	}

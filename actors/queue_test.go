@@ -43,10 +43,10 @@ func (f *fixture) waitCall(ctx context.Context, req Request, answer func(Respons
 	case f.withdrawnWaits:
 		// On a context that never ends, as a server's stream passes its
 		// own: the end of ctx withdraws the call instead.
-		p := f.ring.DoAsync(context.Background(), req, answer)
+		p := f.ring.DoAsync(context.Background(), req, AnswerFunc(answer))
 		context.AfterFunc(ctx, func() { p.Withdraw(ctx.Err()) })
 	case f.asyncWaits:
-		f.ring.DoAsync(ctx, req, answer)
+		f.ring.DoAsync(ctx, req, AnswerFunc(answer))
 	default:
 		go func() { answer(f.ring.Do(ctx, req)) }()
 	}

@@ -255,16 +255,16 @@ func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockReq
 	if why != "" {
 		return nil, false
 	}
-	done := (&asyncLock{s: s, ctx: wctx, r: r, start: start, answer: answer}).done
+	a := &asyncLock{s: s, ctx: wctx, r: r, start: start, answer: answer}
 	var panicked error
 	defer func() {
 		if panicked != nil {
 			w, taken = nil, true
-			done(lease.LockInfo{}, lease.Result{}, panicked)
+			a.Outcome(lease.LockInfo{}, lease.Result{}, panicked)
 		}
 	}()
 	defer s.recovered(&c, true, &panicked)
-	return al.DoAsync(wctx, c, done)
+	return al.DoAsync(wctx, c, a)
 }
 
 // asyncLock is a Lock lockAsync started, until its answer, given once:
@@ -278,7 +278,8 @@ type asyncLock struct {
 	answered atomic.Bool
 }
 
-func (a *asyncLock) done(_ lease.LockInfo, res lease.Result, err error) {
+// Outcome implements Outcome: the Lock's answer, once.
+func (a *asyncLock) Outcome(_ lease.LockInfo, res lease.Result, err error) {
 	if a.answered.CompareAndSwap(false, true) {
 		a.answer(a.s.lockAnswer(a.ctx, a.r, "", res, err, a.start))
 	}

@@ -57,13 +57,13 @@ func newAsyncWaitingFake() *asyncWaitingFake {
 	return &asyncWaitingFake{waitingFake: newWaitingFake(), reasons: make(chan error, 8)}
 }
 
-func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (Withdrawer, bool) {
+func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
 	r := c.Request()
 	if r.Op != lease.TryLock || !strings.HasPrefix(r.Resource, "wait/") {
 		return nil, false
 	}
 	a.locks.Add(1)
-	w := &fakeWait{fake: a, done: done}
+	w := &fakeWait{fake: a, out: out}
 	w.stop = context.AfterFunc(ctx, func() { w.end(ctx.Err()) })
 	a.arrived <- struct{}{}
 	return w, true
@@ -72,7 +72,7 @@ func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, done fu
 // fakeWait is a waiting Lock of an asyncWaitingFake.
 type fakeWait struct {
 	fake *asyncWaitingFake
-	done func(lease.LockInfo, lease.Result, error)
+	out  Outcome
 	stop func() bool
 	once sync.Once
 }
@@ -86,7 +86,7 @@ func (w *fakeWait) end(err error) {
 	w.once.Do(func() {
 		w.stop()
 		w.fake.left <- struct{}{}
-		w.done(lease.LockInfo{}, lease.Result{}, err)
+		w.out.Outcome(lease.LockInfo{}, lease.Result{}, err)
 	})
 }
 

@@ -22,7 +22,7 @@ type asyncFake struct {
 	started atomic.Int64
 }
 
-func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (Withdrawer, bool) {
+func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
 	r := c.Request()
 	switch r.Resource {
 	case "decline":
@@ -31,7 +31,7 @@ func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(leas
 		panic("asyncFake: asked to panic")
 	case "now":
 		a.started.Add(1)
-		done(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
+		out.Outcome(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
 		return nil, true
 	}
 	a.started.Add(1)
@@ -40,7 +40,7 @@ func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, done func(leas
 			a.gate.arrived <- struct{}{}
 			<-a.gate.release
 		}
-		done(a.decide(context.Background(), r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
+		out.Outcome(a.decide(context.Background(), r.Op, r.Resource, r.Owner, r.TTL, r.Durability))
 	}()
 	return nil, true
 }

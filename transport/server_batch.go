@@ -184,10 +184,18 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 }
 
 // asyncLocker is a Locker that can run a request without a goroutine
-// waiting for its outcome (the node: internal/node's DoAsync). When it
-// takes the request (true), the Withdrawer withdraws it.
+// waiting for its outcome (the node: internal/node's DoAsync): out gets
+// it. When it takes the request (true), the Withdrawer withdraws it.
 type asyncLocker interface {
-	DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (Withdrawer, bool)
+	DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool)
+}
+
+// An Outcome takes the outcome of a request an asyncLocker started, once,
+// on the goroutine that has it, and must not block. An interface, not a
+// function: a method value given as a function is one more allocation
+// for every request.
+type Outcome interface {
+	Outcome(lease.LockInfo, lease.Result, error)
 }
 
 // A Withdrawer withdraws a request an asyncLocker started, as the end of
@@ -228,12 +236,12 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 	defer func() {
 		if panicked != nil {
 			taken = true
-			a.answer(lease.LockInfo{}, lease.Result{}, panicked)
+			a.Outcome(lease.LockInfo{}, lease.Result{}, panicked)
 			a.returned()
 		}
 	}()
 	defer s.recovered(&c, false, &panicked)
-	_, taken = al.DoAsync(ctx, c, a.answer)
+	_, taken = al.DoAsync(ctx, c, a)
 	a.returned()
 	return taken
 }
@@ -262,7 +270,8 @@ const (
 )
 
 // answer is DoAsync's done.
-func (a *laterAnswer) answer(info lease.LockInfo, res lease.Result, err error) {
+// Outcome implements Outcome: the request's answer.
+func (a *laterAnswer) Outcome(info lease.LockInfo, res lease.Result, err error) {
 	if !a.answered.CompareAndSwap(false, true) {
 		return
 	}

@@ -280,8 +280,8 @@ func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 }
 
 // DoAsync is Node.DoAsync for a forwarded call.
-func (l local) DoAsync(ctx context.Context, req lease.Checked, done func(lease.LockInfo, lease.Result, error)) (transport.Withdrawer, bool) {
-	return l.n.doAsync(ctx, req, true, done)
+func (l local) DoAsync(ctx context.Context, req lease.Checked, out transport.Outcome) (transport.Withdrawer, bool) {
+	return l.n.doAsync(ctx, req, true, out)
 }
 
 // WatchLock is the forwarded form of Node.WatchLock: it watches only a
@@ -307,18 +307,18 @@ func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 	n.cfg.Logger.Debug("forward not sent", "partition", p, "leader", leader, "err", err)
 }
 
-// DoAsync runs c as Do does and hands the outcome to done, with no
+// DoAsync runs c as Do does and hands the outcome to out, with no
 // goroutine waiting for it (actors.Ring.DoAsync), when this node serves
 // c's partition and c is a TryLock (waiting or not), Extend or Unlock of
 // one lock. Otherwise it does nothing and reports false: run c with Do.
-// done runs on the goroutine that has the outcome and must not block.
+// out runs on the goroutine that has the outcome and must not block.
 // The Withdrawer withdraws the started call as the end of ctx would end
 // it, done then getting the error it is given (actors.Pending.Withdraw).
-func (n *Node) DoAsync(ctx context.Context, c lease.Checked, done func(lease.LockInfo, lease.Result, error)) (transport.Withdrawer, bool) {
-	return n.doAsync(ctx, c, false, done)
+func (n *Node) DoAsync(ctx context.Context, c lease.Checked, out transport.Outcome) (transport.Withdrawer, bool) {
+	return n.doAsync(ctx, c, false, out)
 }
 
-func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, done func(lease.LockInfo, lease.Result, error)) (transport.Withdrawer, bool) {
+func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, out transport.Outcome) (transport.Withdrawer, bool) {
 	req := c.Request()
 	switch {
 	case req.Op == lease.Get, req.Also != nil, n.paused.Load() != nil:
@@ -336,22 +336,23 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, don
 	if !n.enter() {
 		return nil, false
 	}
-	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, forwarded), done: done}
-	return n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a.answered), true
+	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, forwarded), out: out}
+	return n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a), true
 }
 
 // asyncRequest is a request doAsync started, until its answer: one
 // allocation for what the answer needs (a closure over them moved each to
-// the heap on its own).
+// the heap on its own), which is also its actors.Answerer.
 type asyncRequest struct {
-	n    *Node
-	ctx  context.Context
-	req  lease.Request
-	t    requestTrace
-	done func(lease.LockInfo, lease.Result, error)
+	n   *Node
+	ctx context.Context
+	req lease.Request
+	t   requestTrace
+	out transport.Outcome
 }
 
-func (a *asyncRequest) answered(resp actors.Response, err error) {
+// Answer implements actors.Answerer.
+func (a *asyncRequest) Answer(resp actors.Response, err error) {
 	var r lease.Result
 	if err != nil {
 		err = callErr(a.ctx, a.req, err)
@@ -360,5 +361,5 @@ func (a *asyncRequest) answered(resp actors.Response, err error) {
 	}
 	a.n.endRequest(a.ctx, &a.t, a.req, r, err)
 	a.n.exit()
-	a.done(lease.LockInfo{}, r, err)
+	a.out.Outcome(lease.LockInfo{}, r, err)
 }
