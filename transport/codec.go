@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	protov2 "google.golang.org/protobuf/proto"
 )
 
 var protoCodec = encoding.GetCodecV2(proto.Name)
@@ -51,6 +52,19 @@ func unmarshalWith(data mem.BufferSlice, f func([]byte) error) error {
 
 func (wireCodec) Name() string { return proto.Name }
 
+// unmarshalFrame decodes a framed message's body b as Unmarshal does,
+// without wrapping it in grpc's buffers first (a mem.BufferSlice and a
+// mem.Buffer made for each message were two allocations a message).
+func (wireCodec) unmarshalFrame(b []byte, v any) error {
+	switch r := v.(type) {
+	case *batchReply:
+		return r.unmarshal(b)
+	case *replyPack:
+		return r.unmarshal(b)
+	}
+	return unmarshalProto(b, v)
+}
+
 // serverCodec is the servers' codec: batch stream messages (*batchMsg, and
 // Batch's *batchPack and *answerPack) are decoded and their answers
 // encoded by hand (see wire.go); every other message, the unary calls',
@@ -85,3 +99,25 @@ func (serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 func (serverCodec) Name() string { return proto.Name }
+
+// unmarshalFrame is wireCodec.unmarshalFrame for the server's messages.
+func (serverCodec) unmarshalFrame(b []byte, v any) error {
+	switch m := v.(type) {
+	case *batchMsg:
+		return m.unmarshal(b)
+	case *batchPack:
+		return m.unmarshal(b)
+	}
+	return unmarshalProto(b, v)
+}
+
+// unmarshalProto decodes b into v, a protobuf message, as grpc's proto
+// codec does (it too decodes a single buffer in place, and protobuf
+// copies what it keeps).
+func unmarshalProto(b []byte, v any) error {
+	m, ok := v.(protov2.Message)
+	if !ok {
+		return protoCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
+	}
+	return protov2.Unmarshal(b, m)
+}

@@ -414,7 +414,7 @@ func (st *frameServerStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	return serverCodec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	return serverCodec{}.unmarshalFrame(b, m)
 }
 
 // lockServerFrames is a framed LockStream, as lockStream takes it.

@@ -156,7 +156,7 @@ func (st *frameClientStream) RecvMsg(m any) error {
 	default:
 		return status.Error(codes.Unavailable, fmt.Sprintf("connection broke: %v", err))
 	}
-	return wireCodec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m)
+	return wireCodec{}.unmarshalFrame(b, m)
 }
 
 // maxAnswerBytes bounds an answer message, as grpc's default receive
