@@ -111,6 +111,38 @@ func (serverCodec) unmarshalFrame(b []byte, v any) error {
 	return unmarshalProto(b, v)
 }
 
+// appendServerMsg is the server's encoder on its framed streams: m as
+// serverCodec encodes it.
+func appendServerMsg(b []byte, m any) ([]byte, error) {
+	switch v := m.(type) {
+	case *batchMsg:
+		return v.appendMarshaledResponse(b)
+	case *answerPack:
+		return v.appendMarshal(b)
+	}
+	return appendProto(b, m)
+}
+
+// appendClientMsg is the client's encoder on its framed streams: a
+// request its caller marshaled (*[]byte, see wireCodec), or a protobuf
+// message.
+func appendClientMsg(b []byte, m any) ([]byte, error) {
+	if raw, ok := m.(*[]byte); ok {
+		return append(b, *raw...), nil
+	}
+	return appendProto(b, m)
+}
+
+// appendProto appends v, a protobuf message, as grpc's proto codec
+// encodes it.
+func appendProto(b []byte, v any) ([]byte, error) {
+	m, ok := v.(protov2.Message)
+	if !ok {
+		return nil, fmt.Errorf("transport: cannot send a %T, not a protobuf message", v)
+	}
+	return protov2.MarshalOptions{}.MarshalAppend(b, m)
+}
+
 // unmarshalProto decodes b into v, a protobuf message, as grpc's proto
 // codec does (it too decodes a single buffer in place, and protobuf
 // copies what it keeps).

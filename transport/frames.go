@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -91,8 +90,8 @@ func framesMethod(kind byte) (string, bool) {
 type frameConn struct {
 	conn net.Conn
 	r    *bufio.Reader
-	raw  syscall.RawConn // conn's socket, for writeNow; nil: not a plain socket
-	once *oneWrite       // writeNow's system call; guarded by wmu
+	raw  syscall.RawConn // conn's socket, for writeNowMsg; nil: not a plain socket
+	once *oneWrite       // writeNowMsg's system call; guarded by wmu
 
 	wmu       sync.Mutex
 	wbuf      []byte
@@ -101,23 +100,40 @@ type frameConn struct {
 	rbuf      []byte
 }
 
-// write sends one frame holding data.
-func (f *frameConn) write(data mem.BufferSlice) error {
-	n := data.Len()
-	if uint64(n) >= frameEnd {
-		return fmt.Errorf("transport: a message of %d bytes", n)
-	}
+// An encoder appends message m's encoding to b. Frames are encoded
+// straight into the connection's write buffer (appendFrame): through a
+// codec, each message took a buffer of its own and grpc's wrapping of it.
+type encoder func(b []byte, m any) ([]byte, error)
+
+// writeMsg sends one frame holding m as enc encodes it. encErr is enc's
+// refusal (nothing was written); err the connection's.
+func (f *frameConn) writeMsg(m any, enc encoder) (encErr, err error) {
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
-	b := binary.BigEndian.AppendUint32(f.wbuf[:0], uint32(n))
-	for _, d := range data {
-		b = append(b, d.ReadOnlyData()...)
+	b, encErr := appendFrame(f.wbuf[:0], m, enc)
+	if encErr != nil {
+		return encErr, nil
 	}
 	f.wbuf = b
 	if cap(f.wbuf) > 1<<20 {
 		f.wbuf = nil // one huge message need not pin its buffer
 	}
-	return f.send(b)
+	return nil, f.send(b)
+}
+
+// appendFrame appends to b, empty, the frame of m: its body's length,
+// then the body enc appends.
+func appendFrame(b []byte, m any, enc encoder) ([]byte, error) {
+	b, err := enc(append(b, 0, 0, 0, 0), m)
+	if err != nil {
+		return nil, err
+	}
+	n := len(b) - 4
+	if uint64(n) >= frameEnd {
+		return nil, fmt.Errorf("transport: a message of %d bytes", n)
+	}
+	binary.BigEndian.PutUint32(b, uint32(n))
+	return b, nil
 }
 
 // end sends the end of this side's half: err's status, OK when nil.
@@ -388,12 +404,11 @@ func (st *frameServerStream) SetTrailer(metadata.MD)       {}
 func (st *frameServerStream) Context() context.Context     { return st.ctx }
 
 func (st *frameServerStream) SendMsg(m any) error {
-	data, err := serverCodec{}.Marshal(m)
-	if err != nil {
-		return err
-	}
-	defer data.Free()
-	if err := st.write(data); err != nil {
+	encErr, err := st.writeMsg(m, appendServerMsg)
+	switch {
+	case encErr != nil:
+		return encErr
+	case err != nil:
 		st.cancel()
 		return status.Error(codes.Unavailable, err.Error())
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -128,17 +127,11 @@ func (st *frameClientStream) CloseSend() error         { return st.end(nil) }
 // frame. A failed write left the frame incomplete, which the server never
 // decodes: the message was not sent, as when grpc's SendMsg fails.
 func (st *frameClientStream) SendMsg(m any) error {
-	var data mem.BufferSlice
-	if b, ok := m.(*[]byte); ok {
-		data = mem.BufferSlice{mem.SliceBuffer(*b)}
-	} else {
-		var err error
-		if data, err = protoCodec.Marshal(m); err != nil {
-			return err
-		}
-		defer data.Free()
+	encErr, err := st.writeMsg(m, appendClientMsg)
+	if encErr != nil {
+		return encErr
 	}
-	return st.write(data)
+	return err
 }
 
 // RecvMsg reads the next message into m. io.EOF is the server's clean end

@@ -1,10 +1,7 @@
 package transport
 
 import (
-	"encoding/binary"
 	"syscall"
-
-	"google.golang.org/grpc/mem"
 
 	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
 )
@@ -53,17 +50,18 @@ func (w *oneWrite) writeOnce(rc syscall.RawConn, b []byte) int {
 	return w.n
 }
 
-// writeNow sends one frame holding data without waiting on the
-// connection, and reports whether it did (see above). failed is called
-// if the rest of a frame taken in part cannot be written.
-func (f *frameConn) writeNow(data mem.BufferSlice, failed func()) bool {
-	n := data.Len()
-	if f.raw == nil || uint64(n) >= frameEnd || !f.wmu.TryLock() {
+// writeNowMsg sends one frame holding m, as enc encodes it, without
+// waiting on the connection, and reports whether it did (see above; one
+// enc refuses is not sent). failed is called if the rest of a frame taken
+// in part cannot be written.
+func (f *frameConn) writeNowMsg(m any, enc encoder, failed func()) bool {
+	if f.raw == nil || !f.wmu.TryLock() {
 		return false
 	}
-	b := binary.BigEndian.AppendUint32(f.wbuf[:0], uint32(n))
-	for _, d := range data {
-		b = append(b, d.ReadOnlyData()...)
+	b, err := appendFrame(f.wbuf[:0], m, enc)
+	if err != nil {
+		f.wmu.Unlock()
+		return false
 	}
 	f.wbuf = b
 	if f.once == nil {
@@ -90,13 +88,5 @@ func (f *frameConn) writeNow(data mem.BufferSlice, failed func()) bool {
 
 // sendNow implements sendNower: a framed LockStream over a plain socket.
 func (l lockServerFrames) sendNow(m *v1.LockStreamResponse) bool {
-	if l.raw == nil {
-		return false
-	}
-	data, err := serverCodec{}.Marshal(m)
-	if err != nil {
-		return false
-	}
-	defer data.Free()
-	return l.writeNow(data, l.cancel)
+	return l.writeNowMsg(m, appendServerMsg, l.cancel)
 }

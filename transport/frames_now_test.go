@@ -9,8 +9,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/mem"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection, the first's
@@ -40,12 +38,27 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 }
 
 // frameOf is a frame body of n bytes, each the frame's number i.
-func frameOf(i, n int) mem.BufferSlice {
+func frameOf(i, n int) []byte {
 	b := make([]byte, n)
 	for k := range b {
 		b[k] = byte(i)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}
+	return b
+}
+
+// writeFrame sends body as one frame, as a stream's SendMsg sends a
+// message, waiting for room.
+func writeFrame(f *frameConn, body []byte) error {
+	encErr, err := f.writeMsg(&body, appendClientMsg)
+	if encErr != nil {
+		return encErr
+	}
+	return err
+}
+
+// writeFrameNow sends body as one frame without waiting (writeNowMsg).
+func writeFrameNow(f *frameConn, body []byte, failed func()) bool {
+	return f.writeNowMsg(&body, appendClientMsg, failed)
 }
 
 // neverWaits writes frames of 4 KB with send to a peer that does not
@@ -54,7 +67,7 @@ func frameOf(i, n int) mem.BufferSlice {
 // checks that every frame sent arrived whole and in order, a frame taken
 // in part included, and that a frame written after one was taken in part
 // follows it.
-func neverWaits(t *testing.T, send func(f *frameConn, data mem.BufferSlice) bool) error {
+func neverWaits(t *testing.T, send func(f *frameConn, body []byte) bool) error {
 	c, peer := tcpPair(t)
 	f := &frameConn{conn: c, raw: rawConnOf(c)}
 	if f.raw == nil {
@@ -86,7 +99,7 @@ func neverWaits(t *testing.T, send func(f *frameConn, data mem.BufferSlice) bool
 		t.Fatalf("%d frames sent before the socket was full", sent)
 	}
 	after := make(chan error, 1)
-	go func() { after <- f.write(frameOf(sent, size)) }() // waits for room, after any rest
+	go func() { after <- writeFrame(f, frameOf(sent, size)) }() // waits for room, after any rest
 	r := &frameConn{conn: peer, r: bufio.NewReader(peer)}
 	for i := 0; i <= sent; i++ {
 		b, err := r.read(1 << 20)
@@ -106,14 +119,14 @@ func neverWaits(t *testing.T, send func(f *frameConn, data mem.BufferSlice) bool
 // write is declined, or finished by a goroutine of its own, and the
 // frames arrive whole and in order once the peer reads.
 func TestWriteNowNeverWaits(t *testing.T) {
-	if err := neverWaits(t, func(f *frameConn, d mem.BufferSlice) bool { return f.writeNow(d, func() {}) }); err != nil {
+	if err := neverWaits(t, func(f *frameConn, b []byte) bool { return writeFrameNow(f, b, func() {}) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // Negative control: the check above catches a writer that waits for room.
 func TestWriteNowNeverWaitsControl(t *testing.T) {
-	if err := neverWaits(t, func(f *frameConn, d mem.BufferSlice) bool { return f.write(d) == nil }); err == nil {
+	if err := neverWaits(t, func(f *frameConn, b []byte) bool { return writeFrame(f, b) == nil }); err == nil {
 		t.Fatal("the check passed a write that waits for room")
 	}
 }
@@ -158,19 +171,19 @@ func TestWriteOnceOnAFullSocketTakesNothing(t *testing.T) {
 func TestFrameWriteDeadline(t *testing.T) {
 	c, _ := tcpPair(t) // the peer never reads
 	f := &frameConn{conn: c, wtimeout: 400 * time.Millisecond}
-	must(t, f.write(frameOf(0, 16)))
+	must(t, writeFrame(f, frameOf(0, 16)))
 	first := f.wdeadline
 	if first.IsZero() {
 		t.Fatal("no write deadline set")
 	}
-	must(t, f.write(frameOf(1, 16)))
+	must(t, writeFrame(f, frameOf(1, 16)))
 	if !f.wdeadline.Equal(first) {
 		t.Fatalf("deadline moved from %v to %v with more than half of it left", first, f.wdeadline)
 	}
 	start := time.Now()
 	var err error
 	for i := 2; err == nil && i < 100_000; i++ {
-		err = f.write(frameOf(i, 64<<10))
+		err = writeFrame(f, frameOf(i, 64<<10))
 	}
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {

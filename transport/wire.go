@@ -308,11 +308,17 @@ func (m *batchMsg) payloadSize() int {
 // marshalResponse encodes the answer, a GrpcBatch{Client,Server}LockResponse:
 // 1 Type and 2 RequestId echoed, the payload of m.op.
 func (m *batchMsg) marshalResponse() ([]byte, error) {
+	size, _ := m.responseSize()
+	return m.appendMarshaledResponse(make([]byte, 0, size))
+}
+
+// appendMarshaledResponse appends what marshalResponse returns to b.
+func (m *batchMsg) appendMarshaledResponse(b []byte) ([]byte, error) {
 	if !utf8.ValidString(m.servedFrom) {
 		return nil, errWireUTF8 // as the generated code refuses it
 	}
-	size, psize := m.responseSize()
-	return m.appendResponse(make([]byte, 0, size), psize), nil
+	_, psize := m.responseSize()
+	return m.appendResponse(b, psize), nil
 }
 
 // responseSize is the size of the encoded answer and of its payload.
@@ -410,13 +416,19 @@ type answerPack struct{ msgs []*batchMsg }
 func (p *answerPack) marshal() ([]byte, error) {
 	size := 0
 	for _, m := range p.msgs {
-		if !utf8.ValidString(m.servedFrom) {
-			return nil, errWireUTF8
-		}
 		n, _ := m.responseSize()
 		size += 1 + protowire.SizeBytes(n)
 	}
-	b := make([]byte, 0, size)
+	return p.appendMarshal(make([]byte, 0, size))
+}
+
+// appendMarshal appends what marshal returns to b.
+func (p *answerPack) appendMarshal(b []byte) ([]byte, error) {
+	for _, m := range p.msgs {
+		if !utf8.ValidString(m.servedFrom) {
+			return nil, errWireUTF8
+		}
+	}
 	for _, m := range p.msgs {
 		n, psize := m.responseSize()
 		b = protowire.AppendVarint(append(b, byte(packField)<<3|byte(protowire.BytesType)), uint64(n))
