@@ -48,6 +48,10 @@ type batchStream struct {
 	cur     *clientStream
 
 	locks *lockCalls // native Locks on the same connection
+
+	// pack is the writer's buffer for a framed stream's Batch messages,
+	// which the framing copies before SendMsg returns.
+	pack []byte
 }
 
 // clientStream is one open stream and the calls waiting for its answers.
@@ -311,20 +315,32 @@ func (s *batchStream) send(batch []*call) {
 // grpc's default 4 MB limit on a received message.
 const maxPackBytes = 256 << 10
 
-// sendPacked sends calls, registered on st, as few Batch messages. Each
-// message is a new buffer: grpc's writer reads it after SendMsg returns.
+// sendPacked sends calls, registered on st, as few Batch messages. Over
+// gRPC each message is a new buffer: grpc's writer reads it after SendMsg
+// returns. The framing copies it first, so there the writer keeps one.
 func (s *batchStream) sendPacked(st *clientStream, calls []*call) {
+	_, framed := st.ClientStream.(*frameClientStream)
 	for start := 0; start < len(calls); {
 		end, size := start, 0
 		for end < len(calls) && end-start < MaxBatchRequests && (end == start || size+len(calls[end].buf) <= maxPackBytes) {
 			size += 1 + protowire.SizeBytes(len(calls[end].buf))
 			end++
 		}
-		buf := make([]byte, 0, size)
-		for _, c := range calls[start:end] {
-			buf = appendPacked(buf, c.buf)
+		var err error
+		if framed {
+			s.pack = s.pack[:0]
+			for _, c := range calls[start:end] {
+				s.pack = appendPacked(s.pack, c.buf)
+			}
+			err = st.SendMsg(&s.pack)
+		} else {
+			buf := make([]byte, 0, size)
+			for _, c := range calls[start:end] {
+				buf = appendPacked(buf, c.buf)
+			}
+			err = st.SendMsg(&buf)
 		}
-		if err := st.SendMsg(&buf); err != nil {
+		if err != nil {
 			s.sendFailed(st, calls[start:], err)
 			return
 		}
