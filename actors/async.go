@@ -9,7 +9,7 @@ import (
 	"github.com/kahunago/kahuna/lease"
 )
 
-// DoAsync runs req as Do does, without a caller waiting: done gets the
+// DoAsync runs req as Do does, without a caller waiting: done.Answer gets the
 // answer, exactly once, on the goroutine that has it (the caller's own
 // when the actor is idle and decides at once, else the actor's worker or
 // the goroutine that settles a persistent write). A server that answers
@@ -27,7 +27,7 @@ import (
 //
 // A call that does not wait is answered ctx.Err() at once when ctx ends
 // first and, as with Do, a TryLock not decided yet is then not granted.
-// Close answers the calls still pending ErrClosed. done must not block
+// Close answers the calls still pending ErrClosed. done.Answer must not block
 // (it may run inside the actor) and must not call the Ring on its
 // goroutine. req must not name several locks (Also nil): those go
 // through Do.
