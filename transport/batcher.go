@@ -326,21 +326,16 @@ func (s *batchStream) sendPacked(st *clientStream, calls []*call) {
 			size += 1 + protowire.SizeBytes(len(calls[end].buf))
 			end++
 		}
-		var err error
-		if framed {
-			s.pack = s.pack[:0]
-			for _, c := range calls[start:end] {
-				s.pack = appendPacked(s.pack, c.buf)
-			}
-			err = st.SendMsg(&s.pack)
-		} else {
-			buf := make([]byte, 0, size)
-			for _, c := range calls[start:end] {
-				buf = appendPacked(buf, c.buf)
-			}
-			err = st.SendMsg(&buf)
+		buf := &s.pack
+		if !framed {
+			fresh := make([]byte, 0, size)
+			buf = &fresh
 		}
-		if err != nil {
+		*buf = (*buf)[:0]
+		for _, c := range calls[start:end] {
+			*buf = appendPacked(*buf, c.buf)
+		}
+		if err := st.SendMsg(buf); err != nil {
 			s.sendFailed(st, calls[start:], err)
 			return
 		}

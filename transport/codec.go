@@ -31,31 +31,28 @@ func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	switch r := v.(type) {
-	case *batchReply:
-		return unmarshalWith(data, r.unmarshal)
-	case *replyPack:
-		return unmarshalWith(data, r.unmarshal)
-	}
-	return protoCodec.Unmarshal(data, v)
+	return unmarshalWith(data, v, unmarshalAnswer)
 }
 
-// unmarshalWith decodes data with f, in place when it is one buffer.
-func unmarshalWith(data mem.BufferSlice, f func([]byte) error) error {
+// unmarshalWith decodes data into v with decode, in place when it is one
+// buffer.
+func unmarshalWith(data mem.BufferSlice, v any, decode func([]byte, any) error) error {
 	if len(data) == 1 {
-		return f(data[0].ReadOnlyData())
+		return decode(data[0].ReadOnlyData(), v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return f(buf.ReadOnlyData())
+	return decode(buf.ReadOnlyData(), v)
 }
 
 func (wireCodec) Name() string { return proto.Name }
 
-// unmarshalFrame decodes a framed message's body b as Unmarshal does,
-// without wrapping it in grpc's buffers first (a mem.BufferSlice and a
-// mem.Buffer made for each message were two allocations a message).
-func (wireCodec) unmarshalFrame(b []byte, v any) error {
+// unmarshalAnswer decodes b, a message to the client, into v: by hand
+// for a batch stream's answers, else as grpc's proto codec does. A framed
+// stream calls it on the frame's bytes as they are (wrapped in grpc's
+// buffers first, as Unmarshal takes them, each message took two
+// allocations more).
+func unmarshalAnswer(b []byte, v any) error {
 	switch r := v.(type) {
 	case *batchReply:
 		return r.unmarshal(b)
@@ -89,19 +86,13 @@ func (serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	switch m := v.(type) {
-	case *batchMsg:
-		return unmarshalWith(data, m.unmarshal)
-	case *batchPack:
-		return unmarshalWith(data, m.unmarshal)
-	}
-	return protoCodec.Unmarshal(data, v)
+	return unmarshalWith(data, v, unmarshalRequest)
 }
 
 func (serverCodec) Name() string { return proto.Name }
 
-// unmarshalFrame is wireCodec.unmarshalFrame for the server's messages.
-func (serverCodec) unmarshalFrame(b []byte, v any) error {
+// unmarshalRequest is unmarshalAnswer for a message to the server.
+func unmarshalRequest(b []byte, v any) error {
 	switch m := v.(type) {
 	case *batchMsg:
 		return m.unmarshal(b)
@@ -149,7 +140,7 @@ func appendProto(b []byte, v any) ([]byte, error) {
 func unmarshalProto(b []byte, v any) error {
 	m, ok := v.(protov2.Message)
 	if !ok {
-		return protoCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
+		return fmt.Errorf("transport: cannot decode into a %T, not a protobuf message", v)
 	}
 	return protov2.Unmarshal(b, m)
 }

@@ -429,7 +429,7 @@ func (st *frameServerStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	return serverCodec{}.unmarshalFrame(b, m)
+	return unmarshalRequest(b, m)
 }
 
 // lockServerFrames is a framed LockStream, as lockStream takes it.

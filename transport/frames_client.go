@@ -149,7 +149,7 @@ func (st *frameClientStream) RecvMsg(m any) error {
 	default:
 		return status.Error(codes.Unavailable, fmt.Sprintf("connection broke: %v", err))
 	}
-	return wireCodec{}.unmarshalFrame(b, m)
+	return unmarshalAnswer(b, m)
 }
 
 // maxAnswerBytes bounds an answer message, as grpc's default receive

@@ -313,7 +313,7 @@ func (n *Node) logForwardRefused(p int, leader uint64, err error) {
 // one lock. Otherwise it does nothing and reports false: run c with Do.
 // out runs on the goroutine that has the outcome and must not block.
 // The Withdrawer withdraws the started call as the end of ctx would end
-// it, done then getting the error it is given (actors.Pending.Withdraw).
+// it, out then getting the error it is given (actors.Pending.Withdraw).
 func (n *Node) DoAsync(ctx context.Context, c lease.Checked, out transport.Outcome) (transport.Withdrawer, bool) {
 	return n.doAsync(ctx, c, false, out)
 }
