@@ -101,23 +101,19 @@ func openEtcd(ctx context.Context, o *Options, s bench.Settings) (bench.System, 
 // startEtcd runs a single-member etcd (the binary bin) on free loopback
 // ports with a temp data dir, and waits until it answers.
 func startEtcd(ctx context.Context, bin string) (srv *server, clientURL string, err error) {
-	client, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	peer, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	clientURL, peerURL := "http://"+loopback(client), "http://"+loopback(peer)
-	srv, err = startServer(ctx, "etcd", bin, func(dir string) []string {
-		return []string{
-			"--name", "bench", "--data-dir", dir + "/data",
-			"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-			"--initial-cluster", "bench=" + peerURL, "--logger", "zap", "--log-outputs", "stderr",
-		}
-	}, func(ctx context.Context) error { return etcdReady(ctx, clientURL) })
+	err = withFreePorts(2, func(ports []int) error { // client, peer
+		var peerURL string
+		clientURL, peerURL = "http://"+loopback(ports[0]), "http://"+loopback(ports[1])
+		srv, err = startServer(ctx, "etcd", bin, func(dir string) []string {
+			return []string{
+				"--name", "bench", "--data-dir", dir + "/data",
+				"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+				"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+				"--initial-cluster", "bench=" + peerURL, "--logger", "zap", "--log-outputs", "stderr",
+			}
+		}, func(ctx context.Context) error { return etcdReady(ctx, clientURL) })
+		return err
+	})
 	return srv, clientURL, err
 }
 

@@ -54,19 +54,16 @@ func withServer(t bench.Target, o *Options) bench.Target {
 // native gRPC on another) and waits until it serves: its listeners answer
 // only once every partition is served.
 func startKahuna(ctx context.Context, bin string) (srv *server, httpEndpoint, grpcEndpoint string, err error) {
-	var ports [3]int // http, grpc, raft
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return nil, "", "", err
-		}
-	}
-	httpEndpoint, grpcEndpoint = "http://"+loopback(ports[0]), "http://"+loopback(ports[1])
-	srv, err = startServer(ctx, "kahuna", bin, func(dir string) []string {
-		return []string{
-			"--host", "127.0.0.1", "--http-ports", strconv.Itoa(ports[0]), "--grpc-cleartext-ports", strconv.Itoa(ports[1]),
-			"--raft-port", strconv.Itoa(ports[2]), "--storage-path", dir + "/data", "--log-level", "warn",
-		}
-	}, func(ctx context.Context) error { return healthy(ctx, httpEndpoint) })
+	err = withFreePorts(3, func(ports []int) error { // http, grpc, raft
+		httpEndpoint, grpcEndpoint = "http://"+loopback(ports[0]), "http://"+loopback(ports[1])
+		srv, err = startServer(ctx, "kahuna", bin, func(dir string) []string {
+			return []string{
+				"--host", "127.0.0.1", "--http-ports", strconv.Itoa(ports[0]), "--grpc-cleartext-ports", strconv.Itoa(ports[1]),
+				"--raft-port", strconv.Itoa(ports[2]), "--storage-path", dir + "/data", "--log-level", "warn",
+			}
+		}, func(ctx context.Context) error { return healthy(ctx, httpEndpoint) })
+		return err
+	})
 	return srv, httpEndpoint, grpcEndpoint, err
 }
 

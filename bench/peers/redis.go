@@ -31,19 +31,8 @@ func openRedis(ctx context.Context, o *Options, s bench.Settings) (bench.System,
 	addr := o.RedisAddr
 	var srv *server
 	if o.StartServer {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		addr = loopback(port)
-		persistence := []string{"--save", "", "--appendonly", "no"}
-		if o.RedisAppendfsyncAlways {
-			persistence = []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always"}
-		}
-		srv, err = startServer(ctx, "redis", o.RedisServer, func(dir string) []string {
-			return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", "--protected-mode", "no"}, persistence...)
-		}, func(ctx context.Context) error { return ping(ctx, addr) })
-		if err != nil {
+		var err error
+		if srv, addr, err = startRedis(ctx, o.RedisServer, o.RedisAppendfsyncAlways); err != nil {
 			return nil, err
 		}
 		s.Logger.Info("redis-server started", "addr", addr, "appendfsync_always", o.RedisAppendfsyncAlways, "dir", srv.dir)
@@ -67,8 +56,29 @@ func openRedis(ctx context.Context, o *Options, s bench.Settings) (bench.System,
 	return bench.Shared{L: &RedisLocker{c: c}, CloseFn: closeAll}, nil
 }
 
+// startRedis runs redis-server (the binary bin) on a free loopback port
+// with a temp dir, and waits until it answers. fsyncAlways turns on its
+// append-only file, fsynced on every write; otherwise it keeps nothing.
+func startRedis(ctx context.Context, bin string, fsyncAlways bool) (srv *server, addr string, err error) {
+	persistence := []string{"--save", "", "--appendonly", "no"}
+	if fsyncAlways {
+		persistence = []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always"}
+	}
+	err = withFreePorts(1, func(ports []int) error {
+		addr = loopback(ports[0])
+		srv, err = startServer(ctx, "redis", bin, func(dir string) []string {
+			return append([]string{"--port", strconv.Itoa(ports[0]), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", "--protected-mode", "no"}, persistence...)
+		}, func(ctx context.Context) error { return ping(ctx, addr) })
+		return err
+	})
+	return srv, addr, err
+}
+
+// ping checks that a Redis server answers at addr. Each try is short (the
+// caller tries again): go-redis bounds a read by its timeout, not by the
+// context's end, and what answers the connection might not be Redis.
 func ping(ctx context.Context, addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	return c.Ping(ctx).Err()
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -27,7 +28,10 @@ type server struct {
 	dir  string
 	cmd  *exec.Cmd
 	log  *os.File
-	done chan error // the process's exit
+	// exited is closed when the process has exited, exit being its
+	// Wait's error.
+	exited chan struct{}
+	exit   error
 }
 
 // startServer runs bin with the args args(dir) builds, dir being a fresh
@@ -47,7 +51,7 @@ func startServer(ctx context.Context, name, bin string, args func(dir string) []
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	s := &server{name: name, dir: dir, log: log, done: make(chan error, 1)}
+	s := &server{name: name, dir: dir, log: log, exited: make(chan struct{})}
 	s.cmd = exec.Command(path, args(dir)...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
@@ -55,38 +59,71 @@ func startServer(ctx context.Context, name, bin string, args func(dir string) []
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	go func() { s.done <- s.cmd.Wait() }()
+	go func() {
+		s.exit = s.cmd.Wait()
+		close(s.exited)
+	}()
 
+	// A check is cut short when the server exits: one that reached
+	// whatever took the server's port might wait for an answer that never
+	// comes.
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-s.exited:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
 	for {
 		err := ready(rctx)
 		if err == nil {
 			return s, nil
 		}
 		select {
-		case exit := <-s.done:
-			s.done <- exit
-			return nil, errors.Join(fmt.Errorf("%s exited at start (%v): %s", name, exit, s.logTail()), s.stop())
+		case <-s.exited:
+			return nil, errors.Join(s.exitedAtStart(), s.stop())
 		case <-rctx.Done():
+			if s.hasExited() {
+				return nil, errors.Join(s.exitedAtStart(), s.stop())
+			}
 			return nil, errors.Join(fmt.Errorf("%s not ready within %v: %w: %s", name, readyTimeout, err, s.logTail()), s.stop())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
+func (s *server) hasExited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitedAtStart is the error of a server that exited before it was
+// ready: errPortTaken when its log says it could not bind a port.
+func (s *server) exitedAtStart() error {
+	tail := s.logTail()
+	err := fmt.Errorf("%s exited at start (%v): %s", s.name, s.exit, tail)
+	if strings.Contains(strings.ToLower(tail), "address already in use") {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
+
 // stop terminates the server (SIGTERM, then SIGKILL) and removes its dir.
 func (s *server) stop() error {
 	var err error
-	select {
-	case <-s.done: // already exited
-	default:
+	if !s.hasExited() {
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-s.done:
+		case <-s.exited:
 		case <-time.After(stopTimeout):
 			_ = s.cmd.Process.Kill()
-			<-s.done
+			<-s.exited
 			err = fmt.Errorf("%s ignored SIGTERM for %v, killed", s.name, stopTimeout)
 		}
 	}
@@ -102,16 +139,48 @@ func (s *server) logTail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// freePort asks the kernel for a free loopback port. Another process could
-// take it before the server binds it; the server then fails to start and
-// says so.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
+// portAttempts bounds the starts of a server on new ports when another
+// process took one of its ports first.
+const portAttempts = 3
+
+// errPortTaken is a server that exited at start because a port it was
+// given was in use.
+var errPortTaken = errors.New("a port was taken before the server bound it")
+
+// withFreePorts calls start with n distinct free loopback ports, and again
+// with new ones when the server could not bind one (errPortTaken): a port
+// is free when picked but not reserved, and another process (a test's
+// server, or an outgoing connection, which takes its port from the same
+// range) can take it before the server binds it.
+func withFreePorts(n int, start func(ports []int) error) error {
+	for attempt := 1; ; attempt++ {
+		ports, err := pickPorts(n)
+		if err != nil {
+			return err
+		}
+		err = start(ports)
+		if !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			return err
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// pickPorts is freePorts; tests replace it.
+var pickPorts = freePorts
+
+// freePorts asks the kernel for n free loopback ports, holding each until
+// all are picked so that no two are the same.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
 }
 
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

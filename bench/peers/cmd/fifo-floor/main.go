@@ -79,12 +79,12 @@ const (
 )
 
 func main() {
-	if addr := os.Getenv(serverEnv); addr != "" {
+	if os.Getenv(serverEnv) != "" {
 		if err := setHops(os.Getenv(hopsEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 			os.Exit(2)
 		}
-		err := serve(addr)
+		err := serve()
 		fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 		os.Exit(1)
 	}
@@ -287,8 +287,8 @@ type waiter struct {
 }
 
 // serve serves until its listener fails (the run kills it first).
-func serve(addr string) error {
-	lis, err := net.Listen("tcp", addr)
+func serve() error {
+	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
 	}

@@ -11,12 +11,12 @@ import (
 // TestMain serves as the floor's server process when run() starts this
 // test binary as one.
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(serverEnv); addr != "" {
+	if os.Getenv(serverEnv) != "" {
 		if err := setHops(os.Getenv(hopsEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, serve(addr))
+		fmt.Fprintln(os.Stderr, serve())
 		os.Exit(1)
 	}
 	os.Exit(m.Run())

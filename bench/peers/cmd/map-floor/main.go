@@ -47,8 +47,8 @@ const (
 )
 
 func main() {
-	if addr := os.Getenv(serverEnv); addr != "" {
-		err := serve(addr, os.Getenv(forgetEnv) != "")
+	if os.Getenv(serverEnv) != "" {
+		err := serve(os.Getenv(forgetEnv) != "")
 		fmt.Fprintln(os.Stderr, "map-floor server:", err)
 		os.Exit(1)
 	}
@@ -179,9 +179,9 @@ type locks struct {
 	forget bool // see forgetEnv
 }
 
-func serve(addr string, forget bool) error {
+func serve(forget bool) error {
 	st := &locks{holder: map[string]uint32{}, forget: forget}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
 	}

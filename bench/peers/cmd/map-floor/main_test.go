@@ -10,8 +10,8 @@ import (
 // TestMain serves as the floor's server process when run() starts this
 // test binary as one.
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(serverEnv); addr != "" {
-		fmt.Fprintln(os.Stderr, serve(addr, os.Getenv(forgetEnv) != ""))
+	if os.Getenv(serverEnv) != "" {
+		fmt.Fprintln(os.Stderr, serve(os.Getenv(forgetEnv) != ""))
 		os.Exit(1)
 	}
 	os.Exit(m.Run())

@@ -150,6 +150,10 @@ func (r result) String() string {
 	return line
 }
 
+// freeAddrs picks n free loopback addresses, holding each until all are
+// picked so that no two are the same. (The members bind them later: an
+// outgoing connection could take one in between, and the run then fails
+// to start and says so.)
 func freeAddrs(n int) ([]string, error) {
 	addrs := make([]string, n)
 	for i := range addrs {
@@ -157,8 +161,8 @@ func freeAddrs(n int) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		defer lis.Close()
 		addrs[i] = lis.Addr().String()
-		lis.Close()
 	}
 	return addrs, nil
 }
@@ -179,14 +183,11 @@ func run(o options) (result, error) {
 		defer os.RemoveAll(tmp)
 		o.dir = tmp
 	}
-	raftAddrs, err := freeAddrs(o.members)
+	addrs, err := freeAddrs(2 * o.members)
 	if err != nil {
 		return result{}, err
 	}
-	clientAddrs, err := freeAddrs(o.members)
-	if err != nil {
-		return result{}, err
-	}
+	raftAddrs, clientAddrs := addrs[:o.members], addrs[o.members:]
 	setup := memberSetup{raftAddrs: raftAddrs, clientAddrs: clientAddrs, shards: o.shards, record: o.record,
 		inFlight: o.inFlight, rtt: o.rtt, answerUnproposed: o.answerUnproposed, transport: o.transport, dir: o.dir}
 	self, err := os.Executable()

@@ -63,8 +63,8 @@ type client interface {
 }
 
 func main() {
-	if addr := os.Getenv(nodeEnv); addr != "" {
-		err := serveNode(addr)
+	if os.Getenv(nodeEnv) != "" {
+		err := serveNode()
 		fmt.Fprintln(os.Stderr, "rest-clients node:", err)
 		os.Exit(1)
 	}
@@ -104,8 +104,12 @@ func withNode(url string, f func(url string) error) error {
 }
 
 // serveNode serves an ephemeral node's wire API on addr until killed.
-func serveNode(addr string) error {
-	n, err := kahuna.Open(kahuna.Config{ListenAddress: addr, Logger: slog.New(slog.DiscardHandler)})
+func serveNode() error {
+	lis, err := twoproc.Listen()
+	if err != nil {
+		return err
+	}
+	n, err := kahuna.Open(kahuna.Config{Listener: lis, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"slices"
 	"time"
@@ -25,8 +24,8 @@ import (
 const echoEnv = "TCP_RTT_ECHO"
 
 func main() {
-	if addr := os.Getenv(echoEnv); addr != "" {
-		if err := echo(addr); err != nil {
+	if os.Getenv(echoEnv) != "" {
+		if err := echo(); err != nil {
 			fmt.Fprintln(os.Stderr, "tcp-rtt echo:", err)
 			os.Exit(1)
 		}
@@ -76,8 +75,8 @@ func run(n, size int) error {
 	return nil
 }
 
-func echo(addr string) error {
-	lis, err := net.Listen("tcp", addr)
+func echo() error {
+	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
 	}

@@ -43,13 +43,13 @@ const (
 )
 
 func main() {
-	if addr := os.Getenv(serverEnv); addr != "" {
+	if os.Getenv(serverEnv) != "" {
 		var size int
 		if _, err := fmt.Sscan(os.Getenv(recordEnv), &size); err != nil {
 			fmt.Fprintln(os.Stderr, "wal-floor server: record size:", err)
 			os.Exit(2)
 		}
-		err := serve(addr, os.Getenv(dirEnv), size)
+		err := serve(os.Getenv(dirEnv), size)
 		fmt.Fprintln(os.Stderr, "wal-floor server:", err)
 		os.Exit(1)
 	}
@@ -215,7 +215,7 @@ type walLog struct {
 	queue  []pending
 }
 
-func serve(addr, dir string, record int) error {
+func serve(dir string, record int) error {
 	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -224,7 +224,7 @@ func serve(addr, dir string, record int) error {
 	lg.cond = sync.NewCond(&lg.mu)
 	var rounds atomic.Uint64
 	go lg.commit(&rounds)
-	lis, err := net.Listen("tcp", addr)
+	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
 	}

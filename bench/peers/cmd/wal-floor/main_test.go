@@ -11,13 +11,13 @@ import (
 // TestMain serves as the floor's server process when run() starts this
 // test binary as one.
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(serverEnv); addr != "" {
+	if os.Getenv(serverEnv) != "" {
 		var size int
 		if _, err := fmt.Sscan(os.Getenv(recordEnv), &size); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, serve(addr, os.Getenv(dirEnv), size))
+		fmt.Fprintln(os.Stderr, serve(os.Getenv(dirEnv), size))
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
