@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -213,14 +212,6 @@ func (g *Guard) Run(ctx context.Context, every time.Duration, changed func(why s
 			changed(why)
 		}
 	}
-}
-
-func statfs(dir string) (free, total uint64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
 // DirSize is the sum of the sizes of the files under dir.

@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/lease"
 )
@@ -315,16 +313,6 @@ func exitStatus(err error, stderr io.Writer, what string) int {
 	}
 	fmt.Fprintf(stderr, "kahunactl: %s: %s\n", what, strings.TrimSpace(err.Error()))
 	return exitError
-}
-
-// signalName is the signal's name as a shell writes it (SIGINT).
-func signalName(s os.Signal) string {
-	if n, ok := s.(syscall.Signal); ok {
-		if name := unix.SignalName(n); name != "" {
-			return name
-		}
-	}
-	return s.String()
 }
 
 func signalNumber(s os.Signal) int {

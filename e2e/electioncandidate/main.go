@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command electioncandidate is a candidate process of the e2e election
 // test: it campaigns, leads for a while acting in a loop, resigns, and
 // again, until SIGTERM. Each act's instant is read between two checks that

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command sessionholder is a holder process of the e2e session test: it
 // opens a session, takes every lock of -locks in it (in the order given,
 // waiting for each), works on them in a loop, closes the session, and

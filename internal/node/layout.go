@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/kahunago/kahuna/internal/filelock"
 )
 
 // layoutFile records the settings a DataDir is bound to. Partitions decide
@@ -39,7 +39,7 @@ func recordedPartitions(dir string) (int, error) {
 	return n, nil
 }
 
-// pidFile is the data dir's lock: held (flock) by the process that has
+// pidFile is the data dir's lock: held (a file lock) by the process that has
 // the dir open, and holding its PID, so a second process on the same dir
 // is refused saying which process has it rather than with the storage
 // engine's own lock error. The kernel drops the lock when its holder
@@ -64,10 +64,10 @@ func lockDataDir(dir string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kahuna: data dir: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		holder, _ := os.ReadFile(path)
 		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, filelock.ErrHeld) {
 			if pid := strings.TrimSpace(string(holder)); pid != "" {
 				return nil, fmt.Errorf("%w: %s is used by another kahuna node (pid %s); stop it first, or give this one another data dir", ErrDataDirInUse, dir, pid)
 			}
@@ -76,12 +76,12 @@ func lockDataDir(dir string) (release func(), err error) {
 		return nil, fmt.Errorf("kahuna: data dir %s: lock: %w", dir, err)
 	}
 	// The PID is for the message of a node refused; the lock itself is the
-	// flock, so a PID that could not be written costs only that message.
+	// file lock, so a PID that could not be written costs only that message.
 	if f.Truncate(0) == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	var once sync.Once
-	return func() { once.Do(func() { _ = f.Close() }) }, nil // closing drops the flock
+	return func() { once.Do(func() { _ = f.Close() }) }, nil // closing drops the lock
 }
 
 func checkLayout(cfg Config) error {

@@ -26,9 +26,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kahunago/kahuna/internal/filelock"
 )
 
 // Host is the address every port is reserved on.
@@ -138,9 +139,9 @@ func lockPort(dir string, port int) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock file of port %d: %w", port, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, filelock.ErrHeld) {
 			return nil, errHeld
 		}
 		return nil, fmt.Errorf("lock port %d: %w", port, err)
