@@ -129,13 +129,17 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 			}
 			for i, m := range msgs {
 				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					putBatchMsgs(msgs[i:])
-					msgs = nil // the next Recv fails
-				case <-s.draining:
-					putBatchMsgs(msgs[i:])
-					msgs = nil // dropped unprocessed; the stream is ending
+				case slots <- struct{}{}: // a slot free: no need of the select below
+				default:
+					select {
+					case slots <- struct{}{}:
+					case <-ctx.Done():
+						putBatchMsgs(msgs[i:])
+						msgs = nil // the next Recv fails
+					case <-s.draining:
+						putBatchMsgs(msgs[i:])
+						msgs = nil // dropped unprocessed; the stream is ending
+					}
 				}
 				if msgs == nil {
 					break
