@@ -36,7 +36,7 @@ func serveCounted(t *testing.T, l lease.Locker) (endpoint string, tries, others 
 		t.Fatal(err)
 	}
 	tries, others = new(atomic.Int64), new(atomic.Int64)
-	srv := transport.NewServer(l, transport.ServerOptions{Logger: slog.New(slog.DiscardHandler), Observe: func(op lease.Op, _ lease.Status, _ time.Duration) {
+	srv := transport.NewServer(l, transport.ServerOptions{Logger: slog.New(slog.DiscardHandler), Observe: func(op lease.Op, _ lease.Status) {
 		if op == lease.TryLock {
 			tries.Add(1)
 		} else {

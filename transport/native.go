@@ -226,7 +226,6 @@ func (s *Server) lock(ctx context.Context, l lease.Locker, req *v1.LockRequest) 
 // by shutdown (the cause errWaitDrained). It returns an error only when
 // wctx ended for another cause, the caller gone: then no answer is due.
 func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockRequest) (*v1.LockResponse, error) {
-	start := time.Now()
 	wl, ok := l.(lease.WaitLocker)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this node does not wait on the server")
@@ -239,7 +238,7 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 	if why == "" {
 		res, err = s.callLock(wctx, wl, c)
 	}
-	return s.lockAnswer(wctx, r, why, res, err, start)
+	return s.lockAnswer(wctx, r, why, res, err)
 }
 
 // lockAsync starts req, a Lock, on al with no goroutine waiting for its
@@ -250,12 +249,11 @@ func (s *Server) lockOn(wctx context.Context, l lease.Locker, req *v1.LockReques
 // answers a Lock whose context ended with that cause. False: nothing was
 // started (run the Lock with lockOn).
 func (s *Server) lockAsync(wctx context.Context, al asyncLocker, req *v1.LockRequest, answer func(*v1.LockResponse, error)) (w Withdrawer, taken bool) {
-	start := time.Now()
 	r, c, why := lockRequestOf(req)
 	if why != "" {
 		return nil, false
 	}
-	a := &asyncLock{s: s, ctx: wctx, r: r, start: start, answer: answer}
+	a := &asyncLock{s: s, ctx: wctx, r: r, answer: answer}
 	var panicked error
 	defer func() {
 		if panicked != nil {
@@ -273,7 +271,6 @@ type asyncLock struct {
 	s        *Server
 	ctx      context.Context
 	r        lease.Request
-	start    time.Time
 	answer   func(*v1.LockResponse, error)
 	answered atomic.Bool
 }
@@ -281,7 +278,7 @@ type asyncLock struct {
 // Outcome implements Outcome: the Lock's answer, once.
 func (a *asyncLock) Outcome(_ lease.LockInfo, res lease.Result, err error) {
 	if a.answered.CompareAndSwap(false, true) {
-		a.answer(a.s.lockAnswer(a.ctx, a.r, "", res, err, a.start))
+		a.answer(a.s.lockAnswer(a.ctx, a.r, "", res, err))
 	}
 }
 
@@ -334,7 +331,7 @@ func lockRequestOf(req *v1.LockRequest) (r lease.Request, c lease.Checked, why s
 
 // lockAnswer is the answer to the Lock r, refused for why or run with
 // the outcome res and err, on wctx (see lockOn), and reports it.
-func (s *Server) lockAnswer(wctx context.Context, r lease.Request, why string, res lease.Result, err error, start time.Time) (*v1.LockResponse, error) {
+func (s *Server) lockAnswer(wctx context.Context, r lease.Request, why string, res lease.Result, err error) (*v1.LockResponse, error) {
 	resp := &v1.LockResponse{ServedFrom: s.opts.NodeName}
 	if why != "" {
 		res.Status, resp.Reason = lease.InvalidInput, why
@@ -368,7 +365,7 @@ func (s *Server) lockAnswer(wctx context.Context, r lease.Request, why string, r
 		resp.Each = append(resp.Each, v1.Status(st))
 	}
 	if s.opts.Observe != nil {
-		s.opts.Observe(r.Op, res.Status, time.Since(start))
+		s.opts.Observe(r.Op, res.Status)
 	}
 	return resp, nil
 }

@@ -101,7 +101,7 @@ func TestServerAskerGoneIsErrored(t *testing.T) {
 	f.hook = g.hook
 	defer close(g.release)
 	observed := make(chan lease.Status, 16)
-	srv := startServer(t, f, ServerOptions{Observe: func(_ lease.Op, st lease.Status, _ time.Duration) { observed <- st }})
+	srv := startServer(t, f, ServerOptions{Observe: func(_ lease.Op, st lease.Status) { observed <- st }})
 	conn := rawConn(t, srv.native)
 
 	ctx, cancel := context.WithCancel(testCtx(t))

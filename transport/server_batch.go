@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -235,7 +234,7 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 	if why != "" {
 		return false
 	}
-	a := &laterAnswer{s: s, ctx: ctx, m: m, out: out, done: done, r: r, start: time.Now()}
+	a := &laterAnswer{s: s, ctx: ctx, m: m, out: out, done: done, r: r}
 	var panicked error
 	defer func() {
 		if panicked != nil {
@@ -254,13 +253,12 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 // and who sends it. One allocation holds it all, for every persistent
 // request.
 type laterAnswer struct {
-	s     *Server
-	ctx   context.Context
-	m     *batchMsg
-	out   *outbox
-	done  func(*batchMsg)
-	r     lease.Request
-	start time.Time
+	s    *Server
+	ctx  context.Context
+	m    *batchMsg
+	out  *outbox
+	done func(*batchMsg)
+	r    lease.Request
 
 	answered atomic.Bool
 	state    atomic.Int32 // laterStarting, then one of the two below
@@ -290,7 +288,7 @@ func (a *laterAnswer) Outcome(info lease.LockInfo, res lease.Result, err error) 
 	}
 	if !a.drop {
 		if a.s.opts.Observe != nil {
-			a.s.opts.Observe(r.Op, res.Status, time.Since(a.start))
+			a.s.opts.Observe(r.Op, res.Status)
 		}
 		a.m.op, a.m.res, a.m.info, a.m.servedFrom = r.Op, res, info, res.ServedFrom
 	}

@@ -148,7 +148,7 @@ func (m *metrics) observeRequest(ev admin.RequestEvent) {
 // observeWire is the transport's per-request hook. The node sees (and
 // counts) every request the API passes to it; the API itself answers only
 // the malformed ones, InvalidInput, which the node never sees.
-func (m *metrics) observeWire(op lease.Op, st lease.Status, _ time.Duration) {
+func (m *metrics) observeWire(op lease.Op, st lease.Status) {
 	if st == lease.InvalidInput {
 		m.invalid.WithLabelValues(op.String()).Inc()
 	}

@@ -60,8 +60,8 @@ func TestMetricsSeries(t *testing.T) {
 	if r, err := node.TryLock(ctx, "m/c", []byte("me"), time.Minute, kahuna.Persistent); err != nil || r.Status != kahuna.Locked {
 		t.Fatalf("TryLock: %v %v", r, err)
 	}
-	m.observeWire(lease.Extend, lease.InvalidInput, time.Millisecond) // the API refused one
-	m.observeWire(lease.Get, lease.Got, time.Millisecond)             // counted by the node, not here
+	m.observeWire(lease.Extend, lease.InvalidInput) // the API refused one
+	m.observeWire(lease.Get, lease.Got)             // counted by the node, not here
 
 	lines := scrape(t, m.handler())
 	all := strings.Join(lines, "\n")

@@ -4,7 +4,6 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/kahunago/kahuna/lease"
 	"github.com/kahunago/kahuna/transport"
@@ -19,7 +18,7 @@ type ServerOptions struct {
 	Unauthenticated []string
 	// Observe is called once per lock request the server answers
 	// (transport.ServerOptions.Observe).
-	Observe func(op lease.Op, st lease.Status, d time.Duration)
+	Observe func(op lease.Op, st lease.Status)
 }
 
 // NewServer builds the wire server of n, the one every caller serves a
