@@ -76,7 +76,7 @@ func WithGRPCOnly() ClientOption {
 }
 
 // WithMustRetryBudget sets how long TryLock, Extend, Unlock and Get keep
-// retrying MustRetry answers before they return MustRetry (default
+// retrying MustRetry answers, from the first, before they return MustRetry (default
 // DefaultMustRetryBudget), so that a node refusing work (between leaders,
 // or overloaded: see kahuna.Config.MaxCachedEntries) is not retried for
 // ever. Lock retries for the longer of its wait and the budget
@@ -421,8 +421,10 @@ func (c *Client) sendLate(ctx context.Context, req lease.Request, late func(repl
 	}
 	cl := c.calls.Get().(*call)
 	cl.encode(int32(c.ids.Add(1)), req.Op, req.Resource, req.Owner, req.TTL, req.Durability)
-	deadline := time.Now().Add(c.budget)
-	var bo backoff
+	var (
+		deadline time.Time // of the retries: set by the first MustRetry, so a call answered at once reads no clock
+		bo       backoff
+	)
 	for {
 		r, err := c.roundTrip(ctx, cl, req.Resource, late)
 		if err != nil {
@@ -432,6 +434,9 @@ func (c *Client) sendLate(ctx context.Context, req lease.Request, late func(repl
 		if r.res.Status != lease.MustRetry || !c.retry {
 			c.calls.Put(cl)
 			return r, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(c.budget)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
