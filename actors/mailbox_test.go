@@ -190,3 +190,55 @@ func TestMailboxPanicEscalates(t *testing.T) {
 		t.Fatalf("after the panic: handled %v", got)
 	}
 }
+
+// countingFifo counts the messages pushed through it.
+type countingFifo struct {
+	fifo
+	pushed int
+}
+
+func (c *countingFifo) Push(msg any) { c.pushed++; c.fifo.Push(msg) }
+
+// TestMailboxIdleEmptyRunsWithoutQueueing: a caller that finds the actor
+// idle with nothing queued runs its message without queueing it; one that
+// finds messages queued queues its own behind them.
+func TestMailboxIdleEmptyRunsWithoutQueueing(t *testing.T) {
+	inv := &recordingInvoker{}
+	m, d := newTestMailbox(inv)
+	user := &countingFifo{fifo: m.user}
+	m.user = user
+	m.postInline("alone")
+	if got := inv.seen(); !slices.Equal(got, []any{"alone"}) || user.pushed != 0 {
+		t.Fatalf("handled %v with %d pushed, want the message run without a push", got, user.pushed)
+	}
+	m.PostUserMessage("timer") // to a worker, not run yet
+	m.postInline("call")
+	for _, run := range d.take() {
+		run()
+	}
+	if got := inv.seen(); !slices.Equal(got, []any{"alone", "timer", "call"}) || user.pushed != 2 {
+		t.Fatalf("handled %v with %d pushed, want the call queued behind the timer's message", got, user.pushed)
+	}
+}
+
+// TestMailboxSuspendedIdleQueues: a suspended mailbox, idle with nothing
+// queued, does not run a caller's message: it is queued until resumed.
+func TestMailboxSuspendedIdleQueues(t *testing.T) {
+	inv := &recordingInvoker{}
+	m, d := newTestMailbox(inv)
+	m.PostSystemMessage(&actor.SuspendMailbox{})
+	for _, run := range d.take() {
+		run()
+	}
+	m.postInline("call")
+	if got := inv.seen(); len(got) != 0 {
+		t.Fatalf("suspended: handled %v", got)
+	}
+	m.PostSystemMessage(&actor.ResumeMailbox{})
+	for _, run := range d.take() {
+		run()
+	}
+	if got := inv.seen(); !slices.Equal(got, []any{"call"}) {
+		t.Fatalf("resumed: handled %v, want the call", got)
+	}
+}
