@@ -94,6 +94,7 @@ func startServer(ctx context.Context, name, bin string, args func(dir string) []
 	}
 }
 
+// hasExited reports whether the process has exited (its Wait returned).
 func (s *server) hasExited() bool {
 	select {
 	case <-s.exited:
