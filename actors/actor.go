@@ -1099,7 +1099,7 @@ func (a *lockActor) complete(c *call) {
 // settle hands the lock to the head waiter if it is free, and sets the
 // timer that notices when the holder's lease ends.
 func (a *lockActor) settle(s *slot) {
-	if s.State == lease.Held || s.IsShared() { // a free lock has no lapse to tell, and skips a clock read
+	if s.mayLapse() {
 		a.noteLapse(s, a.cfg.Now())
 	}
 	a.handOff(s)

@@ -374,6 +374,12 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 	return resp, err
 }
 
+// reuse returns c, answered, to the pool.
+func (r *Ring) reuse(c *call) {
+	*c = call{reply: c.reply}
+	r.calls.Put(c)
+}
+
 // raiseRounds bounds the rounds of one call: the token window and the TTL
 // bound may each need a raise.
 const raiseRounds = 3
@@ -394,31 +400,19 @@ func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 	// Run here if the actor is idle. A waiting call goes to a worker: run
 	// here, it measured no faster.
 	r.actors[i].mailbox.postInline(c)
-	answered := func(resp Response) (Response, error) {
-		*c = call{reply: c.reply}
-		r.calls.Put(c)
-		return resp, nil
-	}
 	// Run here, the call is answered already: a receive that cannot wait
 	// costs a fraction of the select below.
 	select {
 	case resp := <-c.reply:
-		return answered(resp)
+		r.reuse(c)
+		return resp, nil
 	default:
-	}
-	done := ctx.Done()
-	if done == nil { // context.Background and friends: a cheaper select
-		select {
-		case resp := <-c.reply:
-			return answered(resp)
-		case <-r.done:
-			return Response{}, ErrClosed
-		}
 	}
 	select {
 	case resp := <-c.reply:
-		return answered(resp)
-	case <-done:
+		r.reuse(c)
+		return resp, nil
+	case <-ctx.Done():
 		// The actor still owns c and will answer into its buffered
 		// channel: never recycle it. A TryLock not decided yet is not
 		// granted now: a release its caller sends next to clean up may
@@ -465,8 +459,7 @@ func (r *Ring) wait(ctx context.Context, c *call, pid *actor.PID) (Response, err
 		select {
 		case resp := <-c.reply:
 			if !told {
-				*c = call{reply: c.reply}
-				r.calls.Put(c)
+				r.reuse(c)
 			}
 			return resp, nil
 		case <-over:

@@ -298,11 +298,14 @@ func (a *lockActor) tellHolders(s *slot, ev *Event, now time.Time) {
 // noteLapse tells s's watchers that its holder's lease has ended, once per
 // lease.
 func (a *lockActor) noteLapse(s *slot, now time.Time) {
+	if !s.mayLapse() {
+		return
+	}
 	if s.IsShared() {
 		a.noteHolderLapses(s, now)
 		return
 	}
-	if s.State != lease.Held || s.lapseTold || s.Live(now) {
+	if s.lapseTold || s.Live(now) {
 		return
 	}
 	// A lapse seen in the cache is news only from the node that serves the
@@ -317,6 +320,11 @@ func (a *lockActor) noteLapse(s *slot, now time.Time) {
 	s.lapseTold = true
 	a.emit(s, Event{Kind: Expired, Owner: s.Owner, Token: s.Token, Expires: s.Expires, Revision: s.Revision, Durability: s.kind.durability()})
 }
+
+// mayLapse reports whether s has a lease whose lapse noteLapse could
+// tell: a held lock's, or a shared kind's holders'. A free lock has none,
+// and settling it reads no clock.
+func (s *slot) mayLapse() bool { return s.State == lease.Held || s.IsShared() }
 
 // noteHolderLapses is noteLapse for a semaphore or a read/write lock: it
 // tells s's watchers that holders they were told of as live have lapsed

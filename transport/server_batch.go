@@ -271,7 +271,6 @@ const (
 	laterStarted                       // it returned first: the answer goes to out's writer
 )
 
-// answer is DoAsync's done.
 // Outcome implements Outcome: the request's answer.
 func (a *laterAnswer) Outcome(info lease.LockInfo, res lease.Result, err error) {
 	if !a.answered.CompareAndSwap(false, true) {

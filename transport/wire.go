@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -307,18 +308,15 @@ func (m *batchMsg) payloadSize() int {
 
 // marshalResponse encodes the answer, a GrpcBatch{Client,Server}LockResponse:
 // 1 Type and 2 RequestId echoed, the payload of m.op.
-func (m *batchMsg) marshalResponse() ([]byte, error) {
-	size, _ := m.responseSize()
-	return m.appendMarshaledResponse(make([]byte, 0, size))
-}
+func (m *batchMsg) marshalResponse() ([]byte, error) { return m.appendMarshaledResponse(nil) }
 
 // appendMarshaledResponse appends what marshalResponse returns to b.
 func (m *batchMsg) appendMarshaledResponse(b []byte) ([]byte, error) {
 	if !utf8.ValidString(m.servedFrom) {
 		return nil, errWireUTF8 // as the generated code refuses it
 	}
-	_, psize := m.responseSize()
-	return m.appendResponse(b, psize), nil
+	size, psize := m.responseSize()
+	return m.appendResponse(slices.Grow(b, size), psize), nil
 }
 
 // responseSize is the size of the encoded answer and of its payload.
@@ -413,22 +411,19 @@ func (p *batchPack) unmarshal(b []byte) error {
 // BatchResponses.
 type answerPack struct{ msgs []*batchMsg }
 
-func (p *answerPack) marshal() ([]byte, error) {
-	size := 0
-	for _, m := range p.msgs {
-		n, _ := m.responseSize()
-		size += 1 + protowire.SizeBytes(n)
-	}
-	return p.appendMarshal(make([]byte, 0, size))
-}
+func (p *answerPack) marshal() ([]byte, error) { return p.appendMarshal(nil) }
 
 // appendMarshal appends what marshal returns to b.
 func (p *answerPack) appendMarshal(b []byte) ([]byte, error) {
+	size := 0
 	for _, m := range p.msgs {
 		if !utf8.ValidString(m.servedFrom) {
 			return nil, errWireUTF8
 		}
+		n, _ := m.responseSize()
+		size += 1 + protowire.SizeBytes(n)
 	}
+	b = slices.Grow(b, size)
 	for _, m := range p.msgs {
 		n, psize := m.responseSize()
 		b = protowire.AppendVarint(append(b, byte(packField)<<3|byte(protowire.BytesType)), uint64(n))
