@@ -201,6 +201,7 @@ func allOrNothingRun(t *testing.T, cfg kahuna.Config) (wrong []string, busy int)
 // all of its names or none; its negative control, grants proposed one by
 // one even when a name was busy, must be caught.
 func TestAcquireAllAllOrNothingUnderContention(t *testing.T) {
+	t.Parallel()
 	wrong, busy := allOrNothingRun(t, kahuna.Config{})
 	for _, w := range wrong {
 		t.Error(w)

@@ -143,6 +143,7 @@ func TestAuthClusterForwarding(t *testing.T) {
 // another CA signed cannot join (its Open finds no leader), and the same
 // member given a certificate of the cluster's CA then joins.
 func TestRaftMutualTLS(t *testing.T) {
+	t.Parallel()
 	cl, members := newMembers(t)
 	certDir := t.TempDir()
 	ca, stray := testcert.NewCA(t, certDir, "cluster"), testcert.NewCA(t, certDir, "stray")

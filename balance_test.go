@@ -197,6 +197,7 @@ func (x *exclusive) check(t *testing.T) int {
 // partition is moved twice within the cooldown, nor sooner than the
 // cooldown after its leader changed, and locks stay exclusive throughout.
 func TestLeaderBalance(t *testing.T) {
+	t.Parallel()
 	const partitions = 3
 	const cooldown = 3 * time.Second
 	var moves moveLog
@@ -299,6 +300,7 @@ func TestLeaderBalance(t *testing.T) {
 // campaign, which a loaded target often has; the node asks again until
 // the move takes. Asked once, about half of these moves did not happen.
 func TestTransferTakesWhenRaftDropsIt(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, func(id uint64, cfg *kahuna.Config) {
 		cfg.LeaderBalanceCooldown = -1 // only the test moves leaders
 		cfg.RaftRTT = 30 * time.Millisecond
@@ -333,6 +335,7 @@ func TestTransferTakesWhenRaftDropsIt(t *testing.T) {
 // the partition unserved for the transfer grace (1 s), and asked again
 // until 3 s it would leave it unserved about 4 s.
 func TestTransferToAnUnreachableMemberIsNotAskedAgain(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 1, func(id uint64, cfg *kahuna.Config) {
 		cfg.LeaderBalanceCooldown = -1
 		cfg.RaftRTT = 30 * time.Millisecond

@@ -22,6 +22,7 @@ import (
 // had found nothing to release, so the lock stayed held, by no one, for
 // its whole lease.
 func TestCancelledWaitsStrandNothing(t *testing.T) {
+	t.Parallel()
 	n := openElectionNode(t, kahuna.Config{})
 	ep, _, _ := serveCounted(t, n)
 	eachWay(t, n, dial(t, ep), n, "hot", cancelledWaitsStrandNothing)
@@ -30,6 +31,7 @@ func TestCancelledWaitsStrandNothing(t *testing.T) {
 // TestCancelledForwardedWaitsStrandNothing: the same through a member
 // that does not lead the lock's partition and forwards to its leader.
 func TestCancelledForwardedWaitsStrandNothing(t *testing.T) {
+	t.Parallel()
 	cl := startCluster(t, 1, steadyLeaders) // one partition: every name's leader is the same
 	leader, follower := leaderAndFollower(cl, "hot")
 	ep, _, _ := serveCounted(t, cl.Node(follower))
@@ -111,6 +113,7 @@ func cancelledWaitsStrandNothing(t *testing.T, l, got kahuna.Locker, res string,
 // queue) and find nothing, and the TryLock then granted the lock to no
 // one.
 func TestCancelledTryLocksStrandNothing(t *testing.T) {
+	t.Parallel()
 	n := openElectionNode(t, kahuna.Config{})
 	ep, _, _ := serveCounted(t, n)
 	eachWay(t, n, dial(t, ep), n, "try", cancelledTryLocksStrandNothing)
@@ -119,13 +122,15 @@ func TestCancelledTryLocksStrandNothing(t *testing.T) {
 // TestCancelledForwardedTryLocksStrandNothing: the same through a member
 // that does not lead the names' partition.
 func TestCancelledForwardedTryLocksStrandNothing(t *testing.T) {
+	t.Parallel()
 	cl := startCluster(t, 1, steadyLeaders)
 	leader, follower := leaderAndFollower(cl, "try/x")
 	ep, _, _ := serveCounted(t, cl.Node(follower))
 	eachWay(t, cl.Node(follower), dial(t, ep), cl.Node(leader), "try", cancelledTryLocksStrandNothing)
 }
 
-// cancelledTryLocksStrandNothing runs 32 callers for a second on 64 names
+// cancelledTryLocksStrandNothing runs 32 callers for a second (longer, up
+// to 15 s, until both outcomes below are counted 50 times) on 64 names
 // of prefix through l, each attempt with a deadline drawn up to four
 // times the time an attempt takes under that load (so that some are
 // granted and some cut short, on a quick machine or under the race
@@ -136,13 +141,19 @@ func cancelledTryLocksStrandNothing(t *testing.T, l, got kahuna.Locker, prefix s
 	var took atomic.Int64 // about the time of an attempt, in ns, as it goes
 	took.Store(int64(time.Millisecond))
 	var cancelled, held atomic.Int64
-	stop := time.Now().Add(time.Second)
+	// At least a second, and on until both outcomes are counted 50 times:
+	// on a loaded machine the deadlines take longer to find their range.
+	began := time.Now()
+	more := func() bool {
+		since := time.Since(began)
+		return since < time.Second || since < 15*time.Second && (cancelled.Load() < 50 || held.Load() < 50)
+	}
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(stop) {
+			for more() {
 				ctx, cancel := context.WithTimeout(context.Background(), rand.N(4*time.Duration(took.Load())))
 				start := time.Now()
 				lk, err := kahuna.Acquire(ctx, l, name(rand.IntN(64)), kahuna.WithDurability(d), kahuna.WithTTL(time.Minute))

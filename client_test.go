@@ -62,6 +62,7 @@ func TestDialRejectsBadEndpoints(t *testing.T) {
 }
 
 func TestKeepAliveHoldsPastTheTTL(t *testing.T) {
+	t.Parallel()
 	n := openNode(t, kahuna.Config{})
 	ctx := context.Background()
 	l, err := kahuna.Acquire(ctx, n, "ka/held", kahuna.WithTTL(300*time.Millisecond), kahuna.WithDurability(kahuna.Persistent))

@@ -70,6 +70,7 @@ func TestClusterLeadersSpread(t *testing.T) {
 
 // TestClusterCrossNode is Kahuna's scenario: any node serves any request.
 func TestClusterCrossNode(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 4, nil)
 	ctx := context.Background()
 	for _, d := range durabilities {
@@ -145,6 +146,7 @@ func TestClusterRacingOwners(t *testing.T) {
 // TestClusterTokensAcrossTransfers: persistent tokens strictly increase
 // across four rounds of leadership transfer of every partition.
 func TestClusterTokensAcrossTransfers(t *testing.T) {
+	t.Parallel()
 	const partitions = 4
 	c := startCluster(t, partitions, nil)
 	ctx := context.Background()
@@ -187,6 +189,7 @@ func TestClusterTokensAcrossTransfers(t *testing.T) {
 // of a persistent load: the survivors keep serving, no acknowledged grant
 // is lost, tokens never go backwards, and the restarted node catches up.
 func TestClusterLeaderLoss(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2, nil)
 	ctx := context.Background()
 	res := "loss/r"

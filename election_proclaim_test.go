@@ -62,6 +62,7 @@ func waitRenewals(t *testing.T, ld *kahuna.Leadership, ttl time.Duration) {
 // unchanged), its renewals keep it, proclaiming it again changes nothing,
 // and Resign releases it.
 func TestElectionProclaim(t *testing.T) {
+	t.Parallel()
 	for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
 		t.Run(d.String(), func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -202,6 +203,7 @@ func (l *lostAnswers) Do(ctx context.Context, req lease.Checked) (kahuna.LockInf
 // the old owner alone would find the new one holding: lost), and Resign
 // releases whichever holds it.
 func TestElectionProclaimUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	for _, settle := range []string{"renewal", "resign"} {
 		t.Run(settle, func(t *testing.T) {
 			ctx := context.Background()

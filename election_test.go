@@ -200,6 +200,7 @@ func TestElectionResignHandsOver(t *testing.T) {
 // ends, and its Context has ended by the time the next candidate is
 // elected.
 func TestElectionFailoverContextEndsFirst(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	n := openElectionNode(t, kahuna.Config{})
 	la := &cutLocker{WaitLocker: n}
@@ -382,6 +383,7 @@ func TestElectionBadInput(t *testing.T) {
 // without a resign) is followed, after the restart and its lease's end,
 // by a greater epoch, for both durabilities.
 func TestElectionEpochAcrossRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, d := range []kahuna.Durability{kahuna.Ephemeral, kahuna.Persistent} {
 		t.Run(d.String(), func(t *testing.T) {

@@ -39,6 +39,7 @@ func graceProbe(t *testing.T, l kahuna.Locker, res string, within time.Duration)
 }
 
 func TestEphemeralGraceAfterRestart(t *testing.T) {
+	t.Parallel()
 	for _, fencingOnly := range []bool{false, true} {
 		name := map[bool]string{false: "wait", true: "fencing-only"}[fencingOnly]
 		t.Run(name, func(t *testing.T) {
@@ -82,6 +83,7 @@ func TestEphemeralGraceAfterRestart(t *testing.T) {
 // its live ephemeral leases still run, so after a restart it waits only
 // that, not the longest TTL the reign granted (a minute here).
 func TestEphemeralGraceAfterCleanClose(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	n, err := kahuna.Open(kahuna.Config{DataDir: dir})
@@ -118,6 +120,7 @@ func TestEphemeralGraceAfterCleanClose(t *testing.T) {
 // request it); B asks the new leader, which answers MustRetry until A's
 // lease has ended. (A planned move hands the lease over: handover_test.go.)
 func TestClusterEphemeralGraceAcrossTransfer(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	c := startCluster(t, 1, nil)
 	n1 := c.Node(1)

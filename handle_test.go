@@ -507,6 +507,7 @@ func TestAcquireUnknownOutcomeCleansUp(t *testing.T) {
 // lease's TTL, at least cleanupTimeout), and the clean-up follows; it
 // does not hang on.
 func TestAcquireBoundsAHungAttempt(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

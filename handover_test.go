@@ -16,6 +16,7 @@ import (
 // for none of them.
 
 func TestClusterTransferKeepsEphemeralLeases(t *testing.T) {
+	t.Parallel()
 	for _, fencingOnly := range []bool{false, true} {
 		name := "grace"
 		if fencingOnly {

@@ -52,6 +52,7 @@ func listAll(t *testing.T, list func(ctx context.Context, prefix string, opts ..
 // each leader. Released locks and names outside the prefix are not in
 // it; pages of any size give the same locks, once each, in name order.
 func TestClusterListAcrossLeaders(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 6, steadyLeaders) // its ephemeral locks must outlive the test: no unplanned election
 	ctx := context.Background()
 	n1 := c.Node(1)

@@ -73,6 +73,7 @@ func addNode(t *testing.T, c *testcluster.Cluster, via, id uint64) {
 // stopped: every persistent lock is still held, by the new node's account
 // too; the removed ID cannot come back.
 func TestMemberAddRemove(t *testing.T) {
+	t.Parallel()
 	const partitions = 3
 	c := startCluster(t, partitions, nil)
 	held := lockEverywhere(t, c, 12)

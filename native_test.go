@@ -330,6 +330,7 @@ func iterPull2(seq func(func(kahuna.WatchEvent, error) bool)) (func() (kahuna.Wa
 // accepted. With request ids shared between concurrent Locks a caller took
 // another's grant, and another waited forever.
 func TestConcurrentWaitingLocksOverOneClient(t *testing.T) {
+	t.Parallel()
 	n := openNode(t, kahuna.Config{ListenAddress: "127.0.0.1:0"})
 	c := dial(t, "http://"+n.ListenAddress())
 	const (

@@ -299,6 +299,7 @@ func TestPersistentLocksSurviveRestart(t *testing.T) {
 // there is never more than one holder, and the grants' tokens are unique
 // and dense (0, 1, 2, ...).
 func TestRacingOwnersNeverShareALock(t *testing.T) {
+	t.Parallel()
 	for _, d := range durabilities {
 		t.Run(d.String(), func(t *testing.T) {
 			n := openNode(t, kahuna.Config{LockActors: 1})

@@ -26,6 +26,7 @@ const quietChildEnv = "KAHUNA_TEST_QUIET_CHILD"
 // not os.Stderr itself: that diverter is it.) The node runs in a child
 // process, whose stderr is its own, as an embedder's program's is.
 func TestEmbeddedNodeWritesNothingToStderr(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(quietChildEnv) != "" {
 		quietChild(t)
 		return

@@ -67,6 +67,7 @@ func runRWHolders(t *testing.T, cfg kahuna.Config, holders int, d time.Duration)
 // and writing; its negative controls are a node that grants over live
 // holders and one whose writes take no new epoch.
 func TestRWLockChecker(t *testing.T) {
+	t.Parallel()
 	acts, writes, reads := runRWHolders(t, kahuna.Config{}, 6, 1500*time.Millisecond)
 	shared := 0
 	for i, a := range acts {

@@ -92,6 +92,7 @@ func runPermitHolders(t *testing.T, cfg kahuna.Config, limit, holders int, d tim
 // permits, releasing or abandoning them; its negative controls are a node
 // that grants live permits again and one that repeats a slot's token.
 func TestSemaphoreChecker(t *testing.T) {
+	t.Parallel()
 	const limit = 2
 	acts, grants, abandoned := runPermitHolders(t, kahuna.Config{}, limit, 5, 1500*time.Millisecond)
 	if grants < 20 || abandoned < 2 || len(acts) < 20 {

@@ -275,6 +275,7 @@ func TestBatchAnswersEachName(t *testing.T) {
 // Over gRPC and REST through a member: the shares of the partitions it
 // does not lead are forwarded, and every name is still answered.
 func TestClusterBatchOverTheWire(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 6, steadyLeaders)
 	ctx := context.Background()
 	_, follower := leaderAndFollower(c, "batch/a")

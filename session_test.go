@@ -31,6 +31,7 @@ func holder(t *testing.T, n *kahuna.Node, resource string) (string, int64) {
 // (ErrSessionClosed, matching ErrReleased) before its release is sent,
 // and releases them all and the session.
 func TestSessionRenewsItsLocks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	n := openElectionNode(t, kahuna.Config{})
 	link := &cutLocker{WaitLocker: n}
@@ -200,6 +201,7 @@ func TestSessionEndsWithAnyOfItsLocks(t *testing.T) {
 // name it does not take back frees itself; an ID with no live session,
 // or one that cannot be an ID, is refused.
 func TestSessionResume(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	n := openElectionNode(t, kahuna.Config{})
 	s, err := kahuna.NewSession(ctx, n, kahuna.WithTTL(time.Second))
@@ -284,6 +286,7 @@ func TestSessionResume(t *testing.T) {
 // another owner gets each before the lease the last renewal gave it would
 // have ended.
 func TestSessionFoundGoneReleasesItsLocks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	n := openElectionNode(t, kahuna.Config{})
 	const ttl = 3 * time.Second // renewed every second

@@ -141,6 +141,7 @@ func expiresOf(t *testing.T, c *testcluster.Cluster, resource, owner string) tim
 // proclaims, reads the leader, observes the election, and closes the
 // session, which frees everything; for both durabilities.
 func TestSessionsAndElectionServices(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 4, steadyLeaders)
 	ctx := context.Background()
 	for _, d := range []v1.Durability{v1.Durability_DURABILITY_PERSISTENT, v1.Durability_DURABILITY_EPHEMERAL} {
@@ -491,6 +492,7 @@ type restEvent struct {
 // one keep-alive, a proclaim seen by a long-polling observe that resumes
 // after the last event it got, the close, and bad input.
 func TestSessionsAndElectionOverREST(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 4, steadyLeaders)
 	const election = "rest-ledger"
 	_, follower := leaderAndFollower(c, kahuna.ElectionPrefix+election)

@@ -45,6 +45,7 @@ func waitRecords(t *testing.T, n *kahuna.Node, want int) {
 // off: records of free locks go once their retention is over, and live
 // ones stay.
 func TestSweepLevelsOffUniqueNames(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	n := sweepNode(t, t.TempDir(), 100*time.Millisecond)
 	defer n.Close()

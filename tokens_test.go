@@ -95,6 +95,7 @@ func TestEphemeralTokensAcrossRestart(t *testing.T) {
 // leadership after every grant, with the durability of the grants mixed on
 // each name: every grant's token is above the one before.
 func TestClusterEphemeralTokensAcrossTransfers(t *testing.T) {
+	t.Parallel()
 	const partitions = 2
 	// Fencing-only, so the transfers need not wait out the ephemeral
 	// leases: tokens rise in both modes.

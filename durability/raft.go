@@ -31,6 +31,8 @@ type Raft struct {
 	// leaders holds the last LeaderEvent of each partition, so LeaderID
 	// agrees with OnLeaderChange (dragonboat's own GetLeaderID lags it).
 	leaders []atomic.Pointer[LeaderEvent]
+	// unfenced counts, with the fence off, what it would have refused.
+	unfenced unfencedCounts
 
 	stop    chan struct{}
 	closing atomic.Bool
@@ -107,6 +109,7 @@ func openRaft(cfg RaftConfig) (*Raft, error) {
 		m := newStateMachine(db, shard, log, cfg.UnsafeNoFence)
 		m.pend.hold, m.pend.crash, m.pend.appliedFirst = cfg.holdPending, cfg.crash, cfg.UnsafeAppliedFirst
 		m.unsafeNoFloor, m.unsafeGroupApart = cfg.UnsafeNoSweepFloor, cfg.UnsafeGroupApart
+		m.unfenced = &r.unfenced
 		m.startFlusher()
 		if p := int(shard) - 1; p >= 0 && p < len(r.machines) {
 			r.machines[p].Store(m)
@@ -814,6 +817,17 @@ type Stats struct {
 	// its proposal (the partition had its most entries in flight), Commit
 	// from the proposal to its outcome (append and fsync, commit, apply).
 	Wait, Commit time.Duration
+}
+
+// Unfenced reports, for a node whose fence is off (RaftConfig.UnsafeNoFence),
+// how many records of another epoch than their partition's its state
+// machines applied, and how many of those moved a lock (a release, a
+// removal, a grant to a new owner) after the node had loaded the resource
+// in the current epoch (see Load): the fence-off negative control's
+// scenario, a deposed leader's write landing behind the new leader's
+// cache, arose that many times. Both are 0 while the fence is on.
+func (r *Raft) Unfenced() (applied, behindLoads uint64) {
+	return r.unfenced.applied.Load(), r.unfenced.behind.Load()
 }
 
 // Stats sums the counters of every partition.

@@ -64,7 +64,7 @@ type stateMachine struct {
 	// loads, only with unsafeNoFence: the epoch in which this node last
 	// loaded each resource (Raft.Load), so that a deposed epoch's record
 	// applied after a load of the current epoch is counted as one the
-	// loader's cache no longer matches (UnfencedBehindLoads).
+	// loader's cache no longer matches (Raft.Unfenced).
 	loadsMu sync.Mutex
 	loads   map[string]Epoch
 	// unsafeNoFloor removes records without raising the token floor: a
@@ -74,6 +74,7 @@ type stateMachine struct {
 	// unsafeGroupApart applies a group's records one by one
 	// (RaftConfig.UnsafeGroupApart).
 	unsafeGroupApart bool
+	unfenced         *unfencedCounts // shared by a Raft's machines (Raft.Unfenced)
 	pend             *pending
 	applied          atomic.Uint64 // the last index Update applied (Status)
 
@@ -164,6 +165,7 @@ func newStateMachine(db *badger.DB, shard uint64, log *slog.Logger, unsafeNoFenc
 		graceKey:      shardKey(nil, shard, keyGrace),
 		handKey:       shardKey(nil, shard, keyHandover),
 		unsafeNoFence: unsafeNoFence,
+		unfenced:      &unfencedCounts{},
 		pend:          newPending(db, appliedKey),
 	}
 }
@@ -330,41 +332,27 @@ func (a *applier) entry(e *sm.Entry) error {
 		e.Result = sm.Result{Value: e.Index, Data: bits}
 	}
 	if unfenced {
-		unfencedApplied.Add(applied)
-		unfencedBehindLoads.Add(behind)
+		a.s.unfenced.applied.Add(applied)
+		a.s.unfenced.behind.Add(behind)
 	}
 	a.last = e.Index
 	return nil
 }
 
-// unfencedApplied counts the records applied, over every state machine of
-// this process, that the fence would have refused: decided in another
-// epoch than the partition's. Only a machine with the fence off
-// (RaftConfig.UnsafeNoFence) applies one.
-var unfencedApplied atomic.Uint64
-
-// UnfencedApplied is how many records of another epoch than their
-// partition's the state machines of this process have applied because
-// their fence was off (RaftConfig.UnsafeNoFence): the fence-off negative
-// control measures with it that its scenario, a deposed leader's write
-// reaching the log, arose. It is 0 while every fence is on.
-func UnfencedApplied() uint64 { return unfencedApplied.Load() }
-
-// unfencedBehindLoads counts the unfenced records (see unfencedApplied)
-// applied on a node that had loaded their resource in the partition's
-// current epoch: what that node's leader cached no longer matches the
-// store, which is how a missing fence shows in answers.
-var unfencedBehindLoads atomic.Uint64
-
-// UnfencedBehindLoads is how many records of another epoch than their
-// partition's that move the lock (a release, a removal, a grant to a new
-// owner; not an extension) were applied, with the fence off, on a node
-// that had loaded their resource in the current epoch before (see
-// Raft.Load): the
-// fence-off negative control's scenario, a deposed leader's write landing
-// behind the new leader's cache, arose that many times. It is 0 while
-// every fence is on.
-func UnfencedBehindLoads() uint64 { return unfencedBehindLoads.Load() }
+// unfencedCounts counts, on one node (its Raft's state machines), what a
+// fence-off negative control needs to see to know its scenario arose. Both
+// stay 0 while the fence is on (RaftConfig.UnsafeNoFence off).
+type unfencedCounts struct {
+	// applied: records decided in another epoch than their partition's
+	// that the fence would have refused.
+	applied atomic.Uint64
+	// behind: those of them that move the lock (a release, a removal, a
+	// grant to a new owner; not an extension), applied after this node
+	// loaded their resource in the partition's current epoch: what its
+	// leader cached no longer matches the store, which is how a missing
+	// fence shows in answers.
+	behind atomic.Uint64
+}
 
 // noteLoad records, with the fence off, that resource was loaded in epoch.
 func (s *stateMachine) noteLoad(resource string, epoch Epoch) {

@@ -30,6 +30,7 @@ const crashTTL = time.Hour
 // in particular every grant after a crash has a larger token than every
 // grant acknowledged before it.
 func TestCrashDurability(t *testing.T) {
+	t.Parallel()
 	findings, undecided := crashRun(t, build(t))
 	for _, f := range findings {
 		t.Error(f)
@@ -44,6 +45,7 @@ func TestCrashDurability(t *testing.T) {
 // covers (KAHUNA_UNSAFE=applied-first): a crash then loses records the
 // node had acknowledged, and the checks above must say so.
 func TestCrashDurabilityNegativeControl(t *testing.T) {
+	t.Parallel()
 	// Only definite findings count: a linearizability search that timed
 	// out saw nothing either way.
 	findings, undecided := crashRun(t, buildUnsafe(t, "applied-first"))

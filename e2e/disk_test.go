@@ -23,6 +23,7 @@ import (
 // the disk is full), lifts the refusal once space returns, and a restart
 // on a disk short of space refuses with one clear line and exit code 3.
 func TestDiskFull(t *testing.T) {
+	t.Parallel()
 	disk := filepath.Join(t.TempDir(), "disk")
 	if err := os.Mkdir(disk, 0o755); err != nil {
 		t.Fatal(err)

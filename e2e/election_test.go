@@ -32,6 +32,7 @@ const (
 )
 
 func TestElectionPauses(t *testing.T) {
+	t.Parallel()
 	pauseTest(t, "./e2e/electioncandidate", electionPauseRun)
 }
 

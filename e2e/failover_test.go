@@ -20,6 +20,7 @@ import (
 //     leases over. The next leader serves at once with A's lease: A keeps
 //     the lock, and B is told Busy.
 func TestEphemeralLeaderLoss(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) { ephemeralLeaderLoss(t, bin, sig) })

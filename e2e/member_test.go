@@ -46,6 +46,7 @@ type statusJSON []struct {
 // with --initial-cluster-state existing; then kill node 1: nodes 2 and 4
 // still hold every persistent lock, and ID 3 can never come back.
 func TestMemberReplace(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
 	nodes, start := newProcessCluster(t, bin)
 	began := time.Now()

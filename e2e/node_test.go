@@ -53,6 +53,7 @@ func decode[T any](t *testing.T, r ctlResult) T {
 // TestProcesses builds the binaries once and runs the process-level
 // scenarios on them.
 func TestProcesses(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
 	t.Run("Node", func(t *testing.T) { testNode(t, bin) })
 	t.Run("BadFlags", func(t *testing.T) { testBadFlags(t, bin) })

@@ -39,6 +39,7 @@ import (
 
 // TestPause builds the binaries once and runs the pause scenarios.
 func TestPause(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
 	t.Run("StaleLeader", func(t *testing.T) {
 		for _, f := range pausedLeaderStale(t, bin) {

@@ -20,6 +20,7 @@ import (
 // their leaders over the peer ports, with the secret), and a wrong or
 // missing token is refused at once, saying why.
 func TestSecureCluster(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "cluster")

@@ -35,6 +35,7 @@ const (
 var e2eSessionLocks = []string{"e2e-acct-a/balance", "e2e-acct-b/balance"}
 
 func TestSessionPauses(t *testing.T) {
+	t.Parallel()
 	if pa, pb := partition.Of(e2eSessionLocks[0], clusterPartitions), partition.Of(e2eSessionLocks[1], clusterPartitions); pa == pb {
 		t.Fatalf("the session's locks share partition %d: pick names on two", pa)
 	}

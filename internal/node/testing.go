@@ -84,6 +84,10 @@ func (n *Node) StoredRecords() (int, error) {
 	return total, nil
 }
 
+// Unfenced reports what n's state machines applied with their fence off
+// (durability.Raft.Unfenced).
+func (n *Node) Unfenced() (applied, behindLoads uint64) { return n.backend.Unfenced() }
+
 // CheckSpace makes n's space guard measure now, as its next tick would.
 func (n *Node) CheckSpace() error {
 	_, _, err := n.space.Check()

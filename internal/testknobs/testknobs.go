@@ -287,6 +287,11 @@ func WithSweepEvery(cfg kahuna.Config, d time.Duration) kahuna.Config {
 	return cfg
 }
 
+// Unfenced reports, for a node started WithoutFencing, how many records of
+// a deposed epoch its state machines applied, and how many of those moved
+// a lock behind a load of the current epoch (durability.Raft.Unfenced).
+func Unfenced(n *kahuna.Node) (applied, behindLoads uint64) { return Inner(n).Unfenced() }
+
 // StoredRecords counts the persistent records n stores, over every
 // partition.
 func StoredRecords(n *kahuna.Node) (int, error) { return Inner(n).StoredRecords() }

@@ -167,6 +167,7 @@ func setsUntested(r setRunResult) []string {
 // control, whose grants are proposed one by one even when a name of the
 // set is busy, must be found holding part of a set it was told busy for.
 func TestFaultsAcquireAllInOneStep(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster runs")
 	}

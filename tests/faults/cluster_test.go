@@ -33,6 +33,9 @@ type faultCluster struct {
 	// evicted counts the cache evictions of nodes killed since the start:
 	// a node restarted counts from zero again (evictions).
 	evicted atomic.Uint64
+	// unfenced and unfencedBehind count, likewise, what nodes killed since
+	// the start applied with their fence off (unfencedApplied).
+	unfenced, unfencedBehind atomic.Uint64
 
 	// reignSink, while a run records reigns (watchReigns), is told of
 	// every reign a node begins, around the instant it begins.
@@ -80,6 +83,9 @@ func (c *faultCluster) kill(id uint64, crash bool) {
 		return
 	}
 	c.evicted.Add(n.Stats().Evictions)
+	applied, behind := testknobs.Unfenced(n)
+	c.unfenced.Add(applied)
+	c.unfencedBehind.Add(behind)
 	stop := c.Stop
 	if crash {
 		stop = c.Crash
@@ -87,6 +93,21 @@ func (c *faultCluster) kill(id uint64, crash bool) {
 	if err := stop(id); err != nil {
 		c.t.Logf("close node %d: %v", id, err)
 	}
+}
+
+// unfencedApplied reports what every node since the start (those killed
+// on the way included) applied with its fence off: records of a deposed
+// epoch, and those of them that moved a lock behind a load of the current
+// epoch (durability.Raft.Unfenced).
+func (c *faultCluster) unfencedApplied() (applied, behindLoads uint64) {
+	applied, behindLoads = c.unfenced.Load(), c.unfencedBehind.Load()
+	for _, id := range c.Up() {
+		if nd := c.Node(id); nd != nil {
+			a, b := testknobs.Unfenced(nd)
+			applied, behindLoads = applied+a, behindLoads+b
+		}
+	}
+	return applied, behindLoads
 }
 
 // evictions counts the cache evictions of every node since the start,

@@ -521,6 +521,7 @@ func (nc negativeControl) run(t *testing.T, seed uint64) {
 // be caught in a single attempt (TestFaultsControlRates measures how
 // often one is).
 func TestFaultsNegativeControl(t *testing.T) {
+	t.Parallel()
 	if *faultsDuration > 0 {
 		t.Skip("long run: see TestFaultsLong")
 	}

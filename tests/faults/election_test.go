@@ -593,6 +593,7 @@ func electionSeeds(t *testing.T, def ...uint64) []uint64 {
 // TestFaultsElection: the election keeps one leader at a time, rising
 // epochs and consistent observers under faults, for both durabilities.
 func TestFaultsElection(t *testing.T) {
+	t.Parallel()
 	for _, seed := range electionSeeds(t, 1, 2) {
 		d := kahuna.Persistent
 		if seed%2 == 0 {
@@ -624,6 +625,7 @@ func TestFaultsElection(t *testing.T) {
 // TestFaultsElectionControls: each protection of the election, switched
 // off, is caught by the finding it exists for.
 func TestFaultsElectionControls(t *testing.T) {
+	t.Parallel()
 	for _, ctl := range []struct {
 		name  string
 		o     electionOpts

@@ -17,7 +17,6 @@ import (
 
 	"github.com/kahunago/kahuna"
 	"github.com/kahunago/kahuna/checker"
-	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/faults"
 	"github.com/kahunago/kahuna/internal/testknobs"
 )
@@ -161,11 +160,11 @@ type faultRun struct {
 	// evictions counts the cache entries the nodes evicted over the run (those of nodes killed on the way included).
 	evictions uint64
 	// unfenced counts the records of a deposed leader's epoch applied
-	// over the run because the fence was off (durability.UnfencedApplied).
+	// over the run because the fence was off (faultCluster.unfencedApplied).
 	unfenced uint64
 	// unfencedBehind counts those that move the lock (releases and grants)
 	// applied on a node that had loaded their resource in the partition's
-	// new epoch (durability.UnfencedBehindLoads).
+	// new epoch (faultCluster.unfencedApplied).
 	unfencedBehind uint64
 	handles        *handleStats // what the handle clients saw
 }
@@ -952,7 +951,6 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 		name = "TestFaults$"
 	}
 	t.Logf("seed %d, %s locks (replay: go test -run '%s' -v ./tests/faults -faults.seed=%d -faults.run=%v)", seed, o.dur, name, seed, o.d)
-	unfencedBefore, behindBefore := durability.UnfencedApplied(), durability.UnfencedBehindLoads()
 	const partitions = 3
 	mod := func(cfg kahuna.Config) kahuna.Config {
 		if o.dur == kahuna.Ephemeral && !o.grace {
@@ -1035,8 +1033,7 @@ func runFaults(t *testing.T, seed uint64, o runOpts) faultRun {
 	run.reigns = reigns.total.Load()
 	run.begun = reigns.begun()
 	run.evictions = c.evictions()
-	run.unfenced = durability.UnfencedApplied() - unfencedBefore
-	run.unfencedBehind = durability.UnfencedBehindLoads() - behindBefore
+	run.unfenced, run.unfencedBehind = c.unfencedApplied()
 	run.net.dropped, run.net.delayed, run.net.stalled, run.net.held = c.net.Dropped.Load(), c.net.Delayed.Load(), c.net.Stalled.Load(), c.net.Held.Load()
 	c.Close() // the checkers get the CPU
 
@@ -1213,6 +1210,7 @@ func runLength(d time.Duration) time.Duration {
 // TestFaults is the short run: a few seeded schedules of every fault kind,
 // on persistent and ephemeral locks; the history must pass every checker.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	if *faultsDuration > 0 {
 		t.Skip("long run: see TestFaultsLong")
 	}
@@ -1267,6 +1265,7 @@ func TestFaults(t *testing.T) {
 //
 //	go test -run 'TestFaultsHandles/stall-handoff' -v ./tests/faults -faults.seed=25
 func TestFaultsHandles(t *testing.T) {
+	t.Parallel()
 	if *faultsDuration > 0 {
 		t.Skip("long run: see TestFaultsLong")
 	}

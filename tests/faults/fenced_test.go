@@ -244,6 +244,7 @@ func runFenced(t *testing.T, c *faultCluster, seed uint64, res string, fenced bo
 // even when holders pause past their lease; without fencing (negative
 // control) the same workload loses updates, and the harness sees it.
 func TestFaultsFencedResource(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster run")
 	}

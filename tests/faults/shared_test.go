@@ -297,6 +297,7 @@ func sharedUntested(kind string, r sharedRunResult) []string {
 // lock's writer never acts beside anyone, nor its epochs twice or
 // backwards; under leader faults and frozen holders.
 func TestFaultsSharedLocks(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster runs")
 	}
@@ -327,6 +328,7 @@ func TestFaultsSharedLocks(t *testing.T) {
 // limit and the token rule, have their controls in TestSemaphoreChecker
 // and TestRWLockChecker.)
 func TestFaultsSharedLocksControls(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("cluster runs")
 	}
