@@ -411,19 +411,25 @@ func (p *batchPack) unmarshal(b []byte) error {
 // BatchResponses.
 type answerPack struct{ msgs []*batchMsg }
 
-func (p *answerPack) marshal() ([]byte, error) { return p.appendMarshal(nil) }
-
-// appendMarshal appends what marshal returns to b.
-func (p *answerPack) appendMarshal(b []byte) ([]byte, error) {
+// marshal sizes the message first, as its buffer is new (over gRPC).
+func (p *answerPack) marshal() ([]byte, error) {
 	size := 0
+	for _, m := range p.msgs {
+		n, _ := m.responseSize()
+		size += 1 + protowire.SizeBytes(n)
+	}
+	return p.appendMarshal(make([]byte, 0, size))
+}
+
+// appendMarshal appends what marshal returns to b. It sizes each answer
+// once, as it appends it: b is the framing's buffer, which has room
+// (sizing the whole message first cost a fifth more).
+func (p *answerPack) appendMarshal(b []byte) ([]byte, error) {
 	for _, m := range p.msgs {
 		if !utf8.ValidString(m.servedFrom) {
 			return nil, errWireUTF8
 		}
-		n, _ := m.responseSize()
-		size += 1 + protowire.SizeBytes(n)
 	}
-	b = slices.Grow(b, size)
 	for _, m := range p.msgs {
 		n, psize := m.responseSize()
 		b = protowire.AppendVarint(append(b, byte(packField)<<3|byte(protowire.BytesType)), uint64(n))
