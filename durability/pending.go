@@ -45,36 +45,67 @@ const (
 )
 
 // generation is a set of pending writes that goes to badger as one txn.
+// Keys and values live in one arena, so a write costs no allocation of
+// its own once its key is in the generation (a persistent lock op writes
+// one key about twice a generation; the copies were a sixth of what the
+// node allocated a record).
 type generation struct {
-	vals        map[string][]byte // badger key → value; nil: deleted
-	count, size int64             // badger's accounting of a txn of them
-	applied     uint64            // the applied index they bring badger to
+	at          map[string]int // badger key → its write in writes
+	writes      []pendingWrite // one per key, in the order keys first came
+	arena       []byte         // the writes' keys and values; only appended to
+	count, size int64          // badger's accounting of a txn of them
+	applied     uint64         // the applied index they bring badger to
 }
 
-func newGeneration() *generation { return &generation{vals: make(map[string][]byte)} }
+// pendingWrite is the last write of a key in a generation.
+type pendingWrite struct {
+	key, val []byte // in the arena; val nil: deleted
+}
+
+// arenaStart is a new generation's arena, grown by append as it fills.
+const arenaStart = 16 << 10
+
+func newGeneration() *generation {
+	return &generation{at: make(map[string]int), arena: make([]byte, 0, arenaStart)}
+}
+
+// keep copies b into the arena. The copy is never empty-as-nil, so a
+// stored empty value is not taken for a deletion, and its capacity ends
+// with it, so nothing appended to it reaches the next copy. Earlier copies
+// stay valid when the arena grows: they keep the array they point into.
+func (g *generation) keep(b []byte) []byte {
+	start := len(g.arena)
+	g.arena = append(g.arena, b...)
+	return g.arena[start:len(g.arena):len(g.arena)]
+}
 
 // set records a write of key; val is copied.
-func (g *generation) set(key, val []byte) {
-	if val == nil {
-		val = []byte{} // a stored empty value is not a deletion
-	} else {
-		val = append([]byte(nil), val...)
-	}
-	g.put(key, val)
-}
+func (g *generation) set(key, val []byte) { g.put(key, g.keep(val)) }
 
 func (g *generation) del(key []byte) { g.put(key, nil) }
 
 func (g *generation) put(key, val []byte) {
 	cost := setCost(len(key), len(val))
-	if old, ok := g.vals[string(key)]; ok {
-		g.size += max(0, cost-setCost(len(key), len(old)))
-		g.vals[string(key)] = val
+	if i, ok := g.at[string(key)]; ok {
+		w := &g.writes[i]
+		g.size += max(0, cost-setCost(len(key), len(w.val)))
+		w.val = val
 		return
 	}
-	g.vals[string(key)] = val
+	g.at[string(key)] = len(g.writes)
+	g.writes = append(g.writes, pendingWrite{key: g.keep(key), val: val})
 	g.count++
 	g.size += cost
+}
+
+// get returns key's pending value: found says whether key has one (val
+// nil: deleted).
+func (g *generation) get(key []byte) (val []byte, found bool) {
+	i, ok := g.at[string(key)]
+	if !ok {
+		return nil, false
+	}
+	return g.writes[i].val, true
 }
 
 // pending is one shard's write-behind buffer. open takes Update's writes;
@@ -223,7 +254,7 @@ func (p *pending) flush() error {
 	for range 2 {
 		p.mu.Lock()
 		if p.sealed == nil {
-			if p.open.applied == 0 && len(p.open.vals) == 0 {
+			if p.open.applied == 0 && len(p.open.writes) == 0 {
 				p.mu.Unlock()
 				return nil
 			}
@@ -244,15 +275,15 @@ func (p *pending) flush() error {
 func (p *pending) write(g *generation) error {
 	txn := p.db.NewTransaction(true)
 	defer txn.Discard()
-	for k, v := range g.vals {
+	for _, w := range g.writes {
 		var err error
-		if v == nil {
-			err = txn.Delete([]byte(k))
+		if w.val == nil {
+			err = txn.Delete(w.key)
 		} else {
-			err = txn.Set([]byte(k), v)
+			err = txn.Set(w.key, w.val)
 		}
 		if err != nil {
-			return fmt.Errorf("durability: write %d pending keys: %w", len(g.vals), err)
+			return fmt.Errorf("durability: write %d pending keys: %w", len(g.writes), err)
 		}
 	}
 	if g.applied != 0 {
@@ -263,7 +294,7 @@ func (p *pending) write(g *generation) error {
 		}
 	}
 	if err := txn.Commit(); err != nil {
-		return fmt.Errorf("durability: commit %d pending keys: %w", len(g.vals), err)
+		return fmt.Errorf("durability: commit %d pending keys: %w", len(g.writes), err)
 	}
 	return nil
 }
@@ -273,11 +304,11 @@ func (p *pending) write(g *generation) error {
 func (p *pending) get(key []byte) (val []byte, found bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if v, ok := p.open.vals[string(key)]; ok {
+	if v, ok := p.open.get(key); ok {
 		return v, true
 	}
 	if p.sealed != nil {
-		if v, ok := p.sealed.vals[string(key)]; ok {
+		if v, ok := p.sealed.get(key); ok {
 			return v, true
 		}
 	}

@@ -95,8 +95,8 @@ type stateMachine struct {
 // (that read was a tenth of a node's CPU under write load). It holds what
 // the current Update has written too: when it fails it is cleared.
 type orderCache struct {
-	m     map[string]order
-	bytes int // what m holds, counted as orderCacheCost per entry
+	m     map[string]*order // a pointer, so a known key's update allocates nothing
+	bytes int               // what m holds, counted as orderCacheCost per entry
 }
 
 type order struct {
@@ -110,20 +110,23 @@ type order struct {
 const maxOrderCacheBytes = 4 << 20
 
 // orderCacheCost approximates an entry's memory: its key, the key's string
-// header and the order, plus the map's slot overhead.
-func orderCacheCost(keyLen int) int { return keyLen + 64 }
+// header, the pointer and the order it points to, plus the map's slot
+// overhead.
+func orderCacheCost(keyLen int) int { return keyLen + 88 }
 
 func (c *orderCache) get(res []byte) (order, bool) {
-	o, ok := c.m[string(res)]
-	return o, ok
+	if o := c.m[string(res)]; o != nil {
+		return *o, true
+	}
+	return order{}, false
 }
 
 func (c *orderCache) put(res []byte, o order) {
 	if c.m == nil {
-		c.m = make(map[string]order)
+		c.m = make(map[string]*order)
 	}
-	if _, ok := c.m[string(res)]; ok {
-		c.m[string(res)] = o
+	if known := c.m[string(res)]; known != nil {
+		*known = o
 		return
 	}
 	cost := orderCacheCost(len(res))
@@ -134,7 +137,7 @@ func (c *orderCache) put(res []byte, o order) {
 		delete(c.m, k)
 		c.bytes -= orderCacheCost(len(k))
 	}
-	c.m[string(res)] = o
+	c.m[string(res)] = &o
 	c.bytes += cost
 }
 
