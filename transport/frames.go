@@ -415,6 +415,18 @@ func (st *frameServerStream) SendMsg(m any) error {
 	return nil
 }
 
+// more reports whether the next message is read already, whole: reading
+// it will not wait for the connection.
+func (st *frameServerStream) more() bool {
+	n := st.r.Buffered()
+	if n < 4 {
+		return false
+	}
+	h, _ := st.r.Peek(4)
+	size := binary.BigEndian.Uint32(h)
+	return size != frameEnd && uint64(n) >= 4+uint64(size)
+}
+
 // RecvMsg reads the next message; a broken connection ends the stream's
 // context, as a reset does under gRPC.
 func (st *frameServerStream) RecvMsg(m any) error {

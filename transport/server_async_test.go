@@ -1,12 +1,18 @@
 package transport
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kahunago/kahuna/lease"
+	v1 "github.com/kahunago/kahuna/transport/kahunav1pb"
+	pb "github.com/kahunago/kahuna/transport/lockspb"
 )
 
 // asyncFake is a waitingFake that also runs requests as the node runs its
@@ -58,12 +64,11 @@ func serveAsync(t *testing.T, framed bool) (*asyncFake, *testServer, *Client) {
 }
 
 // TestBatchAnswersComeFromTheLocker: on a Batch stream (gRPC and kahuna's
-// framing) a persistent request goes to a Locker that answers it later
-// (asyncLocker), and so does an ephemeral release alone in its message;
-// an ephemeral TryLock goes to the stream's workers; a request the
-// Locker declines goes to the workers too, one answered before DoAsync
-// returns is answered all the same, and one whose start panics is
-// answered Errored without ending the stream.
+// framing) every request goes to a Locker that can answer it later
+// (asyncLocker), persistent or ephemeral; a request the Locker declines
+// goes to the stream's workers, one answered before DoAsync returns is
+// answered all the same, and one whose start panics is answered Errored
+// without ending the stream.
 func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 	for _, framed := range []bool{false, true} {
 		a, _, c := serveAsync(t, framed)
@@ -76,11 +81,12 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 		}{
 			{"p", pers, lease.Locked, 1},
 			{"p", pers, lease.Busy, 2}, // another owner below
-			{"e", eph, lease.Locked, 2},
-			{"decline", pers, lease.Locked, 2},
-			{"panic", pers, lease.Errored, 2},
-			{"p2", pers, lease.Locked, 3}, // the stream still serves
-			{"now", pers, lease.Locked, 4},
+			{"e", eph, lease.Locked, 3},
+			{"decline", pers, lease.Locked, 3},
+			{"decline", eph, lease.Locked, 3}, // declined ephemeral too: the workers
+			{"panic", pers, lease.Errored, 3},
+			{"p2", pers, lease.Locked, 4}, // the stream still serves
+			{"now", pers, lease.Locked, 5},
 		} {
 			owner := []byte("A")
 			if tc.want == lease.Busy {
@@ -97,8 +103,8 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 		if r, err := c.Unlock(ctx, "e", []byte("A"), eph); err != nil || r.Status != lease.Unlocked {
 			t.Fatalf("framed=%v: Unlock e = %+v, %v; want Unlocked", framed, r, err)
 		}
-		if got := a.started.Load(); got != 5 {
-			t.Fatalf("framed=%v: after an ephemeral Unlock, %d started in the Locker, want 5", framed, got)
+		if got := a.started.Load(); got != 6 {
+			t.Fatalf("framed=%v: after an ephemeral Unlock, %d started in the Locker, want 6", framed, got)
 		}
 	}
 }
@@ -136,4 +142,107 @@ func TestShutdownAnswersALaterAnswer(t *testing.T) {
 			t.Fatalf("framed=%v: Shutdown = %v", framed, err)
 		}
 	}
+}
+
+// TestAnswersOfBufferedMessagesShareAMessage: the answers a node has at
+// once for the requests of one message, and of the framed messages read
+// with it, leave together in one message. Each answer sent on its own
+// was a socket write of its own.
+func TestAnswersOfBufferedMessagesShareAMessage(t *testing.T) {
+	now := func(id int32, owner string, d pb.GrpcLockDurability) *pb.GrpcBatchClientLockRequest {
+		return &pb.GrpcBatchClientLockRequest{Type: pb.GrpcClientBatchType_TRY_LOCK, RequestId: id,
+			Payload: &pb.GrpcBatchClientLockRequest_TryLock{TryLock: &pb.GrpcTryLockRequest{Resource: "now", Owner: []byte(owner), ExpiresMs: 60_000, Durability: d}}}
+	}
+	messages := func(first int32) []*v1.BatchRequests {
+		var ms []*v1.BatchRequests
+		for m := range int32(2) {
+			var rs []*pb.GrpcBatchClientLockRequest
+			for i := range int32(3) {
+				id := first + 3*m + i
+				d := pb.GrpcLockDurability_DURABILITY_PERSISTENT
+				if id%2 == 0 {
+					d = pb.GrpcLockDurability_DURABILITY_EPHEMERAL
+				}
+				rs = append(rs, now(id, fmt.Sprintf("owner %d", id), d))
+			}
+			ms = append(ms, &v1.BatchRequests{Requests: rs})
+		}
+		return ms
+	}
+	ids := func(resp *v1.BatchResponses) (got []int32) {
+		for _, a := range resp.GetResponses() {
+			got = append(got, a.GetRequestId())
+		}
+		slices.Sort(got)
+		return got
+	}
+
+	t.Run("framed, two messages in one write", func(t *testing.T) {
+		a, srv, _ := serveAsync(t, true)
+		conn, err := net.Dial("tcp", srv.native)
+		must(t, err)
+		defer conn.Close()
+		must(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		b := appendHello(nil, frameKindBatch, "")
+		for _, m := range messages(1) {
+			frame, err := appendFrame(nil, m, appendClientMsg)
+			must(t, err)
+			b = append(b, frame...)
+		}
+		_, err = conn.Write(b)
+		must(t, err)
+		r := bufio.NewReader(conn)
+		if answer, err := r.ReadByte(); err != nil || answer != frameAccepted {
+			t.Fatalf("hello answered %q, %v; want accepted", answer, err)
+		}
+		body, err := (&frameConn{conn: conn, r: r}).read(1 << 20)
+		must(t, err)
+		resp := new(v1.BatchResponses)
+		must(t, unmarshalProto(body, resp))
+		if got := ids(resp); !slices.Equal(got, []int32{1, 2, 3, 4, 5, 6}) {
+			t.Fatalf("the first answer message answers %v, want all six requests of the two messages written together", got)
+		}
+		if n := a.started.Load(); n != 6 {
+			t.Fatalf("%d requests started in the Locker, want 6", n)
+		}
+	})
+	t.Run("framed, a message and part of the next", func(t *testing.T) {
+		_, srv, _ := serveAsync(t, true)
+		conn, err := net.Dial("tcp", srv.native)
+		must(t, err)
+		defer conn.Close()
+		ms := messages(1)
+		first, err := appendFrame(nil, ms[0], appendClientMsg)
+		must(t, err)
+		second, err := appendFrame(nil, ms[1], appendClientMsg)
+		must(t, err)
+		_, err = conn.Write(append(append(appendHello(nil, frameKindBatch, ""), first...), second[:len(second)/2]...))
+		must(t, err)
+		r := bufio.NewReader(conn)
+		must(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		if answer, err := r.ReadByte(); err != nil || answer != frameAccepted {
+			t.Fatalf("hello answered %q, %v; want accepted", answer, err)
+		}
+		// The rest of the second message is never sent: the first's
+		// answers must not wait for it.
+		body, err := (&frameConn{conn: conn, r: r}).read(1 << 20)
+		if err != nil {
+			t.Fatalf("the first message's answers, with the next message begun: %v", err)
+		}
+		resp := new(v1.BatchResponses)
+		must(t, unmarshalProto(body, resp))
+		if got := ids(resp); !slices.Equal(got, []int32{1, 2, 3}) {
+			t.Fatalf("the first answer message answers %v, want the first message's three requests", got)
+		}
+	})
+	t.Run("gRPC, one message", func(t *testing.T) {
+		_, srv, _ := serveAsync(t, false)
+		st, _ := batchClient(t, srv.native)
+		must(t, st.Send(messages(1)[0]))
+		resp, err := st.Recv()
+		must(t, err)
+		if got := ids(resp); !slices.Equal(got, []int32{1, 2, 3}) {
+			t.Fatalf("the first answer message answers %v, want the message's three requests", got)
+		}
+	})
 }

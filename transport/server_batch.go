@@ -20,16 +20,23 @@ import (
 // as soon as it is done: answers leave out of order and the sender matches
 // them by RequestId. l serves the requests.
 //
-// Messages are handled by the stream's workers (see workers):
-// goroutines started on demand and kept until the stream ends, so a busy
-// stream does not pay for a new goroutine (and the growth of its stack) per
-// message. A persistent request of a Batch stream to a Locker that runs
-// requests without a goroutine waiting on each (asyncLocker: the node) is
-// only started on the reading goroutine, and its answer goes from the
-// goroutine that settles its write to the outbox's writer. With 64
-// callers, waking a worker for each such request and again for each
-// answer was most of the node's waiting for a processor
-// (docs/benchmarks.md).
+// A Batch stream's requests to a Locker that runs requests without a
+// goroutine waiting on each (asyncLocker: the node) are started on the
+// reading goroutine. The answers it has at once (an idle lock actor
+// decides on the caller's goroutine) are held until the reader has
+// started every request of the message, and of the framed messages read
+// whole with it, then sent together in one message from the reader: each
+// answer sent on its own took a socket write of its own, and a worker
+// woken for each request a processor's wake-up. An answer that comes
+// later (a persistent write's, once settled; a waiting Lock's grant) goes
+// from the goroutine that has it to the outbox's writer. With 64 callers,
+// waking a worker for each request and again for each answer was most of
+// the node's waiting for a processor (docs/benchmarks.md).
+//
+// Other requests, and every request to another Locker, are handled by
+// the stream's workers (see workers): goroutines started on demand and
+// kept until the stream ends, so a busy stream does not pay for a new
+// goroutine (and the growth of its stack) per message.
 //
 // The stream ends when the sender closes its side (after every received
 // message is answered) or breaks (with that error; the rest of the server
@@ -105,9 +112,18 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 		defer out.stopWriter()
 	}
 
+	// more, of a framed stream, reports whether the next message is read
+	// whole already: its answers can join those held.
+	more, _ := stream.(interface{ more() bool })
 	go func() {
 		var one [1]*batchMsg
 		pack := new(batchPack)
+		held := false
+		defer func() {
+			if held {
+				out.release()
+			}
+		}()
 		for {
 			var msgs []*batchMsg
 			if packed {
@@ -116,6 +132,10 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 					return
 				}
 				msgs = pack.msgs
+				if async && !held {
+					out.hold()
+					held = true
+				}
 			} else {
 				m := batchMsgs.Get().(*batchMsg)
 				if err := stream.RecvMsg(m); err != nil {
@@ -130,6 +150,10 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				select {
 				case slots <- struct{}{}: // a slot free: no need of the select below
 				default:
+					if held { // the answers held take slots: send them first
+						out.release()
+						held = false
+					}
 					select {
 					case slots <- struct{}{}:
 					case <-ctx.Done():
@@ -152,17 +176,18 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				}
 				wg.Add(1)
 				mu.Unlock()
-				// A persistent request waits for its write with no goroutine,
-				// and so does a release or extension alone in its message:
-				// one on a lock that others wait for is handed over and
-				// answered here, on the reader, with no goroutine woken
-				// (a message of several keeps its workers, which decide
-				// them in parallel).
-				if async && (lease.Durability(m.durability) == lease.Persistent || len(msgs) == 1 && urgent(m)) &&
-					s.answerLater(ctx, al, m, out, done) {
+				// Started here, a request wakes no goroutine: a release
+				// of a lock that others wait for is handed over and
+				// answered from the reader, a persistent request waits for
+				// its write with no goroutine.
+				if async && s.answerLater(ctx, al, m, out, done) {
 					continue
 				}
 				workers.run(m)
+			}
+			if held && (more == nil || !more.more()) {
+				out.release()
+				held = false
 			}
 			clear(one[:])
 			pack.reset()
@@ -218,8 +243,8 @@ type Withdrawer interface {
 // then, m is dropped unanswered with done). False: nothing was started.
 //
 // An answer al has before DoAsync returns (decided at once, by the lock
-// actor run on this goroutine or by another) is sent from here, the
-// reader's goroutine, as a worker sends its own; one that comes later is
+// actor run on this goroutine or by another) is put in out from here, the
+// reader's goroutine, with the others the reader holds; one that comes later is
 // handed to out's writer, since the goroutine that has it (a lock
 // actor's, one that settles a Raft entry) must not wait on the
 // connection. A hot lock's release so goes from the read of the Unlock to
@@ -250,8 +275,8 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 }
 
 // laterAnswer is a request answerLater started: its answer, given once,
-// and who sends it. One allocation holds it all, for every persistent
-// request.
+// and who sends it. One allocation holds it all, for every request
+// started so.
 type laterAnswer struct {
 	s    *Server
 	ctx  context.Context
@@ -331,6 +356,7 @@ type outbox struct {
 	ready   []*batchMsg
 	spare   []*batchMsg
 	sending bool
+	held    bool       // the reader is starting requests: put leaves answers for release
 	pack    answerPack // the sender's
 
 	// The writer sends the answers delivered by the goroutines that
@@ -382,7 +408,7 @@ func (o *outbox) deliver(m *batchMsg) {
 func (o *outbox) put(m *batchMsg) {
 	o.mu.Lock()
 	o.ready = append(o.ready, m)
-	if o.sending {
+	if o.sending || o.held && len(o.ready) < MaxBatchRequests {
 		o.mu.Unlock()
 		return
 	}
@@ -396,6 +422,27 @@ func (o *outbox) put(m *batchMsg) {
 		runtime.Gosched()
 		o.mu.Lock()
 	}
+	o.drain()
+}
+
+// hold keeps the answers put from now on for release: the reader is
+// starting the requests it has read.
+func (o *outbox) hold() {
+	o.mu.Lock()
+	o.held = true
+	o.mu.Unlock()
+}
+
+// release sends what hold kept, on the caller's goroutine (the
+// reader's: the next read waits for the write, as flow control would).
+func (o *outbox) release() {
+	o.mu.Lock()
+	o.held = false
+	if o.sending || len(o.ready) == 0 {
+		o.mu.Unlock()
+		return
+	}
+	o.sending = true
 	o.drain()
 }
 
