@@ -152,7 +152,9 @@ func TestPendingGenerationFitsOneTxn(t *testing.T) {
 func TestGenerationKeepsEachKeysLastWrite(t *testing.T) {
 	g := newGeneration()
 	key := func(i int) []byte { return fmt.Appendf(nil, "key/%05d", i) }
-	val := func(i, round int) []byte { return fmt.Appendf(nil, "value %d of key %d, padded to grow the arena....", round, i) }
+	val := func(i, round int) []byte {
+		return fmt.Appendf(nil, "value %d of key %d, padded to grow the arena....", round, i)
+	}
 	const keys = 2000 // their values outgrow arenaStart several times
 	g.set(key(0), val(0, 0))
 	first, _ := g.get(key(0))
