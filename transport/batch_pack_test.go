@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,4 +248,48 @@ func TestBatchShutdownAnswersWhatItReceived(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWokenCallersAllRunCounted: every caller the reader wakes with its
+// answer is counted as run once it runs, whether its call ended at once
+// or its context ended as the answer came, so the writer, which waits for
+// them when several are still to run, is never left waiting; the stream
+// serves on.
+func TestWokenCallersAllRunCounted(t *testing.T) {
+	srv := startServer(t, newWaitingFake(), ServerOptions{})
+	cl := dial(t, []string{"http://" + srv.native}, WithStreamsPerEndpoint(1))
+	var wg sync.WaitGroup
+	var answered, cut atomic.Int64
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 200 {
+				// Deadlines about as long as a call, so that some end
+				// while their answer is on its way.
+				ctx, cancel := context.WithTimeout(testCtx(t), time.Duration(rand.IntN(400))*time.Microsecond)
+				name, owner := fmt.Sprintf("g%d/%d", g, i), []byte(fmt.Sprint(g))
+				if _, err := cl.TryLock(ctx, name, owner, time.Minute, lease.Ephemeral); err != nil {
+					cut.Add(1)
+				} else {
+					answered.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if answered.Load() == 0 || cut.Load() == 0 {
+		t.Fatalf("%d calls answered, %d cut short: the run needs both", answered.Load(), cut.Load())
+	}
+	bs := cl.endpoints[0].streams[0]
+	if woken, ran := bs.woken.Load(), bs.ran.Load(); woken != ran || woken == 0 {
+		t.Fatalf("the reader woke %d callers, %d counted as run", woken, ran)
+	}
+	for g := range 16 { // the writer still sends, for several callers at once
+		wg.Go(func() {
+			if r, err := cl.TryLock(testCtx(t), fmt.Sprintf("after/%d", g), []byte("A"), time.Minute, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+				t.Errorf("TryLock after: %v %v", r.Status, err)
+			}
+		})
+	}
+	wg.Wait()
 }

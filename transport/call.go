@@ -35,6 +35,9 @@ type call struct {
 	// late, set (under the batchStream's mu) when the caller left while
 	// the call was pending, is handed the answer instead of done.
 	late func(reply, error)
+	// woken: the reader counted its caller among those it woke
+	// (batchStream.woken); set before done is sent, read after.
+	woken bool
 }
 
 // reply is the decoded answer to a call.
