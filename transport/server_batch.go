@@ -383,12 +383,7 @@ func (o *outbox) writer() {
 	for range o.kick {
 		o.mu.Lock()
 		o.kicked = false
-		if o.sending || len(o.ready) == 0 {
-			o.mu.Unlock()
-			continue
-		}
-		o.sending = true
-		o.drain()
+		o.sendReady()
 	}
 }
 
@@ -438,6 +433,12 @@ func (o *outbox) hold() {
 func (o *outbox) release() {
 	o.mu.Lock()
 	o.held = false
+	o.sendReady()
+}
+
+// sendReady sends what is ready, unless a send is under way (which sends
+// it); called with mu held, it returns with mu released.
+func (o *outbox) sendReady() {
 	if o.sending || len(o.ready) == 0 {
 		o.mu.Unlock()
 		return
