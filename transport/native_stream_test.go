@@ -57,6 +57,9 @@ func newAsyncWaitingFake() *asyncWaitingFake {
 	return &asyncWaitingFake{waitingFake: newWaitingFake(), reasons: make(chan error, 8)}
 }
 
+// Serves: no request is run with Do on the reader; DoAsync takes them.
+func (a *asyncWaitingFake) Serves(string) bool { return false }
+
 func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
 	r := c.Request()
 	if r.Op != lease.TryLock || !strings.HasPrefix(r.Resource, "wait/") {

@@ -28,6 +28,10 @@ type asyncFake struct {
 	started atomic.Int64
 }
 
+// Serves: only "here" is decided by Do on the reader, as an ephemeral
+// request of a partition the node leads is.
+func (a *asyncFake) Serves(resource string) bool { return resource == "here" }
+
 func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
 	r := c.Request()
 	switch r.Resource {
@@ -65,10 +69,11 @@ func serveAsync(t *testing.T, framed bool) (*asyncFake, *testServer, *Client) {
 
 // TestBatchAnswersComeFromTheLocker: on a Batch stream (gRPC and kahuna's
 // framing) every request goes to a Locker that can answer it later
-// (asyncLocker), persistent or ephemeral; a request the Locker declines
-// goes to the stream's workers, one answered before DoAsync returns is
-// answered all the same, and one whose start panics is answered Errored
-// without ending the stream.
+// (asyncLocker), persistent or ephemeral, except an ephemeral one the
+// Locker serves itself, which its Do decides at once; a request the
+// Locker declines goes to the stream's workers, one answered before
+// DoAsync returns is answered all the same, and one whose start panics is
+// answered Errored without ending the stream.
 func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 	for _, framed := range []bool{false, true} {
 		a, _, c := serveAsync(t, framed)
@@ -87,6 +92,8 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 			{"panic", pers, lease.Errored, 3},
 			{"p2", pers, lease.Locked, 4}, // the stream still serves
 			{"now", pers, lease.Locked, 5},
+			{"here", eph, lease.Locked, 5}, // Do, not DoAsync
+			{"here", pers, lease.Locked, 6},
 		} {
 			owner := []byte("A")
 			if tc.want == lease.Busy {
@@ -103,8 +110,8 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 		if r, err := c.Unlock(ctx, "e", []byte("A"), eph); err != nil || r.Status != lease.Unlocked {
 			t.Fatalf("framed=%v: Unlock e = %+v, %v; want Unlocked", framed, r, err)
 		}
-		if got := a.started.Load(); got != 6 {
-			t.Fatalf("framed=%v: after an ephemeral Unlock, %d started in the Locker, want 6", framed, got)
+		if got := a.started.Load(); got != 7 {
+			t.Fatalf("framed=%v: after an ephemeral Unlock, %d started in the Locker, want 7", framed, got)
 		}
 	}
 }
@@ -149,9 +156,15 @@ func TestShutdownAnswersALaterAnswer(t *testing.T) {
 // with it, leave together in one message. Each answer sent on its own
 // was a socket write of its own.
 func TestAnswersOfBufferedMessagesShareAMessage(t *testing.T) {
+	// Persistent ones on "now" (DoAsync answers them before it returns),
+	// ephemeral ones on "here" (Do decides them).
 	now := func(id int32, owner string, d pb.GrpcLockDurability) *pb.GrpcBatchClientLockRequest {
+		resource := "now"
+		if d == pb.GrpcLockDurability_DURABILITY_EPHEMERAL {
+			resource = "here"
+		}
 		return &pb.GrpcBatchClientLockRequest{Type: pb.GrpcClientBatchType_TRY_LOCK, RequestId: id,
-			Payload: &pb.GrpcBatchClientLockRequest_TryLock{TryLock: &pb.GrpcTryLockRequest{Resource: "now", Owner: []byte(owner), ExpiresMs: 60_000, Durability: d}}}
+			Payload: &pb.GrpcBatchClientLockRequest_TryLock{TryLock: &pb.GrpcTryLockRequest{Resource: resource, Owner: []byte(owner), ExpiresMs: 60_000, Durability: d}}}
 	}
 	messages := func(first int32) []*v1.BatchRequests {
 		var ms []*v1.BatchRequests
@@ -202,8 +215,8 @@ func TestAnswersOfBufferedMessagesShareAMessage(t *testing.T) {
 		if got := ids(resp); !slices.Equal(got, []int32{1, 2, 3, 4, 5, 6}) {
 			t.Fatalf("the first answer message answers %v, want all six requests of the two messages written together", got)
 		}
-		if n := a.started.Load(); n != 6 {
-			t.Fatalf("%d requests started in the Locker, want 6", n)
+		if n := a.started.Load(); n != 3 {
+			t.Fatalf("%d requests started in the Locker, want the 3 persistent ones", n)
 		}
 	})
 	t.Run("framed, a message and part of the next", func(t *testing.T) {

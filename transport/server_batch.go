@@ -179,7 +179,14 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				// Started here, a request wakes no goroutine: a release
 				// of a lock that others wait for is handed over and
 				// answered from the reader, a persistent request waits for
-				// its write with no goroutine.
+				// its write with no goroutine. An ephemeral one this node
+				// decides itself is run with Do: its answer is there when
+				// Do returns, and Do's pooled call spares the three
+				// allocations of a request DoAsync keeps for later.
+				if async && lease.Durability(m.durability) != lease.Persistent && al.Serves(m.resource) {
+					serve(m)
+					continue
+				}
 				if async && s.answerLater(ctx, al, m, out, done) {
 					continue
 				}
@@ -216,6 +223,9 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 // it. When it takes the request (true), the Withdrawer withdraws it.
 type asyncLocker interface {
 	DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool)
+	// Serves reports whether a request on resource is decided here now,
+	// with no forward: an ephemeral one is then run with Do, at once.
+	Serves(resource string) bool
 }
 
 // An Outcome takes the outcome of a request an asyncLocker started, once,

@@ -279,6 +279,9 @@ func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 	return l.n.do(ctx, req, true)
 }
 
+// Serves is Node.Serves for a forwarded call.
+func (l local) Serves(resource string) bool { return l.n.Serves(resource) }
+
 // DoAsync is Node.DoAsync for a forwarded call.
 func (l local) DoAsync(ctx context.Context, req lease.Checked, out transport.Outcome) (transport.Withdrawer, bool) {
 	return l.n.doAsync(ctx, req, true, out)
