@@ -24,7 +24,15 @@ import (
 
 // Client defaults.
 const (
-	DefaultStreamsPerEndpoint = 2
+	// DefaultStreamsPerEndpoint is one: the node answers together what
+	// it read together, and the client's writer sends together the calls
+	// of the callers an answer message woke, both per stream. Calls split
+	// round robin over two streams made each message half as large, and
+	// two system calls where one would do (see docs/benchmarks.md, "One
+	// batch stream per endpoint"). A stream's requests are decided on
+	// its node by one goroutine at a time, so a client that alone keeps a
+	// node with many cores busy may want more (WithStreamsPerEndpoint).
+	DefaultStreamsPerEndpoint = 1
 	// DefaultMustRetryBudget bounds how long a call retries MustRetry
 	// answers (Kahuna's client uses the same for Extend, Unlock and Get).
 	DefaultMustRetryBudget = 30 * time.Second
@@ -142,7 +150,7 @@ type Client struct {
 	closeErr  error
 }
 
-// endpoint is one node: a few batch streams, used round robin.
+// endpoint is one node: its batch streams, used round robin.
 type endpoint struct {
 	url     string // as given to Dial: the ServedFrom of its local answers
 	streams []*batchStream

@@ -162,36 +162,48 @@ func TestClientContract(t *testing.T) {
 	}
 }
 
+// TestClientConcurrentCallsMatched runs many concurrent calls over one
+// batch stream per endpoint (the default) and over three: each answer
+// must be its own call's, whichever stream carried it.
 func TestClientConcurrentCallsMatched(t *testing.T) {
-	f := newFake()
-	srv := startServer(t, f, ServerOptions{})
-	c := dial(t, []string{"http://" + srv.mixed, "http://" + srv.native})
-	ctx := testCtx(t)
-	const goroutines, calls = 64, 50
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for g := range goroutines {
-		wg.Go(func() {
-			for i := range calls {
-				res := fmt.Sprintf("conc/%d/%d", g, i)
-				owner := []byte(res + "/owner")
-				r, err := c.TryLock(ctx, res, owner, time.Minute, lease.Durability(i%2))
-				if err != nil || r.Status != lease.Locked {
-					errs <- fmt.Errorf("TryLock %s = %v, %v", res, r, err)
-					return
-				}
-				info, gr, err := c.Get(ctx, res, lease.Durability(i%2))
-				if err != nil || gr.Status != lease.Got || !bytes.Equal(info.Owner, owner) {
-					errs <- fmt.Errorf("Get %s = %q %v, %v: answer of another call", res, info.Owner, gr, err)
-					return
+	for _, streams := range []int{DefaultStreamsPerEndpoint, 3} {
+		t.Run(fmt.Sprintf("streams=%d", streams), func(t *testing.T) {
+			f := newFake()
+			srv := startServer(t, f, ServerOptions{})
+			c := dial(t, []string{"http://" + srv.mixed, "http://" + srv.native}, WithStreamsPerEndpoint(streams))
+			for _, ep := range c.endpoints {
+				if len(ep.streams) != streams {
+					t.Fatalf("endpoint %s has %d batch streams, want %d", ep.url, len(ep.streams), streams)
 				}
 			}
+			ctx := testCtx(t)
+			const goroutines, calls = 64, 50
+			var wg sync.WaitGroup
+			errs := make(chan error, goroutines)
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range calls {
+						res := fmt.Sprintf("conc/%d/%d", g, i)
+						owner := []byte(res + "/owner")
+						r, err := c.TryLock(ctx, res, owner, time.Minute, lease.Durability(i%2))
+						if err != nil || r.Status != lease.Locked {
+							errs <- fmt.Errorf("TryLock %s = %v, %v", res, r, err)
+							return
+						}
+						info, gr, err := c.Get(ctx, res, lease.Durability(i%2))
+						if err != nil || gr.Status != lease.Got || !bytes.Equal(info.Owner, owner) {
+							errs <- fmt.Errorf("Get %s = %q %v, %v: answer of another call", res, info.Owner, gr, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
 	}
 }
 

@@ -7,9 +7,10 @@
 // HTTP/2 gRPC (Kahuna's clients use one base URL for both); a second,
 // native gRPC listener and a TLS listener serve the same service.
 //
-// Client side, calls are multiplexed over a few long-lived
-// BatchClientLockRequests streams per endpoint, answered out of order and
-// matched by RequestId, as Kahuna's own client does.
+// Client side, calls are multiplexed over a long-lived
+// BatchClientLockRequests stream per endpoint (or several:
+// WithStreamsPerEndpoint), answered out of order and matched by
+// RequestId, as Kahuna's own client does.
 //
 // Both sides encode and decode the batch streams' messages by hand
 // (wire.go), byte for byte as the generated code does (the tests compare
