@@ -53,7 +53,7 @@ func main() {
 		os.Exit(1)
 	}
 	callers := flag.Int("callers", 64, "callers, each with one request in flight")
-	conns := flag.Int("conns", 2, "connections the callers share")
+	conns := flag.Int("conns", 1, "connections the callers share (kahuna's Go client opens one to a node)")
 	names := flag.Int("names", 10000, "lock names the callers pick from")
 	duration := flag.Duration("duration", 8*time.Second, "measured time")
 	warmup := flag.Duration("warmup", 2*time.Second, "time before measuring")

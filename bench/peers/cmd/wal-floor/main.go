@@ -54,7 +54,7 @@ func main() {
 		os.Exit(1)
 	}
 	callers := flag.Int("callers", 64, "callers, each with one write in flight")
-	conns := flag.Int("conns", 2, "connections the callers share")
+	conns := flag.Int("conns", 1, "connections the callers share (kahuna's Go client opens one to a node)")
 	record := flag.Int("record", 96, "bytes appended to the log per write (a kahuna lock record is about this size)")
 	duration := flag.Duration("duration", 8*time.Second, "measured time")
 	warmup := flag.Duration("warmup", 2*time.Second, "time before measuring")
