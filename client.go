@@ -166,6 +166,17 @@ func WithMustRetryBudget(d time.Duration) ClientOption {
 	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithMustRetryBudget(d)) }
 }
 
+// WithStreamsPerEndpoint sets how many batch streams, each on a
+// connection of its own, carry the calls to each endpoint (default one,
+// values below one mean one). A node answers together what it reads
+// from one stream, so one stream makes the fewest system calls on both
+// sides; a node decides one stream's requests on one goroutine at a
+// time, so a client that alone keeps a node with many cores busy may
+// spread its calls over more.
+func WithStreamsPerEndpoint(n int) ClientOption {
+	return func(o *clientOptions) { o.transport = append(o.transport, transport.WithStreamsPerEndpoint(n)) }
+}
+
 // Dial connects to nodes at endpoints: "http://host:port" (cleartext:
 // kahuna's own framing, else h2c for gRPC) or "https://host:port" (TLS,
 // gRPC). Calls go round robin over the endpoints; any node serves any lock.

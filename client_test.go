@@ -3,11 +3,16 @@ package kahuna_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kahunago/kahuna"
+	"github.com/kahunago/kahuna/transport"
 )
 
 // TestSemanticsOverTheWire runs the semantics table (docs/semantics.md) through kahuna.Dial,
@@ -125,5 +130,61 @@ func TestKeepAliveReportsLoss(t *testing.T) {
 	}
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, kahuna.ErrLockLost) {
 		t.Fatalf("extend after loss: %v", err)
+	}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// TestStreamsPerEndpoint: a client's calls to a node go over one
+// connection by default, and over as many as WithStreamsPerEndpoint asks.
+func TestStreamsPerEndpoint(t *testing.T) {
+	t.Parallel()
+	n := openNode(t, kahuna.Config{})
+	for _, tc := range []struct {
+		opts []kahuna.ClientOption
+		want int64
+	}{
+		{nil, 1},
+		{[]kahuna.ClientOption{kahuna.WithStreamsPerEndpoint(3)}, 3},
+	} {
+		t.Run(fmt.Sprintf("want=%d", tc.want), func(t *testing.T) {
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lis := &countingListener{Listener: inner}
+			srv := transport.NewServer(n, transport.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+			go func() { _ = srv.ServeGRPC(lis) }()
+			t.Cleanup(func() { _ = srv.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := kahuna.Dial(ctx, []string{"http://" + lis.Addr().String()}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Round robin: six calls use every stream at least once.
+			for i := range 6 {
+				name := fmt.Sprintf("streams/%d/%d", tc.want, i)
+				if r, err := c.TryLock(ctx, name, []byte("o"), time.Minute, kahuna.Ephemeral); err != nil || r.Status != kahuna.Locked {
+					t.Fatalf("TryLock %s = %v, %v", name, r, err)
+				}
+			}
+			if got := lis.accepted.Load(); got != tc.want {
+				t.Errorf("the node accepted %d connections, want %d", got, tc.want)
+			}
+		})
 	}
 }

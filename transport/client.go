@@ -31,7 +31,8 @@ const (
 	// two system calls where one would do (see docs/benchmarks.md, "One
 	// batch stream per endpoint"). A stream's requests are decided on
 	// its node by one goroutine at a time, so a client that alone keeps a
-	// node with many cores busy may want more (WithStreamsPerEndpoint).
+	// node with many cores busy may want more (WithStreamsPerEndpoint;
+	// kahuna.WithStreamsPerEndpoint).
 	DefaultStreamsPerEndpoint = 1
 	// DefaultMustRetryBudget bounds how long a call retries MustRetry
 	// answers (Kahuna's client uses the same for Extend, Unlock and Get).
