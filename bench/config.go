@@ -54,7 +54,10 @@ type Config struct {
 	DataDir    string
 	Partitions int
 	LockActors int
-	Insecure   bool
+	// Streams, above 0, is the batch streams the grpc and native targets'
+	// client opens to each endpoint; 0 leaves kahuna.Client's default.
+	Streams  int
+	Insecure bool
 }
 
 // MixPart is one weighted operation of the mixed workload.
@@ -126,6 +129,9 @@ func (c *Config) validate(reg Registry) error {
 	}
 	if c.Procs < 0 {
 		bad("--procs must be ≥ 0 (0 = Go's default), got %d", c.Procs)
+	}
+	if c.Streams < 0 {
+		bad("--streams must be ≥ 0 (0 = kahuna.Client's default, one), got %d", c.Streams)
 	}
 	seen := map[string]bool{}
 	for i, name := range c.Targets {

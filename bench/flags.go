@@ -50,6 +50,7 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	fs.StringVar(&c.DataDir, "data-dir", "", "embedded: data dir (default: in memory for ephemeral, a temp dir on disk for persistent)")
 	fs.IntVar(&c.Partitions, "partitions", 0, "embedded: Raft partitions (0 = kahuna's default)")
 	fs.IntVar(&c.LockActors, "lock-actors", 0, "embedded: lock actors (0 = kahuna's default)")
+	fs.IntVar(&c.Streams, "streams", 0, "grpc and native: batch streams the client opens to each endpoint (0 = kahuna.Client's default, one)")
 	if extra != nil {
 		extra(fs)
 	}

@@ -76,6 +76,7 @@ func TestBadFlagsSayWhy(t *testing.T) {
 		{[]string{"--workload", "mixed", "--mix", "lock=0"}, "--mix is empty"},
 		{[]string{"--key-space", "-1"}, "--key-space must be ≥ 1"},
 		{[]string{"--extends", "-1"}, "--extends must be ≥ 0"},
+		{[]string{"--streams", "-1"}, "--streams must be ≥ 0"},
 		{[]string{"--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--concurrency", "many"}, `invalid value "many" for flag -concurrency`},

@@ -31,6 +31,7 @@ func runOne(ctx context.Context, c *Config, t Target, seed uint64, logger *slog.
 		Concurrency: c.Concurrency,
 		Partitions:  c.Partitions,
 		LockActors:  c.LockActors,
+		Streams:     c.Streams,
 		Insecure:    c.Insecure,
 		Logger:      logger.With("target", t.Name),
 		// Counting costs the node a clock read per request: hot-wait only.

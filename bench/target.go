@@ -41,6 +41,7 @@ type Settings struct {
 	Concurrency int
 	Partitions  int // embedded: 0 = kahuna's default
 	LockActors  int // embedded: 0 = kahuna's default
+	Streams     int // grpc, native: batch streams to each endpoint; 0 = kahuna.Client's default
 	Insecure    bool
 	Logger      *slog.Logger
 	// CountRequests asks a target that can count the lock requests its

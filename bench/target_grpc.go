@@ -48,6 +48,9 @@ func openGRPC(ctx context.Context, s Settings, opts ...kahuna.ClientOption) (Sys
 	if s.Insecure {
 		opts = append(opts, kahuna.WithInsecureSkipVerify())
 	}
+	if s.Streams > 0 {
+		opts = append(opts, kahuna.WithStreamsPerEndpoint(s.Streams))
+	}
 	if len(s.Endpoints) > 0 {
 		c, err := kahuna.Dial(ctx, s.Endpoints, opts...)
 		if err != nil {

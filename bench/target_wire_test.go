@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +90,73 @@ func TestWireTargetsRun(t *testing.T) {
 		if res.Aggregate.Count == 0 || res.Aggregate.Errors != 0 || res.AllocsPerOp != nil {
 			t.Errorf("%s: %+v %v, allocs %v", target.Name, res.Aggregate, res.Errors, res.AllocsPerOp)
 		}
+	}
+}
+
+// batchStreamCounter counts the connections that open with the framing's
+// hello of a batch stream ("\x00KF1b"): the client's other connections
+// (gRPC for its unary calls) do not count.
+type batchStreamCounter struct {
+	net.Listener
+	streams atomic.Int64
+}
+
+func (l *batchStreamCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
+	return &helloConn{Conn: c, count: &l.streams}, nil
+}
+
+// helloConn looks at the first bytes the server reads.
+type helloConn struct {
+	net.Conn
+	count  *atomic.Int64
+	looked bool
+}
+
+func (c *helloConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if !c.looked && n > 0 {
+		c.looked = true
+		if bytes.HasPrefix(b[:n], []byte("\x00KF1b")) {
+			c.count.Add(1)
+		}
+	}
+	return n, err
+}
+
+// Settings.Streams (--streams) reaches the client: a native target opened
+// with 3 opens three batch streams to the node, one without it.
+func TestStreamsReachTheClient(t *testing.T) {
+	for _, c := range []struct{ streams, want int }{{0, 1}, {3, 3}} {
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis := &batchStreamCounter{Listener: inner}
+		srv := transport.NewServer(NewMutexLocker(), transport.ServerOptions{Logger: quiet})
+		go func() { _ = srv.ServeGRPC(lis) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		sys, err := NativeTarget().Open(ctx, Settings{Endpoints: []string{"http://" + lis.Addr().String()}, Streams: c.streams, Concurrency: 1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := sys.Locker(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 { // round robin: every stream carries a call
+			if r, err := l.TryLock(ctx, fmt.Sprintf("streams/%d/%d", c.streams, i), []byte("o"), time.Minute, lease.Ephemeral); err != nil || r.Status != lease.Locked {
+				t.Fatalf("TryLock = %v, %v", r.Status, err)
+			}
+		}
+		if got := lis.streams.Load(); got != int64(c.want) {
+			t.Errorf("--streams %d: the node accepted %d batch streams, want %d", c.streams, got, c.want)
+		}
+		_ = sys.Close()
+		_ = srv.Close()
+		cancel()
 	}
 }
