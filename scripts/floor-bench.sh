@@ -2,7 +2,7 @@
 # Runs kahuna beside its floors and its peers, alternated in one sitting,
 # for the table "Against the floors" of docs/benchmarks.md:
 #
-#   scripts/floor-bench.sh ephemeral     # kahuna (Go client, gRPC), Redis, then map-floor
+#   scripts/floor-bench.sh ephemeral     # kahuna (Go client: framing, gRPC), Redis, then map-floor and grpc-floor
 #   scripts/floor-bench.sh persistent    # kahuna (Go client, gRPC), Redis appendfsync always, etcd, then raft-floor on one node
 #   scripts/floor-bench.sh cluster       # 3-process kahuna, 3-member etcd, raft-floor 3 x 8 and 3 x 1, kahuna with 1 partition
 #   ROUNDS=3 scripts/floor-bench.sh cluster
@@ -25,7 +25,7 @@ esac
 bin="$(mktemp -d "${TMPDIR:-/tmp}/kahuna-floor-bench.XXXXXX")"
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/" ./cmd/kahuna
-(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/raft-floor)
+(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/grpc-floor ./cmd/raft-floor)
 
 peers() {
   (cd bench/peers && "$bin/kahuna-bench-peers" --start-server --kahuna-server "$bin/kahuna" \
@@ -51,6 +51,7 @@ for round in $(seq "${ROUNDS:-2}"); do
   ephemeral)
     peers --compare kahuna-native,kahuna-grpc,redis
     floor map-floor --duration 8s --warmup 2s
+    floor grpc-floor --duration 8s --warmup 2s
     ;;
   persistent)
     peers --compare kahuna-native:persistent,kahuna-grpc:persistent,redis,etcd --redis-appendfsync-always

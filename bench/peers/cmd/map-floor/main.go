@@ -22,19 +22,15 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
+	"github.com/kahunago/kahuna/bench/peers/internal/maplocks"
 	"github.com/kahunago/kahuna/bench/peers/internal/packconn"
 	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
@@ -66,39 +62,9 @@ func main() {
 	fmt.Println(res)
 }
 
-// A request is [caller u32][op u8][name u32]; its answer [caller u32][status u8].
-const (
-	reqLen = 9
-	ansLen = 5
-
-	opTryLock byte = 'L'
-	opUnlock  byte = 'U'
-
-	statusDone byte = 1 // locked, or unlocked
-	statusBusy byte = 2 // held by another caller, or not held by this one
-)
-
-// result is one run's ops and their latencies.
-type result struct {
-	callers, conns int
-	duration       time.Duration
-	latencies      []time.Duration // per op (TryLock and Unlock), sorted
-	busy           int64           // TryLocks answered Busy over the whole run
-	wrong          int64           // Unlocks of a lock the caller held answered Busy
-}
-
-func (r result) String() string {
-	line := fmt.Sprintf("mutex-guarded map over loopback TCP, %d callers on %d connections, %v: %.0f ops/s (a TryLock and an Unlock each), op p50 %v p99 %v, %d TryLocks busy",
-		r.callers, r.conns, r.duration, float64(len(r.latencies))/r.duration.Seconds(), closedloop.Quantile(r.latencies, 0.5), closedloop.Quantile(r.latencies, 0.99), r.busy)
-	if r.wrong > 0 {
-		line += fmt.Sprintf("; WRONG: %d Unlocks of a held lock refused", r.wrong)
-	}
-	return line
-}
-
-func run(callers, nconns, names int, duration, warmup time.Duration, forget bool) (result, error) {
+func run(callers, nconns, names int, duration, warmup time.Duration, forget bool) (maplocks.Result, error) {
 	if callers < 1 || nconns < 1 || names < 1 || duration <= 0 || warmup < 0 {
-		return result{}, errors.New("--callers, --conns and --names must be at least 1, --duration positive, --warmup not negative")
+		return maplocks.Result{}, errors.New("--callers, --conns and --names must be at least 1, --duration positive, --warmup not negative")
 	}
 	var env []string
 	if forget {
@@ -106,7 +72,7 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 	}
 	srv, err := twoproc.Start(serverEnv, env...)
 	if err != nil {
-		return result{}, err
+		return maplocks.Result{}, err
 	}
 	defer srv.Stop()
 
@@ -119,68 +85,39 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 	for i := range conns {
 		nc, err := srv.Dial()
 		if err != nil {
-			return result{}, err
+			return maplocks.Result{}, err
 		}
 		defer nc.Close()
 		conns[i] = packconn.New(nc)
-		go closedloop.ReadAnswers(nc, ansLen, broken, func(m []byte) error {
-			id := binary.BigEndian.Uint32(m)
+		go closedloop.ReadAnswers(nc, maplocks.AnsLen, broken, func(m []byte) error {
+			id, status := maplocks.Answer(m)
 			if int(id) >= callers {
 				return fmt.Errorf("server answered for caller %d of %d", id, callers)
 			}
-			answers[id] <- m[4]
+			answers[id] <- status
 			return nil
 		})
 	}
 
-	var busy, wrong atomic.Int64
+	w := &maplocks.Workload{Names: names}
 	latencies, err := closedloop.Run(callers, closedloop.Window{Warmup: warmup, Duration: duration, Broken: broken}, func(c *closedloop.Caller) bool {
 		conn := conns[c.ID%nconns]
-		call := func(op byte, name uint32) (byte, bool) {
-			var m [reqLen]byte
-			binary.BigEndian.PutUint32(m[:], uint32(c.ID))
-			m[4] = op
-			binary.BigEndian.PutUint32(m[5:], name)
-			if conn.Send(m[:]) != nil {
+		return w.Op(c, func(op byte, name uint32) (byte, bool) {
+			var m [maplocks.ReqLen]byte
+			if conn.Send(maplocks.AppendRequest(m[:0], uint32(c.ID), op, name)) != nil {
 				return 0, false
 			}
 			return closedloop.Await(answers[c.ID], broken)
-		}
-		name := uint32(rand.IntN(names))
-		t := time.Now()
-		s, ok := call(opTryLock, name)
-		if !ok {
-			return false
-		}
-		if s == statusBusy {
-			busy.Add(1)
-		} else {
-			if s, ok = call(opUnlock, name); !ok {
-				return false
-			}
-			if s != statusDone {
-				wrong.Add(1)
-			}
-		}
-		c.Record(time.Since(t))
-		return true
+		})
 	})
 	if err != nil {
-		return result{}, err
+		return maplocks.Result{}, err
 	}
-	return result{callers: callers, conns: nconns, duration: duration, latencies: latencies,
-		busy: busy.Load(), wrong: wrong.Load()}, nil
-}
-
-// locks is the server's state: each held name and its holder.
-type locks struct {
-	mu     sync.Mutex
-	holder map[string]uint32
-	forget bool // see forgetEnv
+	return w.Result("loopback TCP", callers, nconns, duration, latencies), nil
 }
 
 func serve(forget bool) error {
-	st := &locks{holder: map[string]uint32{}, forget: forget}
+	table := maplocks.NewTable(forget)
 	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
@@ -190,19 +127,18 @@ func serve(forget bool) error {
 		if err != nil {
 			return err
 		}
-		go st.serveConn(nc)
+		go serveConn(table, nc)
 	}
 }
 
 // serveConn decides every whole request of each read and writes their
 // answers together.
-func (st *locks) serveConn(nc net.Conn) {
+func serveConn(table *maplocks.Table, nc net.Conn) {
 	defer nc.Close()
 	buf := make([]byte, 64<<10)
 	var (
 		have int
 		out  []byte
-		name []byte
 	)
 	for {
 		n, err := nc.Read(buf[have:])
@@ -210,31 +146,9 @@ func (st *locks) serveConn(nc net.Conn) {
 			return
 		}
 		have += n
-		whole := have - have%reqLen
-		out = out[:0]
-		st.mu.Lock()
-		for req := buf[:whole]; len(req) > 0; req = req[reqLen:] {
-			id := binary.BigEndian.Uint32(req)
-			// A name as a lock service gets it: a string, hashed by the map.
-			name = strconv.AppendUint(append(name[:0], "lock-"...), uint64(binary.BigEndian.Uint32(req[5:])), 10)
-			status := statusDone
-			switch holder, held := st.holder[string(name)]; {
-			case req[4] == opTryLock && held:
-				status = statusBusy
-			case req[4] == opTryLock:
-				if !st.forget {
-					st.holder[string(name)] = id
-				}
-			case held && holder == id:
-				delete(st.holder, string(name))
-			default:
-				status = statusBusy
-			}
-			out = binary.BigEndian.AppendUint32(out, id)
-			out = append(out, status)
-		}
-		st.mu.Unlock()
-		have = copy(buf, buf[whole:have])
+		var used int
+		out, used = table.Decide(out[:0], buf[:have])
+		have = copy(buf, buf[used:have])
 		if len(out) > 0 {
 			if _, err := nc.Write(out); err != nil {
 				return

@@ -25,9 +25,9 @@ func TestFloorExcludes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res)
-	if len(res.latencies) == 0 || res.busy == 0 || res.wrong != 0 {
+	if len(res.Latencies) == 0 || res.Busy == 0 || res.Wrong != 0 {
 		t.Fatalf("%d ops, %d TryLocks busy, %d Unlocks of a held lock refused: want ops, some busy, none refused",
-			len(res.latencies), res.busy, res.wrong)
+			len(res.Latencies), res.Busy, res.Wrong)
 	}
 }
 
@@ -38,7 +38,7 @@ func TestFloorReportsForgottenLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res)
-	if res.wrong == 0 {
+	if res.Wrong == 0 {
 		t.Fatal("a server that forgets its locks was not caught")
 	}
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestMain serves as the floor's server process when run() starts this
+// test binary as one.
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) != "" {
+		fmt.Fprintln(os.Stderr, serve(os.Getenv(forgetEnv) != ""))
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// With 16 callers on 4 names, TryLocks meet held locks and are refused,
+// and every Unlock of a lock its caller holds succeeds.
+func TestFloorExcludes(t *testing.T) {
+	res, err := run(16, 2, 4, 300*time.Millisecond, 50*time.Millisecond, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if len(res.Latencies) == 0 || res.Busy == 0 || res.Wrong != 0 {
+		t.Fatalf("%d ops, %d TryLocks busy, %d Unlocks of a held lock refused: want ops, some busy, none refused",
+			len(res.Latencies), res.Busy, res.Wrong)
+	}
+}
+
+// Negative control: a server that forgets the locks it grants is caught.
+func TestFloorReportsForgottenLocks(t *testing.T) {
+	res, err := run(16, 2, 4, 300*time.Millisecond, 50*time.Millisecond, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if res.Wrong == 0 {
+		t.Fatal("a server that forgets its locks was not caught")
+	}
+}
