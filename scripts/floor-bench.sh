@@ -3,6 +3,7 @@
 # for the table "Against the floors" of docs/benchmarks.md:
 #
 #   scripts/floor-bench.sh ephemeral     # kahuna (Go client: framing, gRPC), Redis, then map-floor and grpc-floor
+#   scripts/floor-bench.sh hot           # one hot lock, 64 contenders: kahuna (framing, gRPC), Redis polling, then fifo-floor over TCP and over gRPC
 #   scripts/floor-bench.sh persistent    # kahuna (Go client, gRPC), Redis appendfsync always, etcd, then raft-floor on one node
 #   scripts/floor-bench.sh cluster       # 3-process kahuna, 3-member etcd, raft-floor 3 x 8 and 3 x 1, kahuna with 1 partition
 #   ROUNDS=3 scripts/floor-bench.sh cluster
@@ -16,16 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-}
 case "$what" in
-ephemeral | persistent | cluster) ;;
+ephemeral | hot | persistent | cluster) ;;
 *)
-  echo "usage: scripts/floor-bench.sh ephemeral|persistent|cluster   (ROUNDS=N, default 2)" >&2
+  echo "usage: scripts/floor-bench.sh ephemeral|hot|persistent|cluster   (ROUNDS=N, default 2)" >&2
   exit 2
   ;;
 esac
 bin="$(mktemp -d "${TMPDIR:-/tmp}/kahuna-floor-bench.XXXXXX")"
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/" ./cmd/kahuna
-(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/grpc-floor ./cmd/raft-floor)
+(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/grpc-floor ./cmd/fifo-floor ./cmd/raft-floor)
 
 peers() {
   (cd bench/peers && "$bin/kahuna-bench-peers" --start-server --kahuna-server "$bin/kahuna" \
@@ -52,6 +53,11 @@ for round in $(seq "${ROUNDS:-2}"); do
     peers --compare kahuna-native,kahuna-grpc,redis
     floor map-floor --duration 8s --warmup 2s
     floor grpc-floor --duration 8s --warmup 2s
+    ;;
+  hot)
+    peers --workload hot-wait --compare kahuna-native,kahuna-grpc,redis
+    floor fifo-floor --duration 8s --warmup 2s
+    floor fifo-floor --wire grpc --duration 8s --warmup 2s
     ;;
   persistent)
     peers --compare kahuna-native:persistent,kahuna-grpc:persistent,redis,etcd --redis-appendfsync-always

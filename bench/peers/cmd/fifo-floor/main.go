@@ -7,6 +7,7 @@
 //
 //	go run ./cmd/fifo-floor                       # 64 contenders, 6 s
 //	go run ./cmd/fifo-floor --contenders 8 --duration 10s
+//	go run ./cmd/fifo-floor --wire grpc           # the same over grpc-go streams
 //
 // Each contender loops as kahuna-bench's hot-wait does: Lock (it waits in
 // the server's queue, oldest first), and at once Unlock. Locks travel on
@@ -18,11 +19,18 @@
 // kahuna-bench times it: from the holder's call of Unlock to the next
 // holder's grant.
 //
+// With --wire grpc the same messages travel as grpc-go stream messages
+// (internal/rawgrpc: no encoding), Locks and Unlocks on two streams of one
+// connection, as the Go client's LockStream and batch stream share one
+// gRPC connection to a node: the floor under kahuna-bench --target grpc.
+//
 // It re-runs itself as the server, so both ends are separate processes.
 package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -35,13 +43,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
+	"github.com/kahunago/kahuna/bench/peers/internal/rawgrpc"
 	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
 const (
 	serverEnv = "FIFO_FLOOR_SERVE"
 	hopsEnv   = "FIFO_FLOOR_HOPS"
+	wireEnv   = "FIFO_FLOOR_WIRE"
+)
+
+// The wires a run's messages may travel on.
+const (
+	wireTCP  = "tcp"
+	wireGRPC = "grpc"
 )
 
 // The hand-offs added (--hops), and their flag's text for the server.
@@ -84,7 +102,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 			os.Exit(2)
 		}
-		err := serve()
+		err := serve(os.Getenv(wireEnv))
 		fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 		os.Exit(1)
 	}
@@ -94,12 +112,13 @@ func main() {
 	hops := flag.String("hops", "", "comma-separated goroutine hand-offs to add, as a lock service's layers do: "+
 		"node-worker (the server hands each Unlock to a worker goroutine), node-waiter (a waiting Lock's own goroutine, woken by the release, writes its grant), "+
 		"client-writer (a writer goroutine writes the client's Unlocks)")
+	wire := flag.String("wire", wireTCP, "tcp (bare connections) or grpc (grpc-go streams)")
 	flag.Parse()
 	if err := setHops(*hops); err != nil {
 		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
 		os.Exit(2)
 	}
-	res, err := run(*contenders, *duration, *warmup)
+	res, err := run(*wire, *contenders, *duration, *warmup)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
 		os.Exit(1)
@@ -109,6 +128,7 @@ func main() {
 
 // result is one run's grants per contender and hand-offs.
 type result struct {
+	wire     string
 	duration time.Duration
 	grants   []int
 	handoffs []time.Duration // sorted
@@ -144,15 +164,35 @@ func (r result) quantile(p float64) time.Duration {
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("bare FIFO lock over loopback TCP, %d contenders, %v: %.0f grants/s, hand-off p50 %v p90 %v p99 %v, Jain %.3f, 2 requests per grant",
-		len(r.grants), r.duration, float64(r.total())/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.9), r.quantile(0.99), r.jain())
+	over := "loopback TCP"
+	if r.wire == wireGRPC {
+		over = "grpc-go streams"
+	}
+	return fmt.Sprintf("bare FIFO lock over %s, %d contenders, %v: %.0f grants/s, hand-off p50 %v p90 %v p99 %v, Jain %.3f, 2 requests per grant",
+		over, len(r.grants), r.duration, float64(r.total())/r.duration.Seconds(), r.quantile(0.5), r.quantile(0.9), r.quantile(0.99), r.jain())
 }
 
-// conn is one connection; writes from several goroutines are whole
-// messages under mu.
+// conn is one connection's (or stream's) sending side; writes from several
+// goroutines are whole messages under mu.
 type conn struct {
-	c  net.Conn
-	mu sync.Mutex
+	mu    sync.Mutex
+	write func(b []byte) error // b is not kept
+}
+
+func tcpConn(c net.Conn) *conn {
+	return &conn{write: func(b []byte) error { _, err := c.Write(b); return err }}
+}
+
+// grpcConn sends on st. grpc keeps a message's bytes until it has written
+// them: each message gets its own.
+func grpcConn(st interface{ SendMsg(any) error }) *conn {
+	return &conn{write: func(b []byte) error { return st.SendMsg(&rawgrpc.Msg{B: bytes.Clone(b)}) }}
+}
+
+func (c *conn) writeMsgs(b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.write(b)
 }
 
 func appendMsg(b []byte, op byte, id uint32) []byte {
@@ -161,37 +201,63 @@ func appendMsg(b []byte, op byte, id uint32) []byte {
 
 func (c *conn) send(op byte, id uint32) error {
 	var m [msgLen]byte
-	m[0] = op
-	binary.BigEndian.PutUint32(m[1:], id)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, err := c.c.Write(m[:])
-	return err
+	return c.writeMsgs(appendMsg(m[:0], op, id))
 }
 
-func run(contenders int, duration, warmup time.Duration) (result, error) {
+func run(wire string, contenders int, duration, warmup time.Duration) (result, error) {
 	if contenders < 1 || duration <= 0 || warmup < 0 {
 		return result{}, errors.New("--contenders must be at least 1, --duration positive, --warmup not negative")
 	}
-	srv, err := twoproc.Start(serverEnv, hopsEnv+"="+hopsSet)
+	if wire != wireTCP && wire != wireGRPC {
+		return result{}, fmt.Errorf("--wire %q: tcp or grpc", wire)
+	}
+	srv, err := twoproc.Start(serverEnv, hopsEnv+"="+hopsSet, wireEnv+"="+wire)
 	if err != nil {
 		return result{}, err
 	}
 	defer srv.Stop()
-	dial := func() (*conn, error) {
-		c, err := srv.Dial()
-		return &conn{c: c}, err
+	broken := closedloop.NewBreakage() // the first reader that fails
+	// Each of the two carries messages one way and reads answers with
+	// read, which run starts once it knows where answers go.
+	var locks, unlocks *conn
+	var readLocks, readUnlocks func(deliver func([]byte) error)
+	switch wire {
+	case wireTCP:
+		dial := func() (*conn, func(func([]byte) error), error) {
+			nc, err := srv.Dial()
+			if err != nil {
+				return nil, nil, err
+			}
+			return tcpConn(nc), func(d func([]byte) error) { closedloop.ReadAnswers(nc, msgLen, broken, d) }, nil
+		}
+		if locks, readLocks, err = dial(); err != nil {
+			return result{}, err
+		}
+		if unlocks, readUnlocks, err = dial(); err != nil {
+			return result{}, err
+		}
+	case wireGRPC:
+		gc, err := rawgrpc.Dial(srv.Addr)
+		if err != nil {
+			return result{}, err
+		}
+		defer gc.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		open := func() (*conn, func(func([]byte) error), error) {
+			st, err := gc.Stream(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			return grpcConn(st), func(d func([]byte) error) { rawgrpc.ReadAnswers(st, msgLen, broken, d) }, nil
+		}
+		if locks, readLocks, err = open(); err != nil {
+			return result{}, err
+		}
+		if unlocks, readUnlocks, err = open(); err != nil {
+			return result{}, err
+		}
 	}
-	locks, err := dial()
-	if err != nil {
-		return result{}, err
-	}
-	defer locks.c.Close()
-	unlocks, err := dial()
-	if err != nil {
-		return result{}, err
-	}
-	defer unlocks.c.Close()
 
 	sendUnlock := func(id uint32) error { return unlocks.send(opUnlock, id) }
 	if clientWriter {
@@ -208,7 +274,7 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 						more = false
 					}
 				}
-				if _, err := unlocks.c.Write(buf); err != nil {
+				if unlocks.writeMsgs(buf) != nil {
 					return
 				}
 			}
@@ -220,24 +286,23 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 	for i := range granted {
 		granted[i], released[i] = make(chan struct{}, 1), make(chan struct{}, 1)
 	}
-	broken := closedloop.NewBreakage() // the first reader that fails
-	for _, c := range []*conn{locks, unlocks} {
-		go closedloop.ReadAnswers(c.c, msgLen, broken, func(m []byte) error {
-			id := binary.BigEndian.Uint32(m[1:])
-			if int(id) >= contenders {
-				return fmt.Errorf("server answered for contender %d of %d", id, contenders)
-			}
-			switch m[0] {
-			case opGranted:
-				granted[id] <- struct{}{}
-			case opReleased:
-				released[id] <- struct{}{}
-			default:
-				return fmt.Errorf("server sent op %q", m[0])
-			}
-			return nil
-		})
+	deliver := func(m []byte) error {
+		id := binary.BigEndian.Uint32(m[1:])
+		if int(id) >= contenders {
+			return fmt.Errorf("server answered for contender %d of %d", id, contenders)
+		}
+		switch m[0] {
+		case opGranted:
+			granted[id] <- struct{}{}
+		case opReleased:
+			released[id] <- struct{}{}
+		default:
+			return fmt.Errorf("server sent op %q", m[0])
+		}
+		return nil
 	}
+	go readLocks(deliver)
+	go readUnlocks(deliver)
 
 	var unlockCalled atomic.Int64 // ns: when the holder called Unlock
 	grants := make([]int, contenders)
@@ -269,7 +334,7 @@ func run(contenders int, duration, warmup time.Duration) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	return result{duration: duration, grants: grants, handoffs: handoffs}, nil
+	return result{wire: wire, duration: duration, grants: grants, handoffs: handoffs}, nil
 }
 
 // lockState is the server's one lock: its holder and the FIFO of waiters.
@@ -286,30 +351,45 @@ type waiter struct {
 	wake chan struct{} // node-waiter: the waiting Lock's goroutine writes its grant
 }
 
-// serve serves until its listener fails (the run kills it first).
-func serve() error {
+// serve serves wire until its listener fails (the run kills it first).
+func serve(wire string) error {
 	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
 	}
 	st := &lockState{}
+	if wire == wireGRPC {
+		return rawgrpc.Serve(lis, func(gs grpc.ServerStream) error {
+			var m rawgrpc.Msg
+			return st.serveMsgs(grpcConn(gs), func() ([]byte, error) {
+				err := gs.RecvMsg(&m)
+				return m.B, err
+			})
+		})
+	}
 	for {
 		nc, err := lis.Accept()
 		if err != nil {
 			return err
 		}
 		go func() {
-			if err := st.serveConn(&conn{c: nc}); err != nil && !errors.Is(err, io.EOF) {
+			defer nc.Close()
+			r := bufio.NewReader(nc)
+			var m [msgLen]byte
+			err := st.serveMsgs(tcpConn(nc), func() ([]byte, error) {
+				_, err := io.ReadFull(r, m[:])
+				return m[:], err
+			})
+			if err != nil && !errors.Is(err, io.EOF) {
 				fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 			}
 		}()
 	}
 }
 
-func (st *lockState) serveConn(c *conn) error {
-	defer c.c.Close()
-	r := bufio.NewReader(c.c)
-	var m [msgLen]byte
+// serveMsgs serves the messages next returns, whole ones back to back,
+// answering on c.
+func (st *lockState) serveMsgs(c *conn, next func() ([]byte, error)) error {
 	var work chan uint32
 	if nodeWorker {
 		work = make(chan uint32, 256)
@@ -323,42 +403,49 @@ func (st *lockState) serveConn(c *conn) error {
 		}()
 	}
 	for {
-		if _, err := io.ReadFull(r, m[:]); err != nil {
+		msgs, err := next()
+		if err != nil {
 			return err
 		}
-		id := binary.BigEndian.Uint32(m[1:])
-		switch m[0] {
-		case opLock:
-			st.mu.Lock()
-			if st.held {
-				w := waiter{c: c, id: id}
-				if nodeWaiter {
-					w.wake = make(chan struct{})
-					go func() {
-						<-w.wake
-						_ = w.c.send(opGranted, w.id)
-					}()
-				}
-				st.waiters = append(st.waiters, w)
-				st.mu.Unlock()
-				continue
-			}
-			st.held, st.holder = true, id
-			st.mu.Unlock()
-			if err := c.send(opGranted, id); err != nil {
-				return err
-			}
-		case opUnlock:
-			if work != nil {
-				work <- id
-				continue
-			}
-			if err := st.unlock(c, id); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("op %q", m[0])
+		if len(msgs)%msgLen != 0 {
+			return fmt.Errorf("a message of %d bytes, not of whole %d-byte ones", len(msgs), msgLen)
 		}
+		for m := msgs; len(m) > 0; m = m[msgLen:] {
+			if err := st.serveMsg(c, m[0], binary.BigEndian.Uint32(m[1:]), work); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (st *lockState) serveMsg(c *conn, op byte, id uint32, work chan<- uint32) error {
+	switch op {
+	case opLock:
+		st.mu.Lock()
+		if st.held {
+			w := waiter{c: c, id: id}
+			if nodeWaiter {
+				w.wake = make(chan struct{})
+				go func() {
+					<-w.wake
+					_ = w.c.send(opGranted, w.id)
+				}()
+			}
+			st.waiters = append(st.waiters, w)
+			st.mu.Unlock()
+			return nil
+		}
+		st.held, st.holder = true, id
+		st.mu.Unlock()
+		return c.send(opGranted, id)
+	case opUnlock:
+		if work != nil {
+			work <- id
+			return nil
+		}
+		return st.unlock(c, id)
+	default:
+		return fmt.Errorf("op %q", op)
 	}
 }
 

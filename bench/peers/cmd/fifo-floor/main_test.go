@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		fmt.Fprintln(os.Stderr, serve())
+		fmt.Fprintln(os.Stderr, serve(os.Getenv(wireEnv)))
 		os.Exit(1)
 	}
 	os.Exit(m.Run())
@@ -27,13 +27,16 @@ func TestMain(m *testing.M) {
 // one), so the grants per contender are even (Jain's index near 1; a LIFO
 // server made 0.66 to 0.98), with or without the added hand-offs.
 func TestFloorGrantsInTurn(t *testing.T) {
-	for _, hops := range []string{"", "node-worker,node-waiter,client-writer"} {
-		t.Run("hops="+hops, func(t *testing.T) {
-			if err := setHops(hops); err != nil {
+	for _, c := range []struct{ wire, hops string }{
+		{wireTCP, ""}, {wireTCP, "node-worker,node-waiter,client-writer"},
+		{wireGRPC, ""}, {wireGRPC, "node-worker,node-waiter,client-writer"},
+	} {
+		t.Run(c.wire+",hops="+c.hops, func(t *testing.T) {
+			if err := setHops(c.hops); err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = setHops("") }()
-			res, err := run(8, 300*time.Millisecond, 50*time.Millisecond)
+			res, err := run(c.wire, 8, 300*time.Millisecond, 50*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,5 +55,11 @@ func TestSetHopsRefusesUnknown(t *testing.T) {
 	defer func() { _ = setHops("") }()
 	if err := setHops("node-worker,sideways"); err == nil {
 		t.Fatal("an unknown hand-off was accepted")
+	}
+}
+
+func TestRunRefusesUnknownWire(t *testing.T) {
+	if _, err := run("udp", 8, time.Millisecond, 0); err == nil {
+		t.Fatal("an unknown wire was accepted")
 	}
 }

@@ -34,11 +34,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 
 	"github.com/kahunago/kahuna/bench/peers/internal/closedloop"
 	"github.com/kahunago/kahuna/bench/peers/internal/maplocks"
+	"github.com/kahunago/kahuna/bench/peers/internal/rawgrpc"
 	"github.com/kahunago/kahuna/bench/peers/internal/twoproc"
 )
 
@@ -47,13 +46,6 @@ const (
 	// forgetEnv makes the server forget every lock it grants: a test's
 	// negative control, never a flag.
 	forgetEnv = "GRPC_FLOOR_UNSAFE_FORGET"
-)
-
-// kahuna's gRPC flow-control windows (transport/server.go): a stream may
-// have this much unread in flight before its sender waits.
-const (
-	streamWindow = 1 << 20
-	connWindow   = 4 << 20
 )
 
 func main() {
@@ -75,41 +67,6 @@ func main() {
 	}
 	fmt.Println(res)
 }
-
-// msg is one stream message: requests, or their answers, back to back.
-type msg struct{ b []byte }
-
-// rawCodec passes a msg's bytes through as the message, with no encoding.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "raw" }
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	// grpc holds the bytes until they are written: the sender does not
-	// reuse them.
-	return mem.BufferSlice{mem.SliceBuffer(v.(*msg).b)}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m := v.(*msg)
-	m.b = m.b[:0]
-	for _, buf := range data {
-		m.b = append(m.b, buf.ReadOnlyData()...)
-	}
-	return nil
-}
-
-// The service is one bidirectional stream method, described by hand since
-// its messages are bytes.
-var service = grpc.ServiceDesc{
-	ServiceName: "floor.Locks",
-	HandlerType: (*any)(nil),
-	Streams: []grpc.StreamDesc{{
-		StreamName: "Batch", ServerStreams: true, ClientStreams: true,
-	}},
-}
-
-const method = "/floor.Locks/Batch"
 
 func run(callers, nconns, names int, duration, warmup time.Duration, forget bool) (maplocks.Result, error) {
 	if callers < 1 || nconns < 1 || names < 1 || duration <= 0 || warmup < 0 {
@@ -134,20 +91,17 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 	defer cancel()
 	streams := make([]*sender, nconns)
 	for i := range streams {
-		conn, err := grpc.NewClient("passthrough:///"+srv.Addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow),
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		conn, err := rawgrpc.Dial(srv.Addr)
 		if err != nil {
 			return maplocks.Result{}, err
 		}
 		defer conn.Close()
-		st, err := conn.NewStream(ctx, &service.Streams[0], method)
+		st, err := conn.Stream(ctx)
 		if err != nil {
-			return maplocks.Result{}, fmt.Errorf("opening the stream: %w", err)
+			return maplocks.Result{}, err
 		}
 		streams[i] = newSender(st, broken)
-		go readAnswers(st, answers, broken)
+		go rawgrpc.ReadAnswers(st, maplocks.AnsLen, broken, maplocks.Deliver(answers))
 	}
 
 	w := &maplocks.Workload{Names: names}
@@ -200,31 +154,9 @@ func (s *sender) writer() {
 		if len(b) == 0 { // its requests went out with the last wake's
 			continue
 		}
-		if err := s.st.SendMsg(&msg{b: b}); err != nil {
+		if err := s.st.SendMsg(&rawgrpc.Msg{B: b}); err != nil {
 			s.broken.Fail(fmt.Errorf("sending: %w", err))
 			return
-		}
-	}
-}
-
-func readAnswers(st grpc.ClientStream, answers []chan byte, broken *closedloop.Breakage) {
-	var m msg
-	for {
-		if err := st.RecvMsg(&m); err != nil {
-			broken.Fail(fmt.Errorf("receiving: %w", err))
-			return
-		}
-		if len(m.b)%maplocks.AnsLen != 0 {
-			broken.Fail(fmt.Errorf("an answer message of %d bytes", len(m.b)))
-			return
-		}
-		for a := m.b; len(a) > 0; a = a[maplocks.AnsLen:] {
-			id, status := maplocks.Answer(a)
-			if int(id) >= len(answers) {
-				broken.Fail(fmt.Errorf("server answered for caller %d of %d", id, len(answers)))
-				return
-			}
-			answers[id] <- status
 		}
 	}
 }
@@ -235,26 +167,19 @@ func serve(forget bool) error {
 	if err != nil {
 		return err
 	}
-	desc := service
-	desc.Streams = []grpc.StreamDesc{service.Streams[0]}
-	desc.Streams[0].Handler = func(_ any, st grpc.ServerStream) error {
-		var in msg
+	return rawgrpc.Serve(lis, func(st grpc.ServerStream) error {
+		var in rawgrpc.Msg
 		for {
 			if err := st.RecvMsg(&in); err != nil {
 				return err
 			}
-			out, used := table.Decide(nil, in.b)
-			if used != len(in.b) {
-				return fmt.Errorf("a request message of %d bytes", len(in.b))
+			out, used := table.Decide(nil, in.B)
+			if used != len(in.B) {
+				return fmt.Errorf("a request message of %d bytes", len(in.B))
 			}
-			if err := st.SendMsg(&msg{b: out}); err != nil {
+			if err := st.SendMsg(&rawgrpc.Msg{B: out}); err != nil {
 				return err
 			}
 		}
-	}
-	g := grpc.NewServer(
-		grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow),
-		grpc.ForceServerCodecV2(rawCodec{}))
-	g.RegisterService(&desc, struct{}{})
-	return g.Serve(lis)
+	})
 }

@@ -89,14 +89,7 @@ func run(callers, nconns, names int, duration, warmup time.Duration, forget bool
 		}
 		defer nc.Close()
 		conns[i] = packconn.New(nc)
-		go closedloop.ReadAnswers(nc, maplocks.AnsLen, broken, func(m []byte) error {
-			id, status := maplocks.Answer(m)
-			if int(id) >= callers {
-				return fmt.Errorf("server answered for caller %d of %d", id, callers)
-			}
-			answers[id] <- status
-			return nil
-		})
+		go closedloop.ReadAnswers(nc, maplocks.AnsLen, broken, maplocks.Deliver(answers))
 	}
 
 	w := &maplocks.Workload{Names: names}

@@ -142,3 +142,16 @@ func (r Result) String() string {
 	}
 	return line
 }
+
+// Deliver returns a reader's delivery of each answer to its caller's
+// channel in answers, refusing an answer for a caller that is not there.
+func Deliver(answers []chan byte) func(m []byte) error {
+	return func(m []byte) error {
+		id, status := Answer(m)
+		if int(id) >= len(answers) {
+			return fmt.Errorf("server answered for caller %d of %d", id, len(answers))
+		}
+		answers[id] <- status
+		return nil
+	}
+}
