@@ -2,7 +2,7 @@
 # Runs kahuna beside its floors and its peers, alternated in one sitting,
 # for the table "Against the floors" of docs/benchmarks.md:
 #
-#   scripts/floor-bench.sh ephemeral     # kahuna (Go client: framing, gRPC), Redis, then map-floor and grpc-floor
+#   scripts/floor-bench.sh ephemeral     # kahuna (Go client: framing, gRPC), Redis, then map-floor over TCP and over gRPC
 #   scripts/floor-bench.sh hot           # one hot lock, 64 contenders: kahuna (framing, gRPC), Redis polling, then fifo-floor over TCP and over gRPC
 #   scripts/floor-bench.sh persistent    # kahuna (Go client, gRPC), Redis appendfsync always, etcd, then raft-floor on one node
 #   scripts/floor-bench.sh cluster       # 3-process kahuna, 3-member etcd, raft-floor 3 x 8 and 3 x 1, kahuna with 1 partition
@@ -26,7 +26,7 @@ esac
 bin="$(mktemp -d "${TMPDIR:-/tmp}/kahuna-floor-bench.XXXXXX")"
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/" ./cmd/kahuna
-(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/grpc-floor ./cmd/fifo-floor ./cmd/raft-floor)
+(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/fifo-floor ./cmd/raft-floor)
 
 peers() {
   (cd bench/peers && "$bin/kahuna-bench-peers" --start-server --kahuna-server "$bin/kahuna" \
@@ -52,7 +52,7 @@ for round in $(seq "${ROUNDS:-2}"); do
   ephemeral)
     peers --compare kahuna-native,kahuna-grpc,redis
     floor map-floor --duration 8s --warmup 2s
-    floor grpc-floor --duration 8s --warmup 2s
+    floor map-floor --wire grpc --duration 8s --warmup 2s
     ;;
   hot)
     peers --workload hot-wait --compare kahuna-native,kahuna-grpc,redis

@@ -29,7 +29,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -183,10 +182,9 @@ func tcpConn(c net.Conn) *conn {
 	return &conn{write: func(b []byte) error { _, err := c.Write(b); return err }}
 }
 
-// grpcConn sends on st. grpc keeps a message's bytes until it has written
-// them: each message gets its own.
 func grpcConn(st interface{ SendMsg(any) error }) *conn {
-	return &conn{write: func(b []byte) error { return st.SendMsg(&rawgrpc.Msg{B: bytes.Clone(b)}) }}
+	w := rawgrpc.Writer(st)
+	return &conn{write: func(b []byte) error { _, err := w.Write(b); return err }}
 }
 
 func (c *conn) writeMsgs(b []byte) error {

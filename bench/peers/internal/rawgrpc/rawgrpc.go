@@ -6,8 +6,10 @@
 package rawgrpc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 
 	"google.golang.org/grpc"
@@ -115,4 +117,21 @@ func ReadAnswers(st grpc.ClientStream, size int, b *closedloop.Breakage, deliver
 			}
 		}
 	}
+}
+
+// Writer returns an io.Writer that sends each Write as one message on st.
+// It copies what it is given, since grpc keeps a message's bytes until it
+// has written them and a writer may reuse its buffer. Writes must not run
+// concurrently.
+func Writer(st interface{ SendMsg(any) error }) io.Writer { return writer{st} }
+
+type writer struct {
+	st interface{ SendMsg(any) error }
+}
+
+func (w writer) Write(b []byte) (int, error) {
+	if err := w.st.SendMsg(&Msg{B: bytes.Clone(b)}); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
