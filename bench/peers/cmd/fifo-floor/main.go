@@ -215,17 +215,24 @@ func run(wire string, contenders int, duration, warmup time.Duration) (result, e
 	}
 	defer srv.Stop()
 	broken := closedloop.NewBreakage() // the first reader that fails
-	// Each of the two carries messages one way and reads answers with
-	// read, which run starts once it knows where answers go.
+	// locks and unlocks send; readLocks and readUnlocks read their
+	// answers, started below once the answers' channels are made.
 	var locks, unlocks *conn
 	var readLocks, readUnlocks func(deliver func([]byte) error)
 	switch wire {
 	case wireTCP:
+		var ncs []net.Conn
+		defer func() {
+			for _, nc := range ncs {
+				nc.Close()
+			}
+		}()
 		dial := func() (*conn, func(func([]byte) error), error) {
 			nc, err := srv.Dial()
 			if err != nil {
 				return nil, nil, err
 			}
+			ncs = append(ncs, nc)
 			return tcpConn(nc), func(d func([]byte) error) { closedloop.ReadAnswers(nc, msgLen, broken, d) }, nil
 		}
 		if locks, readLocks, err = dial(); err != nil {
