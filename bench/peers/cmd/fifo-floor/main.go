@@ -53,6 +53,9 @@ const (
 	serverEnv = "FIFO_FLOOR_SERVE"
 	hopsEnv   = "FIFO_FLOOR_HOPS"
 	wireEnv   = "FIFO_FLOOR_WIRE"
+	// lifoEnv makes the server grant the newest waiter instead of the
+	// oldest: a test's negative control, never a flag.
+	lifoEnv = "FIFO_FLOOR_UNSAFE_LIFO"
 )
 
 // The wires a run's messages may travel on.
@@ -101,7 +104,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 			os.Exit(2)
 		}
-		err := serve(os.Getenv(wireEnv))
+		err := serve(os.Getenv(wireEnv), os.Getenv(lifoEnv) != "")
 		fmt.Fprintln(os.Stderr, "fifo-floor server:", err)
 		os.Exit(1)
 	}
@@ -117,7 +120,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
 		os.Exit(2)
 	}
-	res, err := run(*wire, *contenders, *duration, *warmup)
+	res, err := run(*wire, *contenders, *duration, *warmup, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fifo-floor:", err)
 		os.Exit(1)
@@ -202,14 +205,18 @@ func (c *conn) send(op byte, id uint32) error {
 	return c.writeMsgs(appendMsg(m[:0], op, id))
 }
 
-func run(wire string, contenders int, duration, warmup time.Duration) (result, error) {
+func run(wire string, contenders int, duration, warmup time.Duration, lifo bool) (result, error) {
 	if contenders < 1 || duration <= 0 || warmup < 0 {
 		return result{}, errors.New("--contenders must be at least 1, --duration positive, --warmup not negative")
 	}
 	if wire != wireTCP && wire != wireGRPC {
 		return result{}, fmt.Errorf("--wire %q: tcp or grpc", wire)
 	}
-	srv, err := twoproc.Start(serverEnv, hopsEnv+"="+hopsSet, wireEnv+"="+wire)
+	env := []string{hopsEnv + "=" + hopsSet, wireEnv + "=" + wire}
+	if lifo {
+		env = append(env, lifoEnv+"=1")
+	}
+	srv, err := twoproc.Start(serverEnv, env...)
 	if err != nil {
 		return result{}, err
 	}
@@ -344,6 +351,7 @@ func run(wire string, contenders int, duration, warmup time.Duration) (result, e
 
 // lockState is the server's one lock: its holder and the FIFO of waiters.
 type lockState struct {
+	lifo    bool // see lifoEnv
 	mu      sync.Mutex
 	held    bool
 	holder  uint32
@@ -357,12 +365,12 @@ type waiter struct {
 }
 
 // serve serves wire until its listener fails (the run kills it first).
-func serve(wire string) error {
+func serve(wire string, lifo bool) error {
 	lis, err := twoproc.Listen()
 	if err != nil {
 		return err
 	}
-	st := &lockState{}
+	st := &lockState{lifo: lifo}
 	if wire == wireGRPC {
 		return rawgrpc.Serve(lis, func(gs grpc.ServerStream) error {
 			var m rawgrpc.Msg
@@ -463,11 +471,16 @@ func (st *lockState) unlock(c *conn, id uint32) error {
 		return fmt.Errorf("contender %d unlocked a lock it does not hold", id)
 	}
 	var next waiter
-	if len(st.waiters) > 0 {
+	switch n := len(st.waiters); {
+	case n > 0 && st.lifo:
+		next = st.waiters[n-1]
+		st.waiters = st.waiters[:n-1]
+		st.holder = next.id
+	case n > 0:
 		next = st.waiters[0]
 		st.waiters = st.waiters[1:]
 		st.holder = next.id
-	} else {
+	default:
 		st.held = false
 	}
 	st.mu.Unlock()
