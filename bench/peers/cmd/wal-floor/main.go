@@ -39,7 +39,10 @@ const (
 	serverEnv = "WAL_FLOOR_SERVE"
 	dirEnv    = "WAL_FLOOR_DIR"
 	recordEnv = "WAL_FLOOR_RECORD"
-	msgLen    = 4 // a caller's number; the answer echoes it
+	// skipAppendEnv makes the server answer writes it never appended: a
+	// test's negative control, never a flag.
+	skipAppendEnv = "WAL_FLOOR_UNSAFE_SKIP_APPEND"
+	msgLen        = 4 // a caller's number; the answer echoes it
 )
 
 func main() {
@@ -49,7 +52,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "wal-floor server: record size:", err)
 			os.Exit(2)
 		}
-		err := serve(os.Getenv(dirEnv), size)
+		err := serve(os.Getenv(dirEnv), size, os.Getenv(skipAppendEnv) != "")
 		fmt.Fprintln(os.Stderr, "wal-floor server:", err)
 		os.Exit(1)
 	}
@@ -60,7 +63,7 @@ func main() {
 	warmup := flag.Duration("warmup", 2*time.Second, "time before measuring")
 	dir := flag.String("dir", "", "directory for the log file (default: a temp dir, removed after)")
 	flag.Parse()
-	res, err := run(*callers, *conns, *record, *duration, *warmup, *dir)
+	res, err := run(*callers, *conns, *record, *duration, *warmup, *dir, false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wal-floor:", err)
 		os.Exit(1)
@@ -87,7 +90,7 @@ func (r result) String() string {
 		r.callers, r.duration, writes/2/r.duration.Seconds(), closedloop.Quantile(r.latencies, 0.5), closedloop.Quantile(r.latencies, 0.99), perSync)
 }
 
-func run(callers, nconns, record int, duration, warmup time.Duration, dir string) (result, error) {
+func run(callers, nconns, record int, duration, warmup time.Duration, dir string, skipAppend bool) (result, error) {
 	if callers < 1 || nconns < 1 || record < msgLen || duration <= 0 || warmup < 0 {
 		return result{}, fmt.Errorf("--callers and --conns must be at least 1, --record at least %d, --duration positive, --warmup not negative", msgLen)
 	}
@@ -99,7 +102,11 @@ func run(callers, nconns, record int, duration, warmup time.Duration, dir string
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
-	srv, err := twoproc.Start(serverEnv, dirEnv+"="+dir, fmt.Sprint(recordEnv, "=", record))
+	env := []string{dirEnv + "=" + dir, fmt.Sprint(recordEnv, "=", record)}
+	if skipAppend {
+		env = append(env, skipAppendEnv+"=1")
+	}
+	srv, err := twoproc.Start(serverEnv, env...)
 	if err != nil {
 		return result{}, err
 	}
@@ -208,19 +215,20 @@ type serverConn struct {
 
 // walLog is the server's one file and its group commit.
 type walLog struct {
-	f      *os.File
-	record int
-	mu     sync.Mutex
-	cond   *sync.Cond
-	queue  []pending
+	f          *os.File
+	record     int
+	skipAppend bool // see skipAppendEnv
+	mu         sync.Mutex
+	cond       *sync.Cond
+	queue      []pending
 }
 
-func serve(dir string, record int) error {
+func serve(dir string, record int, skipAppend bool) error {
 	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	lg := &walLog{f: f, record: record}
+	lg := &walLog{f: f, record: record, skipAppend: skipAppend}
 	lg.cond = sync.NewCond(&lg.mu)
 	var rounds atomic.Uint64
 	go lg.commit(&rounds)
@@ -285,13 +293,15 @@ func (lg *walLog) commit(rounds *atomic.Uint64) {
 			buf = binary.BigEndian.AppendUint32(buf, p.id)
 			buf = append(buf, pad...)
 		}
-		if _, err := lg.f.Write(buf); err != nil {
-			fmt.Fprintln(os.Stderr, "wal-floor server: append:", err)
-			os.Exit(1)
-		}
-		if err := fdatasync(lg.f); err != nil {
-			fmt.Fprintln(os.Stderr, "wal-floor server: fdatasync:", err)
-			os.Exit(1)
+		if !lg.skipAppend {
+			if _, err := lg.f.Write(buf); err != nil {
+				fmt.Fprintln(os.Stderr, "wal-floor server: append:", err)
+				os.Exit(1)
+			}
+			if err := fdatasync(lg.f); err != nil {
+				fmt.Fprintln(os.Stderr, "wal-floor server: fdatasync:", err)
+				os.Exit(1)
+			}
 		}
 		rounds.Add(1)
 		for _, p := range batch {
