@@ -78,3 +78,42 @@ func TestLoadPanicAnswersErrored(t *testing.T) {
 		t.Fatalf("after the panic: %+v", r)
 	}
 }
+
+// DoNow answers a request its actor decides at once, and leaves one that
+// waits for its record's read to Finish without waiting for it: the
+// caller goes on while the read hangs, and the answer comes once it is
+// done, decided on what the read found.
+func TestDoNowLeavesAWaitingRequestToFinish(t *testing.T) {
+	f := newFixture(t, 1, 100)
+	f.do(t, lease.TryLock, "slow", "a", time.Hour, lease.Persistent)
+	f.ring.DropPartition(context.Background(), 1) // forget the cache: the next request reads
+	req := func(res, owner string) Request {
+		return Request{Request: lease.Request{Op: lease.TryLock, Resource: res, Owner: []byte(owner), TTL: time.Minute, Durability: lease.Ephemeral}, Partition: 1}
+	}
+	f.do(t, lease.TryLock, "other", "c", time.Hour, lease.Ephemeral) // cached, so decided at once
+	if resp, now, later := f.ring.DoNow(req("other", "d")); !now || later.Started() || resp.Status != lease.Busy {
+		t.Fatalf("DoNow on an idle actor's cached lock = %+v, now %v, later %v; want Busy now", resp.Status, now, later.Started())
+	}
+	f.blockLoads("slow")
+	resp, now, later := f.ring.DoNow(req("slow", "b")) // returns while the read hangs
+	if now || !later.Started() {
+		t.Fatalf("DoNow of a request waiting for its read = %+v, now %v, later %v; want later", resp.Status, now, later.Started())
+	}
+	<-f.backend.loadEntered
+	answered := make(chan Response, 1)
+	f.ring.Finish(context.Background(), later, AnswerFunc(func(r Response, err error) {
+		if err != nil {
+			t.Errorf("Finish: %v", err)
+		}
+		answered <- r
+	}))
+	select {
+	case r := <-answered:
+		t.Fatalf("answered %+v before the read was done", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(f.backend.loadRelease)
+	if r := <-answered; r.Status != lease.Busy {
+		t.Fatalf("TryLock behind the read: %+v, want Busy (a holds it, as stored)", r)
+	}
+}

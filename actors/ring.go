@@ -347,10 +347,20 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 		return r.doAll(ctx, req)
 	}
 	resp, err := r.do(ctx, req)
+	if err == nil && resp.raise != nil {
+		return r.raised(ctx, req, resp)
+	}
+	return resp, err
+}
+
+// raised waits for the raise resp asks for and asks req again, at most
+// raiseRounds times in all: Do's rounds after its first.
+func (r *Ring) raised(ctx context.Context, req Request, resp Response) (Response, error) {
 	var unwait <-chan struct{} // StopWaiting ends a wait for the lock, not for a raise
 	if req.Wait != 0 {
 		unwait = r.unwait
 	}
+	var err error
 	for round := 1; err == nil && resp.raise != nil; round++ {
 		if round == raiseRounds {
 			resp.raise = nil // still no room: the MustRetry stands
@@ -372,6 +382,61 @@ func (r *Ring) Do(ctx context.Context, req Request) (Response, error) {
 		resp, err = r.do(ctx, req)
 	}
 	return resp, err
+}
+
+// Later is a call DoNow posted whose answer had not come when it
+// returned (the zero Later: none).
+type Later struct{ c *call }
+
+// Started reports whether l holds a call.
+func (l Later) Started() bool { return l.c != nil }
+
+// DoNow runs req as Do does as far as its actor answers it at once, on
+// this goroutine: now is true and resp is the answer. When the answer
+// must wait (the actor busy on another goroutine, the call waiting for
+// its record's read or for a write), later holds the call, whose answer
+// Finish hands on; nothing waits for it here. When the decision needs a
+// raise of the token window first (which changed nothing), or the ring
+// is closed, neither is set: the caller runs req another way (DoAsync
+// waits for a raise off its caller). So a server's reader, which starts
+// each request of a message in turn, is never held by one of them. req
+// must neither wait (a TryLock with a Wait) nor name several locks.
+func (r *Ring) DoNow(req Request) (resp Response, now bool, later Later) {
+	if req.Also != nil || req.Wait != 0 && req.Op == lease.TryLock || r.closed.Load() {
+		return Response{}, false, Later{}
+	}
+	i := r.index(req.Resource)
+	if !r.actors[i].enter() {
+		return Response{Status: lease.MustRetry}, true, Later{}
+	}
+	c := r.calls.Get().(*call)
+	c.req = req
+	r.actors[i].mailbox.postInline(c)
+	select {
+	case resp := <-c.reply:
+		r.reuse(c)
+		if resp.raise != nil {
+			return Response{}, false, Later{}
+		}
+		return resp, true, Later{}
+	default:
+		return Response{}, false, Later{c}
+	}
+}
+
+// Finish hands the answer to later, when it comes, to done, from a
+// goroutine of its own, as Do would return it given ctx: the end of ctx
+// or Close ends the wait, and a raise the answer asks for is waited for
+// and the request asked again.
+func (r *Ring) Finish(ctx context.Context, later Later, done Answerer) {
+	req := later.c.req // await may return the call to the pool
+	go func() {
+		resp, err := r.await(ctx, later.c)
+		if err == nil && resp.raise != nil {
+			resp, err = r.raised(ctx, req, resp)
+		}
+		done.Answer(resp, err)
+	}()
 }
 
 // reuse returns c, answered, to the pool.
@@ -400,6 +465,11 @@ func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 	// Run here if the actor is idle. A waiting call goes to a worker: run
 	// here, it measured no faster.
 	r.actors[i].mailbox.postInline(c)
+	return r.await(ctx, c)
+}
+
+// await waits for the answer to c, posted to its actor, as Do does.
+func (r *Ring) await(ctx context.Context, c *call) (Response, error) {
 	// Run here, the call is answered already: a receive that cannot wait
 	// costs a fraction of the select below.
 	select {

@@ -57,8 +57,10 @@ func newAsyncWaitingFake() *asyncWaitingFake {
 	return &asyncWaitingFake{waitingFake: newWaitingFake(), reasons: make(chan error, 8)}
 }
 
-// Serves: no request is run with Do on the reader; DoAsync takes them.
-func (a *asyncWaitingFake) Serves(string) bool { return false }
+// DoNow starts nothing: DoAsync takes every request.
+func (a *asyncWaitingFake) DoNow(context.Context, lease.Checked, func() Outcome) (lease.Result, bool, bool) {
+	return lease.Result{}, false, false
+}
 
 func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
 	r := c.Request()

@@ -28,9 +28,27 @@ type asyncFake struct {
 	started atomic.Int64
 }
 
-// Serves: only "here" is decided by Do on the reader, as an ephemeral
-// request of a partition the node leads is.
-func (a *asyncFake) Serves(resource string) bool { return resource == "here" }
+// DoNow: "here" and "here-parked" are the Locker's own ephemeral
+// requests, as those of a partition the node leads are. "here" is
+// answered at once; "here-parked" later, from a goroutine of its own, as
+// a request that waits for its record's read, a write or a raise of the
+// token window is (a test may hold its decision with a hook).
+func (a *asyncFake) DoNow(ctx context.Context, c lease.Checked, later func() Outcome) (lease.Result, bool, bool) {
+	r := c.Request()
+	switch r.Resource {
+	case "here":
+		_, res, err := a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability)
+		if err != nil {
+			res = lease.Result{Status: lease.Errored}
+		}
+		return res, true, false
+	case "here-parked":
+		out := later()
+		go func() { out.Outcome(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability)) }()
+		return lease.Result{}, false, true
+	}
+	return lease.Result{}, false, false
+}
 
 func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
 	r := c.Request()
@@ -70,7 +88,7 @@ func serveAsync(t *testing.T, framed bool) (*asyncFake, *testServer, *Client) {
 // TestBatchAnswersComeFromTheLocker: on a Batch stream (gRPC and kahuna's
 // framing) every request goes to a Locker that can answer it later
 // (asyncLocker), persistent or ephemeral, except an ephemeral one the
-// Locker serves itself, which its Do decides at once; a request the
+// Locker serves itself, which its DoNow decides at once; a request the
 // Locker declines goes to the stream's workers, one answered before
 // DoAsync returns is answered all the same, and one whose start panics is
 // answered Errored without ending the stream.
@@ -92,7 +110,7 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 			{"panic", pers, lease.Errored, 3},
 			{"p2", pers, lease.Locked, 4}, // the stream still serves
 			{"now", pers, lease.Locked, 5},
-			{"here", eph, lease.Locked, 5}, // Do, not DoAsync
+			{"here", eph, lease.Locked, 5}, // DoNow, not DoAsync
 			{"here", pers, lease.Locked, 6},
 		} {
 			owner := []byte("A")
@@ -112,6 +130,49 @@ func TestBatchAnswersComeFromTheLocker(t *testing.T) {
 		}
 		if got := a.started.Load(); got != 7 {
 			t.Fatalf("framed=%v: after an ephemeral Unlock, %d started in the Locker, want 7", framed, got)
+		}
+	}
+}
+
+// TestAWaitingRequestDoesNotHoldUpItsStream: a request the Locker decides
+// itself but cannot answer at once (the node's waits for its record's
+// read, a write or a raise of the token window) does not hold up the
+// other requests of its stream: with a client's one stream, a request of
+// another partition, an Extend of another lock say, is answered meanwhile.
+func TestAWaitingRequestDoesNotHoldUpItsStream(t *testing.T) {
+	for _, framed := range []bool{false, true} {
+		a, _, c := serveAsync(t, framed)
+		parked := newGate("here-parked")
+		a.hook = parked.hook
+		ctx := testCtx(t)
+		done := make(chan error, 1)
+		go func() {
+			r, err := c.TryLock(ctx, "here-parked", []byte("A"), time.Minute, eph)
+			if err == nil && r.Status != lease.Locked {
+				err = fmt.Errorf("answered %+v, want Locked", r)
+			}
+			done <- err
+		}()
+		<-parked.arrived
+		for _, res := range []string{"here", "e"} {
+			answered := make(chan error, 1)
+			go func() {
+				_, err := c.TryLock(ctx, res, []byte("A"), time.Minute, eph)
+				answered <- err
+			}()
+			select {
+			case err := <-answered:
+				if err != nil {
+					t.Fatalf("framed=%v: TryLock %s = %v", framed, res, err)
+				}
+			case <-time.After(5 * time.Second):
+				close(parked.release)
+				t.Fatalf("framed=%v: TryLock %s not answered in 5 s while another request of its stream waits", framed, res)
+			}
+		}
+		close(parked.release)
+		if err := <-done; err != nil {
+			t.Fatalf("framed=%v: the waiting request: %v", framed, err)
 		}
 	}
 }
@@ -157,7 +218,7 @@ func TestShutdownAnswersALaterAnswer(t *testing.T) {
 // was a socket write of its own.
 func TestAnswersOfBufferedMessagesShareAMessage(t *testing.T) {
 	// Persistent ones on "now" (DoAsync answers them before it returns),
-	// ephemeral ones on "here" (Do decides them).
+	// ephemeral ones on "here" (DoNow decides them).
 	now := func(id int32, owner string, d pb.GrpcLockDurability) *pb.GrpcBatchClientLockRequest {
 		resource := "now"
 		if d == pb.GrpcLockDurability_DURABILITY_EPHEMERAL {

@@ -107,9 +107,11 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 	defer workers.close()
 	al, async := l.(asyncLocker)
 	async = async && packed
+	var now *nowStarter
 	if async {
 		out.startWriter()
 		defer out.stopWriter()
+		now = newNowStarter(s, ctx, al, out, done)
 	}
 
 	// more, of a framed stream, reports whether the next message is read
@@ -180,15 +182,18 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				// of a lock that others wait for is handed over and
 				// answered from the reader, a persistent request waits for
 				// its write with no goroutine. An ephemeral one this node
-				// decides itself is run with Do: its answer is there when
-				// Do returns, and Do's pooled call spares the three
-				// allocations of a request DoAsync keeps for later.
-				if async && lease.Durability(m.durability) != lease.Persistent && al.Serves(m.resource) {
-					serve(m)
-					continue
-				}
-				if async && s.answerLater(ctx, al, m, out, done) {
-					continue
+				// decides itself at once is answered with nothing kept
+				// for later (DoNow); one that must wait goes on without
+				// the reader, so it holds up no other request.
+				if async {
+					if r, c, ok := checked(m); ok {
+						if lease.Durability(m.durability) != lease.Persistent && now.start(m, r, c) {
+							continue
+						}
+						if s.answerLater(ctx, al, m, r, c, out, done) {
+							continue
+						}
+					}
 				}
 				workers.run(m)
 			}
@@ -223,9 +228,12 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 // it. When it takes the request (true), the Withdrawer withdraws it.
 type asyncLocker interface {
 	DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool)
-	// Serves reports whether a request on resource is decided here now,
-	// with no forward: an ephemeral one is then run with Do, at once.
-	Serves(resource string) bool
+	// DoNow runs an ephemeral request the Locker decides itself: now
+	// when it is answered at once (res is the answer), taken when its
+	// answer must wait and goes to the Outcome later makes (at most
+	// once, before DoNow returns), neither when nothing was started.
+	// It never waits for the answer.
+	DoNow(ctx context.Context, c lease.Checked, later func() Outcome) (res lease.Result, now, taken bool)
 }
 
 // An Outcome takes the outcome of a request an asyncLocker started, once,
@@ -260,15 +268,7 @@ type Withdrawer interface {
 // connection. A hot lock's release so goes from the read of the Unlock to
 // the write of its answer on one goroutine, the next holder's grant
 // written on the way (lockStream).
-func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, out *outbox, done func(*batchMsg)) (taken bool) {
-	r, ok := m.request()
-	if !ok {
-		return false
-	}
-	c, why := r.Check()
-	if why != "" {
-		return false
-	}
+func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, r lease.Request, c lease.Checked, out *outbox, done func(*batchMsg)) (taken bool) {
 	a := &laterAnswer{s: s, ctx: ctx, m: m, out: out, done: done, r: r}
 	var panicked error
 	defer func() {
@@ -282,6 +282,78 @@ func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, o
 	_, taken = al.DoAsync(ctx, c, a)
 	a.returned()
 	return taken
+}
+
+// checked is m's request, checked: ok is false for a malformed or
+// invalid one, which the stream's workers answer.
+func checked(m *batchMsg) (r lease.Request, c lease.Checked, ok bool) {
+	r, ok = m.request()
+	if !ok {
+		return r, c, false
+	}
+	c, why := r.Check()
+	return r, c, why == ""
+}
+
+// nowStarter starts a stream's ephemeral requests with DoNow on its
+// reader: an answer the Locker has at once is held with the reader's
+// others; one that must wait gets a laterAnswer, made only then.
+type nowStarter struct {
+	s    *Server
+	ctx  context.Context
+	al   asyncLocker
+	out  *outbox
+	done func(*batchMsg)
+
+	// The request being started, and its laterAnswer if DoNow made one.
+	m     *batchMsg
+	r     lease.Request
+	a     *laterAnswer
+	later func() Outcome // n.makeLater, made once
+}
+
+func newNowStarter(s *Server, ctx context.Context, al asyncLocker, out *outbox, done func(*batchMsg)) *nowStarter {
+	n := &nowStarter{s: s, ctx: ctx, al: al, out: out, done: done}
+	n.later = n.makeLater
+	return n
+}
+
+func (n *nowStarter) makeLater() Outcome {
+	n.a = &laterAnswer{s: n.s, ctx: n.ctx, m: n.m, out: n.out, done: n.done, r: n.r}
+	return n.a
+}
+
+// start starts m (request r, checked c) and reports whether the Locker
+// took it; a panic in the Locker is answered Errored, as answerLater's.
+func (n *nowStarter) start(m *batchMsg, r lease.Request, c lease.Checked) (taken bool) {
+	n.m, n.r, n.a = m, r, nil
+	var panicked error
+	defer func() {
+		if panicked != nil {
+			if n.a == nil {
+				n.makeLater()
+			}
+			n.a.Outcome(lease.LockInfo{}, lease.Result{}, panicked)
+			n.a.returned()
+			taken = true
+		}
+		n.m, n.r, n.a = nil, lease.Request{}, nil
+	}()
+	defer n.s.recovered(&c, false, &panicked)
+	res, now, taken := n.al.DoNow(n.ctx, c, n.later)
+	switch {
+	case now:
+		if n.s.opts.Observe != nil {
+			n.s.opts.Observe(r.Op, res.Status)
+		}
+		m.op, m.res, m.info, m.servedFrom = r.Op, res, lease.LockInfo{}, res.ServedFrom
+		n.out.put(m)
+		return true
+	case taken:
+		n.a.returned()
+		return true
+	}
+	return false
 }
 
 // laterAnswer is a request answerLater started: its answer, given once,

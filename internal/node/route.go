@@ -279,8 +279,10 @@ func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 	return l.n.do(ctx, req, true)
 }
 
-// Serves is Node.Serves for a forwarded call.
-func (l local) Serves(resource string) bool { return l.n.Serves(resource) }
+// DoNow is Node.DoNow for a forwarded call.
+func (l local) DoNow(ctx context.Context, req lease.Checked, later func() transport.Outcome) (lease.Result, bool, bool) {
+	return l.n.doNow(ctx, req, true, later)
+}
 
 // DoAsync is Node.DoAsync for a forwarded call.
 func (l local) DoAsync(ctx context.Context, req lease.Checked, out transport.Outcome) (transport.Withdrawer, bool) {
@@ -341,6 +343,53 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, out
 	}
 	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, forwarded), out: out}
 	return n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a), true
+}
+
+// DoNow runs an ephemeral request of a partition this node serves as Do
+// does when its lock actor answers it at once, on this goroutine, with
+// nothing kept for later: now is true and r is the answer. When the
+// answer must wait (the actor busy elsewhere, its record's read, a write
+// of a lock granted persistently), the request goes on without the
+// caller, as DoAsync's would: taken is true and the Outcome later makes
+// (at most once, before DoNow returns) gets its outcome. Neither: nothing
+// was started (a Get, a wait, a persistent request, a partition led
+// elsewhere, a raise of the token window to wait for first, the node
+// paused or closing), and the caller runs it another way.
+//
+// A server's reader so starts each request of a message in turn without
+// being held by one, and one answered at once allocates nothing (DoAsync
+// keeps three allocations for an answer that might come later).
+func (n *Node) DoNow(ctx context.Context, c lease.Checked, later func() transport.Outcome) (r lease.Result, now, taken bool) {
+	return n.doNow(ctx, c, false, later)
+}
+
+func (n *Node) doNow(ctx context.Context, c lease.Checked, forwarded bool, later func() transport.Outcome) (r lease.Result, now, taken bool) {
+	req := c.Request()
+	switch {
+	case req.Op == lease.Get, req.Also != nil, req.Wait != 0, req.Durability == lease.Persistent, n.paused.Load() != nil:
+		return lease.Result{}, false, false
+	}
+	p := partition.Of(req.Resource, n.cfg.Partitions)
+	if _, ok := n.leadership.Serving(p); !ok {
+		return lease.Result{}, false, false
+	}
+	if !n.enter() {
+		return lease.Result{}, false, false
+	}
+	t := n.startRequest(ctx, forwarded)
+	resp, answered, pending := n.ring.DoNow(actors.Request{Request: req, Partition: p})
+	switch {
+	case answered:
+		r = resultOf(resp)
+		n.endRequest(ctx, &t, req, r, nil)
+		n.exit()
+		return r, true, false
+	case pending.Started():
+		n.ring.Finish(ctx, pending, &asyncRequest{n: n, ctx: ctx, req: req, t: t, out: later()})
+		return lease.Result{}, false, true
+	}
+	n.exit()
+	return lease.Result{}, false, false
 }
 
 // asyncRequest is a request doAsync started, until its answer: one
