@@ -39,3 +39,19 @@ func TestOfStableAndSpread(t *testing.T) {
 		t.Fatal("one partition must be partition 0")
 	}
 }
+
+// BenchmarkOf is the partition lookup every request makes: a fresh node's
+// one partition, and a cluster's default eight.
+func BenchmarkOf(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("partitions=%d", n), func(b *testing.B) {
+			sum := 0
+			for b.Loop() {
+				sum += Of("bench:123456", n)
+			}
+			if n == 1 && sum != 0 {
+				b.Fatalf("one partition: Of answered %d, want 0 each time", sum)
+			}
+		})
+	}
+}
