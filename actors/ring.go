@@ -405,23 +405,19 @@ func (r *Ring) DoNow(req Request) (resp Response, now bool, later Later) {
 	if req.Also != nil || req.Wait != 0 && req.Op == lease.TryLock || r.closed.Load() {
 		return Response{}, false, Later{}
 	}
-	i := r.index(req.Resource)
-	if !r.actors[i].enter() {
+	c, i, ok := r.newCall(req)
+	if !ok {
 		return Response{Status: lease.MustRetry}, true, Later{}
 	}
-	c := r.calls.Get().(*call)
-	c.req = req
 	r.actors[i].mailbox.postInline(c)
-	select {
-	case resp := <-c.reply:
-		r.reuse(c)
-		if resp.raise != nil {
-			return Response{}, false, Later{}
-		}
-		return resp, true, Later{}
-	default:
+	resp, ok = r.answeredNow(c)
+	switch {
+	case !ok:
 		return Response{}, false, Later{c}
+	case resp.raise != nil:
+		return Response{}, false, Later{}
 	}
+	return resp, true, Later{}
 }
 
 // Finish hands the answer to later, when it comes, to done, from a
@@ -453,12 +449,10 @@ func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 	if r.closed.Load() {
 		return Response{}, ErrClosed
 	}
-	i := r.index(req.Resource)
-	if !r.actors[i].enter() {
+	c, i, ok := r.newCall(req)
+	if !ok {
 		return Response{Status: lease.MustRetry}, nil
 	}
-	c := r.calls.Get().(*call)
-	c.req = req
 	if req.Wait != 0 && req.Op == lease.TryLock {
 		return r.wait(ctx, c, r.pids[i])
 	}
@@ -468,15 +462,35 @@ func (r *Ring) do(ctx context.Context, req Request) (Response, error) {
 	return r.await(ctx, c)
 }
 
-// await waits for the answer to c, posted to its actor, as Do does.
-func (r *Ring) await(ctx context.Context, c *call) (Response, error) {
-	// Run here, the call is answered already: a receive that cannot wait
-	// costs a fraction of the select below.
+// newCall is a pooled call for req to its actor, index i, unless the
+// actor refuses more (ok false: MaxPending calls wait for it already).
+func (r *Ring) newCall(req Request) (c *call, i int, ok bool) {
+	i = r.index(req.Resource)
+	if !r.actors[i].enter() {
+		return nil, i, false
+	}
+	c = r.calls.Get().(*call)
+	c.req = req
+	return c, i, true
+}
+
+// answeredNow returns the answer to c, posted to its actor, if it is there
+// already (the actor ran c on this goroutine); c then goes back to the
+// pool. A receive that cannot wait costs a fraction of await's select.
+func (r *Ring) answeredNow(c *call) (Response, bool) {
 	select {
 	case resp := <-c.reply:
 		r.reuse(c)
-		return resp, nil
+		return resp, true
 	default:
+		return Response{}, false
+	}
+}
+
+// await waits for the answer to c, posted to its actor, as Do does.
+func (r *Ring) await(ctx context.Context, c *call) (Response, error) {
+	if resp, ok := r.answeredNow(c); ok {
+		return resp, nil
 	}
 	select {
 	case resp := <-c.reply:

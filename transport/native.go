@@ -364,9 +364,7 @@ func (s *Server) lockAnswer(wctx context.Context, r lease.Request, why string, r
 	for _, st := range res.Each {
 		resp.Each = append(resp.Each, v1.Status(st))
 	}
-	if s.opts.Observe != nil {
-		s.opts.Observe(r.Op, res.Status)
-	}
+	s.observe(r.Op, res.Status)
 	return resp, nil
 }
 

@@ -209,10 +209,15 @@ func (s *Server) serve(ctx context.Context, l lease.Locker, r lease.Request) (le
 			err = nil
 		}
 	}
-	if s.opts.Observe != nil {
-		s.opts.Observe(r.Op, res.Status)
-	}
+	s.observe(r.Op, res.Status)
 	return info, res, err
+}
+
+// observe reports a request's answer to Options.Observe, if set.
+func (s *Server) observe(op lease.Op, st lease.Status) {
+	if s.opts.Observe != nil {
+		s.opts.Observe(op, st)
+	}
 }
 
 // failedStatus is the answer to a call that failed with err: MustRetry only if

@@ -269,7 +269,7 @@ type Withdrawer interface {
 // the write of its answer on one goroutine, the next holder's grant
 // written on the way (lockStream).
 func (s *Server) answerLater(ctx context.Context, al asyncLocker, m *batchMsg, r lease.Request, c lease.Checked, out *outbox, done func(*batchMsg)) (taken bool) {
-	a := &laterAnswer{s: s, ctx: ctx, m: m, out: out, done: done, r: r}
+	a := newLaterAnswer(s, ctx, m, r, out, done)
 	var panicked error
 	defer func() {
 		if panicked != nil {
@@ -319,7 +319,7 @@ func newNowStarter(s *Server, ctx context.Context, al asyncLocker, out *outbox, 
 }
 
 func (n *nowStarter) makeLater() Outcome {
-	n.a = &laterAnswer{s: n.s, ctx: n.ctx, m: n.m, out: n.out, done: n.done, r: n.r}
+	n.a = newLaterAnswer(n.s, n.ctx, n.m, n.r, n.out, n.done)
 	return n.a
 }
 
@@ -343,10 +343,8 @@ func (n *nowStarter) start(m *batchMsg, r lease.Request, c lease.Checked) (taken
 	res, now, taken := n.al.DoNow(n.ctx, c, n.later)
 	switch {
 	case now:
-		if n.s.opts.Observe != nil {
-			n.s.opts.Observe(r.Op, res.Status)
-		}
-		m.op, m.res, m.info, m.servedFrom = r.Op, res, lease.LockInfo{}, res.ServedFrom
+		n.s.observe(r.Op, res.Status)
+		m.setAnswer(r.Op, res, lease.LockInfo{})
 		n.out.put(m)
 		return true
 	case taken:
@@ -372,6 +370,10 @@ type laterAnswer struct {
 	drop     bool         // no answer is due: written before state says answered
 }
 
+func newLaterAnswer(s *Server, ctx context.Context, m *batchMsg, r lease.Request, out *outbox, done func(*batchMsg)) *laterAnswer {
+	return &laterAnswer{s: s, ctx: ctx, m: m, out: out, done: done, r: r}
+}
+
 const (
 	laterStarting         int32 = iota // DoAsync has not returned, no answer yet
 	laterAnsweredStarting              // answered before it returned: sent by answerLater
@@ -393,10 +395,8 @@ func (a *laterAnswer) Outcome(info lease.LockInfo, res lease.Result, err error) 
 		}
 	}
 	if !a.drop {
-		if a.s.opts.Observe != nil {
-			a.s.opts.Observe(r.Op, res.Status)
-		}
-		a.m.op, a.m.res, a.m.info, a.m.servedFrom = r.Op, res, info, res.ServedFrom
+		a.s.observe(r.Op, res.Status)
+		a.m.setAnswer(r.Op, res, info)
 	}
 	if a.state.CompareAndSwap(laterStarting, laterAnsweredStarting) {
 		return
@@ -577,8 +577,13 @@ func (s *Server) answer(ctx context.Context, l lease.Locker, m *batchMsg) bool {
 	if err != nil {
 		return false
 	}
-	m.op, m.res, m.info, m.servedFrom = r.Op, res, info, res.ServedFrom
+	m.setAnswer(r.Op, res, info)
 	return true
+}
+
+// setAnswer makes res (and info) m's answer, to a request of op.
+func (m *batchMsg) setAnswer(op lease.Op, res lease.Result, info lease.LockInfo) {
+	m.op, m.res, m.info, m.servedFrom = op, res, info, res.ServedFrom
 }
 
 // urgent reports whether m releases or extends a lock: a stream's workers

@@ -12,22 +12,23 @@ import (
 	"github.com/kahunago/kahuna/admin"
 	"github.com/kahunago/kahuna/durability"
 	"github.com/kahunago/kahuna/lease"
-	"github.com/kahunago/kahuna/partition"
 )
 
 // requestTrace follows one request through (*Node).do.
 type requestTrace struct {
 	start     time.Time // zero: nobody observes, nothing to record
+	partition int       // the request's, looked up once
 	forwarded bool
 	to        uint64 // the leader forward is about to send the request to
 }
 
-// startRequest begins the trace of a request, if anyone is to hear of it.
-func (n *Node) startRequest(ctx context.Context, forwarded bool) requestTrace {
+// startRequest begins the trace of a request to partition p, if anyone is
+// to hear of it.
+func (n *Node) startRequest(ctx context.Context, p int, forwarded bool) requestTrace {
 	if n.cfg.Observe == nil && !n.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
 		return requestTrace{}
 	}
-	return requestTrace{start: time.Now(), forwarded: forwarded}
+	return requestTrace{start: time.Now(), partition: p, forwarded: forwarded}
 }
 
 // maxLoggedResource bounds the resource name in a log line.
@@ -41,7 +42,7 @@ func (n *Node) endRequest(ctx context.Context, t *requestTrace, req lease.Reques
 	}
 	ev := admin.RequestEvent{
 		Op: req.Op, Resource: req.Resource, Durability: req.Durability,
-		Partition: partition.Of(req.Resource, n.cfg.Partitions),
+		Partition: t.partition,
 		Status:    r.Status, Err: err, Latency: time.Since(t.start),
 		Forwarded: t.forwarded, ForwardedTo: t.to,
 	}

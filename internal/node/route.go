@@ -27,7 +27,7 @@ func (n *Node) localCall(ctx context.Context, req lease.Request) (lease.LockInfo
 // the reason. It changes nothing and is reported as any other request.
 func (n *Node) refuse(ctx context.Context, req lease.Request, reason string, forwarded bool) lease.Result {
 	r := lease.Result{Status: lease.InvalidInput, Reason: reason}
-	t := n.startRequest(ctx, forwarded)
+	t := n.startRequest(ctx, partition.Of(req.Resource, n.cfg.Partitions), forwarded)
 	n.endRequest(ctx, &t, req, r, nil)
 	return r
 }
@@ -37,7 +37,8 @@ func (n *Node) refuse(ctx context.Context, req lease.Request, reason string, for
 // forwarded marks a request that already took its hop.
 func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease.LockInfo, r lease.Result, err error) {
 	req := c.Request()
-	t := n.startRequest(ctx, forwarded) // node_stats.go: metrics and the debug line
+	p := partition.Of(req.Resource, n.cfg.Partitions) // a batch's is its first name's
+	t := n.startRequest(ctx, p, forwarded)            // node_stats.go: metrics and the debug line
 	defer func() { n.endRequest(ctx, &t, req, r, err) }()
 	if err := n.waitUnpaused(ctx); err != nil {
 		return lease.LockInfo{}, lease.Result{}, err
@@ -50,7 +51,6 @@ func (n *Node) do(ctx context.Context, c lease.Checked, forwarded bool) (_ lease
 		r, err = n.doBatch(ctx, c, forwarded)
 		return lease.LockInfo{}, r, err
 	}
-	p := partition.Of(req.Resource, n.cfg.Partitions)
 	if _, ok := n.leadership.Serving(p); !ok {
 		if !forwarded {
 			t.to, _ = n.leadership.LeaderOf(p) // for the trace only
@@ -341,7 +341,7 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, out
 	if !n.enter() {
 		return nil, false
 	}
-	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, forwarded), out: out}
+	a := &asyncRequest{n: n, ctx: ctx, req: req, t: n.startRequest(ctx, p, forwarded), out: out}
 	return n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a), true
 }
 
@@ -376,7 +376,7 @@ func (n *Node) doNow(ctx context.Context, c lease.Checked, forwarded bool, later
 	if !n.enter() {
 		return lease.Result{}, false, false
 	}
-	t := n.startRequest(ctx, forwarded)
+	t := n.startRequest(ctx, p, forwarded)
 	resp, answered, pending := n.ring.DoNow(actors.Request{Request: req, Partition: p})
 	switch {
 	case answered:
