@@ -66,10 +66,19 @@ type call struct {
 	// group: one name of a lock of several names (group.go). Its write is
 	// held for the group, not proposed, and it never queues behind a write.
 	group bool
+	// direct: c is being decided on its caller's goroutine, which reads
+	// an answer given meanwhile from now, with no channel (DoNowEach).
+	direct   bool
+	answered bool // now holds the answer given while direct
+	now      Response
 }
 
 // answer gives c its answer; c belongs to its caller from then on.
 func (c *call) answer(r Response) {
+	if c.direct {
+		c.now, c.answered = r, true
+		return
+	}
 	if c.async.done != nil {
 		c.async.ring.answered(c, r)
 		return
@@ -384,6 +393,19 @@ func (a *lockActor) Receive(ctx actor.Context) {
 	case *call:
 		a.pending.Add(-1)
 		a.safely(m, a.handle)
+	case *callBatch:
+		a.pending.Add(-int64(len(m.calls)))
+		now := a.cfg.Now()
+		for _, c := range m.calls {
+			if !m.direct {
+				a.handleSafely(c, now) // c is its caller's once answered
+				continue
+			}
+			c.direct = true
+			a.handleSafely(c, now)
+			c.direct = false // an answer that comes later is sent
+		}
+		a.countdown -= len(m.calls) - 1 // one below
 	case *completed:
 		a.safely((*call)(m), a.complete)
 	case *loaded:
@@ -497,13 +519,23 @@ func (a *lockActor) publish() {
 // safely runs fn and turns a panic into an Errored answer for c, so one bad
 // message costs one request, not the actor.
 func (a *lockActor) safely(c *call, fn func(*call)) {
-	defer func() {
-		if r := recover(); r != nil {
-			a.cfg.Logger.Error("lock actor recovered from panic", "resource", c.req.Resource, "op", c.req.Op, "panic", r)
-			c.answer(Response{Status: lease.Errored})
-		}
-	}()
+	defer a.recovered(c)
 	fn(c)
+}
+
+// handleSafely is safely's handle of c at now, without a function value
+// made for each call of a batch.
+func (a *lockActor) handleSafely(c *call, now time.Time) {
+	defer a.recovered(c)
+	a.handleAt(c, now)
+}
+
+// recovered, deferred, answers c Errored if the actor panicked deciding it.
+func (a *lockActor) recovered(c *call) {
+	if r := recover(); r != nil {
+		a.cfg.Logger.Error("lock actor recovered from panic", "resource", c.req.Resource, "op", c.req.Op, "panic", r)
+		c.answer(Response{Status: lease.Errored})
+	}
 }
 
 // waits reports whether c is to join the wait queue when the lock is busy.
@@ -512,7 +544,11 @@ func (c *call) waits() bool {
 }
 
 // handle decides one request, or queues it behind an in-flight write.
-func (a *lockActor) handle(c *call) {
+func (a *lockActor) handle(c *call) { a.handleAt(c, a.cfg.Now()) }
+
+// handleAt is handle at now, a reading of the clock taken in this step:
+// the calls of a batch share one.
+func (a *lockActor) handleAt(c *call, now time.Time) {
 	if c.gone || c.abandoned.Load() {
 		return // its caller left before it was decided: nothing to answer
 	}
@@ -533,7 +569,7 @@ func (a *lockActor) handle(c *call) {
 		a.load(req.Resource, req.Partition, c) // decided once its record is read (proceed)
 		return
 	}
-	a.decideOn(c, s, true, term, a.cfg.Now())
+	a.decideOn(c, s, true, term, now)
 }
 
 // proceed decides c on s, the slot its resource's record was just loaded
@@ -593,7 +629,7 @@ func (a *lockActor) decideOn(c *call, s *slot, cached bool, term uint64, now tim
 		return
 	}
 	a.decide(c, s, term, now)
-	a.settle(s) // c may have freed the lock: the head is granted in this same step
+	a.settleAt(s, now) // c may have freed the lock: the head is granted in this same step
 }
 
 // forget proposes the removal of s's stored record (Ring.Forget) if it is
@@ -1102,6 +1138,18 @@ func (a *lockActor) settle(s *slot) {
 	if s.mayLapse() {
 		a.noteLapse(s, a.cfg.Now())
 	}
+	a.settleRest(s)
+}
+
+// settleAt is settle right after a decision made at now, in the same
+// step: a lapse since then is told when s's timer fires, at most a
+// decision's time later.
+func (a *lockActor) settleAt(s *slot, now time.Time) {
+	a.noteLapse(s, now)
+	a.settleRest(s)
+}
+
+func (a *lockActor) settleRest(s *slot) {
 	a.handOff(s)
 	a.arm(s)
 	s.tidy()

@@ -65,15 +65,38 @@ func (m *mailbox) PostUserMessage(msg any) {
 // nothing queued runs msg without queueing it: a priority queue's push
 // and pop were a tenth of an inline call.
 func (m *mailbox) postInline(msg any) {
-	first := msg
-	if m.userN.Load() != 0 || m.sysN.Load() != 0 || !m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
-		first = nil
-		m.user.Push(msg)
-		m.userN.Add(1)
-		if !m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
-			return // a run under way takes it
-		}
+	if m.runInline(msg) {
+		return
 	}
+	m.user.Push(msg)
+	m.userN.Add(1)
+	if m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
+		m.runHere(nil) // else a run under way takes it
+	}
+}
+
+// runInline runs msg here, as postInline does, if the actor is idle with
+// nothing queued and not suspended, and reports whether it did; if not,
+// msg is not posted. When it reports true, msg was handled before it
+// returned.
+func (m *mailbox) runInline(msg any) bool {
+	if m.userN.Load() != 0 || m.sysN.Load() != 0 || !m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
+		return false
+	}
+	// Read only with the mailbox taken: a run changes it.
+	if m.suspended.Load() {
+		if m.settle() {
+			m.dispatcher.Schedule(m.process)
+		}
+		return false
+	}
+	m.runHere(msg)
+	return true
+}
+
+// runHere is postInline's run, the mailbox taken: first (unless nil),
+// then what is queued, up to inlineBudget messages.
+func (m *mailbox) runHere(first any) {
 	budget := inlineBudget
 	for {
 		n, more := m.runFirst(budget, first)

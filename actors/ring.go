@@ -420,6 +420,110 @@ func (r *Ring) DoNow(req Request) (resp Response, now bool, later Later) {
 	return resp, true, Later{}
 }
 
+// A callBatch is the calls of DoNowEach to one actor, posted as one
+// message and decided in one step, in order, on one reading of the clock.
+// direct: run on the poster's goroutine, which reads the answers given
+// meanwhile from the calls (call.direct).
+type callBatch struct {
+	calls  []*call
+	direct bool
+}
+
+// NowAnswer is DoNowEach's outcome of one request, as DoNow's results.
+type NowAnswer struct {
+	Resp  Response
+	Now   bool
+	Later Later
+}
+
+// DoNowEach runs each of reqs as DoNow runs it, and puts its outcome in
+// out[j] (len(out) ≥ len(reqs)). The calls to one actor go to it as one
+// message, decided in the order given: a stream's reader so hands each
+// actor its share of a read in one step. One message a request cost the
+// reader a fifth of each decision in the mailbox, protoactor's dispatch
+// and the clock.
+func (r *Ring) DoNowEach(reqs []Request, out []NowAnswer) {
+	out = out[:len(reqs)]
+	var counts [maxNowActors]int32
+	if len(r.actors) > maxNowActors || len(reqs) > maxNowCalls {
+		for j := range reqs {
+			out[j].Resp, out[j].Now, out[j].Later = r.DoNow(reqs[j])
+		}
+		return
+	}
+	// Where each call goes (out's Later holds it until it is posted),
+	// then one array carved into each actor's batch.
+	var at [maxNowCalls]uint8 // each call's actor
+	n := 0
+	for j := range reqs {
+		out[j] = NowAnswer{}
+		req := &reqs[j]
+		if req.Also != nil || req.Wait != 0 && req.Op == lease.TryLock || r.closed.Load() {
+			continue
+		}
+		c, i, ok := r.newCall(*req)
+		if !ok {
+			out[j] = NowAnswer{Resp: Response{Status: lease.MustRetry}, Now: true}
+			continue
+		}
+		out[j].Later = Later{c}
+		at[j] = uint8(i)
+		counts[i]++
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	all := make([]*call, n)
+	var batches [maxNowActors]*callBatch
+	k := 0
+	for i, c := range counts[:len(r.actors)] {
+		if c > 0 {
+			batches[i] = &callBatch{calls: all[k : k : k+int(c)], direct: true}
+			k += int(c)
+		}
+	}
+	for j := range reqs {
+		if c := out[j].Later.c; c != nil {
+			b := batches[at[j]]
+			b.calls = append(b.calls, c)
+		}
+	}
+	for i, b := range batches[:len(r.actors)] {
+		if b != nil && !r.actors[i].mailbox.runInline(b) {
+			b.direct = false // not here: its answers are sent
+			r.actors[i].mailbox.postInline(b)
+		}
+	}
+	for j := range reqs {
+		c := out[j].Later.c
+		if c == nil {
+			continue
+		}
+		resp, ok := c.now, c.answered
+		if ok {
+			r.reuse(c)
+		} else {
+			resp, ok = r.answeredNow(c)
+		}
+		switch {
+		case !ok: // Later{c} stands
+		case resp.raise != nil:
+			out[j] = NowAnswer{}
+		default:
+			out[j] = NowAnswer{Resp: resp, Now: true}
+		}
+	}
+}
+
+// DoNowEach groups on the stack for up to maxNowActors actors and
+// maxNowCalls requests (a Batch message's most); beyond, it posts each
+// call alone.
+const (
+	maxNowActors = 64
+	maxNowCalls  = 1024
+)
+
 // Finish hands the answer to later, when it comes, to done, from a
 // goroutine of its own, as Do would return it given ctx: the end of ctx
 // or Close ends the wait, and a raise the answer asks for is waited for

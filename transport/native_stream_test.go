@@ -57,9 +57,11 @@ func newAsyncWaitingFake() *asyncWaitingFake {
 	return &asyncWaitingFake{waitingFake: newWaitingFake(), reasons: make(chan error, 8)}
 }
 
-// DoNow starts nothing: DoAsync takes every request.
-func (a *asyncWaitingFake) DoNow(context.Context, lease.Checked, func() Outcome) (lease.Result, bool, bool) {
-	return lease.Result{}, false, false
+var _ asyncLocker = (*asyncWaitingFake)(nil)
+
+// DoNowEach starts nothing: DoAsync takes every request.
+func (a *asyncWaitingFake) DoNowEach(_ context.Context, cs []lease.Checked, answers []NowAnswer, _ func(int) Outcome) {
+	clear(answers[:len(cs)])
 }
 
 func (a *asyncWaitingFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,26 +29,30 @@ type asyncFake struct {
 	started atomic.Int64
 }
 
-// DoNow: "here" and "here-parked" are the Locker's own ephemeral
+var _ asyncLocker = (*asyncFake)(nil)
+
+// DoNowEach: "here" and "here-parked" are the Locker's own ephemeral
 // requests, as those of a partition the node leads are. "here" is
 // answered at once; "here-parked" later, from a goroutine of its own, as
 // a request that waits for its record's read, a write or a raise of the
 // token window is (a test may hold its decision with a hook).
-func (a *asyncFake) DoNow(ctx context.Context, c lease.Checked, later func() Outcome) (lease.Result, bool, bool) {
-	r := c.Request()
-	switch r.Resource {
-	case "here":
-		_, res, err := a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability)
-		if err != nil {
-			res = lease.Result{Status: lease.Errored}
+func (a *asyncFake) DoNowEach(ctx context.Context, cs []lease.Checked, answers []NowAnswer, later func(j int) Outcome) {
+	for j, c := range cs {
+		r := c.Request()
+		answers[j] = NowAnswer{}
+		switch r.Resource {
+		case "here":
+			_, res, err := a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability)
+			if err != nil {
+				res = lease.Result{Status: lease.Errored}
+			}
+			answers[j] = NowAnswer{Res: res, Now: true}
+		case "here-parked":
+			out := later(j)
+			go func() { out.Outcome(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability)) }()
+			answers[j].Taken = true
 		}
-		return res, true, false
-	case "here-parked":
-		out := later()
-		go func() { out.Outcome(a.decide(ctx, r.Op, r.Resource, r.Owner, r.TTL, r.Durability)) }()
-		return lease.Result{}, false, true
 	}
-	return lease.Result{}, false, false
 }
 
 func (a *asyncFake) DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool) {
@@ -319,4 +324,60 @@ func TestAnswersOfBufferedMessagesShareAMessage(t *testing.T) {
 			t.Fatalf("the first answer message answers %v, want the message's three requests", got)
 		}
 	})
+}
+
+// A Batch message's ephemeral requests are decided together, but never
+// past a request that goes another way: those before a persistent one
+// are decided before it starts, and those that hold the stream's last
+// free slots are decided before the reader waits for one. Here seven
+// requests pass through two slots, and the Locker sees them in the
+// message's order.
+func TestBatchDecidesInOrderThroughFewSlots(t *testing.T) {
+	a := &asyncFake{waitingFake: newWaitingFake()}
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	a.hook = func(_ context.Context, op lease.Op, resource string) (lease.Status, error, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, op.String()+" "+resource)
+		return 0, nil, false
+	}
+	srv := startServer(t, a, ServerOptions{MaxInFlightPerStream: 2})
+	st, _ := batchClient(t, srv.native)
+	// "here" is decided by DoNowEach, "now" (persistent) by DoAsync
+	// before it returns.
+	try := func(id int32, resource, owner string, d pb.GrpcLockDurability) *pb.GrpcBatchClientLockRequest {
+		e := tryLockEnvelope(id, resource, owner)
+		e.GetTryLock().Durability = d
+		return e
+	}
+	eph, pers := pb.GrpcLockDurability_DURABILITY_EPHEMERAL, pb.GrpcLockDurability_DURABILITY_PERSISTENT
+	if err := st.Send(&v1.BatchRequests{Requests: []*pb.GrpcBatchClientLockRequest{
+		try(1, "here", "A", eph),
+		try(2, "now", "B", pers),
+		{Type: pb.GrpcClientBatchType_UNLOCK, RequestId: 3, Payload: &pb.GrpcBatchClientLockRequest_Unlock{Unlock: &pb.GrpcUnlockRequest{Resource: "here", Owner: []byte("A"), Durability: eph}}},
+		try(4, "here", "C", eph),
+		try(5, "here", "D", eph),
+		try(6, "here", "E", eph),
+		try(7, "here", "F", eph),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	recvAnswers(t, st, map[int32]pb.GrpcLockResponseType{
+		1: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+		2: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+		3: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_UNLOCKED,
+		4: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_LOCKED,
+		5: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_BUSY,
+		6: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_BUSY,
+		7: pb.GrpcLockResponseType_LOCK_RESPONSE_TYPE_BUSY,
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"TryLock here", "TryLock now", "Unlock here", "TryLock here", "TryLock here", "TryLock here", "TryLock here"}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("decided in the order %q, want %q", seen, want)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -111,7 +112,11 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 	if async {
 		out.startWriter()
 		defer out.stopWriter()
-		now = newNowStarter(s, ctx, al, out, done)
+		now = newNowStarter(s, ctx, al, out, done, func(m *batchMsg, r lease.Request, c lease.Checked) {
+			if !s.answerLater(ctx, al, m, r, c, out, done) {
+				workers.run(m)
+			}
+		})
 	}
 
 	// more, of a framed stream, reports whether the next message is read
@@ -152,6 +157,9 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				select {
 				case slots <- struct{}{}: // a slot free: no need of the select below
 				default:
+					if async { // those kept for a start hold slots too
+						now.start()
+					}
 					if held { // the answers held take slots: send them first
 						out.release()
 						held = false
@@ -183,19 +191,24 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				// answered from the reader, a persistent request waits for
 				// its write with no goroutine. An ephemeral one this node
 				// decides itself at once is answered with nothing kept
-				// for later (DoNow); one that must wait goes on without
+				// for later (DoNowEach, a read's together); one that must wait goes on without
 				// the reader, so it holds up no other request.
 				if async {
 					if r, c, ok := checked(m); ok {
-						if lease.Durability(m.durability) != lease.Persistent && now.start(m, r, c) {
+						if lease.Durability(m.durability) != lease.Persistent {
+							now.add(m, r, c)
 							continue
 						}
+						now.start() // what came before it starts first
 						if s.answerLater(ctx, al, m, r, c, out, done) {
 							continue
 						}
 					}
 				}
 				workers.run(m)
+			}
+			if async {
+				now.start()
 			}
 			if held && (more == nil || !more.more()) {
 				out.release()
@@ -228,12 +241,19 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 // it. When it takes the request (true), the Withdrawer withdraws it.
 type asyncLocker interface {
 	DoAsync(ctx context.Context, c lease.Checked, out Outcome) (Withdrawer, bool)
-	// DoNow runs an ephemeral request the Locker decides itself: now
-	// when it is answered at once (res is the answer), taken when its
-	// answer must wait and goes to the Outcome later makes (at most
-	// once, before DoNow returns), neither when nothing was started.
-	// It never waits for the answer.
-	DoNow(ctx context.Context, c lease.Checked, later func() Outcome) (res lease.Result, now, taken bool)
+	// DoNowEach runs the ephemeral requests of cs the Locker decides
+	// itself: answers[j] (len(answers) ≥ len(cs)) says cs[j] is answered
+	// at once (Now, by Res), or that its answer must wait and goes to
+	// the Outcome later(j) makes (Taken; at most once, before DoNowEach
+	// returns), or neither, when nothing was started. It never waits for
+	// an answer.
+	DoNowEach(ctx context.Context, cs []lease.Checked, answers []NowAnswer, later func(j int) Outcome)
+}
+
+// NowAnswer is what asyncLocker.DoNowEach did with one request.
+type NowAnswer struct {
+	Res        lease.Result
+	Now, Taken bool
 }
 
 // An Outcome takes the outcome of a request an asyncLocker started, once,
@@ -295,63 +315,86 @@ func checked(m *batchMsg) (r lease.Request, c lease.Checked, ok bool) {
 	return r, c, why == ""
 }
 
-// nowStarter starts a stream's ephemeral requests with DoNow on its
-// reader: an answer the Locker has at once is held with the reader's
-// others; one that must wait gets a laterAnswer, made only then.
+// nowStarter starts a stream's ephemeral requests on its reader, a
+// read's together (DoNowEach): an answer the Locker has at once is held
+// with the reader's others; one that must wait gets a laterAnswer, made
+// only then; one the Locker did not start goes to rest.
 type nowStarter struct {
 	s    *Server
 	ctx  context.Context
 	al   asyncLocker
 	out  *outbox
 	done func(*batchMsg)
+	rest func(m *batchMsg, r lease.Request, c lease.Checked)
 
-	// The request being started, and its laterAnswer if DoNow made one.
-	m     *batchMsg
-	r     lease.Request
-	a     *laterAnswer
-	later func() Outcome // n.makeLater, made once
+	// The requests added since the last start, and their laterAnswers
+	// where DoNowEach made one.
+	ms      []*batchMsg
+	rs      []lease.Request
+	cs      []lease.Checked
+	as      []*laterAnswer
+	answers []NowAnswer
+	later   func(j int) Outcome // n.makeLater, made once
 }
 
-func newNowStarter(s *Server, ctx context.Context, al asyncLocker, out *outbox, done func(*batchMsg)) *nowStarter {
-	n := &nowStarter{s: s, ctx: ctx, al: al, out: out, done: done}
+func newNowStarter(s *Server, ctx context.Context, al asyncLocker, out *outbox, done func(*batchMsg), rest func(*batchMsg, lease.Request, lease.Checked)) *nowStarter {
+	n := &nowStarter{s: s, ctx: ctx, al: al, out: out, done: done, rest: rest}
 	n.later = n.makeLater
 	return n
 }
 
-func (n *nowStarter) makeLater() Outcome {
-	n.a = newLaterAnswer(n.s, n.ctx, n.m, n.r, n.out, n.done)
-	return n.a
+func (n *nowStarter) makeLater(j int) Outcome {
+	n.as[j] = newLaterAnswer(n.s, n.ctx, n.ms[j], n.rs[j], n.out, n.done)
+	return n.as[j]
 }
 
-// start starts m (request r, checked c) and reports whether the Locker
-// took it; a panic in the Locker is answered Errored, as answerLater's.
-func (n *nowStarter) start(m *batchMsg, r lease.Request, c lease.Checked) (taken bool) {
-	n.m, n.r, n.a = m, r, nil
-	var panicked error
-	defer func() {
-		if panicked != nil {
-			if n.a == nil {
-				n.makeLater()
-			}
-			n.a.Outcome(lease.LockInfo{}, lease.Result{}, panicked)
-			n.a.returned()
-			taken = true
-		}
-		n.m, n.r, n.a = nil, lease.Request{}, nil
-	}()
-	defer n.s.recovered(&c, false, &panicked)
-	res, now, taken := n.al.DoNow(n.ctx, c, n.later)
-	switch {
-	case now:
-		n.s.observe(r.Op, res.Status)
-		m.setAnswer(r.Op, res, lease.LockInfo{})
-		n.out.put(m)
-		return true
-	case taken:
-		n.a.returned()
-		return true
+// add keeps m (request r, checked c) for the next start.
+func (n *nowStarter) add(m *batchMsg, r lease.Request, c lease.Checked) {
+	n.ms, n.rs, n.cs = append(n.ms, m), append(n.rs, r), append(n.cs, c)
+}
+
+// start starts the requests added, in the order added; a panic in the
+// Locker answers each one it left unanswered Errored, as answerLater's.
+func (n *nowStarter) start() {
+	if len(n.ms) == 0 {
+		return
 	}
-	return false
+	n.as = slices.Grow(n.as[:0], len(n.ms))[:len(n.ms)]
+	n.answers = slices.Grow(n.answers[:0], len(n.ms))[:len(n.ms)]
+	defer func() {
+		clear(n.ms)
+		clear(n.rs)
+		clear(n.cs)
+		clear(n.as)
+		n.ms, n.rs, n.cs = n.ms[:0], n.rs[:0], n.cs[:0]
+	}()
+	var panicked error
+	func() {
+		defer n.s.recovered(&n.cs[0], false, &panicked)
+		n.al.DoNowEach(n.ctx, n.cs, n.answers, n.later)
+	}()
+	if panicked != nil {
+		for j := range n.ms {
+			if n.as[j] == nil {
+				n.makeLater(j)
+			}
+			n.as[j].Outcome(lease.LockInfo{}, lease.Result{}, panicked)
+			n.as[j].returned()
+		}
+		return
+	}
+	for j, m := range n.ms {
+		switch a := &n.answers[j]; {
+		case a.Now:
+			n.s.observe(n.rs[j].Op, a.Res.Status)
+			m.setAnswer(n.rs[j].Op, a.Res, lease.LockInfo{})
+			n.out.put(m)
+		case a.Taken:
+			n.as[j].returned()
+		default:
+			n.rest(m, n.rs[j], n.cs[j])
+		}
+	}
 }
 
 // laterAnswer is a request answerLater started: its answer, given once,

@@ -40,10 +40,18 @@ func (n *Node) endRequest(ctx context.Context, t *requestTrace, req lease.Reques
 	if t.start.IsZero() {
 		return
 	}
+	n.endRequestAt(ctx, t, req, r, err, time.Now())
+}
+
+// endRequestAt is endRequest for a request answered at end.
+func (n *Node) endRequestAt(ctx context.Context, t *requestTrace, req lease.Request, r lease.Result, err error, end time.Time) {
+	if t.start.IsZero() {
+		return
+	}
 	ev := admin.RequestEvent{
 		Op: req.Op, Resource: req.Resource, Durability: req.Durability,
 		Partition: t.partition,
-		Status:    r.Status, Err: err, Latency: time.Since(t.start),
+		Status:    r.Status, Err: err, Latency: end.Sub(t.start),
 		Forwarded: t.forwarded, ForwardedTo: t.to,
 	}
 	if ev.ForwardedTo == n.cfg.NodeID {

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/kahunago/kahuna/actors"
@@ -279,9 +281,9 @@ func (l local) Do(ctx context.Context, req lease.Checked) (lease.LockInfo, lease
 	return l.n.do(ctx, req, true)
 }
 
-// DoNow is Node.DoNow for a forwarded call.
-func (l local) DoNow(ctx context.Context, req lease.Checked, later func() transport.Outcome) (lease.Result, bool, bool) {
-	return l.n.doNow(ctx, req, true, later)
+// DoNowEach is Node.DoNowEach for forwarded calls.
+func (l local) DoNowEach(ctx context.Context, cs []lease.Checked, answers []transport.NowAnswer, later func(j int) transport.Outcome) {
+	l.n.doNowEach(ctx, cs, true, answers, later)
 }
 
 // DoAsync is Node.DoAsync for a forwarded call.
@@ -345,51 +347,88 @@ func (n *Node) doAsync(ctx context.Context, c lease.Checked, forwarded bool, out
 	return n.ring.DoAsync(ctx, actors.Request{Request: req, Partition: p}, a), true
 }
 
-// DoNow runs an ephemeral request of a partition this node serves as Do
-// does when its lock actor answers it at once, on this goroutine, with
-// nothing kept for later: now is true and r is the answer. When the
-// answer must wait (the actor busy elsewhere, its record's read, a write
-// of a lock granted persistently), the request goes on without the
-// caller, as DoAsync's would: taken is true and the Outcome later makes
-// (at most once, before DoNow returns) gets its outcome. Neither: nothing
-// was started (a Get, a wait, a persistent request, a partition led
-// elsewhere, a raise of the token window to wait for first, the node
-// paused or closing), and the caller runs it another way.
+// DoNowEach runs the ephemeral requests of cs that partitions this node
+// serves as Do does when their lock actors answer them at once, on this
+// goroutine, with nothing kept for later: answers[j].Now says cs[j] is
+// answered, by answers[j].Res. When an answer must wait (its actor busy
+// elsewhere, its record's read, a write of a lock granted persistently),
+// the request goes on without the caller, as DoAsync's would:
+// answers[j].Taken, and the Outcome later(j) makes (at most once, before
+// DoNowEach returns) gets its outcome. Neither: nothing was started (a
+// Get, a wait, a persistent request, a partition led elsewhere, a raise
+// of the token window to wait for first, the node paused or closing), and
+// the caller runs cs[j] another way.
 //
-// A server's reader so starts each request of a message in turn without
-// being held by one, and one answered at once allocates nothing (DoAsync
-// keeps three allocations for an answer that might come later).
-func (n *Node) DoNow(ctx context.Context, c lease.Checked, later func() transport.Outcome) (r lease.Result, now, taken bool) {
-	return n.doNow(ctx, c, false, later)
+// A server's reader so starts a message's requests without being held by
+// one; each actor decides its share of them in one step, and one answered
+// at once allocates nothing (DoAsync keeps three allocations for an
+// answer that might come later).
+func (n *Node) DoNowEach(ctx context.Context, cs []lease.Checked, answers []transport.NowAnswer, later func(j int) transport.Outcome) {
+	n.doNowEach(ctx, cs, false, answers, later)
 }
 
-func (n *Node) doNow(ctx context.Context, c lease.Checked, forwarded bool, later func() transport.Outcome) (r lease.Result, now, taken bool) {
-	req := c.Request()
-	switch {
-	case req.Op == lease.Get, req.Also != nil, req.Wait != 0, req.Durability == lease.Persistent, n.paused.Load() != nil:
-		return lease.Result{}, false, false
+// nowBatch is doNowEach's room for the requests it starts.
+type nowBatch struct {
+	reqs []actors.Request
+	at   []int // each one's place in cs
+	out  []actors.NowAnswer
+}
+
+var nowBatches = sync.Pool{New: func() any { return new(nowBatch) }}
+
+func (n *Node) doNowEach(ctx context.Context, cs []lease.Checked, forwarded bool, answers []transport.NowAnswer, later func(j int) transport.Outcome) {
+	answers = answers[:len(cs)]
+	clear(answers)
+	if n.paused.Load() != nil {
+		return
 	}
-	p := partition.Of(req.Resource, n.cfg.Partitions)
-	if _, ok := n.leadership.Serving(p); !ok {
-		return lease.Result{}, false, false
+	b := nowBatches.Get().(*nowBatch)
+	defer func() {
+		clear(b.reqs)
+		b.reqs, b.at = b.reqs[:0], b.at[:0]
+		nowBatches.Put(b)
+	}()
+	for j := range cs {
+		req := cs[j].Request()
+		switch {
+		case req.Op == lease.Get, req.Also != nil, req.Wait != 0, req.Durability == lease.Persistent:
+			continue
+		}
+		p := partition.Of(req.Resource, n.cfg.Partitions)
+		if _, ok := n.leadership.Serving(p); !ok || !n.enter() {
+			continue
+		}
+		b.reqs = append(b.reqs, actors.Request{Request: req, Partition: p})
+		b.at = append(b.at, j)
 	}
-	if !n.enter() {
-		return lease.Result{}, false, false
+	if len(b.reqs) == 0 {
+		return
 	}
-	t := n.startRequest(ctx, p, forwarded)
-	resp, answered, pending := n.ring.DoNow(actors.Request{Request: req, Partition: p})
-	switch {
-	case answered:
-		r = resultOf(resp)
-		n.endRequest(ctx, &t, req, r, nil)
-		n.exit()
-		return r, true, false
-	case pending.Started():
-		n.ring.Finish(ctx, pending, &asyncRequest{n: n, ctx: ctx, req: req, t: t, out: later()})
-		return lease.Result{}, false, true
+	// One trace start and end for all: their answers leave together.
+	t := n.startRequest(ctx, 0, forwarded)
+	b.out = slices.Grow(b.out[:0], len(b.reqs))[:len(b.reqs)]
+	n.ring.DoNowEach(b.reqs, b.out)
+	var end time.Time
+	if !t.start.IsZero() {
+		end = time.Now()
 	}
-	n.exit()
-	return lease.Result{}, false, false
+	for k, o := range b.out {
+		j, req := b.at[k], b.reqs[k].Request
+		t.partition = b.reqs[k].Partition
+		switch {
+		case o.Now:
+			r := resultOf(o.Resp)
+			n.endRequestAt(ctx, &t, req, r, nil, end)
+			n.exit()
+			answers[j] = transport.NowAnswer{Res: r, Now: true}
+		case o.Later.Started():
+			n.ring.Finish(ctx, o.Later, &asyncRequest{n: n, ctx: ctx, req: req, t: t, out: later(j)})
+			answers[j].Taken = true
+		default:
+			n.exit()
+		}
+	}
+	clear(b.out)
 }
 
 // asyncRequest is a request doAsync started, until its answer: one
