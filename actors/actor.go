@@ -343,6 +343,7 @@ type lockActor struct {
 	self    *actor.PID
 	mailbox *mailbox
 	entries map[string]*slot
+	touched int                 // touch's sum, kept so that its loads are made
 	loading map[string]*loading // resources whose record is being read (load.go)
 	// floors, per partition, is above the token of every ephemeral grant
 	// whose entry this actor dropped from its cache (uncache): the store
@@ -396,6 +397,7 @@ func (a *lockActor) Receive(ctx actor.Context) {
 	case *callBatch:
 		a.pending.Add(-int64(len(m.calls)))
 		now := a.cfg.Now()
+		a.touch(m.calls)
 		for _, c := range m.calls {
 			if !m.direct {
 				a.handleSafely(c, now) // c is its caller's once answered
@@ -541,6 +543,19 @@ func (a *lockActor) recovered(c *call) {
 // waits reports whether c is to join the wait queue when the lock is busy.
 func (c *call) waits() bool {
 	return c.req.Op == lease.TryLock && c.req.Wait != 0 && !c.waitOver
+}
+
+// touch looks up the slots of calls before any is decided, so their
+// cache misses overlap (the lookups do not wait on each other) instead of
+// stalling each decision in turn.
+func (a *lockActor) touch(calls []*call) {
+	var sum int
+	for _, c := range calls {
+		if s := a.entries[c.req.Resource]; s != nil {
+			sum += int(s.State) + int(s.kind) // the slot's first and last lines
+		}
+	}
+	a.touched = sum
 }
 
 // handle decides one request, or queues it behind an in-flight write.
