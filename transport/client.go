@@ -478,7 +478,10 @@ func (c *Client) roundTrip(ctx context.Context, cl *call, resource string, late 
 		key = lease.PartitionKey(resource)
 		routed = c.routes.get(key)
 	}
-	first := c.next.Add(1)
+	var first uint32
+	if n > 1 { // a counter every caller adds to moves between the cores: not for one endpoint
+		first = c.next.Add(1)
+	}
 	var err error
 	for i := range n + 1 {
 		e := c.endpoints[(first+i)%n]
