@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -52,6 +53,21 @@ func finishAll(t *testing.T, r *Ring, out []NowAnswer) map[int]Response {
 	return got
 }
 
+// settled waits until no run has m: a record's read is handled by a
+// worker, which may still be settling the mailbox after its answer.
+func settled(m *mailbox) {
+	for m.status.Load() != mailboxIdle {
+		runtime.Gosched()
+	}
+}
+
+// take takes m as a run does, once no other run has it.
+func take(m *mailbox) {
+	for !m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
+		runtime.Gosched()
+	}
+}
+
 // DoNowEach decides each actor's share of the requests in the order
 // given, on the caller's goroutine when the actor is idle: a lock taken,
 // refused to another owner, released and taken by that owner, all in
@@ -70,6 +86,9 @@ func TestDoNowEachDecidesInOrder(t *testing.T) {
 	f.do(t, lease.Unlock, "x", "warm", 0, lease.Ephemeral)
 	f.do(t, lease.TryLock, "y", "warm", time.Minute, lease.Ephemeral)
 	f.do(t, lease.Unlock, "y", "warm", 0, lease.Ephemeral)
+	for _, a := range f.ring.actors {
+		settled(a.mailbox)
+	}
 	out := make([]NowAnswer, len(reqs))
 	f.ring.DoNowEach(reqs, out)
 	want := []lease.Status{lease.Locked, lease.Locked, lease.Busy, lease.Unlocked, lease.Locked}
@@ -93,8 +112,17 @@ func TestDoNowEachOnABusyActorAnswersLater(t *testing.T) {
 		name       string
 		hold, free func(m *mailbox)
 	}{
-		{"running", func(m *mailbox) { m.status.Store(mailboxRunning) }, func(m *mailbox) { go m.process() }},
-		{"suspended", func(m *mailbox) { m.suspended.Store(true) }, func(m *mailbox) { m.PostSystemMessage(&actor.ResumeMailbox{}) }},
+		// A run under way: the test takes the mailbox as a run does (a
+		// worker may still be finishing the warm-up's), then runs it.
+		{"running", take, func(m *mailbox) { go m.process() }},
+		// Suspended, as only a run may suspend it.
+		{"suspended", func(m *mailbox) {
+			take(m)
+			m.suspended.Store(true)
+			if m.settle() {
+				m.dispatcher.Schedule(m.process)
+			}
+		}, func(m *mailbox) { m.PostSystemMessage(&actor.ResumeMailbox{}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, 1, 100)
