@@ -189,10 +189,11 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				// Started here, a request wakes no goroutine: a release
 				// of a lock that others wait for is handed over and
 				// answered from the reader, a persistent request waits for
-				// its write with no goroutine. An ephemeral one this node
-				// decides itself at once is answered with nothing kept
-				// for later (DoNowEach, a read's together); one that must wait goes on without
-				// the reader, so it holds up no other request.
+				// its write with no goroutine. The ephemeral ones this
+				// node decides itself are kept and started together
+				// (DoNowEach): those decided at once are answered with
+				// nothing kept for later; one that must wait goes on
+				// without the reader, so it holds up no other request.
 				if async {
 					if r, c, ok := checked(m); ok {
 						if lease.Durability(m.durability) != lease.Persistent {
