@@ -197,7 +197,7 @@ func (s *Server) serveStream(stream grpc.ServerStream, l lease.Locker, packed bo
 				if async {
 					if r, c, ok := checked(m); ok {
 						if lease.Durability(m.durability) != lease.Persistent {
-							now.add(m, r, c)
+							now.add(m, c)
 							continue
 						}
 						now.start() // what came before it starts first
@@ -331,7 +331,6 @@ type nowStarter struct {
 	// The requests added since the last start, and their laterAnswers
 	// where DoNowEach made one.
 	ms      []*batchMsg
-	rs      []lease.Request
 	cs      []lease.Checked
 	as      []*laterAnswer
 	answers []NowAnswer
@@ -345,13 +344,13 @@ func newNowStarter(s *Server, ctx context.Context, al asyncLocker, out *outbox, 
 }
 
 func (n *nowStarter) makeLater(j int) Outcome {
-	n.as[j] = newLaterAnswer(n.s, n.ctx, n.ms[j], n.rs[j], n.out, n.done)
+	n.as[j] = newLaterAnswer(n.s, n.ctx, n.ms[j], n.cs[j].Request(), n.out, n.done)
 	return n.as[j]
 }
 
-// add keeps m (request r, checked c) for the next start.
-func (n *nowStarter) add(m *batchMsg, r lease.Request, c lease.Checked) {
-	n.ms, n.rs, n.cs = append(n.ms, m), append(n.rs, r), append(n.cs, c)
+// add keeps m (its request checked, c) for the next start.
+func (n *nowStarter) add(m *batchMsg, c lease.Checked) {
+	n.ms, n.cs = append(n.ms, m), append(n.cs, c)
 }
 
 // start starts the requests added, in the order added; a panic in the
@@ -364,10 +363,9 @@ func (n *nowStarter) start() {
 	n.answers = slices.Grow(n.answers[:0], len(n.ms))[:len(n.ms)]
 	defer func() {
 		clear(n.ms)
-		clear(n.rs)
 		clear(n.cs)
 		clear(n.as)
-		n.ms, n.rs, n.cs = n.ms[:0], n.rs[:0], n.cs[:0]
+		n.ms, n.cs = n.ms[:0], n.cs[:0]
 	}()
 	var panicked error
 	func() {
@@ -387,13 +385,14 @@ func (n *nowStarter) start() {
 	for j, m := range n.ms {
 		switch a := &n.answers[j]; {
 		case a.Now:
-			n.s.observe(n.rs[j].Op, a.Res.Status)
-			m.setAnswer(n.rs[j].Op, a.Res, lease.LockInfo{})
+			op := n.cs[j].Request().Op
+			n.s.observe(op, a.Res.Status)
+			m.setAnswer(op, a.Res, lease.LockInfo{})
 			n.out.put(m)
 		case a.Taken:
 			n.as[j].returned()
 		default:
-			n.rest(m, n.rs[j], n.cs[j])
+			n.rest(m, n.cs[j].Request(), n.cs[j])
 		}
 	}
 }
