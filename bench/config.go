@@ -47,8 +47,11 @@ type Config struct {
 	Progress   bool // the live line on stderr
 	// Procs, above 0, is GOMAXPROCS for the run's process and the servers
 	// it starts; 0 leaves Go's default (or $GOMAXPROCS).
-	Procs    int
-	LogLevel slog.Level
+	Procs int
+	// ClientProcs, above 0, is GOMAXPROCS for the run's process alone: the
+	// servers it starts run at Go's default, as their operators run them.
+	ClientProcs int
+	LogLevel    slog.Level
 
 	Endpoints  []string
 	DataDir    string
@@ -129,6 +132,12 @@ func (c *Config) validate(reg Registry) error {
 	}
 	if c.Procs < 0 {
 		bad("--procs must be ≥ 0 (0 = Go's default), got %d", c.Procs)
+	}
+	if c.ClientProcs < 0 {
+		bad("--client-procs must be ≥ 0 (0 = Go's default), got %d", c.ClientProcs)
+	}
+	if c.Procs > 0 && c.ClientProcs > 0 {
+		bad("--procs and --client-procs: give one (--procs sets the servers' too)")
 	}
 	if c.Streams < 0 {
 		bad("--streams must be ≥ 0 (0 = kahuna.Client's default, one), got %d", c.Streams)

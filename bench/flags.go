@@ -43,6 +43,7 @@ func parseArgs(name string, args []string, reg Registry, extra func(*flag.FlagSe
 	fs.StringVar(&c.Plot, "plot", "", "draw the latency percentile distribution of every target to this .png or .svg")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	fs.BoolVar(&c.Progress, "progress", true, "print a live line each second on stderr")
+	fs.IntVar(&c.ClientProcs, "client-procs", 0, "GOMAXPROCS of this process alone: the callers, as a load generator sized to a core, while every server it starts runs at Go's default (0 = Go's default); embedded targets run in this process, so at as many Ps (docs/benchmarks.md)")
 	fs.IntVar(&c.Procs, "procs", 0, "GOMAXPROCS of this process and of every server it starts, which inherit it (0 = Go's default, a P per core, or $GOMAXPROCS); with client and servers on the same few cores, 1 keeps their Go runtimes from contending (docs/benchmarks.md)")
 	fs.StringVar(&logLevel, "log-level", "error", "debug, info, warn or error")
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated URLs of a kahuna node for the grpc and rest targets, e.g. http://127.0.0.1:2072 (native gRPC) for grpc, http://127.0.0.1:2070 for rest; without it grpc serves an in-process node on a loopback port")

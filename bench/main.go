@@ -54,6 +54,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, p Progra
 			return 1
 		}
 	}
+	if c.ClientProcs > 0 {
+		// The callers alone: a server a target starts must not inherit a
+		// GOMAXPROCS from here, so it runs at Go's default.
+		runtime.GOMAXPROCS(c.ClientProcs)
+		if err := os.Unsetenv("GOMAXPROCS"); err != nil {
+			fmt.Fprintf(stderr, "%s: --client-procs: %v\n", p.Name, err)
+			return 1
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	// dragonboat (in the embedded node) logs through the standard logger:
 	// route it to slog at debug level so it stays out of the report.

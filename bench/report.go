@@ -40,6 +40,7 @@ type Parameters struct {
 	Timeout     time.Duration
 	Rounds      int           // above 1: each target ran this many times
 	Procs       int           // --procs: GOMAXPROCS set for the run and its servers; 0 if not
+	ClientProcs int           // --client-procs: GOMAXPROCS set for the run alone; 0 if not
 	Hold, Wait  time.Duration // hot-wait only
 	// Kind, hot-wait's: "semaphore of 8 permits", "rwlock, 90% reads", or
 	// "" for a mutex.
@@ -68,6 +69,7 @@ func newParameters(c *Config, seed uint64, started time.Time) Parameters {
 		Timeout:     c.Timeout,
 		Rounds:      max(c.Rounds, 1),
 		Procs:       c.Procs,
+		ClientProcs: c.ClientProcs,
 		GoMaxProcs:  runtime.GOMAXPROCS(0),
 		NumCPU:      runtime.NumCPU(),
 		GoVersion:   runtime.Version(),

@@ -41,8 +41,11 @@ func (r Report) writeConsole(out io.Writer) error {
 		fmt.Fprintf(&b, "%d rounds, the targets in turn, forward then backward\n", p.Rounds)
 	}
 	procs := ""
-	if p.Procs > 0 {
+	switch {
+	case p.Procs > 0:
 		procs = " (--procs: the servers started here too)"
+	case p.ClientProcs > 0:
+		procs = " (--client-procs: the servers started here at Go's default)"
 	}
 	fmt.Fprintf(&b, "%s, %s, GOMAXPROCS %d of %d CPUs%s, %s\n", p.Platform, p.GoVersion, p.GoMaxProcs, p.NumCPU, procs, p.Started.Format(time.RFC3339))
 	if len(p.Endpoints) > 0 {

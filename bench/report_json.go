@@ -41,7 +41,8 @@ type jsonParameters struct {
 	WaitMs      *float64 `json:"waitMs,omitempty"` // hot-wait
 	Kind        string   `json:"kind,omitempty"`   // hot-wait on a semaphore or rwlock
 	GoMaxProcs  int      `json:"gomaxprocs"`
-	Procs       int      `json:"procs,omitempty"` // --procs: the servers it started had as many
+	Procs       int      `json:"procs,omitempty"`       // --procs: the servers it started had as many
+	ClientProcs int      `json:"clientProcs,omitempty"` // --client-procs: the servers it started had Go's default
 	NumCPU      int      `json:"numCpu"`
 	GoVersion   string   `json:"goVersion"`
 	Platform    string   `json:"platform"`
@@ -132,7 +133,7 @@ func (r Report) writeJSON(w io.Writer) error {
 			KeySpace: p.KeySpace, KeyPrefix: p.KeyPrefix, TTLMs: p.TTL.Milliseconds(), Durability: p.Durability,
 			Rounds:    roundsParam(p.Rounds),
 			Endpoints: nonNil(p.Endpoints), Seed: p.Seed, Timeout: p.Timeout.Seconds(),
-			GoMaxProcs: p.GoMaxProcs, Procs: p.Procs, NumCPU: p.NumCPU, GoVersion: p.GoVersion, Platform: p.Platform,
+			GoMaxProcs: p.GoMaxProcs, Procs: p.Procs, ClientProcs: p.ClientProcs, NumCPU: p.NumCPU, GoVersion: p.GoVersion, Platform: p.Platform,
 			Started: p.Started.Format(time.RFC3339),
 		},
 		Runs: []jsonRun{},
