@@ -240,9 +240,17 @@ func TestRaftMutualTLS(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // give the requested transfer a moment before asking again
 		return false
 	})
-	info, got, err := joined[3].Get(ctx, "over-tls", kahuna.Persistent)
-	if err != nil || got.Status != kahuna.Got {
-		t.Fatalf("node 3 reads %v, %v", got.Status, err)
+	// The partition may move on, or its new leader still be settling
+	// (a loaded run once read MustRetry here): an answer to retry.
+	var info kahuna.LockInfo
+	got := testcluster.Settled(t, func() (kahuna.Result, error) {
+		var r kahuna.Result
+		var err error
+		info, r, err = joined[3].Get(ctx, "over-tls", kahuna.Persistent)
+		return r, err
+	})
+	if got.Status != kahuna.Got {
+		t.Fatalf("node 3 reads %v (%q)", got.Status, got.Reason)
 	}
 	if string(info.Owner) != "o" {
 		t.Fatalf("node 3 reads owner %q", info.Owner)
