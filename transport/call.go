@@ -38,6 +38,9 @@ type call struct {
 	// woken: the reader counted its caller among those it woke
 	// (batchStream.woken); set before done is sent, read after.
 	woken bool
+	// next is the call whose caller this one's wakes as it runs: the next
+	// of its answer message's (wakeInTurn).
+	next *call
 }
 
 // reply is the decoded answer to a call.
