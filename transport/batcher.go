@@ -30,7 +30,8 @@ import (
 // concurrent calls have no order, and a release that waits behind other
 // callers' TryLocks keeps a contended lock held for longer. One reader
 // goroutine per open stream delivers answers, which come back in any
-// order, by RequestId.
+// order, by RequestId, and wakes the callers of each message in turn
+// (wakeInTurn).
 type batchStream struct {
 	target string // the endpoint, for errors
 	conn   *grpc.ClientConn
