@@ -82,11 +82,16 @@ func TestClientProcsLeavesTheServersAtGosDefault(t *testing.T) {
 	}
 	wantHeader(t, Parameters{ClientProcs: 1, GoMaxProcs: 1, NumCPU: 2, Workload: WorkloadLock}, "GOMAXPROCS 1 of 2 CPUs (--client-procs: the servers started here at Go's default)")
 
-	for _, args := range [][]string{{"--client-procs", "-1"}, {"--client-procs", "1", "--procs", "1"}} {
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--client-procs", "-1"}, "--client-procs must be ≥ 0 (0 = Go's default), got -1"},
+		{[]string{"--client-procs", "1", "--procs", "1"}, "--procs and --client-procs: give one"},
+	} {
 		var stderr bytes.Buffer
-		want := map[bool]string{true: "--client-procs must be ≥ 0 (0 = Go's default), got -1", false: "--procs and --client-procs: give one"}[args[1] == "-1"]
-		if code := Main(context.Background(), args, &bytes.Buffer{}, &stderr, startingProgram(new(string))); code != 2 || !strings.Contains(stderr.String(), want) {
-			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", args, code, stderr.String(), want)
+		if code := Main(context.Background(), bad.args, &bytes.Buffer{}, &stderr, startingProgram(new(string))); code != 2 || !strings.Contains(stderr.String(), bad.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", bad.args, code, stderr.String(), bad.want)
 		}
 	}
 }

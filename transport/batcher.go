@@ -525,7 +525,7 @@ func (s *batchStream) readLoop(st *clientStream) {
 				return
 			}
 			if c := s.deliver(st, m); c != nil {
-				c.done <- struct{}{}
+				finish(c) // one answer a message: no turn to take
 			}
 			continue
 		}
