@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs kahuna beside its floors and its peers, alternated in one sitting,
-# for the table "Against the floors" of docs/benchmarks.md:
+# for the table "Against the floors" of docs/benchmarks-log.md:
 #
 #   scripts/floor-bench.sh ephemeral     # kahuna (Go client: framing, gRPC), Redis, then map-floor over TCP and over gRPC
 #   scripts/floor-bench.sh hot           # one hot lock, 64 contenders: kahuna (framing, gRPC), Redis polling, then fifo-floor over TCP and over gRPC
 #   scripts/floor-bench.sh persistent    # kahuna (Go client, gRPC), Redis appendfsync always, etcd, then raft-floor on one node
 #   scripts/floor-bench.sh cluster       # 3-process kahuna, 3-member etcd, raft-floor 3 x 8 and 3 x 1, kahuna with 1 partition
 #   ROUNDS=3 scripts/floor-bench.sh cluster
-#   GOMAXPROCS=1 scripts/floor-bench.sh ephemeral   # every Go process with one P (docs/benchmarks.md)
+#   GOMAXPROCS=1 scripts/floor-bench.sh ephemeral   # every Go process with one P (docs/benchmarks-log.md)
 #
 # Each run is 8 s after 2 s of warm-up (the cluster's 10 s after 1 s, as
 # scripts/cluster-bench.sh), 64 callers. Needs redis-server and etcd

@@ -2,7 +2,7 @@
 # Benchmarks one kahuna node process over gRPC with kahuna-bench-peers,
 # side by side with Redis, and prints the node's CPU seconds for the run:
 # the A/B of two server builds (the same client against each) used for
-# the hot-wait figures of docs/benchmarks.md.
+# the hot-wait figures of docs/benchmarks-log.md.
 #
 #   go build -o /tmp/kahuna ./cmd/kahuna
 #   scripts/node-bench.sh /tmp/kahuna                      # hot-wait, 64 contenders, no hold

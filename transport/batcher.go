@@ -666,7 +666,7 @@ func (s *batchStream) close() error {
 // runs (passOn). Woken all at once they ran on both processors together,
 // which woke threads to run them and made them contend for the stream; in
 // turn the client and the node spent less CPU a lock op
-// (docs/benchmarks.md, "Callers woken in turn").
+// (docs/benchmarks-log.md, "Callers woken in turn").
 func wakeInTurn(calls []*call) {
 	for i := range len(calls) - 1 {
 		calls[i].next = calls[i+1]

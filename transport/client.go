@@ -28,7 +28,7 @@ const (
 	// it read together, and the client's writer sends together the calls
 	// of the callers an answer message woke, both per stream. Calls split
 	// round robin over two streams made each message half as large, and
-	// two system calls where one would do (see docs/benchmarks.md, "One
+	// two system calls where one would do (see docs/benchmarks-log.md, "One
 	// batch stream per endpoint"). A stream's requests are decided on
 	// its node by one goroutine at a time, so a client that alone keeps a
 	// node with many cores busy may want more (WithStreamsPerEndpoint;

@@ -28,7 +28,7 @@ import (
 // the one that receives it. Under gRPC each crosses two more goroutines
 // (grpc's connection reader and its writer, which yields once before a
 // small write) and HTTP/2's flow control: on one hot lock, framed
-// hand-offs came about a fifth faster (docs/benchmarks.md).
+// hand-offs came about a fifth faster (docs/benchmarks-log.md).
 //
 // A connection opens with a hello: a header of helloHeader bytes
 // (framesMagic, the stream's kind, the bearer token's 2-byte length,

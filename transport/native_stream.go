@@ -75,7 +75,7 @@ var errWithdrawn = errors.New("transport: the Lock was withdrawn by a cancel mes
 // plain socket (sendNower) that goroutine writes the answer with one
 // system call that never waits; otherwise, or when the socket is full, a
 // goroutine of its own sends it. A peer that stopped reading so never
-// holds a lock actor (docs/benchmarks.md).
+// holds a lock actor (docs/benchmarks-log.md).
 func (s *Server) lockStream(l lease.Locker, stream grpc.BidiStreamingServer[v1.LockStreamRequest, v1.LockStreamResponse]) error {
 	ctx := stream.Context()
 	var (

@@ -152,7 +152,7 @@ func NewServer(l lease.Locker, opts ServerOptions) *Server {
 // (the first data after each PING's ack starts a new sample): a write and
 // a read more on each side per round trip. On one hot lock that was 0.7
 // writes of the node per grant and 15% of the grants a second
-// (docs/benchmarks.md). Lock messages are small; these bound what a peer
+// (docs/benchmarks-log.md). Lock messages are small; these bound what a peer
 // may send unread, as grpc's 64 KiB default does.
 const (
 	streamWindow = 1 << 20

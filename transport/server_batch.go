@@ -32,7 +32,7 @@ import (
 // later (a persistent write's, once settled; a waiting Lock's grant) goes
 // from the goroutine that has it to the outbox's writer. With 64 callers,
 // waking a worker for each request and again for each answer was most of
-// the node's waiting for a processor (docs/benchmarks.md).
+// the node's waiting for a processor (docs/benchmarks-log.md).
 //
 // Other requests, and every request to another Locker, are handled by
 // the stream's workers (see workers): goroutines started on demand and

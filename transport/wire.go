@@ -20,7 +20,7 @@ import (
 // largest costs of a call. These functions do the same work on flat
 // structs. They follow protobuf-go (v1.36) exactly, as the tests check
 // against the generated code (vtprotobuf's generated decoders, as fast to
-// within a few percent of a call, do not: docs/benchmarks.md):
+// within a few percent of a call, do not: docs/benchmarks-log.md):
 //
 //   - decoding: a bad tag, a truncated value, a field number outside
 //     1..2^29-1, a stray end-group or an invalid UTF-8 string field

@@ -61,7 +61,7 @@ func response() *pb.GrpcBatchClientLockResponse { return new(pb.GrpcBatchClientL
 // transport's FuzzWireDecode). They were found by fuzzing decodeBoth on
 // both envelopes: each class within seconds, after the ones before it were
 // filtered out. Two minutes of fuzzing UnmarshalVT alone found no panic. When this test fails,
-// vtprotobuf has come to agree on one of them: docs/benchmarks.md's
+// vtprotobuf has come to agree on one of them: docs/benchmarks-log.md's
 // section on the hand-written codecs says why they were kept, and should
 // be read again.
 func TestVTProtoDiffersFromProtobufGo(t *testing.T) {

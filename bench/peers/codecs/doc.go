@@ -7,5 +7,5 @@
 // figures from the two binaries compare as ratios to it.
 // conformance_test.go records where vtprotobuf's decoding differs from
 // protobuf-go's, which the hand decoders follow. See
-// docs/benchmarks.md, "The hand-written codecs beside libraries".
+// docs/benchmarks-log.md, "The hand-written codecs beside libraries".
 package codecs
