@@ -80,6 +80,9 @@ func brokenLinks(repo fs.FS, files []string) []string {
 			bad = append(bad, fmt.Sprintf("%s: %v", f, err))
 			continue
 		}
+		if _, ok := headings[f]; !ok {
+			headings[f] = anchors(string(b)) // read once: its own links' fragments
+		}
 		for _, line := range prose(string(b)) {
 			for _, m := range link.FindAllStringSubmatch(line, -1) {
 				text, target := m[1], m[2]
