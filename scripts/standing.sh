@@ -5,7 +5,9 @@
 # alone at one P; then the in-process node beside Redis and beside a
 # mutex-guarded map; then each floor twice. It prints each comparison's
 # rounds table (medians, and the median and range of each ratio) and each
-# floor's line. About 25 minutes with the defaults.
+# floor's line, and the cross-core round trip (core-rtt) at the start,
+# between the sections and at the end: on a VM it says where the host put
+# the vCPUs, which the wire rows follow. About 25 minutes with the defaults.
 #
 #   scripts/standing.sh
 #   PLACEMENTS=default scripts/standing.sh          # Go's default only
@@ -32,9 +34,12 @@ done
 bin="$(mktemp -d "${TMPDIR:-/tmp}/kahuna-standing.XXXXXX")"
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/" ./cmd/kahuna ./cmd/kahuna-bench
-(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/fifo-floor ./cmd/tcp-rtt)
+(cd bench/peers && go build -o "$bin/" ./cmd/kahuna-bench-peers ./cmd/map-floor ./cmd/fifo-floor ./cmd/tcp-rtt ./cmd/core-rtt)
 
 stamp() { echo "### $* ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
+# core prints the cross-core round trip (a second, between sections only:
+# it keeps both CPUs busy).
+core() { "$bin/core-rtt" 2>&1 | tail -1; }
 # rounds prints one comparison from its rounds table on (with one round,
 # its comparison table); the harness's exit
 # status (1 when a target failed) ends the script.
@@ -59,14 +64,18 @@ for placement in ${placements//,/ }; do
 		;;
 	esac
 	stamp "$placement: ephemeral"
+	core
 	rounds --client-procs "$procs" --compare kahuna-native,kahuna-grpc,kahuna-rest,redis,etcd
 	stamp "$placement: persistent"
+	core
 	rounds --client-procs "$procs" --compare kahuna-native:persistent,kahuna-grpc:persistent,redis,etcd --redis-appendfsync-always
 	stamp "$placement: one hot lock"
+	core
 	rounds --client-procs "$procs" --workload hot-wait --duration "$hot_duration" --warmup "$hot_warmup" \
 		--compare kahuna-native,kahuna-grpc,redis
 done
 stamp "embedded beside Redis"
+core
 rounds --compare kahuna-embedded,redis
 rounds --compare kahuna-embedded:persistent,redis --redis-appendfsync-always
 stamp "embedded beside a mutex-guarded map"
@@ -81,3 +90,4 @@ for floor in "map-floor" "map-floor --wire grpc" "fifo-floor" "fifo-floor --wire
 done
 "$bin/tcp-rtt" 2>&1 | tail -1
 "$bin/tcp-rtt" 2>&1 | tail -1
+core
