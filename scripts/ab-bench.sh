@@ -18,7 +18,10 @@
 #
 # Flags after -- go to kahuna-bench (it always gets --endpoints, --duration,
 # --warmup 0s and --progress=false). Uses ports 2370 (HTTP), 2372 (gRPC)
-# and 2373 (Raft).
+# and 2373 (Raft). Each run's line also gives core-rtt, a cache line's
+# round trip between two CPUs measured just before it: on a VM the host's
+# placement of the vCPUs moves every wire row with it, so a round whose
+# builds ran at different placements compares little.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${ROUNDS:-4}"
@@ -58,6 +61,11 @@ for b in "${builds[@]}"; do
 		go build -o "$default_client" ./cmd/kahuna-bench
 	fi
 done
+
+core_rtt="$dir/core-rtt"
+(cd bench/peers && go build -o "$core_rtt" ./cmd/core-rtt)
+# core prints core-rtt's median, or - where it cannot run (one CPU, not Linux).
+core() { "$core_rtt" 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "median") { print $(i + 1); exit } }' | grep . || echo -; }
 
 hz="$(getconf CLK_TCK)"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system clock ticks
@@ -116,7 +124,7 @@ run() {
 
 results="$dir/results"
 : >"$results"
-printf "%-6s %-40s %10s %12s %14s\n" round build ops/s "node µs/op" "client µs/op"
+printf "%-6s %-40s %10s %12s %14s %10s\n" round build ops/s "node µs/op" "client µs/op" core-rtt
 for r in $(seq "$rounds"); do
 	order=("${builds[@]}")
 	if ((r % 2 == 0)); then # a, b, then b, a: neither always runs first
@@ -124,9 +132,10 @@ for r in $(seq "$rounds"); do
 		for ((i = ${#builds[@]} - 1; i >= 0; i--)); do order+=("${builds[$i]}"); done
 	fi
 	for b in "${order[@]}"; do
+		placement="$(core)"
 		run "$b" "$@"
 		read -r ops _ node_us client_us <"$dir/line"
-		printf "%-6s %-40s %10s %12s %14s\n" "$r" "$b" "$ops" "$node_us" "$client_us"
+		printf "%-6s %-40s %10s %12s %14s %10s\n" "$r" "$b" "$ops" "$node_us" "$client_us" "$placement"
 		echo "$r $b $ops $node_us $client_us" >>"$results"
 	done
 done
